@@ -1,0 +1,3 @@
+from vtui.cli import main
+
+raise SystemExit(main())

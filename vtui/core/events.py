@@ -1,0 +1,54 @@
+"""Immutable events that cross from workers (supervisor, scrapers, samplers) to consumers (CLI, UI).
+
+Everything here is a frozen dataclass: safe to hand between threads, cheap to compare, never mutated.
+Telemetry samples (MetricsSample, GpuSample, StartupFacts) live in vtui.telemetry and follow the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vtui.core.state import Phase, State
+
+
+@dataclass(frozen=True, slots=True)
+class StateChanged:
+    instance: str
+    old: State
+    new: State
+    at: float  # the supervisor clock's time (seconds)
+    phase: Phase | None = None
+    reason: str | None = None  # e.g. the root-cause line on CRASHED / FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseChanged:
+    instance: str
+    phase: Phase
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LogLines:
+    instance: str
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExited:
+    instance: str
+    pid: int
+    returncode: int | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A one-line message for the user (preflight warnings, adoption, sweeps)."""
+
+    instance: str | None
+    level: str  # "info" | "warning" | "error"
+    text: str
+
+
+Event = StateChanged | PhaseChanged | LogLines | ProcessExited | Notice

@@ -1,0 +1,159 @@
+"""The layout's typed model: what a validated layout file becomes (vtui.core.layout reads and writes it).
+
+Frozen dataclasses, so a running supervisor can hold them and a restart with new flags is a new spec
+(`spec.with_flags(...)`), never an in-place edit.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal, Union
+
+FlagValue = Union[bool, int, float, str, list]  # list: a flag taking several values (`--api-key a b`)
+RestartMode = Literal["never", "on-failure", "always"]
+Engine = Literal["vllm", "sim"]
+
+# Flags whose value must never appear on a command line (readable by every local user in `ps`).
+SECRET_FLAGS: Mapping[str, str] = MappingProxyType({"api-key": "VLLM_API_KEY"})
+
+
+def _frozen(mapping: Mapping | None) -> Mapping:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    mode: RestartMode = "on-failure"
+    max_restarts: int = 3
+    backoff_initial: float = 2.0  # seconds before the first restart; doubles each time
+    backoff_max: float = 60.0  # cap on the delay
+
+    def delay(self, attempt: int) -> float:
+        """Delay before restart number `attempt` (1-based): initial * 2**(attempt-1), capped."""
+        return min(self.backoff_max, self.backoff_initial * (2 ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    name: str
+    model: str
+    port: int
+    engine: Engine = "vllm"
+    gpus: tuple[int, ...] = ()
+    host: str = "127.0.0.1"
+    env: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    flags: Mapping[str, FlagValue] = field(default_factory=lambda: _frozen({}))
+    command: tuple[str, ...] | None = None  # replaces ["vllm", "serve"]; the model is appended
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    start_stagger: float = 0.0  # extra seconds to wait before starting this instance
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", _frozen(self.env))
+        object.__setattr__(self, "flags", _frozen(self.flags))
+        object.__setattr__(self, "gpus", tuple(self.gpus))
+        if self.command is not None:
+            object.__setattr__(self, "command", tuple(self.command))
+
+    # -- derived ---------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def with_flags(self, set_flags: Mapping[str, FlagValue] | None = None,
+                   unset: tuple[str, ...] | list[str] = ()) -> InstanceSpec:
+        """A copy with flags set and removed (the restart-with-new-flags path)."""
+        flags = dict(self.flags)
+        for name in unset:
+            flags.pop(name, None)
+        flags.update(set_flags or {})
+        return replace(self, flags=_frozen(flags))
+
+    def executable(self) -> list[str]:
+        """The command prefix before the model: the layout's override, else vLLM's CLI or vtui's sim."""
+        if self.command:
+            return [os.path.expanduser(os.path.expandvars(part)) for part in self.command]
+        if self.engine == "sim":
+            return [sys.executable, "-m", "vtui.sim"]
+        return ["vllm", "serve"]
+
+    def argv(self) -> list[str]:
+        """The full command line. Secret flags (api-key) are left out: see `process_env`."""
+        args = [*self.executable(), self.model, "--host", self.host, "--port", str(self.port)]
+        for name, value in self.flags.items():
+            if name in SECRET_FLAGS or name in ("host", "port", "model"):
+                continue
+            args.extend(flag_to_args(name, value))
+        return args
+
+    def process_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The child's environment: base + layout env + GPU pinning + secrets moved off the argv."""
+        env = dict(os.environ if base is None else base)
+        env.update(self.env)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        for flag, var in SECRET_FLAGS.items():
+            if flag in self.flags:
+                value = self.flags[flag]
+                env[var] = value[0] if isinstance(value, list) else str(value)
+        return env
+
+    def command_line(self) -> str:
+        """The exact command, shell-quoted, with the environment vtui adds (copyable)."""
+        prefix = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+        if self.gpus:
+            prefix.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(g) for g in self.gpus))
+        prefix += [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        if any(f in self.flags for f in SECRET_FLAGS):
+            prefix.append("VLLM_API_KEY=***")
+        return " ".join(prefix + [shlex.quote(a) for a in self.argv()])
+
+
+def flag_to_args(name: str, value: FlagValue) -> list[str]:
+    """One layout flag as `vllm serve` arguments: True -> --x, False -> --no-x, list -> --x a b."""
+    if value is True:
+        return [f"--{name}"]
+    if value is False:
+        return [f"--no-{name}"]
+    if isinstance(value, list):
+        return [f"--{name}", *(str(v) for v in value)]
+    return [f"--{name}", str(value)]
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    name: str = "vtui"
+    allow_gpu_sharing: bool = False  # let two instances list the same GPU (they start staggered)
+    gpu_hour_price: float | None = None  # for cost per million tokens in bench reports
+    gpu_memory_gib: float | None = None  # override when NVML is absent (planner, sim)
+
+
+@dataclass(frozen=True)
+class Layout:
+    session: SessionSpec
+    instances: tuple[InstanceSpec, ...]
+    path: Path | None = None
+    defaults: Mapping[str, object] = field(default_factory=lambda: _frozen({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "instances", tuple(self.instances))
+        object.__setattr__(self, "defaults", _frozen(self.defaults))
+
+    def instance(self, name: str) -> InstanceSpec:
+        for spec in self.instances:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        return [spec.name for spec in self.instances]
+
+    def replace_instance(self, spec: InstanceSpec) -> Layout:
+        return replace(self, instances=tuple(spec if s.name == spec.name else s for s in self.instances))

@@ -1,0 +1,54 @@
+"""Instance lifecycle states and the table of allowed edges (DESIGN.md, "Instance lifecycle")."""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(enum.Enum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    UNHEALTHY = "unhealthy"
+    STOPPING = "stopping"
+    CRASHED = "crashed"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+
+    @property
+    def running(self) -> bool:
+        """True while a process of this instance may be alive."""
+        return self in (State.STARTING, State.READY, State.UNHEALTHY, State.STOPPING)
+
+
+class Phase(enum.Enum):
+    """Sub-phases of STARTING, read from the startup log (telemetry.startup_log)."""
+
+    SPAWNED = "spawned"
+    LOADING_WEIGHTS = "loading weights"
+    PROFILING = "profiling"
+    KV_CACHE = "kv cache allocated"
+    CAPTURING_GRAPHS = "capturing graphs"
+    API_UP = "api up"
+
+
+# Allowed edges. Every state change goes through Instance._set_state, which checks this table.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.STOPPED: frozenset({State.STARTING, State.READY}),  # READY: re-adopted a live process
+    State.STARTING: frozenset({State.READY, State.CRASHED, State.STOPPING, State.FAILED}),
+    State.READY: frozenset({State.UNHEALTHY, State.CRASHED, State.STOPPING}),
+    State.UNHEALTHY: frozenset({State.READY, State.CRASHED, State.STOPPING}),
+    State.STOPPING: frozenset({State.STOPPED}),
+    State.CRASHED: frozenset({State.BACKOFF, State.FAILED, State.STOPPED, State.STARTING}),
+    State.BACKOFF: frozenset({State.STARTING, State.STOPPED, State.FAILED}),
+    State.FAILED: frozenset({State.STARTING, State.STOPPED}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A state change that the lifecycle table does not allow: a bug, never a user error."""
+
+
+def check_edge(old: State, new: State) -> None:
+    if new not in TRANSITIONS[old]:
+        raise IllegalTransition(f"{old.name} -> {new.name} is not a lifecycle edge")
