@@ -1,0 +1,200 @@
+"""State-machine histories replayed with a fake clock and a fake launcher: no processes, no sleeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vtui.core.events import PhaseChanged, StateChanged
+from vtui.core.instance import Instance, SpawnError
+from vtui.core.model import InstanceSpec, RestartPolicy
+from vtui.core.state import Phase, State
+
+S = State
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def time(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class FakeLauncher:
+    def __init__(self, fail: str | None = None) -> None:
+        self.spawned: list[InstanceSpec] = []
+        self.fail = fail
+
+    def spawn(self, spec, *, log_path, session):
+        if self.fail:
+            raise SpawnError(self.fail)
+        self.spawned.append(spec)
+        return object()
+
+
+def make(policy: RestartPolicy | None = None, fail: str | None = None):
+    clock, launcher, events = FakeClock(), FakeLauncher(fail), []
+    spec = InstanceSpec(name="a", model="m", port=8001, restart=policy or RestartPolicy())
+    inst = Instance(spec, launcher=launcher, clock=clock, emit=events.append, log_path=Path("/x.log"))
+    return inst, clock, launcher, events
+
+
+def edges(events) -> list[tuple[State, State]]:
+    return [(e.old, e.new) for e in events if isinstance(e, StateChanged)]
+
+
+def test_start_then_ready_tracks_phases_and_last_good_spec():
+    inst, clock, launcher, events = make()
+    inst.launch()
+    inst.on_health(False)  # refused while binding: still STARTING
+    inst.on_lines(["INFO Loading weights took 0.1 s", "INFO CPU KV cache size: 3,000 tokens", "noise"])
+    inst.on_lines(["INFO Loading weights again"])  # phases never go backwards
+    clock.t += 5
+    inst.on_health(True)
+    assert edges(events) == [(S.STOPPED, S.STARTING), (S.STARTING, S.READY)]
+    phases = [e.phase for e in events if isinstance(e, PhaseChanged)]
+    assert phases == [Phase.LOADING_WEIGHTS, Phase.KV_CACHE]
+    assert inst.last_good_spec == inst.spec and len(launcher.spawned) == 1
+
+
+@pytest.mark.parametrize("ready_first", [False, True])
+def test_crash_goes_through_backoff_with_doubling_delays_then_fails(ready_first):
+    inst, clock, launcher, events = make(RestartPolicy("on-failure", max_restarts=3, backoff_initial=2))
+    inst.launch()
+    delays = []
+    for _ in range(3):
+        if ready_first:
+            inst.on_health(True)
+        inst.on_lines(["ValueError: bad flag value"])
+        inst.on_exit(1)
+        assert inst.state is S.BACKOFF
+        delays.append(inst.next_restart_at - clock.t)
+        clock.t += delays[-1] - 0.01
+        assert not inst.restart_due()
+        clock.t += 0.01
+        assert inst.restart_due()
+        inst.relaunch()
+        assert inst.state is S.STARTING
+    assert delays == [2, 4, 8]
+    inst.on_lines(["RuntimeError: the last straw"])
+    inst.on_exit(1)
+    assert inst.state is S.FAILED and inst.last_error == "RuntimeError: the last straw"
+    assert events[-1].reason == "RuntimeError: the last straw"
+    assert len(launcher.spawned) == 4 and inst.restarts == 3
+    first = S.READY if ready_first else S.STARTING
+    crash = edges(events).index((first, S.CRASHED))
+    assert edges(events)[crash:crash + 3] == [(first, S.CRASHED), (S.CRASHED, S.BACKOFF),
+                                              (S.BACKOFF, S.STARTING)]
+
+
+def test_backoff_is_capped():
+    inst, clock, _, _ = make(RestartPolicy("always", max_restarts=10, backoff_initial=2, backoff_max=10))
+    inst.launch()
+    delays = []
+    for _ in range(5):
+        inst.on_exit(1)
+        delays.append(inst.next_restart_at - clock.t)
+        clock.t = inst.next_restart_at
+        inst.relaunch()
+    assert delays == [2, 4, 8, 10, 10]
+
+
+def test_policy_never_stays_crashed_with_error():
+    inst, _, launcher, events = make(RestartPolicy("never"))
+    inst.launch()
+    inst.on_lines(["vllm: error: unrecognized arguments: --bogus"])
+    inst.on_exit(2)
+    assert inst.state is S.CRASHED and inst.settled
+    assert inst.last_error == "vllm: error: unrecognized arguments: --bogus"
+    assert len(launcher.spawned) == 1
+
+
+def test_on_failure_clean_exit_is_stopped_but_always_restarts():
+    inst, _, _, events = make(RestartPolicy("on-failure"))
+    inst.launch()
+    inst.on_health(True)
+    inst.on_exit(0)
+    assert inst.state is S.STOPPED and inst.last_error is None
+    assert edges(events)[-2:] == [(S.READY, S.CRASHED), (S.CRASHED, S.STOPPED)]
+    inst, _, _, _ = make(RestartPolicy("always"))
+    inst.launch()
+    inst.on_exit(0)
+    assert inst.state is S.BACKOFF
+
+
+def test_stop_during_backoff_cancels_the_restart():
+    inst, clock, launcher, events = make()
+    inst.launch()
+    inst.on_exit(-9)
+    assert inst.begin_stop() is None
+    assert inst.state is S.STOPPED and inst.next_restart_at is None
+    clock.t += 100
+    assert not inst.restart_due()
+    assert len(launcher.spawned) == 1
+
+
+def test_stop_while_running_ignores_the_exit_it_causes():
+    inst, _, _, events = make()
+    inst.launch()
+    inst.on_health(True)
+    handle = inst.begin_stop()
+    assert handle is not None and inst.state is S.STOPPING
+    inst.on_exit(-15)  # our own SIGTERM: not a crash
+    inst.finish_stop()
+    assert edges(events)[-2:] == [(S.READY, S.STOPPING), (S.STOPPING, S.STOPPED)]
+
+
+def test_health_failures_make_it_unhealthy_then_ready_again():
+    inst, _, _, events = make()
+    inst.launch()
+    inst.on_health(True)
+    inst.on_health(False)
+    inst.on_health(False)
+    assert inst.state is S.READY  # a blip is not a state change
+    inst.on_health(False)
+    assert inst.state is S.UNHEALTHY
+    inst.on_health(True)
+    assert edges(events)[-2:] == [(S.READY, S.UNHEALTHY), (S.UNHEALTHY, S.READY)]
+
+
+def test_stable_run_resets_the_backoff_exponent():
+    inst, clock, _, _ = make(RestartPolicy("on-failure", max_restarts=2))
+    inst.launch()
+    for _ in range(5):  # crashes after a long healthy run never exhaust the budget
+        inst.on_health(True)
+        clock.t += 60
+        inst.on_exit(1)
+        assert inst.state is S.BACKOFF and inst.next_restart_at - clock.t == 2
+        clock.t = inst.next_restart_at
+        inst.relaunch()
+
+
+def test_spawn_error_fails_at_once_with_the_reason():
+    inst, _, _, events = make(fail="executable not found: vllm")
+    inst.launch()
+    assert inst.state is S.FAILED and inst.last_error == "executable not found: vllm"
+    assert edges(events) == [(S.STOPPED, S.STARTING), (S.STARTING, S.FAILED)]
+
+
+def test_adoption_is_ready_when_healthy_and_starting_otherwise():
+    inst, _, launcher, events = make()
+    inst.adopt(object(), healthy=True, started_at=5.0)
+    assert inst.state is S.READY and inst.adopted and inst.started_at == 5.0
+    inst.launch()  # a live adopted instance is never launched twice
+    assert launcher.spawned == []
+    inst2, *_ = make()
+    inst2.adopt(object(), healthy=False)
+    assert inst2.state is S.STARTING
+
+
+def test_kv_gate_for_shared_gpu_starts():
+    inst, _, _, _ = make()
+    inst.launch()
+    assert not inst.kv_allocated_or_done
+    inst.on_lines(["(EngineCore pid=1) INFO GPU KV cache size: 100 tokens"])
+    assert inst.kv_allocated_or_done

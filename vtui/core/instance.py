@@ -1,0 +1,213 @@
+"""One instance's lifecycle state machine: synchronous, driven by facts (spawned, health, exit, time).
+
+The supervisor feeds it what it observes; the instance decides the state. The OS is reached only
+through the injected launcher (`spawn`) and time only through the injected clock, so tests replay
+whole histories with fakes. Every change goes through `_set_state`, which checks the edge against
+`core.state.TRANSITIONS` and emits `StateChanged`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from vtui.core.clock import Clock
+from vtui.core.events import Event, PhaseChanged, StateChanged
+from vtui.core.model import InstanceSpec
+from vtui.core.phases import phase_of, root_cause
+from vtui.core.state import Phase, State, check_edge
+
+PHASE_ORDER: tuple[Phase, ...] = (Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE,
+                                  Phase.CAPTURING_GRAPHS, Phase.API_UP)
+
+
+def phase_rank(phase: Phase | None) -> int:
+    return -1 if phase is None else PHASE_ORDER.index(phase)
+
+
+class SpawnError(RuntimeError):
+    """The process could not be started at all (executable missing, log folder unwritable…)."""
+
+
+class SpawnLauncher(Protocol):
+    """The part of the launcher the state machine needs (tests pass a fake)."""
+
+    def spawn(self, spec: InstanceSpec, *, log_path: Path, session: str) -> Any: ...
+
+
+class Instance:
+    """State, phase, restart bookkeeping and the recent log lines of one instance."""
+
+    def __init__(self, spec: InstanceSpec, *, launcher: SpawnLauncher, clock: Clock,
+                 emit: Callable[[Event], None], log_path: Path, session: str = "vtui",
+                 unhealthy_after: int = 3, stable_after: float = 30.0, max_lines: int = 2000) -> None:
+        self.spec = spec
+        self.launcher = launcher
+        self.clock = clock
+        self.emit = emit
+        self.log_path = log_path
+        self.session = session
+        self.unhealthy_after = unhealthy_after  # consecutive failed probes before READY -> UNHEALTHY
+        self.stable_after = stable_after  # READY this long before a crash resets the backoff exponent
+        self.state = State.STOPPED
+        self.phase: Phase | None = None
+        self.handle: Any = None  # the launcher's process handle while a process may be alive
+        self.restarts = 0  # restarts made by the policy (shown in `vtui ps`)
+        self.attempt = 0  # consecutive failed runs; the backoff exponent
+        self.last_error: str | None = None
+        self.last_good_spec: InstanceSpec | None = None
+        self.next_restart_at: float | None = None
+        self.started_at: float | None = None
+        self.ready_since: float | None = None
+        self.adopted = False
+        self.lines: deque[str] = deque(maxlen=max_lines)  # ring buffer of recent log lines
+        self.run_lines: deque[str] = deque(maxlen=max_lines)  # lines of the current run (root cause)
+        self._health_failures = 0
+
+    # -- the one place a state changes ----------------------------------------------------------
+    def _set_state(self, new: State, reason: str | None = None) -> None:
+        old = self.state
+        check_edge(old, new)
+        self.state = new
+        self.emit(StateChanged(self.spec.name, old, new, self.clock.time(), self.phase, reason))
+
+    def _set_phase(self, phase: Phase) -> None:
+        self.phase = phase
+        self.emit(PhaseChanged(self.spec.name, phase, self.clock.time()))
+
+    # -- commands --------------------------------------------------------------------------------
+    def launch(self, spec: InstanceSpec | None = None) -> None:
+        """Spawn a process (first start, policy restart, or manual start after a failure)."""
+        if self.state.running:
+            return
+        if spec is not None:
+            self.spec = spec
+        self.phase = Phase.SPAWNED
+        self.run_lines.clear()
+        self.next_restart_at = None
+        self.ready_since = None
+        self._health_failures = 0
+        self.adopted = False
+        self.started_at = self.clock.time()
+        # STOPPED/CRASHED/BACKOFF/FAILED -> STARTING
+        self._set_state(State.STARTING)
+        try:
+            self.handle = self.launcher.spawn(self.spec, log_path=self.log_path, session=self.session)
+        except (SpawnError, OSError) as exc:
+            self.handle = None
+            self.last_error = str(exc)
+            self._set_state(State.FAILED, self.last_error)  # STARTING -> FAILED (nothing to retry)
+
+    def adopt(self, handle: Any, *, healthy: bool, started_at: float | None = None) -> None:
+        """Take over a live process a previous vtui started (pid + create time already verified)."""
+        if self.state is not State.STOPPED:
+            return
+        self.handle = handle
+        self.adopted = True
+        self.started_at = started_at
+        if healthy:
+            self.phase = None
+            self.ready_since = self.clock.time()
+            self.last_good_spec = self.spec
+            self._set_state(State.READY, "adopted")  # STOPPED -> READY
+        else:
+            self.phase = Phase.SPAWNED
+            self._set_state(State.STARTING, "adopted")  # STOPPED -> STARTING
+
+    def begin_stop(self) -> Any:
+        """Enter STOPPING and hand back the process to stop (None: nothing alive, already STOPPED)."""
+        if self.state.running and self.state is not State.STOPPING:
+            self._set_state(State.STOPPING)  # STARTING/READY/UNHEALTHY -> STOPPING
+            return self.handle
+        if self.state in (State.CRASHED, State.BACKOFF, State.FAILED):
+            self.next_restart_at = None
+            self._set_state(State.STOPPED)  # CRASHED/BACKOFF/FAILED -> STOPPED
+        return self.handle if self.state is State.STOPPING else None
+
+    def finish_stop(self) -> None:
+        """The launcher reports the whole process tree gone."""
+        self.handle = None
+        self.phase = None
+        self.ready_since = None
+        if self.state is State.STOPPING:
+            self._set_state(State.STOPPED)  # STOPPING -> STOPPED
+
+    # -- observations ----------------------------------------------------------------------------
+    def on_lines(self, lines: Iterable[str]) -> None:
+        """New log lines: keep them, and advance the STARTING phase they announce."""
+        for line in lines:
+            self.lines.append(line)
+            self.run_lines.append(line)
+            if self.state is State.STARTING:
+                phase = phase_of(line)
+                if phase is not None and phase_rank(phase) > phase_rank(self.phase):
+                    self._set_phase(phase)
+
+    def on_health(self, ok: bool) -> None:
+        """One /health probe result. Refused connections while STARTING are normal (late bind)."""
+        if ok:
+            self._health_failures = 0
+            if self.state is State.STARTING:
+                self.ready_since = self.clock.time()
+                self.last_good_spec = self.spec
+                self._set_state(State.READY)  # STARTING -> READY
+            elif self.state is State.UNHEALTHY:
+                self._set_state(State.READY)  # UNHEALTHY -> READY
+            return
+        if self.state is State.READY:
+            self._health_failures += 1
+            if self._health_failures >= self.unhealthy_after:
+                self._set_state(State.UNHEALTHY, f"/health failed {self._health_failures} times")  # READY -> UNHEALTHY
+
+    def on_exit(self, returncode: int | None) -> None:
+        """The leader process is gone (not by our stop): CRASHED, then what the restart policy says."""
+        if self.state is State.STOPPING or not self.state.running:
+            return
+        now = self.clock.time()
+        if self.ready_since is not None and now - self.ready_since >= self.stable_after:
+            self.attempt = 0  # it ran fine for a while: this is a fresh failure, not a crash loop
+        self.handle = None
+        self.ready_since = None
+        code = "unknown" if returncode is None else str(returncode)
+        reason = root_cause(self.run_lines) if returncode != 0 else None
+        reason = reason or f"exited with code {code}"
+        if returncode != 0:
+            self.last_error = reason
+        self._set_state(State.CRASHED, reason)  # STARTING/READY/UNHEALTHY -> CRASHED
+        policy = self.spec.restart
+        if policy.mode == "never" or (policy.mode == "on-failure" and returncode == 0):
+            if returncode == 0:
+                self._set_state(State.STOPPED, "exited cleanly")  # CRASHED -> STOPPED
+            return  # never: stays CRASHED
+        if self.attempt >= policy.max_restarts:
+            self._set_state(State.FAILED, self.last_error or reason)  # CRASHED -> FAILED
+            return
+        self.attempt += 1
+        self.next_restart_at = now + policy.delay(self.attempt)
+        self._set_state(State.BACKOFF, f"restart {self.attempt}/{policy.max_restarts} "
+                                       f"in {policy.delay(self.attempt):g}s")  # CRASHED -> BACKOFF
+
+    def restart_due(self) -> bool:
+        return self.state is State.BACKOFF and self.next_restart_at is not None \
+            and self.clock.time() >= self.next_restart_at
+
+    def relaunch(self) -> None:
+        """The backoff delay is over: start again (BACKOFF -> STARTING)."""
+        if self.state is State.BACKOFF:
+            self.restarts += 1
+            self.launch()
+
+    # -- derived ---------------------------------------------------------------------------------
+    @property
+    def settled(self) -> bool:
+        """READY, FAILED, STOPPED, or CRASHED with no restart coming."""
+        return self.state in (State.READY, State.FAILED, State.STOPPED, State.CRASHED)
+
+    @property
+    def kv_allocated_or_done(self) -> bool:
+        """For staggered starts on a shared GPU: this one no longer competes for memory profiling."""
+        if self.state is State.STARTING:
+            return phase_rank(self.phase) >= phase_rank(Phase.KV_CACHE)
+        return self.state is not State.BACKOFF
