@@ -1,0 +1,25 @@
+"""The KV planner: how many tokens and concurrent requests a `vllm serve` launch will hold.
+
+`plan(load_model_config(path), PlanParams(...))` reproduces vLLM V1's block arithmetic (see
+`vtui.planner.kv`) and estimates what the KV budget will be when it is not given
+(see `vtui.planner.memory.ASSUMPTIONS`). Textual-free; the flag editor calls `plan` as values change.
+"""
+
+from vtui.planner.config import ModelConfig, ModelConfigError, find_config, from_dict, load_model_config
+from vtui.planner.core import Plan, PlanParams, plan
+from vtui.planner.logfacts import LogFacts, read_log_facts
+from vtui.planner.memory import ASSUMPTIONS
+
+__all__ = [
+    "ASSUMPTIONS",
+    "LogFacts",
+    "ModelConfig",
+    "ModelConfigError",
+    "Plan",
+    "PlanParams",
+    "find_config",
+    "from_dict",
+    "load_model_config",
+    "plan",
+    "read_log_facts",
+]
