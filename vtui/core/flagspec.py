@@ -1,0 +1,389 @@
+"""The built-in schema of `vllm serve` flags (0.32), so layouts are checked before anything launches.
+
+`BUILTIN_FLAGS` is loaded from `vllm_serve_flags.json`, which `scripts/gen_flagspec.py` builds from the
+real `vllm serve --help=all` (kept in `vtui/core/data/`) with `parse_serve_help`; the telemetry
+package reuses that parser on the installed vLLM's help. Validation messages are written to be shown
+after a dotted key: `instance[2].flags.max-num-seqs: expected an integer, got "many"`.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+FLAG_TYPES = ("int", "float", "str", "bool", "list", "json")
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    name: str  # canonical long name without dashes: "tensor-parallel-size"
+    type: str  # one of FLAG_TYPES; "list" = several values (nargs), "json" = a JSON object/string
+    choices: tuple[str, ...] | None = None  # allowed values as text (for a list: each item's)
+    default: object = None
+    help: str = ""
+    aliases: tuple[str, ...] = ()  # as written in the help, dashes included: ("-tp",)
+    group: str = ""  # the help section ("CacheConfig", "Frontend", …)
+    human: bool = False  # an int that also takes "64M", "1k", "25.6k"
+    optional_value: bool = False  # `--hf-token [HF_TOKEN]`: a bare flag (true) is allowed too
+
+
+# -- parsing `vllm serve --help=all` --------------------------------------------------------------
+
+_SPLIT_NAMES = re.compile(r",\s+(?=-)")
+_DEFAULT = re.compile(r"\(default:\s*(.*)\)\s*$", re.S)
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+# Flags whose help says "(default: None)" and nothing else about their type.
+_INT_FLAGS = frozenset({
+    "api-server-count", "block-size", "cp-kv-cache-interleave-size", "cpu-distributed-timeout-seconds",
+    "data-parallel-rank", "data-parallel-rpc-port", "data-parallel-size", "data-parallel-size-local",
+    "data-parallel-start-rank", "dcp-kv-cache-interleave-size", "decode-context-parallel-size",
+    "distributed-timeout-seconds", "dp-supervisor-probe-failure-threshold", "elastic-ep-max-dp-size",
+    "grpc-port", "h11-max-header-count", "h11-max-incomplete-event-size", "mamba-block-size",
+    "mamba-cache-philox-rounds", "master-port", "max-cpu-loras", "max-cudagraph-capture-size",
+    "max-log-len", "max-logprobs", "max-lora-cls-labels", "max-loras", "max-num-active-seqs",
+    "max-num-queued-reqs", "max-num-seqs", "max-parallel-loading-workers", "nnodes", "node-rank",
+    "num-gpu-blocks-override", "offload-group-size", "offload-num-in-group", "offload-prefetch-step",
+    "pipeline-parallel-size", "port", "prefill-context-parallel-size", "prefill-schedule-interval",
+    "prefix-match-unit", "renderer-num-workers", "replayssm-buffer-len", "seed", "spec-tokens",
+    "stream-interval", "tensor-parallel-size", "ubatch-size", "dbo-decode-token-threshold",
+    "dbo-prefill-token-threshold", "dp-sync-interval", "optimization-level", "shutdown-timeout",
+    "long-prefill-token-threshold", "max-num-queued-tokens",
+    "max-num-scheduled-tokens", "safetensors-prefetch-num-threads", "mm-shm-cache-max-object-size-mb",
+})
+_FLOAT_FLAGS = frozenset({
+    "gpu-memory-utilization", "kv-offloading-size", "cpu-offload-gb", "mm-processor-cache-gb",
+    "mm-ipc-gpu-memory-gb", "video-pruning-rate", "sse-keep-alive-interval", "watermark",
+    "dp-supervisor-probe-interval-s", "dp-supervisor-probe-timeout-s", "prefix-cache-retention-interval",
+    "mm-encoder-fp8-scale-save-margin", "swap-space", "kv-cache-metrics-sample",
+})
+
+
+def _literal(text: str) -> object:
+    text = text.strip()
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+    if isinstance(value, (tuple, set, frozenset)):
+        value = list(value)
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return text
+    return value
+
+
+def _choices(text: str) -> tuple[str, ...] | None:
+    text = text.strip()
+    if text.startswith("{") and "}" in text:
+        return tuple(c for c in text[1:text.index("}")].split(","))
+    if text.startswith("['"):
+        value = _literal(text[: text.index("]") + 1])
+        if isinstance(value, list):
+            return tuple(str(v) for v in value)
+    return None
+
+
+def _spec_from_block(signature: str, help_lines: list[str], group: str) -> FlagSpec | None:
+    parts = _SPLIT_NAMES.split(signature.strip())
+    names = [p.split(" ", 1)[0] for p in parts]
+    longs = [n for n in names if n.startswith("--")]
+    if not longs or "--help" in names:
+        return None
+    name = longs[0][2:]
+    rest = parts[0].split(" ", 1)[1] if " " in parts[0] else ""
+    aliases = tuple(n for n in names if n != longs[0] and n != f"--no-{name}")
+    text = "\n".join(help_lines).strip()
+    default: object = None
+    match = _DEFAULT.search(text)
+    if match:
+        default = _literal(" ".join(match.group(1).split()))
+        text = text[: match.start()].rstrip()
+    open_choices = " or name registered" in rest
+    choices = None if open_choices else _choices(rest)
+    flat = " ".join(text.split())
+    human = "human-readable integers" in flat
+    optional_value = rest.startswith("[") and rest.endswith("]") and not rest.startswith("['")
+    if not rest or f"--no-{name}" in names:
+        kind = "bool"
+    elif re.search(r"\s\[\S+ \.\.\.\]$", rest):
+        kind = "list"
+    elif choices is not None:
+        kind = "int" if all(_NUMBER.match(c) for c in choices) else "str"
+    elif "valid JSON string" in flat:
+        kind = "json"
+    elif human or name in _INT_FLAGS:
+        kind = "int"
+    elif name in _FLOAT_FLAGS:
+        kind = "float"
+    elif isinstance(default, bool):
+        kind = "bool"
+    elif isinstance(default, int):
+        kind = "int"
+    elif isinstance(default, float):
+        kind = "float"
+    elif isinstance(default, (list, dict)):
+        kind = "json"
+    else:
+        kind = "str"
+    return FlagSpec(name=name, type=kind, choices=choices, default=default, help=text, aliases=aliases,
+                    group=group, human=human, optional_value=optional_value)
+
+
+def parse_serve_help(text: str) -> dict[str, FlagSpec]:
+    """Every option of a `vllm serve --help=all` text, by canonical name (argparse's layout)."""
+    flags: dict[str, FlagSpec] = {}
+    group = "options"
+    signature: str | None = None
+    help_lines: list[str] = []
+
+    def flush() -> None:
+        if signature is not None:
+            spec = _spec_from_block(signature, help_lines, group)
+            if spec is not None:
+                flags[spec.name] = spec
+
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            flush()
+            head, _, first_help = line[2:].partition("  ")
+            signature, help_lines = head, ([first_help.strip()] if first_help.strip() else [])
+        elif line.startswith("    ") and signature is not None:
+            help_lines.append(line[24:] if line[:24].isspace() else line.strip())
+        elif line and not line.startswith(" ") and line.rstrip().endswith(":"):
+            flush()
+            signature, group = None, line.rstrip()[:-1]
+        elif line.strip() and signature is not None and not line.startswith("    "):
+            flush()
+            signature = None
+    flush()
+    return flags
+
+
+# -- the built-in table -----------------------------------------------------------------------------
+
+DATA_FILE = Path(__file__).with_name("vllm_serve_flags.json")
+
+
+HELP_FILE = Path(__file__).with_name("data") / "serve_help_0_32.txt"
+
+
+def _load_data() -> dict:
+    """The generated table; before it exists (first run of the generator) the bundled help, parsed."""
+    if DATA_FILE.exists():
+        return json.loads(DATA_FILE.read_text(encoding="utf-8"))
+    specs = parse_serve_help(HELP_FILE.read_text(encoding="utf-8")) if HELP_FILE.exists() else {}
+    return json.loads(specs_to_json(specs, "0.32.0", HELP_FILE.name))
+
+
+def _load_builtin(data: dict) -> Mapping[str, FlagSpec]:
+    specs = {}
+    for item in data["flags"]:
+        item = dict(item)
+        item["aliases"] = tuple(item.get("aliases") or ())
+        item["choices"] = tuple(item["choices"]) if item.get("choices") is not None else None
+        specs[item["name"]] = FlagSpec(**item)
+    return MappingProxyType(specs)
+
+
+def specs_to_json(specs: Mapping[str, FlagSpec], version: str, source: str) -> str:
+    """The data file's text (stable order, so regenerating shows a clean diff)."""
+    items = [asdict(specs[name]) for name in sorted(specs)]
+    return json.dumps({"vllm_version": version, "source": source, "flags": items}, indent=1,
+                      ensure_ascii=False) + "\n"
+
+
+_DATA = _load_data()
+BUILTIN_FLAGS: Mapping[str, FlagSpec] = _load_builtin(_DATA)
+VLLM_VERSION: str = _DATA["vllm_version"]  # the vLLM whose help built the table
+del _DATA
+
+# The knobs the seeds discuss: the flag editor shows these first.
+SEED_FLAGS: tuple[str, ...] = tuple(name for name in (
+    "gpu-memory-utilization", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
+    "tensor-parallel-size", "pipeline-parallel-size", "dtype", "quantization", "kv-cache-dtype",
+    "enable-prefix-caching", "enable-chunked-prefill", "enforce-eager", "served-model-name", "block-size",
+    "kv-cache-memory-bytes", "swap-space", "api-server-count", "api-key", "trust-remote-code",
+    "revision", "tokenizer", "tokenizer-mode", "download-dir", "num-scheduler-steps",
+) if name in BUILTIN_FLAGS)
+
+_ALIASES: Mapping[str, str] = MappingProxyType({
+    alias.lstrip("-"): spec.name for spec in BUILTIN_FLAGS.values() for alias in spec.aliases
+})
+
+
+def canonical_name(name: str) -> str | None:
+    """The canonical flag name for a name or alias (`tp`, `-tp`, `--device-memory-utilization`)."""
+    bare = name.lstrip("-")
+    if bare in BUILTIN_FLAGS:
+        return bare
+    return _ALIASES.get(bare)
+
+
+def suggest(name: str) -> str | None:
+    """The closest known flag name (did-you-mean), or None: `max_num_seqs` -> `max-num-seqs`."""
+    bare = name.lstrip("-")
+    for candidate in (bare, bare.replace("_", "-"), bare.lower().replace("_", "-")):
+        if candidate in BUILTIN_FLAGS:
+            return candidate
+        if candidate in _ALIASES:
+            return _ALIASES[candidate]
+        if candidate.startswith("no-") and candidate[3:] in BUILTIN_FLAGS:
+            return candidate[3:]
+    close = difflib.get_close_matches(bare.replace("_", "-"), list(BUILTIN_FLAGS), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+# -- values -----------------------------------------------------------------------------------------
+
+_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT]?)$")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(text: str) -> int | None:
+    """vLLM's human-readable integers: '1k' -> 1000, '1K' -> 1024, '25.6k' -> 25600; else None."""
+    match = _HUMAN.match(text.strip())
+    if not match:
+        return None
+    number, suffix = match.groups()
+    scale = _DECIMAL.get(suffix) or _BINARY.get(suffix) or 1
+    value = float(number) * scale
+    return int(value) if value == int(value) else None
+
+
+def _q(value: object) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value).replace("True", "true").replace(
+        "False", "false")
+
+
+def _at_least(low: float) -> Callable[[float], str | None]:
+    return lambda v: None if v >= low else f"must be at least {low:g}, got {v:g}"
+
+
+def _fraction(v: float) -> str | None:
+    return None if 0 < v <= 1 else f"must be a fraction in (0, 1], got {v:g}"
+
+
+def _model_len(v: float) -> str | None:
+    return None if v >= 1 or v == -1 else f"must be a positive length (or -1 for auto), got {v:g}"
+
+
+_RANGES: Mapping[str, Callable[[float], str | None]] = MappingProxyType({
+    "gpu-memory-utilization": _fraction,
+    "max-model-len": _model_len,
+    "kv-cache-memory-bytes": _at_least(1),
+    "swap-space": _at_least(0),
+    "cpu-offload-gb": _at_least(0),
+    **{name: _at_least(1) for name in (
+        "tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size", "max-num-seqs",
+        "max-num-batched-tokens", "block-size", "api-server-count", "max-loras", "max-logprobs")},
+})
+
+
+def _check_int(spec: FlagSpec, value: object) -> tuple[float | None, str | None]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, None
+    if isinstance(value, str) and spec.human:
+        if spec.name == "max-model-len" and value.strip() in ("auto", "-1"):
+            return -1, None
+        number = human_int(value)
+        if number is not None:
+            return number, None
+        return None, f'expected an integer or a size like "64M", got {_q(value)}'
+    return None, f"expected an integer, got {_q(value)}"
+
+
+def _check_scalar(spec: FlagSpec, value: object) -> str | None:
+    number: float | None = None
+    if spec.type == "int":
+        number, problem = _check_int(spec, value)
+        if problem:
+            return problem
+    elif spec.type == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"expected a number, got {_q(value)}"
+        number = value
+    elif spec.type == "bool":
+        if not isinstance(value, bool):
+            return f"expected true or false, got {_q(value)}"
+    elif isinstance(value, (bool, list, dict)) and not (value is True and spec.optional_value):
+        return f"expected a string, got {_q(value)}"
+    if spec.choices is not None and str(value) not in spec.choices:
+        shown = ", ".join(spec.choices[:12]) + (", …" if len(spec.choices) > 12 else "")
+        close = difflib.get_close_matches(str(value), spec.choices, n=1)
+        hint = f'; did you mean "{close[0]}"?' if close else ""
+        return f"expected one of {shown}; got {_q(value)}{hint}"
+    if number is not None and spec.name in _RANGES:
+        return _RANGES[spec.name](number)
+    return None
+
+
+def validate_flag(name: str, value: object) -> str | None:
+    """None when `value` suits flag `name` (canonical name), else a one-line reason."""
+    spec = BUILTIN_FLAGS.get(name)
+    if spec is None:
+        hint = suggest(name)
+        return f'unknown flag; did you mean "{hint}"?' if hint else "unknown vllm serve flag"
+    if spec.type == "list":
+        items = value if isinstance(value, list) else [value]
+        if not items and not isinstance(value, list):
+            return "expected a value or a list of values"
+        item_spec = FlagSpec(name=spec.name, type="str", choices=spec.choices)
+        for item in items:
+            if isinstance(item, (bool, list, dict)) or item is None:
+                return f"expected a string or a list of strings, got {_q(value)}"
+            problem = _check_scalar(item_spec, item)
+            if problem:
+                return problem
+        return None
+    if spec.type == "json":
+        if isinstance(value, (dict, list)):
+            return None
+        if not isinstance(value, str):
+            return f"expected a table or a JSON string, got {_q(value)}"
+        if value.strip().startswith(("{", "[")):
+            try:
+                json.loads(value)
+            except ValueError as exc:
+                return f"invalid JSON ({exc.msg} at column {exc.colno})"
+        return None
+    return _check_scalar(spec, value)
+
+
+def parse_flag_value(name: str, text: str) -> object:
+    """A CLI `--set flag=value` value typed for its flag; ValueError with the reason when it does not fit."""
+    canonical = canonical_name(name)
+    if canonical is None:
+        hint = suggest(name)
+        raise ValueError(f'unknown flag "{name}"' + (f'; did you mean "{hint}"?' if hint else ""))
+    spec = BUILTIN_FLAGS[canonical]
+    raw = text.strip()
+    value: object = raw
+    if spec.type == "bool" or (spec.optional_value and raw.lower() in ("true", "false")):
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on", ""):
+            value = True
+        elif lowered in ("0", "false", "no", "off"):
+            value = False
+    elif spec.type == "int":
+        value = int(raw) if re.fullmatch(r"[-+]?\d+", raw) else raw
+    elif spec.type == "float":
+        try:
+            value = float(raw)
+        except ValueError:
+            value = raw
+    elif spec.type == "list":
+        value = [part.strip() for part in raw.split(",") if part.strip()]
+    problem = validate_flag(canonical, value)
+    if problem:
+        raise ValueError(f"{canonical}: {problem}")
+    return value
