@@ -150,7 +150,7 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
         if not cap.fits:
             warnings.append(f"max-model-len {max_len} does not fit: vLLM would fail at startup; "
                             f"the longest that fits is {cap.estimated_max_model_len}")
-    groups = tuple(f"{g.kind}×{max(g.layers_per_stage)}" for g in layout.groups)
+    groups = tuple(f"{g.kind}:{max(g.layers_per_stage)}" for g in layout.groups)
     return Plan(
         model=config.name,
         max_model_len=max_len,
