@@ -1,0 +1,273 @@
+"""vLLM /metrics → one immutable `MetricsSample` per scrape: gauges as read, counters turned into rates,
+histograms into p50/p95/p99 over a sliding window. Reads V1 and V0 names alike (the renames are in
+promtext), sums data-parallel engines, and reports a missing value as None, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from vtui.telemetry.promtext import Histogram, MetricsSnapshot, parse_labels, parse_metrics
+
+__all__ = ["MetricsSample", "MetricsSnapshot", "MetricsWindow", "Percentiles", "parse_labels", "parse_metrics",
+           "sample_of"]
+
+_EMPTY: Mapping[str, float] = MappingProxyType({})
+
+# Histogram roles -> names, the preferred (newest) name first.
+_HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue": ("vllm:request_queue_time_seconds",),
+}
+_PREFIX = (
+    ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
+    ("vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"),
+)
+_TOKEN_LABELS = ("kv_cache_size_tokens", "num_gpu_tokens", "kv_cache_tokens")
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Latency percentiles in seconds; None when no request finished inside the window."""
+
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, hist: Histogram | None) -> Percentiles:
+        if hist is None or hist.observations <= 0:
+            return NO_PERCENTILES
+        return cls(hist.quantile(0.50), hist.quantile(0.95), hist.quantile(0.99))
+
+
+NO_PERCENTILES = Percentiles()
+
+
+@dataclass(frozen=True)
+class MetricsSample:
+    """One scrape of one instance, ready for display. None = not reported (the UI shows "--")."""
+
+    instance: str | None
+    at: float
+    running: float | None = None
+    waiting: float | None = None
+    waiting_by_reason: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    kv_usage: float | None = None  # 0..1
+    kv_capacity_tokens: int | None = None
+    block_size: int | None = None
+    prompt_tps: float | None = None
+    generation_tps: float | None = None
+    ttft: Percentiles = NO_PERCENTILES
+    itl: Percentiles = NO_PERCENTILES
+    e2e: Percentiles = NO_PERCENTILES
+    queue: Percentiles = NO_PERCENTILES
+    preemptions_per_s: float | None = None
+    prefix_hit_rate: float | None = None  # 0..1
+    success_per_s: float | None = None
+    abort_per_s: float | None = None
+    error_per_s: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    preemptions_total: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    counter_reset: bool = False  # a counter went down since the last scrape: the server restarted
+    vllm_names: str | None = None  # "v1" / "v0" / "mixed"
+    engines: int | None = None  # data-parallel engines reporting
+
+
+@dataclass(frozen=True)
+class _Point:
+    """The cumulative values of one scrape that rates and windows are computed from."""
+
+    at: float
+    counters: Mapping[str, float]
+    finished: Mapping[str, float]
+    histograms: Mapping[str, Histogram]
+
+
+def _kv_capacity(snap: MetricsSnapshot) -> tuple[int | None, int | None]:
+    """(tokens, block size) from `vllm:cache_config_info` labels, summed over engines."""
+    per_engine: dict[str, int] = {}
+    block_size: int | None = None
+    for labels, _ in snap.labelled("vllm:cache_config_info"):
+        engine = labels.get("engine", "")
+        bs = _as_int(labels.get("block_size"))
+        block_size = block_size or bs
+        tokens = next((t for t in (_as_int(labels.get(k)) for k in _TOKEN_LABELS) if t is not None), None)
+        if tokens is None:
+            blocks = _as_int(labels.get("num_gpu_blocks"))
+            tokens = blocks * bs if blocks is not None and bs is not None else None
+        if tokens is not None:
+            per_engine[engine] = tokens
+    return (sum(per_engine.values()) if per_engine else None), block_size
+
+
+def _as_int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) else None
+
+
+def _kv_usage(snap: MetricsSnapshot) -> float | None:
+    for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+        value = snap.mean(name)  # a fraction per engine: the mean, not the sum
+        if value is not None:
+            return value
+    return None
+
+
+def _point(snap: MetricsSnapshot, at: float) -> _Point:
+    counters: dict[str, float] = {}
+    for key, name in (("prompt", "vllm:prompt_tokens_total"), ("generation", "vllm:generation_tokens_total"),
+                      ("preemptions", "vllm:num_preemptions_total")):
+        value = snap.total(name)
+        if value is not None:
+            counters[key] = value
+    for queries, hits in _PREFIX:
+        q, h = snap.total(queries), snap.total(hits)
+        if q is not None and h is not None:
+            counters["prefix_queries"], counters["prefix_hits"] = q, h
+            break
+    finished = snap.by_label("vllm:request_success_total", "finished_reason")
+    histograms: dict[str, Histogram] = {}
+    for role, names in _HISTOGRAMS.items():
+        for name in names:
+            hist = snap.histogram(name)
+            if hist is not None:
+                histograms[role] = hist
+                break
+    return _Point(at, counters, finished, histograms)
+
+
+def _went_down(new: _Point, old: _Point) -> bool:
+    for key, value in new.counters.items():
+        if key in old.counters and value < old.counters[key]:
+            return True
+    for key, value in new.finished.items():
+        if key in old.finished and value < old.finished[key]:
+            return True
+    for role, hist in new.histograms.items():
+        before = old.histograms.get(role)
+        if before is not None and hist.observations < before.observations:
+            return True
+    return False
+
+
+def _rate(new: _Point, old: _Point | None, key: str) -> float | None:
+    if old is None or key not in new.counters or key not in old.counters:
+        return None
+    dt = new.at - old.at
+    return (new.counters[key] - old.counters[key]) / dt if dt > 0 else None
+
+
+def _finished_rates(new: _Point, old: _Point | None) -> tuple[float | None, float | None, float | None]:
+    """(success, abort, error) per second from `request_success_total` by `finished_reason`."""
+    if old is None or not new.finished or not old.finished:
+        return None, None, None
+    dt = new.at - old.at
+    if dt <= 0:
+        return None, None, None
+
+    def delta(reasons: set[str] | None, exclude: tuple[str, ...] = ()) -> float | None:
+        keys = [k for k in new.finished if (reasons is None or k in reasons) and k not in exclude]
+        if not keys:
+            return None
+        return sum(new.finished[k] - old.finished.get(k, 0.0) for k in keys) / dt
+
+    return delta(None, ("abort", "error")), delta({"abort"}), delta({"error"})
+
+
+class MetricsWindow:
+    """Turns successive snapshots of one instance into samples: counter rates between consecutive
+    scrapes, percentiles and the prefix hit rate over the last `window_s` seconds. A counter that goes
+    down (a restart) empties the window and is reported once as `counter_reset=True`."""
+
+    def __init__(self, window_s: float = 60.0, max_points: int = 4096) -> None:
+        self.window_s = window_s
+        self._points: deque[_Point] = deque(maxlen=max_points)
+
+    def reset(self) -> None:
+        self._points.clear()
+
+    def update(self, snap: MetricsSnapshot, at: float, instance: str | None = None) -> MetricsSample:
+        point = _point(snap, at)
+        points = self._points
+        reset = bool(points) and _went_down(point, points[-1])
+        if reset:
+            points.clear()
+        while points and (points[0].at < at - self.window_s or points[0].at > at):
+            points.popleft()
+        prev = points[-1] if points else None
+        base = points[0] if points else None
+
+        percentiles: dict[str, Percentiles] = {}
+        for role in _HISTOGRAMS:
+            hist = point.histograms.get(role)
+            if hist is not None and base is not None and role in base.histograms:
+                hist = hist.minus(base.histograms[role])
+            percentiles[role] = Percentiles.of(hist)
+
+        success, abort, error = _finished_rates(point, prev)
+        capacity, block_size = _kv_capacity(snap)
+        by_reason = snap.by_label("vllm:num_requests_waiting_by_reason", "reason")
+        engines = {labels.get("engine") for labels, _ in snap.labelled("vllm:num_requests_running")}
+        sample = MetricsSample(
+            instance=instance,
+            at=at,
+            running=snap.total("vllm:num_requests_running"),
+            waiting=snap.total("vllm:num_requests_waiting"),
+            waiting_by_reason=MappingProxyType(by_reason) if by_reason else _EMPTY,
+            kv_usage=_kv_usage(snap),
+            kv_capacity_tokens=capacity,
+            block_size=block_size,
+            prompt_tps=_rate(point, prev, "prompt"),
+            generation_tps=_rate(point, prev, "generation"),
+            ttft=percentiles["ttft"],
+            itl=percentiles["itl"],
+            e2e=percentiles["e2e"],
+            queue=percentiles["queue"],
+            preemptions_per_s=_rate(point, prev, "preemptions"),
+            prefix_hit_rate=self._prefix_hit_rate(snap, point, base),
+            success_per_s=success,
+            abort_per_s=abort,
+            error_per_s=error,
+            prompt_tokens_total=point.counters.get("prompt"),
+            generation_tokens_total=point.counters.get("generation"),
+            preemptions_total=point.counters.get("preemptions"),
+            prefix_cache_queries_total=point.counters.get("prefix_queries"),
+            prefix_cache_hits_total=point.counters.get("prefix_hits"),
+            counter_reset=reset,
+            vllm_names=snap.vllm_names,
+            engines=len(engines) if engines else None,
+        )
+        points.append(point)
+        return sample
+
+    @staticmethod
+    def _prefix_hit_rate(snap: MetricsSnapshot, point: _Point, base: _Point | None) -> float | None:
+        if "prefix_queries" in point.counters:
+            queries, hits = point.counters["prefix_queries"], point.counters["prefix_hits"]
+            if base is not None and "prefix_queries" in base.counters:
+                queries -= base.counters["prefix_queries"]
+                hits -= base.counters["prefix_hits"]
+            return hits / queries if queries > 0 else None
+        gauge = snap.mean("vllm:gpu_prefix_cache_hit_rate")  # V0: already a 0..1 rate
+        return gauge if gauge is not None and gauge >= 0 else None
+
+
+def sample_of(text: str, instance: str | None = None, at: float = 0.0) -> MetricsSample:
+    """One payload on its own (`vtui metrics FILE`): rates None, percentiles since the server started."""
+    return MetricsWindow().update(parse_metrics(text), at, instance)
+
