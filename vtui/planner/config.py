@@ -84,16 +84,16 @@ def _first(cfg: Mapping, *keys: str, default=None):
 
 
 def _derived_max_len(cfg: Mapping) -> int:
-    """vLLM's derived max_model_len: the position limit, times a rope-scaling factor except for the
-    rope types (llama3, longrope, su, dynamic) whose config already states the extended length."""
-    length = int(_first(cfg, *_LEN_KEYS, default=4096))
-    scaling = cfg.get("rope_scaling") or {}
-    if isinstance(scaling, Mapping):
-        kind = scaling.get("rope_type", scaling.get("type", ""))
+    """vLLM 0.32's derived max_model_len: the position limit, times the rope-scaling factor except for
+    rope types whose config already states the extended length (yarn, llama3, longrope, ...) and Gemma-3."""
+    length = int(_first(cfg, *_LEN_KEYS, default=2048))
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if isinstance(scaling, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
         factor = scaling.get("factor")
-        if factor and kind not in ("llama3", "longrope", "su", "dynamic", "default", "mrope"):
-            base = scaling.get("original_max_position_embeddings")
-            length = int((base if (kind == "yarn" and base) else length) * float(factor))
+        if factor and kind not in ("su", "longrope", "llama3", "yarn", "deepseek_yarn",
+                                   "deepseek_llama_scaling", "default"):
+            length = int(length * float(factor))
     return length
 
 
