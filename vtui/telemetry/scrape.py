@@ -1,0 +1,118 @@
+"""One long-lived /metrics poller per instance: the next scrape is armed only after the previous one
+finished (or timed out), so a hung server never gathers a pile of requests; an instance that keeps
+failing is polled at the slower `down_interval`. Samples go out through a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import httpx
+
+from vtui.telemetry.metrics import MetricsSample, MetricsWindow, parse_metrics
+
+__all__ = ["ScrapeLoop"]
+
+
+class ScrapeLoop:
+    """Scrapes `{base_url}/metrics` every `interval` seconds (counted from the start of the previous
+    scrape), with a hard `timeout` on each; after `down_after` consecutive failures it waits
+    `down_interval` between attempts until the instance answers again."""
+
+    def __init__(self, instance: str, base_url: str, on_sample: Callable[[MetricsSample], None],
+                 *, interval: float = 1.0, timeout: float = 2.0, down_interval: float = 5.0,
+                 api_key: str | None = None, window_s: float = 60.0, down_after: int = 2,
+                 on_error: Callable[[str], None] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.instance = instance
+        self.url = base_url.rstrip("/") + "/metrics"
+        self.interval = interval
+        self.timeout = timeout
+        self.down_interval = down_interval
+        self.down_after = down_after
+        self._on_sample = on_sample
+        self._on_error = on_error
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = transport
+        self._clock = clock
+        self.window = MetricsWindow(window_s)
+        self.failures = 0  # consecutive
+        self.last_error: str | None = None
+        self.scrapes = 0  # attempts started: lets tests check nothing piles up
+        self.in_flight = 0
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped = False
+
+    @property
+    def down(self) -> bool:
+        return self.failures >= self.down_after
+
+    def stop(self) -> None:
+        """Ask run() to return; safe from any thread, and before run() started."""
+        self._stopped = True
+        if self._stop is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._stop.set()
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if self._stopped:
+            return
+        async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers,
+                                     transport=self._transport) as client:
+            while not self._stopped:
+                started = self._loop.time()
+                await self._scrape(client)
+                pause = self.down_interval if self.down else max(0.0, self.interval - (self._loop.time() - started))
+                if self._stopped:
+                    break
+                try:
+                    await asyncio.wait_for(self._stop.wait(), pause)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def scrape_once(self) -> MetricsSample | None:
+        """One scrape outside the loop (e.g. `vtui metrics URL`)."""
+        async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers,
+                                     transport=self._transport) as client:
+            return await self._scrape(client)
+
+    async def _scrape(self, client: httpx.AsyncClient) -> MetricsSample | None:
+        self.scrapes += 1
+        self.in_flight += 1
+        try:
+            # httpx's timeout is per phase; wait_for bounds the whole exchange (a slow trickle too).
+            response = await asyncio.wait_for(client.get(self.url), self.timeout)
+            if response.status_code != 200:
+                return self._failed(f"HTTP {response.status_code} from {self.url}")
+            text = response.text
+        except asyncio.TimeoutError:
+            return self._failed(f"no answer from {self.url} within {self.timeout:g} s")
+        except httpx.HTTPError as exc:
+            return self._failed(f"{type(exc).__name__} from {self.url}: {exc}".rstrip(": "))
+        finally:
+            self.in_flight -= 1
+        sample = self.window.update(parse_metrics(text), self._clock(), self.instance)
+        self.failures = 0
+        self.last_error = None
+        self._on_sample(sample)
+        return sample
+
+    def _failed(self, message: str) -> None:
+        self.failures += 1
+        self.last_error = message
+        if self._on_error is not None:
+            self._on_error(message)
+        return None
