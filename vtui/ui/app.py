@@ -1,0 +1,243 @@
+"""The Textual App and its one factory, `make_app`, used by the CLI (`run_tui`) and by the tests alike.
+
+The App composes screens, starts the bridge and owns the store: its message handlers are the only code
+that mutates UI state. Supervisor calls and file I/O run in workers (vtui.ui.control).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.widgets import Input
+
+from vtui.core import paths
+from vtui.core.model import Layout, SessionSpec
+from vtui.ui import adapters
+from vtui.ui.bridge import Bridge
+from vtui.ui.commands import VtuiCommands
+from vtui.ui.control import ControlMixin
+from vtui.ui.keymap import APP_BINDINGS, load_user_keymap
+from vtui.ui.messages import (
+    GpuArrived,
+    LayoutOpened,
+    LayoutSaved,
+    LogsArrived,
+    MetricsArrived,
+    NoticeArrived,
+    StatusesChanged,
+)
+from vtui.ui.screens.dashboard import DashboardScreen
+from vtui.ui.screens.dialogs import QuitScreen
+from vtui.ui.screens.help import HelpScreen, live_rows
+from vtui.ui.store import Store
+
+DEMO_LAYOUT = Path(__file__).resolve().parents[2] / "layouts" / "demo.toml"
+SupervisorFactory = Callable[[Layout], Any]
+
+
+class VtuiApp(ControlMixin, App[int]):
+    CSS_PATH = "vtui.tcss"
+    TITLE = "vtui"
+    BINDINGS = APP_BINDINGS
+    COMMANDS = App.COMMANDS | {VtuiCommands}
+    ENABLE_COMMAND_PALETTE = True
+
+    def __init__(self, supervisor: Any, *, supervisor_factory: SupervisorFactory, autostart: bool = True,
+                 gpu_sampler: Any = None, scraper: Any = None, clock: Callable[[], float] = time.time,
+                 keymap: dict[str, str] | None = None, deterministic: bool = False) -> None:
+        super().__init__()
+        self.supervisor = supervisor
+        self.supervisor_factory = supervisor_factory
+        self.clock = clock
+        self.deterministic = deterministic
+        self.store = Store(supervisor.layout)
+        self._bridge_args = {"autostart": autostart, "gpu_sampler": gpu_sampler, "scraper": scraper}
+        self.bridge = Bridge(self, supervisor, **self._bridge_args)
+        self._keymap = keymap or {}
+        self.keymap_problems: list[str] = []
+        self.first_frame_at: float | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        if self._keymap:
+            self.set_keymap(self._keymap)
+        for problem in self.keymap_problems:
+            self.notify(problem, severity="warning", timeout=10)
+        self.push_screen(DashboardScreen())
+        self.bridge.start()
+        if not self.deterministic:
+            self.set_interval(1.0, self._tick)  # re-render uptimes; no I/O here
+        self.call_after_refresh(self._first_frame)
+
+    def _first_frame(self) -> None:
+        self.first_frame_at = time.perf_counter()
+
+    def on_descendant_mount(self, event) -> None:
+        if self.deterministic and isinstance(event.widget, Input):
+            event.widget.cursor_blink = False
+
+    def _tick(self) -> None:
+        self._refresh_screens(None)
+
+    # -- handlers: the only place that mutates the store ---------------------------------------------
+    def on_statuses_changed(self, message: StatusesChanged) -> None:
+        changed = self.store.apply_statuses(message.statuses, self.supervisor.layout)
+        if changed:
+            self._refresh_screens(changed)
+
+    def on_metrics_arrived(self, message: MetricsArrived) -> None:
+        if name := self.store.add_sample(message.sample):
+            self._refresh_screens([name])
+
+    def on_gpu_arrived(self, message: GpuArrived) -> None:
+        self.store.set_gpu(message.sample)
+        for screen in self.screen_stack:
+            if hasattr(screen, "refresh_gpu"):
+                screen.refresh_gpu(self.store)
+
+    def on_logs_arrived(self, message: LogsArrived) -> None:
+        if self.store.add_logs(message.instance, message.lines):
+            for screen in self.screen_stack:
+                if hasattr(screen, "append_logs"):
+                    screen.append_logs(message.instance, message.lines)
+
+    def on_notice_arrived(self, message: NoticeArrived) -> None:
+        n = message.notice
+        prefix = f"{n.instance}: " if n.instance else ""
+        severity = {"error": "error", "warning": "warning"}.get(n.level, "information")
+        self.notify(prefix + n.text, severity=severity, timeout=8 if severity != "information" else 4)
+
+    def on_layout_saved(self, message: LayoutSaved) -> None:
+        self.store.mark_saved(self.supervisor.layout, message.path)
+        _remember_layout(message.path)
+        self.notify(f"saved {message.path}")
+        self._refresh_screens(None)
+
+    async def on_layout_opened(self, message: LayoutOpened) -> None:
+        await self.bridge.close(stop_instances=False)
+        self.supervisor = self.supervisor_factory(message.layout)
+        self.store = Store(self.supervisor.layout)
+        self.bridge = Bridge(self, self.supervisor, **self._bridge_args)
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+        self.query_one_screen().rebuild()
+        self.bridge.start()
+        if message.layout.path:
+            _remember_layout(message.layout.path)
+        self.notify(f"opened {message.layout.path}")
+
+    def query_one_screen(self) -> DashboardScreen:
+        return next(s for s in self.screen_stack if isinstance(s, DashboardScreen))
+
+    def _refresh_screens(self, names: Iterable[str] | None) -> None:
+        names = set(names) if names is not None else None
+        for screen in self.screen_stack:
+            if hasattr(screen, "refresh_view") and screen.is_mounted:
+                screen.refresh_view(self.store, names)
+
+    # -- app actions -------------------------------------------------------------------------------
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(live_rows(self.screen)))
+
+    def action_quit_dialog(self) -> None:
+        self.push_screen(QuitScreen(), self._quit_answered)
+
+    def _quit_answered(self, answer: str | None) -> None:
+        if answer in ("leave", "stop"):
+            self._close_and_exit(answer == "stop")
+
+    def _close_and_exit(self, stop_instances: bool) -> None:
+        async def close() -> None:
+            try:
+                await self.bridge.close(stop_instances=stop_instances)
+            finally:
+                self.exit(0)
+
+        self.run_worker(close(), group="shutdown", exit_on_error=False)
+
+    def open_screen(self, kind: str, name: str) -> None:
+        from vtui.ui.screens.detail import DetailScreen
+        from vtui.ui.screens.flags import FlagEditorScreen
+        from vtui.ui.screens.logs import LogScreen
+        from vtui.ui.screens.presets import PresetScreen
+
+        cls = {"detail": DetailScreen, "logs": LogScreen, "flags": FlagEditorScreen, "presets": PresetScreen}[kind]
+        self.push_screen(cls(name))
+
+
+# -- the factory ---------------------------------------------------------------------------------------
+def _last_layout_file() -> Path:
+    return paths.state_dir() / "last_layout"
+
+
+def _remember_layout(path: Path | str) -> None:
+    try:
+        _last_layout_file().write_text(str(Path(path).resolve()), encoding="utf-8")
+    except OSError:
+        pass  # remembering the last session is a convenience, never a failure
+
+
+def resolve_layout(layout: str | Path | Layout | None) -> Layout:
+    """A Layout from a path, the last session, or the demo; an empty layout when none exists."""
+    if isinstance(layout, Layout):
+        return layout
+    if layout is None:
+        last = _last_layout_file()
+        candidate = Path(last.read_text(encoding="utf-8").strip()) if last.exists() else None
+        if candidate is not None and candidate.exists():
+            layout = candidate
+        elif DEMO_LAYOUT.exists():
+            layout = DEMO_LAYOUT
+        else:
+            return Layout(SessionSpec(), ())
+    return adapters.load_layout(Path(layout))
+
+
+def default_supervisor_factory(layout: Layout) -> Any:
+    if adapters.Supervisor is None:  # pragma: no cover - until vtui.core.supervisor lands
+        from vtui.ui.fake import FakeSupervisor
+
+        return FakeSupervisor(layout)
+    return adapters.Supervisor(layout)
+
+
+def make_app(layout: str | Path | Layout | None = None, *, supervisor: Any = None,
+             supervisor_factory: SupervisorFactory | None = None, gpu_sampler: Any = None, scraper: Any = None,
+             autostart: bool = True, clock: Callable[[], float] | None = None, keymap_path: Path | None = None,
+             deterministic: bool = False) -> VtuiApp:
+    """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
+    for none. `deterministic`: no timers or cursor blink (snapshots)."""
+    factory = supervisor_factory or default_supervisor_factory
+    if supervisor is None:
+        supervisor = factory(resolve_layout(layout))
+    keymap, problems = load_user_keymap(keymap_path)
+    app = VtuiApp(supervisor, supervisor_factory=factory, autostart=autostart, gpu_sampler=gpu_sampler,
+                  scraper=scraper, clock=clock or time.time, keymap=keymap, deterministic=deterministic)
+    app.keymap_problems = problems
+    if isinstance(layout, (str, Path)):
+        app.store.path = Path(layout)
+    return app
+
+
+def run_tui(argv: list[str]) -> int:
+    """`vtui [LAYOUT]`: open the dashboard on LAYOUT (default: the last session, else the demo)."""
+    parser = argparse.ArgumentParser(prog="vtui", description="open the vtui dashboard")
+    parser.add_argument("layout", nargs="?", help="layout TOML (default: last session, else layouts/demo.toml)")
+    parser.add_argument("--no-start", action="store_true", help="adopt running instances but start nothing")
+    args = parser.parse_args(argv)
+    try:
+        app = make_app(args.layout, autostart=not args.no_start)
+    except adapters.LayoutError as exc:
+        print(f"vtui: {exc}")
+        return 2
+    if app.store.path:
+        _remember_layout(app.store.path)
+    result = app.run()
+    return int(result or 0)

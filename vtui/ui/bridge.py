@@ -1,0 +1,139 @@
+"""Runs vtui's data sources next to the UI and turns their frozen events into Textual messages.
+
+One long-lived loop per source: the Supervisor's `run()` on Textual's loop, one ScrapeLoop per READY
+instance (re-armed by itself, never per tick), and the GpuSampler in its own thread. The bridge never
+touches widgets; it only posts messages, and the App's handlers own the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from textual.app import App
+
+from vtui.core.events import Event, LogLines, Notice
+from vtui.core.state import State
+from vtui.ui.adapters import PreflightError, gpu_sampler_class, scrape_loop_class
+from vtui.ui.messages import GpuArrived, LogsArrived, MetricsArrived, NoticeArrived, StatusesChanged
+
+SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
+
+
+class Sampler(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+# (on_sample, pid_owner) -> a sampler with start()/stop(); False disables GPU sampling.
+GpuSamplerFactory = Callable[[Callable[[Any], None], Callable[[], Mapping[int, str]]], Sampler]
+# (instance, base_url, on_sample) -> an object with `async run()` and `stop()`.
+ScrapeFactory = Callable[[str, str, Callable[[Any], None]], Any]
+
+
+def default_gpu_sampler(on_sample, pid_owner) -> Sampler | None:
+    cls = gpu_sampler_class()
+    return cls(on_sample, interval=1.0, pid_owner=pid_owner) if cls else None
+
+
+def default_scraper(instance: str, base_url: str, on_sample) -> Any | None:
+    cls = scrape_loop_class()
+    return cls(instance, base_url, on_sample, interval=1.0) if cls else None
+
+
+class Bridge:
+    def __init__(self, app: App, supervisor: Any, *, autostart: bool = True,
+                 gpu_sampler: GpuSamplerFactory | None | bool = None,
+                 scraper: ScrapeFactory | None | bool = None) -> None:
+        self.app = app
+        self.supervisor = supervisor
+        self.autostart = autostart
+        self._gpu_factory = default_gpu_sampler if gpu_sampler in (None, True) else gpu_sampler
+        self._scrape_factory = default_scraper if scraper in (None, True) else scraper
+        self._gpu: Sampler | None = None
+        self._scrapers: dict[str, tuple[str, Any]] = {}  # name -> (base_url, loop)
+        self._unsubscribe: Callable[[], None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._unsubscribe = self.supervisor.subscribe(self._on_event)
+        self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
+        if self._gpu_factory:
+            sampler = self._gpu_factory(lambda s: self.app.post_message(GpuArrived(s)), self._pid_owner)
+            if sampler is not None:
+                self._gpu = sampler
+                sampler.start()
+        self._post_statuses()
+
+    async def _supervise(self) -> None:
+        try:
+            await self.supervisor.adopt()
+            self._post_statuses()
+            if self.autostart:
+                await self.supervisor.start()
+        except PreflightError as exc:
+            for problem in exc.problems:
+                self.app.post_message(NoticeArrived(Notice(None, "error", f"preflight: {problem}")))
+        self._post_statuses()
+        await self.supervisor.run()
+
+    async def close(self, stop_instances: bool = False) -> None:
+        if self._unsubscribe:
+            self._unsubscribe()
+            self._unsubscribe = None
+        for _, loop in self._scrapers.values():
+            loop.stop()
+        self._scrapers.clear()
+        if self._gpu is not None:
+            await asyncio.to_thread(self._gpu.stop)
+            self._gpu = None
+        await self.supervisor.close(stop_instances=stop_instances)
+
+    # -- events --------------------------------------------------------------------------------------
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, LogLines):
+            self.app.post_message(LogsArrived(event.instance, tuple(event.lines)))
+        elif isinstance(event, Notice):
+            self.app.post_message(NoticeArrived(event))
+        else:
+            self._post_statuses()
+
+    def _post_statuses(self) -> None:
+        statuses = self.supervisor.status()
+        self.app.post_message(StatusesChanged(statuses))
+        self._sync_scrapers(statuses)
+
+    def _sync_scrapers(self, statuses) -> None:
+        """One ScrapeLoop per READY/UNHEALTHY instance; stopped when it leaves, replaced on a new port."""
+        if not self._scrape_factory:
+            return
+        for st in statuses:
+            url = st.spec.base_url
+            current = self._scrapers.get(st.name)
+            if current and (st.state not in SCRAPE_STATES or current[0] != url):
+                current[1].stop()
+                del self._scrapers[st.name]
+                current = None
+            if current is None and st.state in SCRAPE_STATES:
+                loop = self._scrape_factory(st.name, url, lambda s: self.app.post_message(MetricsArrived(s)))
+                if loop is not None:
+                    self._scrapers[st.name] = (url, loop)
+                    self.app.run_worker(loop.run(), name=f"scrape:{st.name}", group="scrape",
+                                        exit_on_error=False)
+
+    def _pid_owner(self) -> Mapping[int, str]:
+        """pid -> instance, called from the GPU sampler's thread (process-tree walks stay off the UI loop)."""
+        owners: dict[int, str] = {}
+        for st in self.supervisor.status():
+            if st.state.running:
+                try:
+                    for pid in self.supervisor.pids_of(st.name):
+                        owners[pid] = st.name
+                except Exception:  # a process that vanished mid-walk: attribute it next time
+                    continue
+        return owners
+
+    @property
+    def scraping(self) -> list[str]:
+        return sorted(self._scrapers)

@@ -1,0 +1,123 @@
+"""What the user asks of the supervisor and the layout files, each call in its own worker.
+
+Workers never touch widgets or the store: they await the supervisor (whose events come back through
+the bridge) or post LayoutSaved / LayoutOpened for the App's handlers. Errors become notifications.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from textual import work
+
+from vtui.core.model import InstanceSpec
+from vtui.ui.adapters import LayoutError, PreflightError, load_layout, save_layout
+from vtui.ui.messages import LayoutOpened, LayoutSaved
+from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen
+
+
+class ControlMixin:
+    @work(exit_on_error=False, group="control")
+    async def _call(self, label: str, make: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await make()
+        except PreflightError as exc:
+            for problem in exc.problems:
+                self.notify(f"{label}: {problem}", severity="error", timeout=10)
+        except Exception as exc:  # shown to the user; the worker must not take the app down
+            self.notify(f"{label} failed: {exc}", severity="error", timeout=10)
+
+    # -- instances ---------------------------------------------------------------------------------
+    def start_instances(self, names: Iterable[str] | None) -> None:
+        names = list(names) if names is not None else None
+        self._call(f"start {', '.join(names) if names else 'all'}", lambda: self.supervisor.start(names))
+
+    def stop_instances(self, names: Iterable[str] | None) -> None:
+        names = list(names) if names is not None else None
+        self._call(f"stop {', '.join(names) if names else 'all'}", lambda: self.supervisor.stop(names))
+
+    def restart_instance(self, name: str, spec: InstanceSpec | None = None, note: str | None = None) -> None:
+        view = self.store.views.get(name)
+        if view is not None and note:
+            view.pending_note = note
+        self._call(f"restart {name}", lambda: self.supervisor.restart(name, spec))
+
+    def rollback_instance(self, name: str) -> None:
+        view = self.store.views.get(name)
+        if view is None or not view.can_rollback():
+            self.notify(f"{name}: nothing to roll back to", severity="warning")
+            return
+        good = view.status.last_good_spec
+        self.notify(f"rolling {name} back to the last flags that reached READY")
+        self.restart_instance(name, good, note="rollback")
+
+    def review_and_restart(self, name: str, spec: InstanceSpec, note: str | None = None, pop=None) -> None:
+        """Show old vs new flags; restart with the new ones only when the user confirms."""
+        view = self.store.views[name]
+        old = dict(view.spec.flags) if view.spec else {}
+
+        def answered(ok: bool | None) -> None:
+            if not ok:
+                return
+            if pop is not None and pop in self.screen_stack:
+                pop.dismiss() if hasattr(pop, "dismiss") and pop.is_modal else self.pop_screen()
+            self.restart_instance(name, spec, note=note)
+
+        self.push_screen(DiffScreen(name, old, dict(spec.flags), title=f"Restart {name} ({note})?"), answered)
+
+    # -- layouts -----------------------------------------------------------------------------------
+    def action_save_layout(self) -> None:
+        if self.store.path is None:
+            self.action_save_layout_as()
+        else:
+            self._save(Path(self.store.path))
+
+    def action_save_layout_as(self) -> None:
+        default = str(self.store.path or Path("layouts") / f"{self.store.layout.session.name}.toml")
+
+        def chosen(text: str | None) -> None:
+            if not text:
+                return
+            path = Path(text).expanduser()
+            if path.exists() and (self.store.path is None or path.resolve() != Path(self.store.path).resolve()):
+                self.push_screen(ConfirmScreen(f"{path} exists. Overwrite it?"),
+                                 lambda ok: self._save(path) if ok else None)
+            else:
+                self._save(path)
+
+        self.push_screen(PathScreen("Save layout as", default), chosen)
+
+    @work(exit_on_error=False, group="layout")
+    async def _save(self, path: Path) -> None:
+        layout = replace(self.supervisor.layout, path=path)
+        try:
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+            await asyncio.to_thread(save_layout, layout, path)
+        except (OSError, LayoutError) as exc:
+            self.notify(f"could not save {path}: {exc}", severity="error", timeout=10)
+            return
+        self.post_message(LayoutSaved(layout, path))
+
+    def action_open_layout(self) -> None:
+        def chosen(text: str | None) -> None:
+            if not text:
+                return
+            if self.store.dirty:
+                self.push_screen(ConfirmScreen("The running layout has unsaved changes. Open anyway?"),
+                                 lambda ok: self._open(Path(text).expanduser()) if ok else None)
+            else:
+                self._open(Path(text).expanduser())
+
+        self.push_screen(PathScreen("Open layout", str(self.store.path or "layouts/")), chosen)
+
+    @work(exit_on_error=False, group="layout")
+    async def _open(self, path: Path) -> None:
+        try:
+            layout = await asyncio.to_thread(load_layout, path)
+        except (OSError, LayoutError) as exc:
+            self.notify(f"could not open {path}: {exc}", severity="error", timeout=15)
+            return
+        self.post_message(LayoutOpened(layout))

@@ -1,0 +1,144 @@
+"""An in-memory Supervisor with the agreed API (notes/API.md): instant starts, scripted failures.
+
+For Pilot tests, snapshots and the UI benchmark, where real processes would be slow and nondeterministic.
+It emits the same frozen events as the real one, on the running event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged
+from vtui.core.model import InstanceSpec, Layout
+from vtui.core.state import Phase, State
+from vtui.ui.adapters import InstanceStatus, PreflightError
+
+FailRule = Callable[[InstanceSpec], "list[str] | None"]  # log lines of a failed start, or None: it starts
+
+
+class FakeSupervisor:
+    def __init__(self, layout: Layout, *, fail: FailRule | None = None, clock: Callable[[], float] | None = None,
+                 auto_ready: bool = True, preflight: Callable[[Layout], list[str]] | None = None) -> None:
+        self._layout = layout
+        self._fail = fail
+        self._clock = clock or (lambda: 1_700_000_000.0)
+        self._auto_ready = auto_ready
+        self._preflight = preflight
+        self._subs: list[Callable[[Event], None]] = []
+        self._status = {s.name: InstanceStatus(s.name, s, State.STOPPED, None, None, None, 0, None, None, False,
+                                               None, None) for s in layout.instances}
+        self.calls: list[tuple] = []
+        self.closed_with: bool | None = None
+
+    # -- API ---------------------------------------------------------------------------------------
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        self._subs.append(callback)
+        return lambda: self._subs.remove(callback) if callback in self._subs else None
+
+    def status(self) -> tuple[InstanceStatus, ...]:
+        return tuple(self._status[s.name] for s in self._layout.instances)
+
+    def pids_of(self, name: str) -> set[int]:
+        pid = self._status[name].pid
+        return {pid} if pid else set()
+
+    async def adopt(self) -> list[str]:
+        return []
+
+    async def start(self, names: Iterable[str] | None = None) -> None:
+        names = list(names) if names is not None else self._layout.names()
+        self.calls.append(("start", tuple(names)))
+        if self._preflight and (problems := self._preflight(self._layout)):
+            raise PreflightError(problems)
+        for name in names:
+            if not self._status[name].state.running:
+                await self._launch(name)
+
+    async def wait_settled(self, names=None, timeout: float | None = None) -> dict[str, State]:
+        return {n: self._status[n].state for n in (names or self._layout.names())}
+
+    async def stop(self, names: Iterable[str] | None = None) -> None:
+        names = list(names) if names is not None else self._layout.names()
+        self.calls.append(("stop", tuple(names)))
+        for name in names:
+            st = self._status[name]
+            if st.state.running:
+                self._set(name, State.STOPPING)
+                self._set(name, State.STOPPED, pid=None, started_at=None)
+            elif st.state in (State.CRASHED, State.BACKOFF, State.FAILED):
+                self._set(name, State.STOPPED, pid=None, started_at=None)
+
+    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
+        self.calls.append(("restart", name, dict(spec.flags) if spec else None))
+        await self.stop([name])
+        if spec is not None:
+            self._layout = self._layout.replace_instance(spec)
+            self._status[name] = replace(self._status[name], spec=spec)
+        await self._launch(name)
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self, stop_instances: bool = False) -> None:
+        self.closed_with = stop_instances
+        if stop_instances:
+            await self.stop()
+
+    # -- scripting (tests) -------------------------------------------------------------------------
+    def crash(self, name: str, lines: list[str], *, final: bool = True) -> None:
+        """Make a running instance die with these log lines (FAILED when final, else BACKOFF)."""
+        from vtui.core.phases import root_cause
+
+        self._emit(LogLines(name, tuple(lines)))
+        self._set(name, State.CRASHED, reason=root_cause(lines), pid=None)
+        self._set(name, State.FAILED if final else State.BACKOFF)
+
+    def emit_logs(self, name: str, lines: Iterable[str]) -> None:
+        self._emit(LogLines(name, tuple(lines)))
+
+    def set_state(self, name: str, state: State, phase: Phase | None = None, **fields) -> None:
+        self._set(name, state, phase=phase, **fields)
+
+    # -- internals ---------------------------------------------------------------------------------
+    async def _launch(self, name: str) -> None:
+        spec = self._layout.instance(name)
+        pid = 40000 + self._layout.names().index(name)
+        self._set(name, State.STARTING, phase=Phase.SPAWNED, pid=pid, started_at=self._clock(),
+                  last_error=None)
+        self._emit(LogLines(name, (f"INFO vtui fake: starting {spec.model} on port {spec.port}",)))
+        await asyncio.sleep(0)
+        failure = self._fail(spec) if self._fail else None
+        if failure:
+            from vtui.core.phases import root_cause
+
+            self._emit(LogLines(name, tuple(failure)))
+            self._set(name, State.FAILED, reason=root_cause(failure), pid=None)
+            return
+        if self._auto_ready:
+            self._emit(LogLines(name, (f"INFO: GPU KV cache size: {spec.flags.get('max-model-len', 4096) * 8} tokens",
+                                       "INFO: Starting vLLM API server on http://127.0.0.1")))
+            self._set(name, State.READY, last_good_spec=spec)
+
+    def _set(self, name: str, state: State, *, phase: Phase | None = None, reason: str | None = None,
+             **fields) -> None:
+        old = self._status[name]
+        if reason is not None:
+            fields["last_error"] = reason
+        if state == State.STARTING and old.state in (State.CRASHED, State.BACKOFF, State.FAILED):
+            fields.setdefault("restarts", old.restarts + 1)
+        new = replace(old, state=state, phase=phase if state == State.STARTING else None, **fields)
+        self._status[name] = new
+        if old.state != state:
+            self._emit(StateChanged(name, old.state, state, self._clock(), phase, reason))
+        elif phase is not None and phase != old.phase:
+            self._emit(PhaseChanged(name, phase, self._clock()))
+
+    def _emit(self, event: Event) -> None:
+        for cb in list(self._subs):
+            cb(event)

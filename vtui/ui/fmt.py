@@ -1,0 +1,84 @@
+"""Text formatting for the dashboard: every missing value is `--`, never 0, and everything is ASCII."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+DASH = "--"
+
+
+def num(value: float | None, spec: str = ".0f") -> str:
+    return DASH if value is None else format(value, spec)
+
+
+def tokens(value: float | None) -> str:
+    """12345 -> 12.3k; 2500000 -> 2.50M."""
+    if value is None:
+        return DASH
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def rate(value: float | None) -> str:
+    if value is None:
+        return DASH
+    if value >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def pct(fraction: float | None) -> str:
+    return DASH if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def seconds(value: float | None) -> str:
+    """A latency: 85ms, 1.24s, 12s."""
+    if value is None:
+        return DASH
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
+    return f"{value:.2f}s" if value < 10 else f"{value:.0f}s"
+
+
+def duration(value: float | None) -> str:
+    """An uptime: 45s, 3m05s, 2h07m, 3d04h."""
+    if value is None or value < 0:
+        return DASH
+    s = int(value)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def gib(value: float | None) -> str:
+    return DASH if value is None else f"{value / 2**30:.1f}"
+
+
+def bar(fraction: float | None, width: int) -> str:
+    """An ASCII gauge: `#####.....`; unknown is all `-`."""
+    if fraction is None:
+        return "-" * width
+    filled = max(0, min(width, round(fraction * width)))
+    return "#" * filled + "." * (width - filled)
+
+
+def gpus(indices: Iterable[int]) -> str:
+    text = ",".join(str(i) for i in indices)
+    return text or "cpu"
+
+
+def flag_value(value: object) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)

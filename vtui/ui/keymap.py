@@ -1,0 +1,97 @@
+"""Every key vtui answers to, as Bindings with ids, plus the user's overrides from keys.toml.
+
+Ids are "noun.verb" so the help screen, the command palette and `paths.config_dir()/keys.toml`
+(`[keys]` table: `"instance.restart" = "ctrl+r"`) all speak the same names.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from textual.binding import Binding
+
+from vtui.core import paths
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+APP_BINDINGS = [
+    Binding("question_mark", "help", "Help", id="app.help", key_display="?"),
+    Binding("q", "quit_dialog", "Quit", id="app.quit"),
+    Binding("ctrl+s", "save_layout", "Save", id="layout.save"),
+    Binding("S", "save_layout_as", "Save as", id="layout.save_as", show=False),
+    Binding("o", "open_layout", "Open", id="layout.open", show=False),
+]
+
+INSTANCE_BINDINGS = [
+    Binding("enter", "detail", "Detail", id="instance.detail"),
+    Binding("l", "logs", "Logs", id="instance.logs"),
+    Binding("f", "flags", "Flags", id="instance.flags"),
+    Binding("p", "presets", "Presets", id="instance.presets"),
+    Binding("r", "restart", "Restart", id="instance.restart"),
+    Binding("s", "start", "Start", id="instance.start"),
+    Binding("x", "stop", "Stop", id="instance.stop"),
+    Binding("b", "rollback", "Rollback", id="instance.rollback"),
+]
+
+DASHBOARD_BINDINGS = [
+    Binding("down,j", "select(1)", "Next", id="dashboard.next", show=False),
+    Binding("up,k", "select(-1)", "Previous", id="dashboard.previous", show=False),
+    Binding("A", "start_all", "Start all", id="dashboard.start_all", show=False),
+]
+
+DETAIL_BINDINGS = [
+    Binding("escape", "back", "Back", id="detail.back"),
+    Binding("c", "copy_command", "Copy cmd", id="detail.copy_command"),
+    Binding("1", "fix(0)", "Fix 1", id="detail.fix1"),
+    Binding("2", "fix(1)", "Fix 2", id="detail.fix2", show=False),
+    Binding("3", "fix(2)", "Fix 3", id="detail.fix3", show=False),
+]
+
+LOG_BINDINGS = [
+    Binding("escape", "back", "Back", id="logs.back"),
+    Binding("slash", "filter", "Filter", id="logs.filter", key_display="/"),
+    Binding("F", "toggle_follow", "Follow", id="logs.follow"),
+    Binding("e", "first_error", "First error", id="logs.first_error"),
+    Binding("E", "next_error", "Next error", id="logs.next_error", show=False),
+]
+
+FLAG_BINDINGS = [
+    Binding("escape", "back", "Cancel", id="flags.cancel"),
+    Binding("ctrl+r", "review", "Diff+restart", id="flags.review", priority=True),
+]
+
+
+def all_binding_ids() -> set[str]:
+    groups = (APP_BINDINGS, INSTANCE_BINDINGS, DASHBOARD_BINDINGS, DETAIL_BINDINGS, LOG_BINDINGS, FLAG_BINDINGS)
+    return {b.id for group in groups for b in group if b.id}
+
+
+def keys_file() -> Path:
+    return paths.config_dir() / "keys.toml"
+
+
+def load_user_keymap(path: Path | None = None) -> tuple[dict[str, str], list[str]]:
+    """The user's {binding id: keys} overrides and a list of problems (unknown ids, bad file)."""
+    path = path or keys_file()
+    if not path.exists():
+        return {}, []
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return {}, [f"{path}: {exc}"]
+    table = doc.get("keys", doc)
+    known = all_binding_ids()
+    keymap: dict[str, str] = {}
+    problems: list[str] = []
+    for ident, keys in table.items():
+        if not isinstance(keys, str):
+            problems.append(f"{path}: keys.{ident}: expected a string like \"ctrl+r\"")
+        elif ident not in known:
+            problems.append(f"{path}: keys.{ident}: unknown binding id")
+        else:
+            keymap[ident] = keys
+    return keymap, problems

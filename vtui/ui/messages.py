@@ -1,0 +1,65 @@
+"""Textual messages that carry the workers' frozen snapshots to the App's handlers.
+
+`can_replace` lets a busy UI coalesce: a newer status snapshot, metrics sample of the same instance or
+GPU sample supersedes an older one still waiting in the queue (log lines never do: each batch counts).
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from vtui.core.events import Notice
+from vtui.ui.adapters import GpuSample, InstanceStatus, MetricsSample
+
+
+class StatusesChanged(Message):
+    def __init__(self, statuses: tuple[InstanceStatus, ...]) -> None:
+        super().__init__()
+        self.statuses = statuses
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, StatusesChanged)
+
+
+class MetricsArrived(Message):
+    def __init__(self, sample: MetricsSample) -> None:
+        super().__init__()
+        self.sample = sample
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, MetricsArrived) and message.sample.instance == self.sample.instance
+
+
+class GpuArrived(Message):
+    def __init__(self, sample: GpuSample) -> None:
+        super().__init__()
+        self.sample = sample
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, GpuArrived)
+
+
+class LogsArrived(Message):
+    def __init__(self, instance: str, lines: tuple[str, ...]) -> None:
+        super().__init__()
+        self.instance = instance
+        self.lines = lines
+
+
+class NoticeArrived(Message):
+    def __init__(self, notice: Notice) -> None:
+        super().__init__()
+        self.notice = notice
+
+
+class LayoutSaved(Message):
+    def __init__(self, layout, path) -> None:
+        super().__init__()
+        self.layout = layout
+        self.path = path
+
+
+class LayoutOpened(Message):
+    def __init__(self, layout) -> None:
+        super().__init__()
+        self.layout = layout

@@ -1,0 +1,1 @@
+"""vtui's screens: dashboard, instance detail, logs, flag editor, presets, layout dialogs, help, quit."""

@@ -1,0 +1,90 @@
+"""The dashboard: a card per instance and the GPU panel; side by side on wide terminals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual.app import ComposeResult
+from textual.containers import Container, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from vtui.ui.keymap import DASHBOARD_BINDINGS, INSTANCE_BINDINGS
+from vtui.ui.screens.base import InstanceActions
+from vtui.ui.store import Store
+from vtui.ui.widgets.gpu_panel import GpuPanel
+from vtui.ui.widgets.instance_card import InstanceCard
+from vtui.ui.widgets.titlebar import TitleBar
+
+WIDE = 150  # columns from which the GPU panel moves to the right of the cards
+
+
+class DashboardScreen(InstanceActions, Screen):
+    BINDINGS = [*INSTANCE_BINDINGS, *DASHBOARD_BINDINGS]
+
+    def __init__(self) -> None:
+        super().__init__(id="dashboard")
+        self.selected = 0
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar()
+        with Container(id="body"):
+            yield VerticalScroll(id="cards")
+            yield GpuPanel()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.rebuild()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_view(self.app.store)
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width >= WIDE, "wide")
+
+    def rebuild(self) -> None:
+        """(Re)create the cards for the store's instances (on mount and when another layout opens)."""
+        store: Store = self.app.store
+        cards = self.query_one("#cards", VerticalScroll)
+        cards.remove_children()
+        names = store.names()
+        if names:
+            cards.mount_all([InstanceCard(n) for n in names])
+        else:
+            cards.mount(Static("No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
+                               classes="empty"))
+        self.selected = min(self.selected, max(0, len(names) - 1))
+        self.call_after_refresh(self.refresh_view, store)
+
+    def selected_name(self) -> str | None:
+        names = self.app.store.names()
+        return names[self.selected] if 0 <= self.selected < len(names) else None
+
+    def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
+        self.query_one(TitleBar).refresh_from(store)
+        now = self.app.clock()
+        wanted = set(names) if names is not None else None
+        for i, card in enumerate(self.query(InstanceCard)):
+            card.set_class(i == self.selected, "selected")
+            if wanted is None or card.instance in wanted:
+                view = store.views.get(card.instance)
+                if view is not None:
+                    card.update_view(view, now)
+        self.refresh_gpu(store)
+        self.refresh_bindings()
+
+    def refresh_gpu(self, store: Store) -> None:
+        self.query_one(GpuPanel).update_sample(store.gpu, store.names())
+
+    def action_select(self, delta: int) -> None:
+        cards = list(self.query(InstanceCard))
+        if not cards:
+            return
+        self.selected = (self.selected + delta) % len(cards)
+        for i, card in enumerate(cards):
+            card.set_class(i == self.selected, "selected")
+        self.query_one("#cards", VerticalScroll).scroll_to_widget(cards[self.selected], animate=False)
+        self.refresh_bindings()
+
+    def action_start_all(self) -> None:
+        self.app.start_instances(None)

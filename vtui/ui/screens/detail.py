@@ -1,0 +1,168 @@
+"""One instance in depth: history plots, startup facts, flags and exact command line, diagnosis + fixes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Sparkline, Static
+
+from vtui.ui import fmt
+from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
+from vtui.ui.screens.base import InstanceActions
+from vtui.ui.store import InstanceView, Store
+from vtui.ui.widgets.instance_card import card_text, spark_data
+from vtui.ui.widgets.titlebar import TitleBar
+
+PLOTS = (
+    ("KV usage", lambda s: s.kv_usage, fmt.pct),
+    ("generation tok/s", lambda s: s.generation_tps, fmt.rate),
+    ("running requests", lambda s: s.running, fmt.num),
+    ("TTFT p95", lambda s: s.ttft.p95, fmt.seconds),
+)
+
+
+def facts_text(view: InstanceView) -> Text:
+    out = Text("Startup facts\n", style="bold")
+    facts = view.facts
+    if facts is None or not dataclasses.is_dataclass(facts):
+        out.append("  -- (known once the instance has started)\n", style="dim")
+        return out
+    shown = 0
+    for f in dataclasses.fields(facts):
+        value = getattr(facts, f.name)
+        if value is None or value == () or value == {}:
+            continue
+        shown += 1
+        value = value.value if hasattr(value, "value") else value
+        out.append(f"  {f.name.replace('_', ' '):<26} {fmt.flag_value(value)}\n")
+    if not shown:
+        out.append("  --\n", style="dim")
+    return out
+
+
+def flags_text(view: InstanceView) -> Text:
+    spec = view.spec
+    out = Text("Flags\n", style="bold")
+    if spec is None:
+        return out
+    for name, value in sorted(spec.flags.items()):
+        out.append(f"  --{name:<28} {fmt.flag_value(value)}\n")
+    if not spec.flags:
+        out.append("  (vLLM defaults)\n", style="dim")
+    out.append("Command line (c copies it)\n", style="bold")
+    out.append(f"  {spec.command_line()}\n", style="cyan")
+    return out
+
+
+def diagnosis_text(view: InstanceView) -> Text:
+    out = Text("Diagnosis\n", style="bold")
+    if not view.problems:
+        out.append("  no problems found\n", style="dim")
+    for i, problem in enumerate(view.problems[:9]):
+        out.append(f"  [{i + 1}] " if i < 3 else "      ", style="bold yellow")
+        out.append(f"{problem.message}\n", style="red")
+        if problem.explanation:
+            out.append(f"      {problem.explanation}\n")
+        if problem.fix:
+            fix = " ".join(f"--{k} {fmt.flag_value(v)}" for k, v in problem.fix.items())
+            key = f"press {i + 1}: " if i < 3 else ""
+            out.append(f"      fix: {key}restart with {fix}\n", style="green")
+    return out
+
+
+def history_text(view: InstanceView) -> Text:
+    out = Text("Flag history (what each set produced)\n", style="bold")
+    prev: dict = {}
+    for rec in view.flag_history:
+        changed = {k: v for k, v in rec.flags.items() if prev.get(k) != v}
+        removed = [k for k in prev if k not in rec.flags]
+        delta = " ".join([f"{k}={fmt.flag_value(v)}" for k, v in changed.items()] + [f"-{k}" for k in removed])
+        out.append(f"  {rec.outcome:<8} KV {fmt.tokens(rec.kv_tokens):>7} tok  conc {fmt.num(rec.max_concurrency, '.1f'):>6}  ",
+                   style="green" if rec.outcome == "ready" else "red" if rec.outcome == "failed" else "")
+        out.append(delta or "(same flags)")
+        if rec.note:
+            out.append(f"  [{rec.note}]", style="dim")
+        if rec.error:
+            out.append(f"  {rec.error[:80]}", style="red")
+        out.append("\n")
+        prev = rec.flags
+    return out
+
+
+class DetailScreen(InstanceActions, Screen):
+    BINDINGS = [*DETAIL_BINDINGS, *[b for b in INSTANCE_BINDINGS if b.action != "detail"]]
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.instance = name
+
+    def selected_name(self) -> str | None:
+        return self.instance
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(f"instance {self.instance}")
+        with VerticalScroll(id="detail"):
+            yield Static(id="detail-head")
+            for i, (label, _, _) in enumerate(PLOTS):
+                yield Static(label, id=f"plot-label-{i}", classes="plot-label")
+                yield Sparkline([0.0], id=f"plot-{i}", classes="plot")
+            yield Static(id="detail-diagnosis")
+            yield Static(id="detail-facts")
+            yield Static(id="detail-flags")
+            yield Static(id="detail-history")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_view(self.app.store)
+
+    def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
+        self.query_one(TitleBar).refresh_from(store)
+        if names is not None and self.instance not in set(names):
+            return
+        view = store.views.get(self.instance)
+        if view is None:
+            return
+        width = max(40, self.size.width - 2)
+        self.query_one("#detail-head", Static).update(card_text(view, self.app.clock(), width))
+        latest = view.sample
+        for i, (label, key, show) in enumerate(PLOTS):
+            current = key(latest) if latest else None
+            self.query_one(f"#plot-label-{i}", Static).update(
+                f"{label}: {show(current)}  (last {len(view.history)} samples)")
+            self.query_one(f"#plot-{i}", Sparkline).data = spark_data(view, key, points=max(20, width))
+        self.query_one("#detail-diagnosis", Static).update(diagnosis_text(view))
+        self.query_one("#detail-facts", Static).update(facts_text(view))
+        self.query_one("#detail-flags", Static).update(flags_text(view))
+        self.query_one("#detail-history", Static).update(history_text(view))
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "fix":
+            view = self._view()
+            index = int(parameters[0]) if parameters else 0
+            ok = view is not None and index < len(view.problems) and bool(view.problems[index].fix)
+            return True if ok else None
+        return super().check_action(action, parameters)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_copy_command(self) -> None:
+        view = self._view()
+        if view and view.spec:
+            self.app.copy_to_clipboard(view.spec.command_line())
+            self.notify("command line copied (OSC 52)")
+
+    def action_fix(self, index: int) -> None:
+        view = self._view()
+        if view is None or view.spec is None or index >= len(view.problems) or not view.problems[index].fix:
+            return
+        fix = dict(view.problems[index].fix)
+        spec = view.spec.with_flags({k: v for k, v in fix.items() if v is not None},
+                                    unset=[k for k, v in fix.items() if v is None])
+        self.app.review_and_restart(self.instance, spec, note=f"fix: {view.problems[index].kind}")

@@ -1,0 +1,112 @@
+"""Small modal dialogs: flag diff before restart, yes/no confirmation, path prompt, quit stop-or-leave."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from vtui.ui import fmt
+
+
+def flag_diff(old: Mapping[str, object], new: Mapping[str, object]) -> list[tuple[str, str, str, str]]:
+    """(mark, name, old, new) per changed flag: `+` added, `-` removed, `~` changed."""
+    rows = []
+    for name in sorted(set(old) | set(new)):
+        if name not in new:
+            rows.append(("-", name, fmt.flag_value(old[name]), ""))
+        elif name not in old:
+            rows.append(("+", name, "", fmt.flag_value(new[name])))
+        elif old[name] != new[name]:
+            rows.append(("~", name, fmt.flag_value(old[name]), fmt.flag_value(new[name])))
+    return rows
+
+
+def diff_text(old: Mapping[str, object], new: Mapping[str, object]) -> Text:
+    out = Text()
+    for mark, name, before, after in flag_diff(old, new):
+        style = {"+": "green", "-": "red", "~": "yellow"}[mark]
+        if mark == "~":
+            out.append(f"{mark} --{name}: {before} -> {after}\n", style=style)
+        else:
+            out.append(f"{mark} --{name} {before or after}\n", style=style)
+    return out or Text("(no changes)")
+
+
+class DiffScreen(ModalScreen[bool]):
+    """Old vs new flags; enter restarts with the new ones, escape cancels."""
+
+    BINDINGS = [Binding("enter,y", "answer(True)", "Restart", id="diff.restart"),
+                Binding("escape,n", "answer(False)", "Cancel", id="diff.cancel")]
+
+    def __init__(self, instance: str, old: Mapping[str, object], new: Mapping[str, object], title: str = "") -> None:
+        super().__init__()
+        self.instance, self.old, self.new, self.title_text = instance, old, new, title
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text or f"Restart {self.instance} with these flag changes?", classes="dialog-title")
+            yield Static(diff_text(self.old, self.new), id="diff")
+            yield Static("enter/y: restart   escape/n: cancel", classes="dialog-keys")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    BINDINGS = [Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+                Binding("escape,n", "answer(False)", "No", id="confirm.no")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.question, classes="dialog-title")
+            yield Static("y: yes   escape/n: no", classes="dialog-keys")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+class PathScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="path.cancel")]
+
+    def __init__(self, title: str, value: str = "") -> None:
+        super().__init__()
+        self.title_text, self.value = title, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            yield Input(self.value, id="path-input")
+            yield Static("enter: ok   escape: cancel", classes="dialog-keys")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class QuitScreen(ModalScreen[str | None]):
+    """Leave the instances running (default; re-adopted next time) or stop them, then quit."""
+
+    BINDINGS = [Binding("enter,l", "answer('leave')", "Leave running", id="quit.leave"),
+                Binding("s", "answer('stop')", "Stop all", id="quit.stop"),
+                Binding("escape", "answer(None)", "Cancel", id="quit.cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static("Quit vtui", classes="dialog-title")
+            yield Static("enter/l: leave instances running (re-adopted next time)\n"
+                         "s: stop all instances, then quit\nescape: cancel")
+
+    def action_answer(self, value: str | None) -> None:
+        self.dismiss(value)

@@ -1,0 +1,158 @@
+"""The flag editor: the seeds' knobs plus any flag of the schema, validated as you type, help shown.
+
+Ctrl+R shows the diff of old vs new flags and restarts with them; nothing restarts without the diff.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.suggester import SuggestFromList
+from textual.widgets import Footer, Input, Label, Static
+
+from vtui.core.model import InstanceSpec
+from vtui.ui import fmt
+from vtui.ui.adapters import BUILTIN_FLAGS, SEED_FLAGS, parse_value, validate_flag
+from vtui.ui.keymap import FLAG_BINDINGS
+from vtui.ui.widgets.titlebar import TitleBar
+
+
+def consistency_problem(spec: InstanceSpec, flags: dict[str, object]) -> str | None:
+    """tensor x pipeline parallel must use exactly the pinned GPUs."""
+    if not spec.gpus:
+        return None
+    tp, pp = flags.get("tensor-parallel-size", 1), flags.get("pipeline-parallel-size", 1)
+    if isinstance(tp, int) and isinstance(pp, int) and tp * pp != len(spec.gpus):
+        return (f"tensor-parallel-size x pipeline-parallel-size = {tp * pp}, but the instance is pinned to "
+                f"{len(spec.gpus)} GPU(s) {list(spec.gpus)}")
+    return None
+
+
+def help_of(name: str) -> str:
+    spec = BUILTIN_FLAGS.get(name)
+    if spec is None:
+        return f"--{name}: not a flag of this vLLM"
+    extra = f" (choices: {', '.join(spec.choices)})" if spec.choices else ""
+    return f"--{name} [{spec.type}, default {fmt.flag_value(spec.default)}]{extra}: {' '.join(spec.help.split())}"
+
+
+class FlagRow(Horizontal):
+    def __init__(self, name: str, value: object) -> None:
+        super().__init__(classes="flag-row")
+        self.flag = name
+        self.initial = "" if value is None else fmt.flag_value(value)
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"--{self.flag}", classes="flag-name")
+        default = BUILTIN_FLAGS.get(self.flag)
+        yield Input(self.initial, placeholder=f"default: {fmt.flag_value(default.default) if default else '--'}",
+                    classes="flag-value", name=self.flag, id=f"flag-{self.flag}")
+
+
+class FlagEditorScreen(Screen):
+    BINDINGS = FLAG_BINDINGS
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.instance = name
+        self.errors: dict[str, str] = {}
+
+    @property
+    def spec(self) -> InstanceSpec:
+        return self.app.store.views[self.instance].spec or self.app.store.layout.instance(self.instance)
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(f"flags {self.instance}")
+        names = list(SEED_FLAGS) + [n for n in self.spec.flags if n not in SEED_FLAGS]
+        with VerticalScroll(id="flag-list"):
+            for name in names:
+                yield FlagRow(name, self.spec.flags.get(name))
+            with Horizontal(id="flag-add"):
+                yield Input(placeholder="add another flag (name, tab completes)", id="add-name",
+                            suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False))
+        yield Static(id="flag-help")
+        yield Static(id="flag-errors")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(TitleBar).refresh_from(self.app.store)
+        self.query(".flag-value").first(Input).focus()
+
+    def refresh_view(self, store, names=None) -> None:
+        self.query_one(TitleBar).refresh_from(store)
+
+    # -- editing -----------------------------------------------------------------------------------
+    def on_descendant_focus(self, event) -> None:
+        widget = event.widget
+        if isinstance(widget, Input) and widget.name:
+            self.query_one("#flag-help", Static).update(help_of(widget.name))
+
+    @on(Input.Changed, ".flag-value")
+    def _validate(self, event: Input.Changed) -> None:
+        name = event.input.name or ""
+        text = event.value.strip()
+        error = validate_flag(name, parse_value(name, text)) if text else None
+        if error:
+            self.errors[name] = error
+        else:
+            self.errors.pop(name, None)
+        event.input.set_class(bool(error), "-invalid")
+        self._show_errors()
+
+    def _show_errors(self) -> None:
+        lines = [f"--{n}: {e}" for n, e in self.errors.items()]
+        if not self.errors and (problem := consistency_problem(self.spec, self.edited_flags())):
+            lines.append(problem)
+        self.query_one("#flag-errors", Static).update("\n".join(lines))
+
+    @on(Input.Submitted, "#add-name")
+    def _add_flag(self, event: Input.Submitted) -> None:
+        name = event.value.strip().lstrip("-")
+        if not name:
+            return
+        if name not in BUILTIN_FLAGS:
+            self.query_one("#flag-errors", Static).update(f"--{name}: not a flag of this vLLM")
+            return
+        existing = self.query(f"#flag-{name}")
+        if not existing:
+            row = FlagRow(name, None)
+            self.query_one("#flag-list").mount(row, before=self.query_one("#flag-add"))
+            self.call_after_refresh(lambda: self.query_one(f"#flag-{name}", Input).focus())
+        else:
+            existing.first().focus()
+        event.input.value = ""
+
+    def edited_flags(self) -> dict[str, object]:
+        """The flags as edited: untouched rows keep their value (and type); empty rows are unset."""
+        flags = dict(self.spec.flags)
+        for box in self.query(".flag-value").results(Input):
+            name = box.name or ""
+            text = box.value.strip()
+            original = self.spec.flags.get(name)
+            if not text:
+                flags.pop(name, None)
+            elif original is not None and text == fmt.flag_value(original):
+                continue
+            else:
+                flags[name] = parse_value(name, text)
+        return flags
+
+    # -- actions -------------------------------------------------------------------------------------
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_review(self) -> None:
+        if self.errors:
+            self.notify("fix the invalid flags first", severity="error")
+            return
+        flags = self.edited_flags()
+        if problem := consistency_problem(self.spec, flags):
+            self.notify(problem, severity="error")
+            return
+        if flags == dict(self.spec.flags):
+            self.notify("no changes")
+            return
+        new = self.spec.with_flags(flags, unset=[k for k in self.spec.flags if k not in flags])
+        self.app.review_and_restart(self.instance, new, note="edited", pop=self)

@@ -1,0 +1,170 @@
+"""The UI's model: what the dashboard knows about each instance, mutated only by the App's handlers.
+
+Workers never touch it (they post frozen samples as messages); every buffer is bounded, so a week-long
+session costs the same memory as a minute-long one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from vtui.core.model import InstanceSpec, Layout
+from vtui.core.state import State
+from vtui.ui.adapters import (
+    GpuSample,
+    InstanceStatus,
+    MetricsSample,
+    Problem,
+    diagnose,
+    kv_tokens_of,
+    max_concurrency_of,
+    parse_startup,
+)
+
+HISTORY_SAMPLES = 600  # 10 minutes at 1 Hz
+LOG_LINES = 5000  # per instance, whole session
+RUN_LINES = 3000  # the current run's lines, for startup facts and diagnosis
+FLAG_HISTORY = 50
+
+
+@dataclass
+class FlagRecord:
+    """One flag set an instance ran with and what it produced."""
+
+    flags: dict[str, object]
+    outcome: str = "starting"  # starting | ready | failed
+    kv_tokens: int | None = None
+    max_concurrency: float | None = None
+    error: str | None = None
+    note: str | None = None  # e.g. "preset A", "rollback", later bench results
+
+
+@dataclass
+class InstanceView:
+    name: str
+    status: InstanceStatus | None = None
+    sample: MetricsSample | None = None
+    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
+    logs: deque = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    run_lines: deque = field(default_factory=lambda: deque(maxlen=RUN_LINES))
+    facts: object | None = None
+    problems: list[Problem] = field(default_factory=list)
+    flag_history: deque = field(default_factory=lambda: deque(maxlen=FLAG_HISTORY))
+    pending_note: str | None = None
+
+    @property
+    def state(self) -> State:
+        return self.status.state if self.status else State.STOPPED
+
+    @property
+    def spec(self) -> InstanceSpec | None:
+        return self.status.spec if self.status else None
+
+    def can_rollback(self) -> bool:
+        st = self.status
+        return bool(st and st.last_good_spec is not None and dict(st.last_good_spec.flags) != dict(st.spec.flags)
+                    and st.state in (State.FAILED, State.CRASHED, State.BACKOFF, State.STOPPED, State.UNHEALTHY))
+
+
+class Store:
+    """Per-instance views, the latest GPU sample and the layout as saved (for the unsaved marker)."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.saved_layout = layout
+        self.path = layout.path  # where the layout was loaded from / last saved to
+        self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in layout.instances}
+        self.gpu: GpuSample | None = None
+        for spec in layout.instances:
+            self.views[spec.name].flag_history.append(FlagRecord(dict(spec.flags), outcome="planned"))
+
+    # -- layout ----------------------------------------------------------------------------------
+    @property
+    def dirty(self) -> bool:
+        return _layout_key(self.layout) != _layout_key(self.saved_layout)
+
+    def names(self) -> list[str]:
+        return list(self.views)
+
+    def view(self, name: str) -> InstanceView:
+        return self.views[name]
+
+    def mark_saved(self, layout: Layout, path=None) -> None:
+        self.layout = layout
+        self.saved_layout = layout
+        self.path = path if path is not None else self.path
+
+    # -- updates (each returns the names whose view changed) ---------------------------------------
+    def apply_statuses(self, statuses: Iterable[InstanceStatus], layout: Layout | None = None) -> set[str]:
+        if layout is not None:
+            self.layout = layout
+        changed: set[str] = set()
+        for st in statuses:
+            view = self.views.get(st.name)
+            if view is None:
+                view = self.views[st.name] = InstanceView(st.name)
+            old = view.status
+            if old == st:
+                continue
+            changed.add(st.name)
+            view.status = st
+            self._on_transition(view, old, st)
+        return changed
+
+    def _on_transition(self, view: InstanceView, old: InstanceStatus | None, new: InstanceStatus) -> None:
+        flags = dict(new.spec.flags)
+        last = view.flag_history[-1] if view.flag_history else None
+        if last is None or last.flags != flags or (new.state == State.STARTING and last.outcome != "starting"
+                                                   and (old is None or old.state != State.STARTING)):
+            view.flag_history.append(FlagRecord(flags, note=view.pending_note))
+            view.pending_note = None
+            last = view.flag_history[-1]
+        if new.state == State.STARTING and (old is None or old.state != State.STARTING):
+            view.run_lines.clear()
+            view.problems = []
+            view.sample = None
+        if new.state == State.READY and (old is None or old.state != State.READY):
+            view.facts = parse_startup(list(view.run_lines))
+            view.problems = []
+            if last.outcome in ("starting", "planned"):
+                last.outcome = "ready"
+                last.kv_tokens = kv_tokens_of(view.facts)
+                last.max_concurrency = max_concurrency_of(view.facts)
+        if new.state in (State.CRASHED, State.FAILED) and (old is None or old.state != new.state):
+            lines = list(view.run_lines)
+            view.facts = parse_startup(lines)
+            view.problems = list(diagnose(lines, view.facts))
+            if last.outcome != "ready":
+                last.outcome = "failed"
+                last.error = new.last_error
+
+    def add_sample(self, sample: MetricsSample) -> str | None:
+        view = self.views.get(sample.instance or "")
+        if view is None:
+            return None
+        view.sample = sample
+        view.history.append(sample)
+        return view.name
+
+    def add_logs(self, name: str, lines: Iterable[str]) -> bool:
+        view = self.views.get(name)
+        if view is None:
+            return False
+        lines = list(lines)
+        view.logs.extend(lines)
+        view.run_lines.extend(lines)
+        return True
+
+    def set_gpu(self, sample: GpuSample) -> None:
+        self.gpu = sample
+
+    def pid_owner_hint(self) -> Mapping[str, int | None]:
+        return {n: (v.status.pid if v.status else None) for n, v in self.views.items()}
+
+
+def _layout_key(layout: Layout) -> tuple:
+    return (layout.session, tuple((s.name, s.model, s.engine, s.gpus, s.port, s.host,
+                                   tuple(sorted(s.flags.items(), key=lambda kv: kv[0])))
+                                  for s in layout.instances))

@@ -1,0 +1,1 @@
+"""Widgets that render the UI store's views: instance cards, the GPU panel, history plots."""

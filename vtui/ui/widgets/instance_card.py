@@ -1,0 +1,121 @@
+"""One instance at a glance: state (STARTING phase as progress), KV gauge, load, latency, a sparkline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Sparkline, Static
+
+from vtui.core.state import Phase, State
+from vtui.ui import fmt
+from vtui.ui.store import InstanceView
+
+STATE_STYLE = {
+    State.READY: "bold green", State.STARTING: "bold yellow", State.UNHEALTHY: "bold dark_orange",
+    State.STOPPING: "yellow", State.STOPPED: "dim", State.CRASHED: "bold red", State.BACKOFF: "bold magenta",
+    State.FAILED: "bold red",
+}
+SPARK_POINTS = 40
+
+
+def state_text(view: InstanceView, now: float) -> Text:
+    """`READY up 3m05s r0`, or `STARTING [###...] loading weights`, or `BACKOFF retry in 4s`."""
+    st = view.status
+    state = view.state
+    text = Text(f"{state.name:<9}", style=STATE_STYLE.get(state, ""))
+    if st is None:
+        return text
+    if state == State.STARTING:
+        phases = list(Phase)
+        step = phases.index(st.phase) + 1 if st.phase in phases else 0
+        text.append(f"[{fmt.bar(step / len(phases), 6)}] {st.phase.value if st.phase else 'spawning'}")
+    elif state == State.BACKOFF and st.next_restart_at is not None:
+        text.append(f"retry in {fmt.duration(max(0.0, st.next_restart_at - now))}")
+    elif state in (State.READY, State.UNHEALTHY):
+        up = now - st.started_at if st.started_at is not None else None
+        text.append(f"up {fmt.duration(up)}")
+    if st.restarts:
+        text.append(f"  r{st.restarts}", style="magenta")
+    if st.adopted:
+        text.append("  adopted", style="dim")
+    return text
+
+
+def card_text(view: InstanceView, now: float, width: int) -> Text:
+    spec = view.spec
+    s = view.sample
+    head = Text()
+    head.append(f"{view.name[:14]:<14} ", style="bold")
+    head.append_text(state_text(view, now))
+    if spec is not None:
+        where = f"  gpu {fmt.gpus(spec.gpus)} :{spec.port}  "
+        room = max(8, width - head.cell_len - len(where))
+        model = spec.model if len(spec.model) <= room else "..." + spec.model[-(room - 3):]
+        head.append(where, style="cyan")
+        head.append(model, style="dim")
+    head.truncate(width)
+    lines = [head]
+    if view.state in (State.FAILED, State.CRASHED, State.BACKOFF) and view.status and view.status.last_error:
+        err = Text("  " + view.status.last_error, style="red")
+        err.truncate(width)
+        lines.append(err)
+        if view.problems:
+            hint = Text(f"  {len(view.problems)} problem(s) diagnosed, press enter for fixes", style="yellow")
+            hint.truncate(width)
+            lines.append(hint)
+        return Text("\n").join(lines)
+    kv = s.kv_usage if s else None
+    cap = s.kv_capacity_tokens if s else None
+    used = kv * cap if kv is not None and cap is not None else None
+    max_seqs = spec.flags.get("max-num-seqs") if spec else None
+    l2 = Text("  KV ")
+    l2.append(f"[{fmt.bar(kv, 12)}]", style="red" if kv is not None and kv > 0.9 else "green")
+    l2.append(f" {fmt.pct(kv):>4} {fmt.tokens(used)}/{fmt.tokens(cap)} tok")
+    l2.append(f"  run {fmt.num(s.running if s else None)}/{fmt.flag_value(max_seqs) if max_seqs else fmt.DASH}")
+    l2.append(f" wait {fmt.num(s.waiting if s else None)}",
+              style="yellow" if s and s.waiting else "")
+    l2.truncate(width)
+    ttft = s.ttft if s else None
+    l3 = Text(f"  tok/s p {fmt.rate(s.prompt_tps if s else None)} g {fmt.rate(s.generation_tps if s else None)}"
+              f"  TTFT {fmt.seconds(ttft.p50 if ttft else None)}/{fmt.seconds(ttft.p95 if ttft else None)}"
+              f"  pre/s {fmt.num(s.preemptions_per_s if s else None, '.1f')}"
+              f"  hit {fmt.pct(s.prefix_hit_rate if s else None)}")
+    l3.truncate(width)
+    return Text("\n").join([*lines, l2, l3])
+
+
+def spark_data(view: InstanceView, key: Callable = lambda s: s.generation_tps, points: int = SPARK_POINTS) -> list[float]:
+    values = [key(s) for s in list(view.history)[-points:]]
+    return [v if v is not None else 0.0 for v in values] or [0.0]
+
+
+class InstanceCard(Horizontal):
+    """A 3-line card; `selected` is shown by a CSS class set by the dashboard."""
+
+    DEFAULT_CSS = ""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(classes="card")
+        self.instance = name
+        self._view: InstanceView | None = None
+        self._now = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="card-text")
+        yield Sparkline([0.0], classes="card-spark")
+
+    def update_view(self, view: InstanceView, now: float) -> None:
+        self._view = view
+        self._now = now
+        width = max(20, self.size.width - 18) if self.size.width else 60
+        self.query_one(".card-text", Static).update(card_text(view, now, width))
+        spark = self.query_one(".card-spark", Sparkline)
+        spark.data = spark_data(view)
+        spark.display = view.state in (State.READY, State.UNHEALTHY)
+
+    def on_resize(self) -> None:
+        if self._view is not None:
+            self.update_view(self._view, self._now)
