@@ -1,0 +1,55 @@
+"""Fixtures for supervisor tests: fake-engine specs on free ports, and a sweep of anything left over."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from vtui.core.launcher import MARKER
+from vtui.core.model import InstanceSpec, RestartPolicy
+
+FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fake_spec(name: str = "a", *, restart: RestartPolicy | None = None, gpus: tuple[int, ...] = (),
+              port: int | None = None, **flags: object) -> InstanceSpec:
+    return InstanceSpec(name=name, model="fake-model", port=port or free_port(), gpus=gpus,
+                        command=(sys.executable, str(FAKE_ENGINE)),
+                        flags={k.replace("_", "-"): v for k, v in flags.items()},
+                        restart=restart or RestartPolicy("on-failure", max_restarts=2, backoff_initial=0.2))
+
+
+def marked(prefix: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER, "").startswith(prefix):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture
+def session_name():
+    """A unique session name; every process started under it is killed after the test."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    yield name
+    leftovers = marked(name + "/")
+    for proc in leftovers:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(leftovers, timeout=3)

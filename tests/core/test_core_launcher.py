@@ -1,0 +1,116 @@
+"""The OS seam against real processes (the fake engine): spawn, health, crash, orphan sweep, escalation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from vtui.core.instance import SpawnError
+from vtui.core.launcher import OsLauncher, cmdline_matches
+from vtui.core.logfile import read_tail
+
+from .conftest import fake_spec, marked
+
+
+def wait_for(predicate, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_spawn_health_and_graceful_stop(tmp_path, session_name):
+    launcher = OsLauncher(grace=5)
+    spec = fake_spec(spawn_child=True, startup_delay=0.2, api_key="s3cret")
+    log = tmp_path / "a.log"
+    handle = launcher.spawn(spec, log_path=log, session=session_name)
+    assert "s3cret" not in " ".join(psutil.Process(handle.pid).cmdline())
+    assert wait_for(lambda: psutil.Process(handle.pid).environ().get("VLLM_API_KEY") == "s3cret", 2)
+    assert os.getsid(handle.pid) == handle.sid != os.getsid(0)
+    assert wait_for(lambda: launcher.health_sync(spec))
+    assert wait_for(lambda: any(p.name().startswith("VLLM::EngineCor") for p in launcher.tree(handle).values()))
+    report = launcher.stop(handle)
+    assert report.graceful and report.leftovers == ()
+    assert marked(session_name) == []
+    assert launcher.exit_code(handle) == 0
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+    text = log.read_text()
+    assert "Starting vLLM API server" in text and "exited with code 0" in text
+
+
+def test_kill9_leader_leaves_orphan_that_stop_sweeps(tmp_path, session_name):
+    launcher = OsLauncher(grace=2)
+    spec = fake_spec(spawn_child=True)
+    handle = launcher.spawn(spec, log_path=tmp_path / "a.log", session=session_name)
+    assert wait_for(lambda: launcher.health_sync(spec))
+    def engine_core():
+        return next((p for p in launcher.tree(handle).values() if p.name().startswith("VLLM")), None)
+
+    assert wait_for(lambda: engine_core() is not None, 5)
+    child = engine_core()
+    os.kill(handle.pid, signal.SIGKILL)
+    assert wait_for(lambda: not launcher.alive(handle))
+    assert wait_for(lambda: launcher.exit_code(handle) == -9)
+    assert child.is_running()  # the orphan survives, like VLLM::EngineCore does
+    report = launcher.stop(handle)
+    assert not child.is_running() and report.leftovers == ()
+    assert marked(session_name) == []
+
+
+def test_stop_escalates_when_sigterm_is_ignored(tmp_path, session_name):
+    launcher = OsLauncher()
+    spec = fake_spec(ignore_sigterm=True)
+    handle = launcher.spawn(spec, log_path=tmp_path / "a.log", session=session_name)
+    assert wait_for(lambda: launcher.health_sync(spec))
+    started = time.monotonic()
+    report = launcher.stop(handle, grace=0.5)
+    assert not report.graceful and handle.pid in report.killed and report.leftovers == ()
+    assert time.monotonic() - started < 4
+    assert marked(session_name) == []
+
+
+def test_missing_executable_is_a_spawn_error(tmp_path, session_name):
+    spec = fake_spec().__class__(name="x", model="m", port=1, command=("/nonexistent/vllm", "serve"))
+    with pytest.raises(SpawnError, match="executable not found"):
+        OsLauncher().spawn(spec, log_path=tmp_path / "x.log", session=session_name)
+
+
+def test_chatty_process_keeps_the_log_cap(tmp_path, session_name):
+    launcher = OsLauncher(log_max_bytes=64 * 1024, log_backups=2)
+    spec = fake_spec(chatty=600_000)
+    log = tmp_path / "a.log"
+    handle = launcher.spawn(spec, log_path=log, session=session_name)
+    assert wait_for(lambda: launcher.health_sync(spec))
+    launcher.stop(handle)
+    files = sorted(tmp_path.glob("a.log*"))
+    sizes = [f.stat().st_size for f in files if not f.name.endswith(".exit")]
+    assert len(sizes) == 3 and max(sizes) <= 64 * 1024
+    assert read_tail(log, 1) == [f"[vtui] process {handle.pid} exited with code 0"]
+
+
+def test_find_refuses_a_recycled_pid_or_another_command(tmp_path, session_name):
+    launcher = OsLauncher()
+    spec = fake_spec()
+    handle = launcher.spawn(spec, log_path=tmp_path / "a.log", session=session_name)
+    try:
+        common = dict(argv=handle.argv, key=handle.key, log_path=handle.log_path)
+        found = launcher.find(pid=handle.pid, create_time=handle.create_time, **common)
+        assert found is not None and found.sid == handle.sid
+        assert launcher.find(pid=handle.pid, create_time=handle.create_time - 5, **common) is None
+        other = dict(common, argv=(*handle.argv[:-1], "9999"))
+        assert launcher.find(pid=handle.pid, create_time=handle.create_time, **other) is None
+    finally:
+        launcher.stop(handle)
+
+
+def test_cmdline_match_rules():
+    argv = ("vllm", "serve", "m", "--port", "1")
+    assert cmdline_matches(["/venv/bin/python", "/venv/bin/vllm", "serve", "m", "--port", "1"], argv)
+    assert cmdline_matches(["VLLM::APIServer"], argv)
+    assert not cmdline_matches(["sleep", "100"], argv)

@@ -1,0 +1,279 @@
+"""The OS seam: spawn an instance in its own session, tell whether it lives, stop it and everything it
+started, probe /health.
+
+vLLM's API server starts `VLLM::EngineCore` and `VLLM::Worker*` children that survive a SIGKILL of the
+server (re-parented to PID 1, still holding memory). So each instance gets its own session (the log
+pump of `core.logfile` is the session leader, the API server its child), stop ends with SIGKILL to the
+process group, and a sweep finds leftovers by session id and by the `VTUI_INSTANCE` marker in their
+environment. A zombie counts as gone (PID 1 of a container may never reap it).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from vtui.core import logfile
+from vtui.core.instance import SpawnError
+from vtui.core.model import InstanceSpec
+
+MARKER = "VTUI_INSTANCE"  # env var every process of an instance inherits: "<session>/<name>"
+SPAWN_TIMEOUT = 10.0
+
+
+@dataclass
+class ProcessHandle:
+    """A running (or once running) instance: the API server pid and how to recognise its tree."""
+
+    pid: int  # the leader: the `vllm serve` API server
+    create_time: float  # psutil create time of `pid`; a recycled pid has another one
+    pgid: int
+    sid: int
+    key: str  # "<session>/<name>", the MARKER value
+    log_path: Path
+    argv: tuple[str, ...]
+    pump_pid: int | None = None
+    exit_path: Path | None = None
+    popen: subprocess.Popen | None = field(default=None, repr=False)  # the pump, when we spawned it
+
+
+@dataclass(frozen=True)
+class StopReport:
+    graceful: bool  # every process left after SIGTERM within the grace period
+    killed: tuple[int, ...]  # pids that needed SIGKILL (group or sweep)
+    leftovers: tuple[int, ...]  # pids still alive at the end (should be empty)
+
+
+def exit_path_for(log_path: Path) -> Path:
+    return log_path.with_name(log_path.name + ".exit")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _same_process(pid: int, create_time: float) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) > 0.01:
+            return None  # the pid was recycled
+        return proc if _alive(proc) else None
+    except psutil.Error:
+        return None
+
+
+def cmdline_matches(cmdline: list[str], argv: tuple[str, ...] | list[str]) -> bool:
+    """The live command is the recorded one: same arguments (an interpreter may prefix a script's
+    shebang), or a vLLM process that retitled itself."""
+    if not cmdline:
+        return False
+    if cmdline[0].startswith("VLLM"):
+        return True
+    args = list(argv[1:])
+    return cmdline[-len(args):] == args if args else os.path.basename(cmdline[0]) == os.path.basename(argv[0])
+
+
+class OsLauncher:
+    """Spawns and stops real process trees. Blocking methods are short, except `stop` (up to the grace
+    period plus a few seconds): the supervisor calls it through `asyncio.to_thread`."""
+
+    def __init__(self, *, grace: float = 10.0, log_max_bytes: int = logfile.DEFAULT_MAX_BYTES,
+                 log_backups: int = logfile.DEFAULT_BACKUPS, health_timeout: float = 2.0) -> None:
+        self.grace = grace
+        self.log_max_bytes = log_max_bytes
+        self.log_backups = log_backups
+        self.health_timeout = health_timeout
+
+    # -- spawn -----------------------------------------------------------------------------------
+    def spawn(self, spec: InstanceSpec, *, log_path: Path, session: str) -> ProcessHandle:
+        argv = spec.argv()
+        env = spec.process_env()
+        key = f"{session}/{spec.name}"
+        env[MARKER] = key
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            raise SpawnError(f"executable not found: {argv[0]}")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        exit_path = exit_path_for(log_path)
+        exit_path.unlink(missing_ok=True)
+        pump = [sys.executable, "-I", logfile.__file__, "--log", str(log_path),
+                "--max-bytes", str(self.log_max_bytes), "--backups", str(self.log_backups),
+                "--exit-file", str(exit_path), "--", *argv]
+        popen = subprocess.Popen(pump, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        assert popen.stdout is not None
+        try:
+            ready, _, _ = select.select([popen.stdout], [], [], SPAWN_TIMEOUT)
+            line = popen.stdout.readline().decode(errors="replace").strip() if ready else ""
+        finally:
+            popen.stdout.close()
+        if not line.startswith("pid "):
+            if popen.poll() is None:
+                popen.kill()
+            popen.wait()
+            raise SpawnError(line[len("error "):] if line.startswith("error ") else
+                             f"could not start {argv[0]} (log pump gave {line or 'nothing'})")
+        pid = int(line.split()[1])
+        try:
+            create_time = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:  # exited already; the exit file has its code
+            create_time = 0.0
+        return ProcessHandle(pid=pid, create_time=create_time, pgid=popen.pid, sid=popen.pid, key=key,
+                             log_path=log_path, argv=tuple(argv), pump_pid=popen.pid,
+                             exit_path=exit_path, popen=popen)
+
+    # -- observe ---------------------------------------------------------------------------------
+    def alive(self, handle: ProcessHandle) -> bool:
+        if handle.popen is not None:
+            handle.popen.poll()  # reap the pump if it ended, so it does not linger as a zombie
+        return _same_process(handle.pid, handle.create_time) is not None
+
+    def exit_code(self, handle: ProcessHandle) -> int | None:
+        """The leader's exit status as the pump recorded it (None: unknown or not yet written)."""
+        if handle.exit_path is None:
+            return None
+        try:
+            return int(handle.exit_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def tree(self, handle: ProcessHandle) -> dict[int, psutil.Process]:
+        """Every live process of the instance: the leader's descendants, its session, its marker."""
+        found: dict[int, psutil.Process] = {}
+        for root_pid, ctime in ((handle.pid, handle.create_time), (handle.pump_pid, None)):
+            if root_pid is None:
+                continue
+            root = _same_process(root_pid, ctime) if ctime is not None else self._maybe(root_pid)
+            if root is None:
+                continue
+            found[root.pid] = root
+            try:
+                for child in root.children(recursive=True):
+                    found[child.pid] = child
+            except psutil.Error:
+                pass
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            if proc.pid in found or proc.pid == os.getpid():
+                continue
+            try:
+                if os.getsid(proc.pid) == handle.sid:
+                    found[proc.pid] = proc
+                    continue
+            except OSError:
+                continue
+            name = proc.info.get("name") or ""
+            cmd = proc.info.get("cmdline") or [""]
+            if name.startswith("VLLM") or (cmd and cmd[0].startswith("VLLM")):
+                try:
+                    if proc.environ().get(MARKER) == handle.key:
+                        found[proc.pid] = proc
+                except psutil.Error:
+                    pass
+        return {pid: p for pid, p in found.items() if _alive(p)}
+
+    def _maybe(self, pid: int) -> psutil.Process | None:
+        try:
+            proc = psutil.Process(pid)
+            return proc if _alive(proc) else None
+        except psutil.Error:
+            return None
+
+    # -- stop ------------------------------------------------------------------------------------
+    def stop(self, handle: ProcessHandle, grace: float | None = None) -> StopReport:
+        """SIGTERM to the leader, wait up to `grace`, SIGKILL the group, sweep what is left; returns
+        once no process of the instance is alive (or reports the leftovers after ~5 s of sweeping)."""
+        grace = self.grace if grace is None else grace
+        procs = self.tree(handle)  # collected BEFORE killing: children lose their parent link after
+        leader = _same_process(handle.pid, handle.create_time)
+        # The leader shuts its children down itself; when it is already gone, orphans get TERM directly.
+        targets = [leader] if leader is not None else [p for pid, p in procs.items() if pid != handle.pump_pid]
+        for proc in targets:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not [p for pid, p in procs.items() if pid != handle.pump_pid and _alive(p)]:
+                break
+            time.sleep(0.05)
+        survivors = {pid for pid, p in procs.items() if pid != handle.pump_pid and _alive(p)}
+        pump = procs.get(handle.pump_pid) if handle.pump_pid else None
+        if not survivors and pump is not None:  # let the pump write the last lines and exit itself
+            end = time.monotonic() + 1.0
+            while _alive(pump) and time.monotonic() < end:
+                self._reap(handle)
+                time.sleep(0.02)
+        killed = set(survivors)
+        try:
+            os.killpg(handle.pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        sweep_deadline = time.monotonic() + 5.0
+        while True:
+            self._reap(handle)
+            procs.update(self.tree(handle))
+            live = {pid: p for pid, p in procs.items() if _alive(p)}
+            if not live or time.monotonic() > sweep_deadline:
+                break
+            for pid, proc in live.items():
+                if pid != handle.pump_pid:
+                    killed.add(pid)
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            time.sleep(0.05)
+        self._reap(handle)
+        leftovers = tuple(sorted(pid for pid, p in procs.items() if _alive(p)))
+        return StopReport(graceful=not survivors, killed=tuple(sorted(killed)), leftovers=leftovers)
+
+    def _reap(self, handle: ProcessHandle) -> None:
+        if handle.popen is not None:
+            handle.popen.poll()
+
+    # -- health ----------------------------------------------------------------------------------
+    async def health(self, spec: InstanceSpec) -> bool:
+        """GET /health answers 200 (connection refused while vLLM is still starting is normal)."""
+        try:
+            async with httpx.AsyncClient(timeout=self.health_timeout, trust_env=False) as client:
+                response = await client.get(f"{spec.base_url}/health")
+            return response.status_code == 200
+        except (httpx.HTTPError, OSError):
+            return False
+
+    def health_sync(self, spec: InstanceSpec) -> bool:
+        try:
+            response = httpx.get(f"{spec.base_url}/health", timeout=self.health_timeout, trust_env=False)
+            return response.status_code == 200
+        except (httpx.HTTPError, OSError):
+            return False
+
+    # -- adopt -----------------------------------------------------------------------------------
+    def find(self, *, pid: int, create_time: float, argv: tuple[str, ...] | list[str], key: str,
+             log_path: Path, pump_pid: int | None = None) -> ProcessHandle | None:
+        """The recorded process if it is still that process (same create time, matching command)."""
+        proc = _same_process(pid, create_time)
+        if proc is None:
+            return None
+        try:
+            if not cmdline_matches(proc.cmdline(), argv):
+                return None
+            pgid, sid = os.getpgid(pid), os.getsid(pid)
+        except (psutil.Error, OSError):
+            return None
+        return ProcessHandle(pid=pid, create_time=create_time, pgid=pgid, sid=sid, key=key,
+                             log_path=log_path, argv=tuple(argv), pump_pid=pump_pid,
+                             exit_path=exit_path_for(log_path))

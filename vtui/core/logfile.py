@@ -1,0 +1,234 @@
+"""Size-capped, rotated instance logs: the writer (a tiny pump process), a rotation-aware tailer, and
+a last-N-lines reader.
+
+Why a pump process: an instance outlives vtui, so its output cannot go through a pipe that vtui reads
+(vLLM would die of SIGPIPE when vtui exits), and a plain file would grow without bound while no vtui
+runs. The launcher therefore starts `python logfile.py --log … -- ARGV…` as the session leader; it
+spawns ARGV with stdout+stderr on a pipe, writes the pipe into `name.log` (rotated to `name.log.1…K`,
+files 0600, at most max_bytes each), reports the child pid on its own stdout, records the child's exit
+code in `--exit-file`, and exits when the pipe is closed by every process of the instance.
+
+Stdlib only: this file runs as a script in the pump, so it must not import vtui.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+DEFAULT_BACKUPS = 3
+
+
+class RotatingWriter:
+    """Appends bytes to `path`; before a file would pass `max_bytes` it becomes `path.1` (older ones
+    shift up to `path.K`, the oldest dropped). Cuts at a newline where one is near, so lines stay whole."""
+
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
+                 backups: int = DEFAULT_BACKUPS) -> None:
+        self.path = Path(path)
+        self.max_bytes = max(256, int(max_bytes))
+        self.backups = max(1, int(backups))
+        self._lock = threading.Lock()
+        self._fd = self._open()
+        self._size = os.fstat(self._fd).st_size
+
+    def _open(self) -> int:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(fd, 0o600)
+        return fd
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        for i in range(self.backups - 1, 0, -1):
+            older = Path(f"{self.path}.{i}")
+            if older.exists():
+                os.replace(older, f"{self.path}.{i + 1}")
+        if self.path.exists():
+            os.replace(self.path, f"{self.path}.1")
+        self._fd = self._open()
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            while data:
+                room = self.max_bytes - self._size
+                if room <= 0:
+                    self._rotate()
+                    continue
+                piece = data[:room]
+                if len(piece) < len(data):
+                    cut = piece.rfind(b"\n")
+                    if cut >= 0:
+                        piece = piece[: cut + 1]
+                    elif self._size > 0:  # no newline in reach: start a fresh file for this line
+                        self._rotate()
+                        continue
+                os.write(self._fd, piece)
+                self._size += len(piece)
+                data = data[len(piece):]
+
+    def close(self) -> None:
+        with self._lock:
+            os.close(self._fd)
+
+
+class LogTailer:
+    """New complete lines of a log file since the last `read()`, across rotations and truncation.
+
+    Created before a spawn, it starts at the file's current end, so it sees exactly the new run."""
+
+    def __init__(self, path: str | os.PathLike[str], from_start: bool = False) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+        self._ino: int | None = None
+        self._pending = b""
+        self._from_start = from_start
+        self._try_open(at_end=not from_start)
+
+    def _try_open(self, at_end: bool) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        self._fd, self._ino = fd, os.fstat(fd).st_ino
+        if at_end:
+            os.lseek(fd, 0, os.SEEK_END)
+        return True
+
+    def _drain(self) -> bytes:
+        assert self._fd is not None
+        chunks = []
+        while True:
+            chunk = os.read(self._fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    def read(self) -> list[str]:
+        data = b""
+        if self._fd is None and not self._try_open(at_end=False):
+            return []
+        assert self._fd is not None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        pos = os.lseek(self._fd, 0, os.SEEK_CUR)
+        if st is not None and st.st_ino == self._ino and st.st_size < pos:
+            os.lseek(self._fd, 0, os.SEEK_SET)  # truncated in place
+        data += self._drain()
+        if st is not None and st.st_ino != self._ino:  # rotated: old file finished, follow the new one
+            os.close(self._fd)
+            self._fd = None
+            if self._try_open(at_end=False):
+                data += self._drain()
+        return self._split(data)
+
+    def _split(self, data: bytes) -> list[str]:
+        data = self._pending + data
+        *complete, self._pending = data.split(b"\n")
+        return [line.decode("utf-8", "replace").rstrip("\r") for line in complete]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def log_files(path: str | os.PathLike[str], backups: int = 9) -> list[Path]:
+    """The log and its rotated predecessors, oldest first."""
+    base = Path(path)
+    older = [Path(f"{base}.{i}") for i in range(backups, 0, -1)]
+    return [p for p in [*older, base] if p.exists()]
+
+
+def read_tail(path: str | os.PathLike[str], n: int) -> list[str]:
+    """The last `n` lines of a log, reaching into rotated files when the current one is short."""
+    lines: list[str] = []
+    for file in reversed(log_files(path)):
+        with open(file, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            end = fh.tell()
+            block = b""
+            pos = end
+            while pos > 0 and block.count(b"\n") <= n:
+                step = min(1 << 16, pos)
+                pos -= step
+                fh.seek(pos)
+                block = fh.read(step) + block
+        chunk = [ln.decode("utf-8", "replace").rstrip("\r") for ln in block.split(b"\n")]
+        if chunk and chunk[-1] == "":
+            chunk.pop()
+        if pos > 0:
+            chunk = chunk[1:]  # the first piece may be a partial line
+        lines = chunk + lines
+        if len(lines) >= n:
+            break
+    return lines[-n:] if n > 0 else []
+
+
+# -- the pump process ---------------------------------------------------------------------------
+def _write_exit(exit_file: str | None, code: int) -> None:
+    if not exit_file:
+        return
+    tmp = f"{exit_file}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(code))
+    os.replace(tmp, exit_file)
+
+
+def pump_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vtui-logpump")
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)
+    parser.add_argument("--backups", type=int, default=DEFAULT_BACKUPS)
+    parser.add_argument("--exit-file")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    writer = RotatingWriter(args.log, args.max_bytes, args.backups)
+    read_fd, write_fd = os.pipe()
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
+                                 close_fds=True)
+    except OSError as exc:
+        message = f"cannot start {command[0] if command else '(nothing)'}: {exc.strerror or exc}"
+        writer.write(f"[vtui] error: {message}\n".encode())
+        print(f"error {message}", flush=True)
+        _write_exit(args.exit_file, 127)
+        return 127
+    os.close(write_fd)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # keep capturing the shutdown; only SIGKILL ends the pump
+    print(f"pid {child.pid}", flush=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+
+    def wait_child() -> None:
+        code = child.wait()
+        _write_exit(args.exit_file, code)
+
+    waiter = threading.Thread(target=wait_child, daemon=True)
+    waiter.start()
+    while True:
+        try:
+            chunk = os.read(read_fd, 1 << 16)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        writer.write(chunk)
+    waiter.join()
+    writer.write(f"[vtui] process {child.pid} exited with code {child.returncode}\n".encode())
+    writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(pump_main())
