@@ -1,0 +1,42 @@
+"""`vtui check [LAYOUT]`: validate a layout without starting anything.
+
+Prints every problem (`file:line: dotted.key: message`, one per line) and exits 2 when there is any;
+prints warnings (network-exposed host, literal secrets); exits 0 with a one-line summary when usable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vtui.core.layout import LayoutError, load_layout_with_warnings, resolve_layout_arg
+
+HELP = "validate a layout file: every problem with file:line and key (exit 2 on errors)"
+
+EXIT_INVALID = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("layout", nargs="?", help="layout file (default: the session last used)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        path = resolve_layout_arg(args.layout)
+        layout, warnings = load_layout_with_warnings(path)
+    except LayoutError as exc:
+        for problem in exc.problems:
+            print(problem if exc.problems[0].file != "vtui" else exc)
+        for warning in exc.warnings:
+            print(f"warning: {warning}")
+        count = len(exc.problems)
+        print(f"{count} problem{'s' if count != 1 else ''}; nothing was started", file=sys.stderr)
+        return EXIT_INVALID
+    for warning in warnings:
+        print(f"warning: {warning}")
+    instances = ", ".join(f"{s.name} ({s.engine} :{s.port}{' gpus ' + ','.join(map(str, s.gpus)) if s.gpus else ''})"
+                          for s in layout.instances)
+    count = len(layout.instances)
+    print(f"{path}: OK: session \"{layout.session.name}\", {count} instance{'s' if count != 1 else ''}: "
+          f"{instances}" + (f"; {len(warnings)} warning(s)" if warnings else ""))
+    return 0

@@ -1,0 +1,388 @@
+"""Layout files (TOML) -> a validated `Layout`, and back: every problem at once, with file:line and key.
+
+`load_layout` checks the whole file before raising one `LayoutError` listing every `LayoutProblem`
+(`demo.toml:14: instance[1].flags.max-num-seqs: expected an integer, got "many"`), so a user fixes a
+layout in one pass. `${VAR}` references are expanded at load time (processes need real values) and
+the raw references are remembered per (file, instance, key), so `dump_layout` writes `${VAR}` back
+and saving never writes a secret that came from the environment. Saving is atomic.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from vtui.core import paths
+from vtui.core.atomic import atomic_write_text
+from vtui.core.layout_rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
+from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = [
+    "LayoutError", "LayoutProblem", "dump_layout", "last_layout", "load_layout",
+    "load_layout_with_warnings", "remember_last", "resolve_layout_arg", "save_layout", "split_layout_args",
+]
+
+_LAST = "last_session"
+
+
+@dataclass(frozen=True)
+class LayoutProblem:
+    file: str
+    line: int | None
+    key: str  # dotted: "instance[2].flags.max-num-seqs"; "" for the file as a whole
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+class LayoutError(Exception):
+    """A layout that cannot be used; `.problems` lists every problem found, in file order."""
+
+    def __init__(self, problems: Iterable[LayoutProblem], warnings: Iterable[str] = ()) -> None:
+        self.problems = list(problems)
+        self.warnings = list(warnings)  # found alongside the problems (printable lines)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class NoLayoutError(LayoutError):
+    """No layout path given and none remembered: the user must name one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__([LayoutProblem("vtui", None, "", message)])
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+def load_layout(path: str | os.PathLike[str]) -> Layout:
+    """The validated layout at `path`; raises LayoutError listing every problem."""
+    return load_layout_with_warnings(path)[0]
+
+
+def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, list[str]]:
+    """The layout plus warnings (network-exposed host, secrets written literally) as printable lines."""
+    file = str(path)
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LayoutError([LayoutProblem(file, None, "", f"cannot read: {exc}")]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LayoutError([_syntax_problem(file, text, exc)]) from None
+    checker = Checker(file, text, origin=_origin(source))
+    layout = _build(data, checker, source)
+    problems = [LayoutProblem(file, line, key, msg) for line, key, msg in
+                sorted(checker.problems, key=lambda p: (p[0] is None, p[0] or 0))]
+    warnings = [str(LayoutProblem(file, line, key, msg)) for line, key, msg in checker.warnings]
+    if problems or layout is None:
+        raise LayoutError(problems, warnings)
+    return layout, warnings
+
+
+def _syntax_problem(file: str, text: str, exc: Exception) -> LayoutProblem:
+    message = str(exc)
+    match = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
+    if match:
+        line: int | None = int(match.group(1))
+        message = f"{message[:match.start()]} (column {match.group(2)})"
+    elif "end of document" in message:
+        line = max(1, text.count("\n"))
+        message = re.sub(r"\s*\(at end of document\)", " (at end of file)", message)
+    else:
+        line = getattr(exc, "lineno", None)
+    return LayoutProblem(file, line, "toml", f"syntax error: {message}")
+
+
+def _origin(path: Path | None) -> str:
+    return str(path.resolve()) if path is not None else ""
+
+
+def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | None:
+    for key in data:
+        if key not in TOP_KEYS:
+            c.unknown(key, key, TOP_KEYS)
+    session = _session(c, data.get("session", {}))
+    defaults = c.table_fields("defaults", data.get("defaults", {}), DEFAULT_KEYS, scope="")
+    raw_instances = data.get("instance", [])
+    if not isinstance(raw_instances, list):
+        c.problem("instance", "expected [[instance]] tables (an array of tables)")
+        raw_instances = []
+    elif not raw_instances:
+        c.problem("instance", "no [[instance]] in the layout")
+    merged: list[dict[str, object]] = []
+    for index, raw in enumerate(raw_instances):
+        key = f"instance[{index}]"
+        if not isinstance(raw, dict):
+            c.problem(key, "expected a table")
+            merged.append({})
+            continue
+        name = raw.get("name")
+        scope = name if isinstance(name, str) else f"#{index}"
+        fields = c.table_fields(key, raw, INSTANCE_KEYS, scope=scope)
+        merged.append(_merge(defaults, fields))
+        for required in ("name", "model", "port"):
+            if required not in merged[-1] and required not in c.bad_keys(key) | c.bad_keys("defaults"):
+                where = " (here or in [defaults])" if required == "model" else ""
+                c.problem(f"{key}.{required}", f"required{where}")
+    c.cross_check(merged, allow_gpu_sharing=bool(session.allow_gpu_sharing) if session else False)
+    if c.problems or session is None:
+        return None
+    instances = tuple(_spec(fields) for fields in merged)
+    return Layout(session=session, instances=instances, path=source, defaults=defaults)
+
+
+def _session(c: Checker, raw: object) -> SessionSpec | None:
+    if not isinstance(raw, dict):
+        c.problem("session", "expected a table")
+        return None
+    values: dict[str, object] = {}
+    before = len(c.problems)
+    for key, value in raw.items():
+        dotted = f"session.{key}"
+        if key not in SESSION_KEYS:
+            c.unknown(dotted, key, SESSION_KEYS)
+        elif key == "name":
+            if isinstance(value, str) and value.strip():
+                values[key] = value
+            else:
+                c.problem(dotted, f"expected a non-empty string, got {c.q(value)}")
+        elif key == "allow_gpu_sharing":
+            if isinstance(value, bool):
+                values[key] = value
+            else:
+                c.problem(dotted, f"expected true or false, got {c.q(value)}")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            values[key] = float(value)
+        else:
+            c.problem(dotted, f"expected a positive number, got {c.q(value)}")
+    return SessionSpec(**values) if len(c.problems) == before else None  # type: ignore[arg-type]
+
+
+def _merge(defaults: Mapping[str, object], own: Mapping[str, object]) -> dict[str, object]:
+    merged = dict(defaults)
+    for key, value in own.items():
+        if key in ("env", "flags"):
+            merged[key] = {**dict(defaults.get(key, {})), **dict(value)}  # type: ignore[arg-type]
+        else:
+            merged[key] = value
+    return merged
+
+
+def _spec(fields: Mapping[str, object]) -> InstanceSpec:
+    base = RestartPolicy()
+    restart = RestartPolicy(
+        mode=fields.get("restart", base.mode),  # type: ignore[arg-type]
+        max_restarts=fields.get("max_restarts", base.max_restarts),  # type: ignore[arg-type]
+        backoff_initial=fields.get("backoff", base.backoff_initial),  # type: ignore[arg-type]
+        backoff_max=fields.get("backoff_max", base.backoff_max),  # type: ignore[arg-type]
+    )
+    command = fields.get("command")
+    return InstanceSpec(
+        name=str(fields["name"]), model=str(fields["model"]), port=int(fields["port"]),  # type: ignore[call-overload]
+        engine=fields.get("engine", "vllm"),  # type: ignore[arg-type]
+        gpus=tuple(fields.get("gpus", ())),  # type: ignore[arg-type]
+        host=str(fields.get("host", "127.0.0.1")),
+        env=dict(fields.get("env", {})),  # type: ignore[call-overload]
+        flags=dict(fields.get("flags", {})),  # type: ignore[call-overload]
+        command=tuple(command) if command is not None else None,  # type: ignore[arg-type]
+        restart=restart, start_stagger=float(fields.get("start_stagger", 0.0)),  # type: ignore[arg-type]
+    )
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+_BUILTIN_DEFAULTS: Mapping[str, object] = {
+    "engine": "vllm", "gpus": [], "host": "127.0.0.1", "command": None, "restart": "on-failure",
+    "max_restarts": 3, "backoff": 2.0, "backoff_max": 60.0, "start_stagger": 0.0,
+}
+
+
+def _instance_values(spec: InstanceSpec) -> dict[str, object]:
+    return {
+        "name": spec.name, "model": spec.model, "engine": spec.engine, "gpus": list(spec.gpus),
+        "port": spec.port, "host": spec.host, "command": list(spec.command) if spec.command else None,
+        "restart": spec.restart.mode, "max_restarts": spec.restart.max_restarts,
+        "backoff": spec.restart.backoff_initial, "backoff_max": spec.restart.backoff_max,
+        "start_stagger": spec.start_stagger, "env": dict(spec.env), "flags": dict(spec.flags),
+    }
+
+
+def _shared_defaults(layout: Layout) -> dict[str, object]:
+    """The [defaults] to write: a flag/env default every instance still has (TOML cannot say "unset")."""
+    defaults = {key: value for key, value in layout.defaults.items()}
+    for table in ("env", "flags"):
+        if table in defaults:
+            kept = {k: v for k, v in dict(defaults[table]).items()  # type: ignore[call-overload]
+                    if all(k in getattr(spec, table) for spec in layout.instances)}
+            defaults[table] = kept
+            if not kept:
+                del defaults[table]
+    return defaults
+
+
+def dump_layout(layout: Layout) -> str:
+    """The layout as TOML: instances list only what differs from [defaults]; `${VAR}` kept, not values."""
+    origin = _origin(layout.path)
+    restore = _Restorer(origin)
+    session: dict[str, object] = {"name": layout.session.name}
+    if layout.session.allow_gpu_sharing:
+        session["allow_gpu_sharing"] = True
+    for key in ("gpu_hour_price", "gpu_memory_gib"):
+        if getattr(layout.session, key) is not None:
+            session[key] = getattr(layout.session, key)
+    doc: dict[str, object] = {"session": session}
+    defaults = _shared_defaults(layout)
+    if defaults:
+        doc["defaults"] = {k: restore("", (k,), _plain(v)) for k, v in defaults.items()}
+    effective = {**_BUILTIN_DEFAULTS, **{k: _plain(v) for k, v in defaults.items()}}
+    tables = []
+    for spec in layout.instances:
+        values = _instance_values(spec)
+        table: dict[str, object] = {"name": spec.name}
+        for key in INSTANCE_KEYS:
+            value = values[key]
+            if key in ("name",) or value is None:
+                continue
+            if key in ("env", "flags"):
+                inherited = dict(effective.get(key) or {})  # type: ignore[call-overload]
+                value = {k: v for k, v in value.items() if k not in inherited or inherited[k] != v}  # type: ignore[union-attr]
+                if not value:
+                    continue
+            elif key != "port" and key in effective and effective[key] == value:
+                continue
+            table[key] = restore(spec.name, (key,), value)
+        tables.append(table)
+    doc["instance"] = tables
+    return _emit(doc)
+
+
+def _toml_value(value: object) -> str:
+    """One value on one line (tomli-w escapes scalars; arrays stay inline: `gpus = [0, 1]`)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return tomli_w.dumps({"v": value})[len("v = "):].rstrip("\n")
+
+
+def _toml_key(key: str) -> str:
+    return tomli_w.dumps({key: 0}).rsplit(" = ", 1)[0]
+
+
+def _emit_table(header: str, table: Mapping[str, object], array: bool = False) -> list[str]:
+    lines = [f"[[{header}]]" if array else f"[{header}]"]
+    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)]
+    for key, sub in table.items():
+        if isinstance(sub, Mapping):
+            lines += ["", f"[{header}.{_toml_key(key)}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in sub.items()]
+    return lines
+
+
+def _emit(doc: Mapping[str, object]) -> str:
+    """[session], [defaults], then one [[instance]] block each (sub-tables as [instance.flags])."""
+    blocks = [_emit_table(key, doc[key]) for key in ("session", "defaults") if key in doc]  # type: ignore[arg-type]
+    blocks += [_emit_table("instance", table, array=True) for table in doc["instance"]]  # type: ignore[attr-defined]
+    return "\n\n".join("\n".join(block) for block in blocks) + "\n"
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Restorer:
+    """Puts `${VAR}` references back where the loaded value came from one and is unchanged."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def __call__(self, scope: str, path: tuple, value: object) -> object:
+        if isinstance(value, dict):
+            return {k: self(scope, (*path, k), v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(scope, (*path, i), v) for i, v in enumerate(value)]
+        if isinstance(value, str):
+            remembered = Checker.TEMPLATES.get((self.origin, scope, path))
+            if remembered and remembered[0] == value:
+                return remembered[1]
+        return value
+
+
+def save_layout(layout: Layout, path: str | os.PathLike[str] | None = None) -> Path:
+    """Write the layout atomically (temp file in the same folder, fsync, os.replace); returns the path."""
+    target = Path(path) if path is not None else layout.path
+    if target is None:
+        raise ValueError("save_layout: the layout has no path; pass one")
+    atomic_write_text(target, dump_layout(layout))
+    return target
+
+
+# -- the last-used session ------------------------------------------------------------------------
+
+def remember_last(path: str | os.PathLike[str]) -> None:
+    """Record `path` as the session day-to-day commands use when given no layout."""
+    atomic_write_text(paths.state_dir() / _LAST, str(Path(path).expanduser().resolve()) + "\n", mode=0o600)
+
+
+def _recorded_last() -> Path | None:
+    try:
+        text = (paths.state_dir() / _LAST).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def last_layout() -> Path | None:
+    """The last-used layout file, or None when none was recorded or it no longer exists."""
+    recorded = _recorded_last()
+    return recorded if recorded is not None and recorded.is_file() else None
+
+
+def resolve_layout_arg(arg: str | os.PathLike[str] | None) -> Path:
+    """An explicit layout path, else the last used one, else NoLayoutError telling the user what to do."""
+    if arg is not None and str(arg) != "":
+        path = Path(arg).expanduser()
+        if not path.is_file():
+            raise NoLayoutError(f"{arg}: no such layout file")
+        return path
+    recorded = _recorded_last()
+    if recorded is None:
+        raise NoLayoutError("no layout given and no session used before: pass a layout file, "
+                            "e.g. `vtui up layouts/demo.toml`")
+    if not recorded.is_file():
+        raise NoLayoutError(f"the last session's layout {recorded} no longer exists: pass a layout file")
+    return recorded
+
+
+def split_layout_args(positional: Iterable[str]) -> tuple[Path, list[str]]:
+    """`[LAYOUT] NAME…` -> (layout path, names): the first word is the layout when it names a file
+    or ends in .toml; otherwise every word is a name and the layout is the last used one."""
+    words = list(positional)
+    if words and (words[0].endswith(".toml") or Path(words[0]).expanduser().is_file()):
+        return resolve_layout_arg(words[0]), words[1:]
+    return resolve_layout_arg(None), words
+

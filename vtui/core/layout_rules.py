@@ -1,0 +1,292 @@
+"""The layout schema's rules: per-key checks, `${VAR}` expansion and cross-instance checks.
+
+`Checker` collects every problem and warning (line, dotted key, message) instead of stopping at the
+first, and returns only valid, normalised values so later checks still run on the rest.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable, Mapping
+
+from vtui.core import flagspec
+from vtui.core.layout_text import LineIndex, expand_vars, has_vars
+
+TOP_KEYS = ("session", "defaults", "instance")
+SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib")
+INSTANCE_KEYS = ("name", "model", "engine", "gpus", "port", "host", "env", "flags", "command", "restart",
+                 "max_restarts", "backoff", "backoff_max", "start_stagger")
+DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in ("name", "port"))
+ENGINES = ("vllm", "sim")
+RESTART_MODES = ("never", "on-failure", "always")
+TOP_LEVEL_FLAGS = ("host", "port", "model")  # set as the instance's own keys, never in flags
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f'; did you mean "{close[0]}"?' if close else ""
+
+
+def q(value: object) -> str:
+    """A value as the user wrote it in TOML: strings quoted, booleans lower case."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    return json.dumps(value) if isinstance(value, (list, int, float)) else repr(value)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Checker:
+    """Collects problems/warnings for one file; remembers `${VAR}` templates for saving."""
+
+    # (file origin, instance name or "" for [defaults], key path) -> (expanded value, raw template)
+    TEMPLATES: dict[tuple[str, str, tuple], tuple[str, str]] = {}
+
+    def __init__(self, file: str, text: str, origin: str = "") -> None:
+        self.file = file
+        self.origin = origin
+        self.index = LineIndex(text)
+        self.problems: list[tuple[int | None, str, str]] = []
+        self.warnings: list[tuple[int | None, str, str]] = []
+        self._bad: set[str] = set()
+
+    q = staticmethod(q)
+
+    def problem(self, key: str, message: str) -> None:
+        self.problems.append((self.index.line_of(key), key, message))
+        self._bad.add(key)
+
+    def warn(self, key: str, message: str) -> None:
+        self.warnings.append((self.index.line_of(key), key, message))
+
+    def unknown(self, dotted: str, word: str, options: Iterable[str]) -> None:
+        self.problem(dotted, "unknown key" + did_you_mean(word, options))
+
+    def bad_keys(self, prefix: str) -> set[str]:
+        return {k[len(prefix) + 1:].split(".")[0] for k in self._bad if k.startswith(prefix + ".")}
+
+    # -- per table ---------------------------------------------------------------------------------
+    def table_fields(self, prefix: str, raw: object, allowed: tuple[str, ...], scope: str) -> dict[str, object]:
+        """The valid, normalised keys of one [defaults] or [[instance]] table."""
+        if not isinstance(raw, dict):
+            self.problem(prefix, "expected a table")
+            return {}
+        out: dict[str, object] = {}
+        for key, value in raw.items():
+            dotted = f"{prefix}.{key}"
+            if key not in allowed:
+                if key in INSTANCE_KEYS:
+                    self.problem(dotted, f'"{key}" differs per instance; set it in each [[instance]]')
+                else:
+                    self.unknown(dotted, key, allowed)
+                continue
+            ok, normalised = self._field(prefix, key, value, scope)
+            if ok:
+                out[key] = normalised
+        return out
+
+    def _expand(self, dotted: str, scope: str, path: tuple, text: str) -> str | None:
+        key = (self.origin, scope, path)
+        if not has_vars(text):
+            self.TEMPLATES.pop(key, None)
+            return text
+        expanded, missing = expand_vars(text)
+        if missing:
+            names = ", ".join("${" + name + "}" for name in dict.fromkeys(missing))
+            self.problem(dotted, f"undefined environment variable {names} (export it before running vtui)")
+            return None
+        self.TEMPLATES[key] = (expanded, text)
+        return expanded
+
+    def _field(self, prefix: str, key: str, value: object, scope: str) -> tuple[bool, object]:
+        dotted = f"{prefix}.{key}"
+        bad = self.problem
+        if key == "name":
+            if isinstance(value, str) and _NAME.match(value):
+                return True, value
+            bad(dotted, f"expected a name of letters, digits, '_', '.', '-'; got {q(value)}")
+        elif key in ("model", "host"):
+            if isinstance(value, str) and value.strip():
+                if key == "host":
+                    return True, value
+                expanded = self._expand(dotted, scope, (key,), value)
+                return expanded is not None, expanded
+            bad(dotted, f"expected a non-empty string, got {q(value)}")
+        elif key == "engine":
+            if value in ENGINES:
+                return True, value
+            bad(dotted, f'expected "vllm" or "sim", got {q(value)}' + did_you_mean(str(value), ENGINES))
+        elif key == "restart":
+            if value in RESTART_MODES:
+                return True, value
+            bad(dotted, "expected one of never, on-failure, always; got "
+                + q(value) + did_you_mean(str(value), RESTART_MODES))
+        elif key == "port":
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+                return True, value
+            bad(dotted, f"expected a port number 1-65535, got {q(value)}")
+        elif key == "max_restarts":
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return True, value
+            bad(dotted, f"expected a whole number >= 0, got {q(value)}")
+        elif key in ("backoff", "backoff_max", "start_stagger"):
+            positive = key != "start_stagger"
+            if _number(value) and (value > 0 if positive else value >= 0):  # type: ignore[operator]
+                return True, float(value)  # type: ignore[arg-type]
+            bad(dotted, f"expected seconds {'> 0' if positive else '>= 0'}, got {q(value)}")
+        elif key == "gpus":
+            return self._gpus(dotted, value)
+        elif key == "command":
+            return self._command(dotted, value, scope)
+        elif key == "env":
+            return self._env(dotted, value, scope)
+        elif key == "flags":
+            return self._flags(prefix, value, scope)
+        return False, None
+
+    def _gpus(self, dotted: str, value: object) -> tuple[bool, object]:
+        if not isinstance(value, list):
+            self.problem(dotted, f"expected a list of GPU indices like [0, 1], got {q(value)}")
+            return False, None
+        if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in value):
+            self.problem(dotted, f"expected GPU indices (whole numbers >= 0), got {q(value)}")
+            return False, None
+        duplicates = sorted({g for g in value if value.count(g) > 1})
+        if duplicates:
+            self.problem(dotted, f"GPU {', '.join(map(str, duplicates))} listed twice")
+            return False, None
+        return True, list(value)
+
+    def _command(self, dotted: str, value: object, scope: str) -> tuple[bool, object]:
+        if not (isinstance(value, list) and value and all(isinstance(p, str) and p for p in value)):
+            self.problem(dotted, 'expected a list of strings like ["~/venvs/vllm/bin/vllm", "serve"], '
+                                 f"got {q(value)}")
+            return False, None
+        parts = [self._expand(dotted, scope, ("command", i), part) for i, part in enumerate(value)]
+        return None not in parts, parts
+
+    def _env(self, dotted: str, value: object, scope: str) -> tuple[bool, object]:
+        if not isinstance(value, dict):
+            self.problem(dotted, f"expected a table of NAME = \"value\", got {q(value)}")
+            return False, None
+        out: dict[str, str] = {}
+        for name, item in value.items():
+            key = f"{dotted}.{name}"
+            if not isinstance(item, str):
+                hint = f" (quote it: \"{item}\")" if _number(item) else ""
+                self.problem(key, f"expected a string, got {q(item)}{hint}")
+                continue
+            expanded = self._expand(key, scope, ("env", name), item)
+            if expanded is not None:
+                out[name] = expanded
+                if _SECRET_ENV.search(name) and item and not has_vars(item):
+                    self.warn(key, f'looks like a secret written literally; use "${{{name}}}" and export it')
+        return True, out
+
+    def _flags(self, prefix: str, value: object, scope: str) -> tuple[bool, object]:
+        dotted = f"{prefix}.flags"
+        if not isinstance(value, dict):
+            self.problem(dotted, f"expected a table of vllm serve flags, got {q(value)}")
+            return False, None
+        out: dict[str, object] = {}
+        for name, item in value.items():
+            key = f"{dotted}.{name}"
+            if name in TOP_LEVEL_FLAGS:
+                self.problem(key, f'set "{name}" with the top-level key {prefix}.{name}, not in flags')
+                continue
+            canonical = flagspec.canonical_name(name)
+            if canonical is None or name.startswith("-"):
+                hint = flagspec.suggest(name)
+                if hint and name.lstrip("-").startswith("no-") and hint == name.lstrip("-")[3:]:
+                    self.problem(key, f'unknown flag; write {hint} = false instead')
+                else:
+                    self.problem(key, "unknown flag" + (f'; did you mean "{hint}"?' if hint else
+                                                        " (not a vllm serve 0.32 option)"))
+                continue
+            if canonical != name:
+                self.problem(key, f'"{name}" is an alias; write "{canonical}"')
+                continue
+            item = self._expand_flag(key, scope, name, item)
+            if item is None:
+                continue
+            problem = flagspec.validate_flag(name, item)
+            if problem:
+                self.problem(key, problem)
+                continue
+            if flagspec.BUILTIN_FLAGS[name].type == "json" and isinstance(item, (dict, list)):
+                item = json.dumps(item, separators=(",", ":"))  # vLLM reads JSON text; argv needs a string
+            out[name] = item
+            raw = value[name]
+            if name == "api-key" and not any(has_vars(r) for r in (raw if isinstance(raw, list) else [raw])):
+                self.warn(key, 'API key written literally; use "${VLLM_API_KEY}" and export it')
+        return True, out
+
+    def _expand_flag(self, key: str, scope: str, name: str, item: object) -> object:
+        if isinstance(item, str):
+            return self._expand(key, scope, ("flags", name), item)
+        if isinstance(item, list):
+            parts = [self._expand(key, scope, ("flags", name, i), p) if isinstance(p, str) else p
+                     for i, p in enumerate(item)]
+            return None if any(p is None for p in parts) else parts
+        return item
+
+    # -- across instances ------------------------------------------------------------------------
+    def cross_check(self, instances: list[dict[str, object]], allow_gpu_sharing: bool) -> None:
+        """Unique names and ports, GPU sets, parallel sizes vs GPUs, restart timing, exposure."""
+        names: dict[str, int] = {}
+        ports: dict[int, list[tuple[str, int]]] = {}
+        gpu_users: dict[int, int] = {}
+        for i, fields in enumerate(instances):
+            key = f"instance[{i}]"
+            name = fields.get("name")
+            if isinstance(name, str):
+                if name in names:
+                    self.problem(f"{key}.name", f'duplicate name "{name}" (also instance[{names[name]}])')
+                else:
+                    names[name] = i
+            host = str(fields.get("host", "127.0.0.1"))
+            port = fields.get("port")
+            if isinstance(port, int):
+                for other_host, j in ports.get(port, []):
+                    if host == other_host or host in WILDCARD_HOSTS or other_host in WILDCARD_HOSTS:
+                        self.problem(f"{key}.port", f'port {port} is also used by instance[{j}] '
+                                                    f'("{instances[j].get("name", "?")}")')
+                        break
+                ports.setdefault(port, []).append((host, i))
+            if host in WILDCARD_HOSTS:
+                self.warn(f"{key}.host", f'"{host}" exposes the server to the network; '
+                                         'use "127.0.0.1" unless you mean it')
+            gpus = fields.get("gpus") or []
+            self._parallel(key, fields, list(gpus))  # type: ignore[call-overload]
+            for gpu in gpus:  # type: ignore[union-attr]
+                if gpu in gpu_users and not allow_gpu_sharing:
+                    j = gpu_users[gpu]
+                    self.problem(f"{key}.gpus", f'GPU {gpu} is also used by instance[{j}] '
+                                                f'("{instances[j].get("name", "?")}"); set '
+                                                "session.allow_gpu_sharing = true to share it")
+                    break
+                gpu_users.setdefault(gpu, i)
+            backoff, cap = fields.get("backoff"), fields.get("backoff_max")
+            if _number(backoff) and _number(cap) and cap < backoff:  # type: ignore[operator]
+                self.problem(f"{key}.backoff_max", f"must be >= backoff ({backoff:g}s), got {cap:g}s")
+
+    def _parallel(self, key: str, fields: Mapping[str, object], gpus: list[int]) -> None:
+        flags = fields.get("flags") or {}
+        sizes = {n: flags.get(n, 1) for n in ("tensor-parallel-size", "pipeline-parallel-size")}  # type: ignore[union-attr]
+        if not gpus or not all(isinstance(v, int) for v in sizes.values()):
+            return
+        needed = sizes["tensor-parallel-size"] * sizes["pipeline-parallel-size"]  # type: ignore[operator]
+        if needed != len(gpus):
+            self.problem(f"{key}.gpus", f"tensor-parallel-size × pipeline-parallel-size = {needed}, "
+                                        f"but {len(gpus)} GPU(s) listed")
