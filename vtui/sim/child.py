@@ -1,0 +1,39 @@
+"""The optional `VLLM::EngineCore` child process (--sim-engine-child): named like vLLM's engine process
+(argv[0] and the kernel's comm), it holds the simulated GPU memory and, like vLLM's, outlives a SIGKILLed
+parent (only a SIGTERM or a kill of its process group ends it)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+NAME = "VLLM::EngineCore"
+
+
+def spawn() -> subprocess.Popen:
+    """Start the child in the caller's process group (so killing the group kills it)."""
+    return subprocess.Popen([NAME, "-m", "vtui.sim.child"], executable=sys.executable,
+                            stdin=subprocess.DEVNULL, close_fds=True)
+
+
+def _set_name(name: str) -> None:
+    try:
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def main() -> int:
+    _set_name(NAME)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:  # an orphan keeps running (re-parented), as vLLM's engine core does
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main() if os.environ.get("VTUI_SIM_CHILD_TEST") != "exit" else 0)

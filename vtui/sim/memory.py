@@ -1,0 +1,184 @@
+"""vLLM's memory arithmetic for the simulated GPU, and the registry that lets sim instances on one machine
+see each other's memory on the same (simulated) GPU, as vLLM instances pinned to one card do.
+
+KV budget = utilization × GPU memory − weights per GPU − activation peak − non-torch overhead (or
+--kv-cache-memory-bytes); bytes per token = 2 × layers × KV heads per GPU × head dim × dtype bytes;
+the cache is whole blocks of block-size tokens.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from vtui.sim.models import DTYPE_BYTES, ModelShape
+
+GIB = 1 << 30
+QUANT_BYTES = {"awq": 0.5, "gptq": 0.5, "awq_marlin": 0.5, "gptq_marlin": 0.5, "bitsandbytes": 0.5,
+               "marlin": 0.5, "compressed-tensors": 0.5, "fp8": 1.0, "modelopt": 1.0, "mxfp4": 0.5}
+
+
+def weight_dtype(shape: ModelShape, dtype: str) -> str:
+    """The dtype vLLM runs with: `auto` keeps BF16 checkpoints and makes FP32/FP16 ones FP16."""
+    if dtype in ("auto", None):
+        return "bfloat16" if shape.dtype == "bfloat16" else "float16"
+    return {"half": "float16", "float": "float32"}.get(dtype, dtype)
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
+    if kv_cache_dtype.startswith(("fp8", "int8", "nvfp4", "int4", "turboquant", "ultraquant")):
+        return 1
+    if kv_cache_dtype in ("bfloat16", "float16"):
+        return 2
+    return DTYPE_BYTES.get(model_dtype, 2)
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    total_bytes: int  # simulated GPU memory
+    requested_bytes: int  # utilization × total
+    weights_bytes: int  # per GPU
+    activation_bytes: int
+    non_torch_bytes: int
+    available_bytes: int  # the KV budget (may be <= 0)
+    bytes_per_token: int  # per GPU
+    block_size: int
+    num_blocks: int
+    max_model_len: int
+
+    @property
+    def tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.num_blocks / max(1, math.ceil(self.max_model_len / self.block_size))
+
+    def needed_bytes(self, length: int) -> int:
+        return math.ceil(length / self.block_size) * self.block_size * self.bytes_per_token
+
+    def estimated_max_len(self) -> int:
+        """vLLM's binary search: the longest context whose KV cache fits the budget."""
+        lo, hi = 0, max(1, self.max_model_len)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.needed_bytes(mid) <= self.available_bytes:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def plan_kv(shape: ModelShape, *, gpu_bytes: int, utilization: float, tp: int, pp: int, dtype: str,
+            quantization: str | None, kv_cache_dtype: str, block_size: int, max_model_len: int,
+            max_num_batched_tokens: int, max_num_seqs: int, kv_cache_memory_bytes: int | None = None,
+            num_gpu_blocks_override: int | None = None, cpu_offload_gib: float = 0.0) -> KvPlan:
+    wdtype = weight_dtype(shape, dtype)
+    dbytes = DTYPE_BYTES.get(wdtype, 2)
+    embed = shape.vocab * shape.hidden * 2
+    body = max(0.0, shape.params - embed)
+    per_param = QUANT_BYTES.get((quantization or "").lower(), dbytes)
+    weights = (body * per_param + embed * dbytes) / (tp * pp) - cpu_offload_gib * GIB
+    weights = int(max(0.0, weights))
+    activation = int(max_num_batched_tokens * (4 * shape.hidden + 2 * shape.intermediate / tp) * dbytes
+                     + min(max_num_batched_tokens, max_num_seqs) * shape.vocab * 4 / tp)
+    non_torch = int((0.45 + (0.35 if tp * pp > 1 else 0.0)) * GIB)
+    requested = int(utilization * gpu_bytes)
+    if kv_cache_memory_bytes is not None:
+        available = int(kv_cache_memory_bytes)
+    else:
+        available = requested - weights - activation - non_torch
+    layers_per_gpu = max(1, math.ceil(shape.layers / pp))
+    per_token = 2 * layers_per_gpu * max(1, shape.kv_heads // tp) * shape.head_dim * kv_dtype_bytes(kv_cache_dtype, wdtype)
+    blocks = max(0, available // (per_token * block_size)) if available > 0 else 0
+    if num_gpu_blocks_override:
+        blocks = int(num_gpu_blocks_override)
+    return KvPlan(gpu_bytes, requested, weights, activation, non_torch, available, per_token, block_size,
+                  int(blocks), max_model_len)
+
+
+# -- the shared registry of simulated GPU memory --------------------------------------------------------
+
+
+def registry_dir() -> Path:
+    """Where sim instances record the memory they hold: $VTUI_SIM_GPU_DIR, else under vtui's state dir
+    (VTUI_STATE_DIR, XDG_RUNTIME_DIR, XDG_STATE_HOME), so instances of one vtui session share it."""
+    if env := os.environ.get("VTUI_SIM_GPU_DIR"):
+        return Path(env)
+    if env := os.environ.get("VTUI_STATE_DIR"):
+        return Path(env) / "sim-gpus"
+    if env := os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(env) / "vtui" / "sim-gpus"
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "vtui" / "sim-gpus"
+
+
+def physical_gpus(count: int, num_gpus: int) -> list[int]:
+    """The physical GPU ids the first `count` ranks use, from CUDA_VISIBLE_DEVICES (else 0..count-1)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [int(x) for x in visible.split(",") if x.strip().lstrip("-").isdigit()] if visible else list(range(num_gpus))
+    return ids[:count] if len(ids) >= count else ids
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+            return "?"
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return "?"
+
+
+class GpuRegistry:
+    """One JSON file per holder pid: {"start": <proc start time>, "gpus": {"0": bytes, ...}}; entries of dead
+    (or recycled) pids are ignored and removed. A lock file serialises check-and-claim."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or registry_dir()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def used(self, gpu: int, exclude_pid: int | None = None) -> int:
+        total = 0
+        for path in self.root.glob("*.json") if self.root.exists() else ():
+            try:
+                pid = int(path.stem)
+                entry = json.loads(path.read_text())
+            except (ValueError, OSError):
+                continue
+            if pid == exclude_pid:
+                continue
+            start = _start_time(pid)
+            if start is None or (start != "?" and entry.get("start") not in (None, start)):
+                path.unlink(missing_ok=True)
+                continue
+            total += int(entry.get("gpus", {}).get(str(gpu), 0))
+        return total
+
+    def claim(self, pid: int, gpus: Sequence[int], nbytes: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        data = {"start": _start_time(pid), "gpus": {str(g): nbytes for g in gpus}}
+        tmp = self.root / f".{pid}.tmp"
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.root / f"{pid}.json")
+
+    def release(self, pid: int) -> None:
+        (self.root / f"{pid}.json").unlink(missing_ok=True)

@@ -1,0 +1,250 @@
+"""The sim's OpenAI-compatible HTTP/1.1 server on bare asyncio streams (fast, no dependencies):
+/health, /version, /v1/models, /v1/completions, /v1/chat/completions (SSE streaming with usage, or one JSON
+body), /metrics, and vLLM's API-key check (401 on /v1 paths). Access lines in uvicorn's format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vtui.sim.engine import Engine, prompt_hashes
+from vtui.sim.scheduler import Request
+
+WORDS = [" the", " model", " token", " of", " a", " cache", " and", " GPU", " is", " to", " batch", " in",
+         " vLLM", " memory", " fast", " we", " request", " with", " block", " serve", ".", ",", " it", " for"]
+_WORDS_JSON = [json.dumps(w)[1:-1] for w in WORDS]
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+           413: "Payload Too Large", 500: "Internal Server Error"}
+
+
+@dataclass
+class ServerConfig:
+    served_names: list[str]
+    model: str
+    max_model_len: int
+    block_size: int
+    api_keys: list[str]
+    version: str
+    access_log: bool = True
+    seed: int = 0
+
+
+def count_tokens(text: str) -> int:
+    return max(1, (len(text) + 3) // 4)
+
+
+def _error(message: str, kind: str, code: int, param: str | None = None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
+
+
+class SimServer:
+    def __init__(self, cfg: ServerConfig, engine: Engine, metrics_text: Callable[[], str], log_raw: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.metrics_text = metrics_text
+        self.log_raw = log_raw
+        self.created = int(time.time())
+        self.connections: set[asyncio.StreamWriter] = set()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("127.0.0.1", 0)
+        self.connections.add(writer)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                try:
+                    method, target, _version = lines[0].split(" ", 2)
+                except ValueError:
+                    return
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                length = int(headers.get("content-length") or 0)
+                body = await reader.readexactly(length) if length else b""
+                path = target.split("?", 1)[0]
+                status = await self.route(method, path, headers, body, writer)
+                if self.cfg.access_log:
+                    self.log_raw(f'INFO:     {peer[0]}:{peer[1]} - "{method} {target} HTTP/1.1" {status} {REASONS.get(status, "")}')
+                if headers.get("connection", "").lower() == "close" or writer.is_closing():
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self.connections.discard(writer)
+            try:
+                writer.close()
+            except RuntimeError:
+                pass
+
+    @staticmethod
+    def respond(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> int:
+        writer.write(
+            f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: uvicorn\r\ncontent-type: {ctype}\r\n"
+            f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        return status
+
+    async def route(self, method: str, path: str, headers: dict[str, str], body: bytes,
+                    writer: asyncio.StreamWriter) -> int:
+        if self.cfg.api_keys and path.startswith(("/v1", "/v2", "/inference")):
+            auth = headers.get("authorization", "")
+            if not any(auth == f"Bearer {k}" for k in self.cfg.api_keys):
+                return self.respond(writer, 401, b'{"error":"Unauthorized"}')
+        if path in ("/health", "/ping", "/load") and method in ("GET", "POST"):
+            if path == "/load":
+                return self.respond(writer, 200, json.dumps({"server_load": len(self.engine.scheduler.running)}).encode())
+            return self.respond(writer, 200, b"", "application/json")
+        if path == "/version":
+            return self.respond(writer, 200, json.dumps({"version": self.cfg.version}).encode())
+        if path == "/metrics":
+            return self.respond(writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        if path == "/v1/models":
+            data = [{"id": name, "object": "model", "created": self.created, "owned_by": "vllm",
+                     "root": self.cfg.model, "parent": None, "max_model_len": self.cfg.max_model_len,
+                     "permission": []} for name in self.cfg.served_names]
+            return self.respond(writer, 200, json.dumps({"object": "list", "data": data}).encode())
+        if path in ("/v1/completions", "/v1/chat/completions"):
+            if method != "POST":
+                return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}')
+            return await self.generate(path.endswith("chat/completions"), body, writer)
+        return self.respond(writer, 404, b'{"detail":"Not Found"}')
+
+    # -- generation -----------------------------------------------------------------------------
+    async def generate(self, chat: bool, body: bytes, writer: asyncio.StreamWriter) -> int:
+        try:
+            payload = json.loads(body or b"{}")
+            assert isinstance(payload, dict)
+        except (ValueError, AssertionError):
+            return self.respond(writer, 400, _error("Invalid JSON body", "BadRequestError", 400))
+        name = payload.get("model") or self.cfg.served_names[0]
+        if name not in self.cfg.served_names and name != self.cfg.model:
+            return self.respond(writer, 404, _error(f"The model `{name}` does not exist.", "NotFoundError", 404, "model"))
+        if chat:
+            messages = payload.get("messages") or []
+            if not isinstance(messages, list):
+                return self.respond(writer, 400, _error("messages must be a list", "BadRequestError", 400))
+            key = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+            prompt_len = count_tokens(key) + 4 * len(messages) + 3
+        else:
+            prompt = payload.get("prompt", "")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+                key, prompt_len = ",".join(map(str, prompt)), len(prompt)
+            else:
+                key = prompt if isinstance(prompt, str) else "".join(map(str, prompt))
+                prompt_len = count_tokens(key)
+        limit = self.cfg.max_model_len
+        max_tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
+        if max_tokens is None:
+            max_tokens = 16 if not chat else limit - prompt_len
+        try:
+            max_tokens = int(max_tokens)
+        except (TypeError, ValueError):
+            return self.respond(writer, 400, _error("max_tokens must be an integer", "BadRequestError", 400))
+        if prompt_len + max(0, max_tokens) > limit or max_tokens < 1:
+            msg = (f"This model's maximum context length is {limit} tokens. However, you requested "
+                   f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the "
+                   "completion). Please reduce the length of the messages or completion.")
+            if max_tokens < 1:
+                msg = f"max_tokens must be at least 1, got {max_tokens}."
+            return self.respond(writer, 400, _error(msg, "BadRequestError", 400))
+        stream = bool(payload.get("stream"))
+        include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        seed = hash(key) & 0xFFFF
+        stop_at = 1 << 30 if payload.get("ignore_eos") else 8 + (seed * 2654435761) % 600
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        pieces: list[str] = []
+        head = (f'data: {{"id":"{rid}","object":"{"chat.completion.chunk" if chat else "text_completion"}",'
+                f'"created":{created},"model":{json.dumps(name)},"choices":[{{"index":0,')
+        if chat:
+            mid, tail = '"delta":{"content":"', '"},"logprobs":null,"finish_reason":null}]}\n\n'
+        else:
+            mid, tail = '"text":"', '","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+
+        def on_output(req: Request, n: int, reason: str | None) -> None:
+            i = req.output_len - 1
+            if stream:
+                if writer.is_closing():
+                    if not done.done():
+                        done.set_result("gone")
+                    return
+                chunk = ""
+                if n:
+                    chunk = head + mid + _WORDS_JSON[(seed + i) % len(WORDS)] + tail
+                if reason:
+                    chunk += self.final_chunks(chat, rid, created, name, reason, req, include_usage)
+                if chunk:
+                    data = chunk.encode()
+                    writer.write(b"%x\r\n%b\r\n" % (len(data), data))
+            elif n:
+                pieces.append(WORDS[(seed + i) % len(WORDS)])
+            if reason and not done.done():
+                done.set_result(reason)
+
+        req = Request(rid, prompt_len, max_tokens, time.monotonic(), stop_at=stop_at,
+                      block_hashes=prompt_hashes(key, prompt_len, self.cfg.block_size), on_output=on_output)
+        if stream:
+            writer.write(b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n")
+            if chat:
+                first = head + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+                data = first.encode()
+                writer.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self.engine.add(req)
+        try:
+            reason = await done
+        except asyncio.CancelledError:
+            self.engine.abort(req)
+            raise
+        if reason == "gone":
+            self.engine.abort(req)
+            return 200
+        if stream:
+            writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+            try:
+                await writer.drain()
+            except ConnectionError:
+                pass
+            return 200
+        usage = {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + req.output_len,
+                 "completion_tokens": req.output_len, "prompt_tokens_details": None}
+        text = "".join(pieces)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                      "logprobs": None, "finish_reason": reason, "stop_reason": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+            obj = "text_completion"
+        out = {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice], "usage": usage}
+        return self.respond(writer, 200, json.dumps(out).encode())
+
+    @staticmethod
+    def final_chunks(chat: bool, rid: str, created: int, name: str, reason: str, req: Request,
+                     include_usage: bool) -> str:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        if chat:
+            choice = {"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+        else:
+            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": reason, "stop_reason": None}
+        out = "data: " + json.dumps({"id": rid, "object": obj, "created": created, "model": name,
+                                     "choices": [choice]}, separators=(",", ":")) + "\n\n"
+        if include_usage:
+            usage = {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + req.output_len,
+                     "completion_tokens": req.output_len}
+            out += "data: " + json.dumps({"id": rid, "object": obj, "created": created, "model": name,
+                                          "choices": [], "usage": usage}, separators=(",", ":")) + "\n\n"
+        return out
