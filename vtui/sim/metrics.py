@@ -254,7 +254,7 @@ def render(metrics: EngineMetrics, model_name: str, gauges: Callable[[], dict[st
             hist = metrics.hist[name]
             cumulative = 0
             lab = dict(labelled_base)
-            for bound, count in zip((*hist.bounds, float("inf")), hist.counts):
+            for bound, count in zip((*hist.bounds, float("inf")), hist.counts, strict=True):
                 cumulative += count
                 out.append(f"{shown}_bucket{_labels({**lab, 'le': fmt(bound)})} {fmt(float(cumulative))}")
             out.append(f"{shown}_count{_labels(lab)} {fmt(float(hist.count))}")
