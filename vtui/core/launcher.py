@@ -75,6 +75,13 @@ def _same_process(pid: int, create_time: float) -> psutil.Process | None:
         return None
 
 
+def _marker(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get(MARKER)
+    except psutil.Error:
+        return None
+
+
 def cmdline_matches(cmdline: list[str], argv: tuple[str, ...] | list[str]) -> bool:
     """The live command is the recorded one: same arguments (an interpreter may prefix a script's
     shebang), or a vLLM process that retitled itself."""
@@ -150,37 +157,32 @@ class OsLauncher:
             return None
 
     def tree(self, handle: ProcessHandle) -> dict[int, psutil.Process]:
-        """Every live process of the instance: the leader's descendants, its session, its marker."""
+        """Every live process of the instance: the verified leader and its descendants, plus any
+        process of its session or titled `VLLM…` that carries the instance's marker (an orphan keeps
+        both after its parent died; the marker check keeps a recycled session id from matching)."""
         found: dict[int, psutil.Process] = {}
-        for root_pid, ctime in ((handle.pid, handle.create_time), (handle.pump_pid, None)):
-            if root_pid is None:
-                continue
-            root = _same_process(root_pid, ctime) if ctime is not None else self._maybe(root_pid)
-            if root is None:
-                continue
-            found[root.pid] = root
+        leader = _same_process(handle.pid, handle.create_time)
+        if leader is not None:
+            found[leader.pid] = leader
             try:
-                for child in root.children(recursive=True):
+                for child in leader.children(recursive=True):
                     found[child.pid] = child
             except psutil.Error:
                 pass
+        me = os.getpid()
         for proc in psutil.process_iter(["name", "cmdline"]):
-            if proc.pid in found or proc.pid == os.getpid():
+            if proc.pid in found or proc.pid == me:
                 continue
             try:
-                if os.getsid(proc.pid) == handle.sid:
-                    found[proc.pid] = proc
-                    continue
+                in_session = os.getsid(proc.pid) == handle.sid
             except OSError:
                 continue
             name = proc.info.get("name") or ""
             cmd = proc.info.get("cmdline") or [""]
-            if name.startswith("VLLM") or (cmd and cmd[0].startswith("VLLM")):
-                try:
-                    if proc.environ().get(MARKER) == handle.key:
-                        found[proc.pid] = proc
-                except psutil.Error:
-                    pass
+            if in_session or proc.pid == handle.pump_pid or name.startswith("VLLM") \
+                    or (cmd and cmd[0].startswith("VLLM")):
+                if _marker(proc) == handle.key:
+                    found[proc.pid] = proc
         return {pid: p for pid, p in found.items() if _alive(p)}
 
     def _maybe(self, pid: int) -> psutil.Process | None:

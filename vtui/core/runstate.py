@@ -1,0 +1,133 @@
+"""Run records: what vtui started (pid + create time, session, port, log, argv, flags), one JSON file
+per instance in `paths.runs_dir()` (0600), so a later vtui or `vtui ps` can re-adopt live instances and
+never mistake a recycled pid for one.
+
+Records are keyed by session name + instance name. Secret flag values (api-key) are masked: the layout
+(or `${VAR}`) stays their only source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vtui.core import paths
+from vtui.core.atomic import atomic_write_text
+from vtui.core.model import SECRET_FLAGS, InstanceSpec, RestartPolicy
+
+MASK = "***"
+
+
+def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
+    flags = {k: (MASK if k in SECRET_FLAGS else v) for k, v in spec.flags.items()}
+    return {"name": spec.name, "model": spec.model, "port": spec.port, "engine": spec.engine,
+            "gpus": list(spec.gpus), "host": spec.host, "env": dict(spec.env), "flags": flags,
+            "command": list(spec.command) if spec.command is not None else None,
+            "restart": asdict(spec.restart), "start_stagger": spec.start_stagger}
+
+
+def spec_from_dict(data: dict[str, Any]) -> InstanceSpec:
+    return InstanceSpec(name=data["name"], model=data["model"], port=int(data["port"]),
+                        engine=data.get("engine", "vllm"), gpus=tuple(data.get("gpus", ())),
+                        host=data.get("host", "127.0.0.1"), env=data.get("env") or {},
+                        flags=data.get("flags") or {},
+                        command=tuple(data["command"]) if data.get("command") else None,
+                        restart=RestartPolicy(**(data.get("restart") or {})),
+                        start_stagger=float(data.get("start_stagger", 0.0)))
+
+
+def merge_flags(layout_spec: InstanceSpec, recorded_flags: dict[str, Any]) -> InstanceSpec:
+    """The layout's spec running with the recorded flags (secrets still from the layout)."""
+    flags = {k: v for k, v in recorded_flags.items() if k not in SECRET_FLAGS}
+    flags.update({k: v for k, v in layout_spec.flags.items() if k in SECRET_FLAGS})
+    return layout_spec.with_flags(flags, unset=tuple(layout_spec.flags))
+
+
+@dataclass
+class RunRecord:
+    session: str
+    name: str
+    pid: int
+    create_time: float
+    pgid: int
+    sid: int
+    port: int
+    log_path: str
+    argv: list[str]
+    flags: dict[str, Any]
+    spec: dict[str, Any]
+    started_at: float
+    pump_pid: int | None = None
+    restarts: int = 0
+    last_state: str = "starting"
+    last_error: str | None = None
+    last_good_flags: dict[str, Any] | None = None
+    layout_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.session}/{self.name}"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+class RunStore:
+    """Reads and writes run records in one folder (default: `paths.runs_dir()`)."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._folder = folder
+
+    @property
+    def folder(self) -> Path:
+        if self._folder is None:
+            return paths.runs_dir()
+        self._folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return self._folder
+
+    def path(self, session: str, name: str) -> Path:
+        return self.folder / f"{_safe(session)}.{_safe(name)}.json"
+
+    def save(self, record: RunRecord) -> None:
+        flags = {k: (MASK if k in SECRET_FLAGS else v) for k, v in record.flags.items()}
+        data = asdict(record) | {"flags": flags}
+        atomic_write_text(self.path(record.session, record.name), json.dumps(data, indent=2), mode=0o600)
+
+    def load(self, session: str, name: str) -> RunRecord | None:
+        try:
+            return RunRecord.from_dict(json.loads(self.path(session, name).read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def remove(self, session: str, name: str) -> None:
+        self.path(session, name).unlink(missing_ok=True)
+
+    def all(self, session: str | None = None) -> list[RunRecord]:
+        records = []
+        for file in sorted(self.folder.glob("*.json")):
+            try:
+                record = RunRecord.from_dict(json.loads(file.read_text()))
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if session is None or record.session == session:
+                records.append(record)
+        return records
+
+    def update(self, session: str, name: str, **changes: Any) -> RunRecord | None:
+        record = self.load(session, name)
+        if record is None:
+            return None
+        for key, value in changes.items():
+            setattr(record, key, value)
+        self.save(record)
+        return record
