@@ -16,8 +16,12 @@ NAME = "VLLM::EngineCore"
 
 def spawn() -> subprocess.Popen:
     """Start the child in the caller's process group (so killing the group kills it)."""
-    return subprocess.Popen([NAME, "-m", "vtui.sim.child"], executable=sys.executable,
-                            stdin=subprocess.DEVNULL, close_fds=True)
+    proc = subprocess.Popen([NAME, "-m", "vtui.sim.child"], executable=sys.executable,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, close_fds=True)
+    if proc.stdout is not None:  # wait for its ready handshake, as vLLM waits for the engine core
+        proc.stdout.readline()
+        proc.stdout.close()
+    return proc
 
 
 def _set_name(name: str) -> None:
@@ -31,6 +35,10 @@ def main() -> int:
     _set_name(NAME)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
     while True:  # an orphan keeps running (re-parented), as vLLM's engine core does
         time.sleep(3600)
 

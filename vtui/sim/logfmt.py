@@ -85,4 +85,4 @@ Traceback (most recent call last):
 ENGINE_FAILED_TRACE = API_TRACE_HEAD + """
   File "<venv>/lib/python3.11/site-packages/vllm/v1/engine/utils.py", line 1431, in wait_for_engine_startup
     raise RuntimeError(
-RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {{}}"""
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"""

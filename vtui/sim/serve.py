@@ -23,16 +23,56 @@ ROUTES = ["/openapi.json", "/docs", "/health", "/load", "/version", "/metrics", 
           "/v1/models", "/ping", "/v1/chat/completions", "/v1/completions"]
 
 
+# vLLM 0.32's CacheConfig labels (values as a CUDA run reports them); the sized ones are overridden.
+CACHE_INFO_DEFAULTS = {
+    '_block_size_resolved': 'True',
+    'block_size': '128',
+    'cache_dtype': 'auto',
+    'cache_hit_alignment_tokens': 'None',
+    'effective_attention_block_size': '128',
+    'enable_mamba_shared_prefix_checkpoint': 'False',
+    'enable_prefix_caching': 'True',
+    'gpu_memory_utilization': '0.92',
+    'hash_block_size': 'None',
+    'is_attention_free': 'False',
+    'kv_cache_dtype_skip_layers': '[]',
+    'kv_cache_layout': 'None',
+    'kv_cache_max_concurrency': '2048.0',
+    'kv_cache_memory_bytes': '1073741824',
+    'kv_cache_size_tokens': '1048576',
+    'kv_offloading_backend': 'native',
+    'kv_offloading_size': 'None',
+    'kv_sharing_fast_prefill': 'False',
+    'mamba_block_size': 'None',
+    'mamba_cache_dtype': 'auto',
+    'mamba_cache_mode': 'none',
+    'mamba_page_size_padded': 'None',
+    'mamba_ssm_cache_dtype': 'auto',
+    'num_cpu_blocks': 'None',
+    'num_gpu_blocks': '8192',
+    'num_gpu_blocks_override': 'None',
+    'prefix_cache_retention_interval': '0',
+    'prefix_caching_hash_algo': 'sha256',
+    'prefix_match_unit': 'None',
+    'replayssm_buffer_len': '16',
+    'skip_page_size_padded': 'None',
+    'sliding_window': 'None',
+    'swa_bounded_replay': 'True',
+    'use_kda_recoverssm': 'False',
+    'use_replayssm': 'False',
+    'user_specified_block_size': 'False',
+}
+
+
 def cache_info(a: argparse.Namespace, plan: KvPlan) -> dict[str, str]:
-    return {"block_size": str(a.block_size), "cache_dtype": a.kv_cache_dtype,
-            "enable_prefix_caching": str(bool(a.enable_prefix_caching)),
+    return {**CACHE_INFO_DEFAULTS,
+            "block_size": str(a.block_size), "effective_attention_block_size": str(a.block_size),
+            "cache_dtype": a.kv_cache_dtype, "enable_prefix_caching": str(bool(a.enable_prefix_caching)),
             "gpu_memory_utilization": str(a.gpu_memory_utilization),
             "kv_cache_max_concurrency": str(round(plan.max_concurrency, 2)),
             "kv_cache_memory_bytes": str(a.kv_cache_memory_bytes),
-            "kv_cache_size_tokens": str(plan.tokens), "num_cpu_blocks": "None",
-            "num_gpu_blocks": str(plan.num_blocks), "num_gpu_blocks_override": str(a.num_gpu_blocks_override),
-            "prefix_caching_hash_algo": "sha256", "sliding_window": "None", "is_attention_free": "False",
-            "user_specified_block_size": "False", "_block_size_resolved": "True"}
+            "kv_cache_size_tokens": str(plan.tokens), "num_gpu_blocks": str(plan.num_blocks),
+            "num_gpu_blocks_override": str(a.num_gpu_blocks_override)}
 
 
 async def serve(a: argparse.Namespace, shape: ModelShape, plan: KvPlan, log: VllmLog, sock: socket.socket) -> int:

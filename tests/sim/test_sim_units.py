@@ -1,0 +1,131 @@
+"""Unit tests of the sim's pieces: the scheduler (KV accounting, preemption, token budget, prefix hits),
+vLLM's KV arithmetic, the flag table against the real `--help=all`, and the Prometheus formatting."""
+
+from __future__ import annotations
+
+import pytest
+
+from vtui.sim.args import human_int, parse
+from vtui.sim.flagtable import OPTIONS, parse_help
+from vtui.sim.memory import GIB, plan_kv
+from vtui.sim.metrics import buckets_1_2_5, fmt
+from vtui.sim.models import resolve
+from vtui.sim.scheduler import Request, Scheduler
+
+from .conftest import REFERENCE
+
+
+def make(num_blocks=64, block_size=16, seqs=8, budget=256, caching=False, chunked=True, mml=2048):
+    return Scheduler(num_blocks=num_blocks, block_size=block_size, max_num_seqs=seqs,
+                     max_num_batched_tokens=budget, max_model_len=mml, chunked_prefill=chunked,
+                     prefix_caching=caching)
+
+
+def drive(s: Scheduler, steps: int = 10_000) -> int:
+    t = 0.0
+    for _ in range(steps):
+        if not s.has_work():
+            break
+        plan = s.schedule(t)
+        assert plan.prefill_tokens + plan.decode_seqs <= s.max_num_batched_tokens
+        assert len(s.running) <= s.max_num_seqs
+        assert 0 <= s.pool.used <= s.pool.num_blocks and s.pool.free >= 0
+        t += 0.01
+        s.complete(plan, t)
+    return s.pool.used
+
+
+def test_scheduler_frees_every_block_and_respects_budget():
+    s = make()
+    for i in range(20):
+        s.add(Request(f"r{i}", prompt_len=100 + i * 7, max_tokens=30, arrival=0.0))
+    assert drive(s) == 0
+    assert s.pool.free == s.pool.num_blocks
+    assert s.metrics.get("vllm:generation_tokens_total") == 20 * 30
+    assert s.metrics.get("vllm:request_success_total", "length") == 20
+
+
+def test_chunked_prefill_splits_a_long_prompt_across_steps():
+    s = make(budget=64)
+    s.add(Request("long", prompt_len=200, max_tokens=2, arrival=0.0))
+    plans = []
+    while s.has_work():
+        plan = s.schedule(0.0)
+        plans.append(plan.prefill_tokens)
+        s.complete(plan, 0.0)
+    assert plans[:4] == [64, 64, 64, 8]
+
+
+def test_preemption_when_blocks_run_out():
+    s = make(num_blocks=12, block_size=16, seqs=8, budget=512)
+    for i in range(4):
+        s.add(Request(f"r{i}", prompt_len=40, max_tokens=60, arrival=0.0))
+    assert drive(s) == 0
+    assert s.metrics.get("vllm:num_preemptions_total") > 0
+    assert s.metrics.get("vllm:request_success_total", "length") == 4
+
+
+def test_streaming_order_one_token_at_a_time():
+    seen: list[tuple[int, str | None]] = []
+    s = make()
+    s.add(Request("a", prompt_len=20, max_tokens=5, arrival=0.0,
+                  on_output=lambda r, n, reason: seen.append((r.output_len, reason))))
+    drive(s)
+    assert seen == [(1, None), (2, None), (3, None), (4, None), (5, "length")]
+
+
+def test_prefix_cache_hits_on_shared_prompt_blocks():
+    s = make(caching=True)
+    hashes = tuple(range(1, 7))
+    s.add(Request("a", prompt_len=100, max_tokens=2, arrival=0.0, block_hashes=hashes))
+    drive(s)
+    s.add(Request("b", prompt_len=100, max_tokens=2, arrival=0.0, block_hashes=hashes))
+    drive(s)
+    assert s.metrics.get("vllm:prefix_cache_hits_total") == 6 * 16
+    assert s.metrics.get("vllm:prefix_cache_queries_total") == 200
+
+
+def test_abort_frees_blocks():
+    s = make()
+    req = Request("a", prompt_len=100, max_tokens=50, arrival=0.0)
+    s.add(req)
+    s.complete(s.schedule(0.0), 0.0)
+    assert s.pool.used > 0
+    s.abort(req, 1.0)
+    assert s.pool.used == 0 and not s.running
+
+
+def test_kv_arithmetic_matches_vllm_formula():
+    shape = resolve("meta-llama/Llama-3.1-8B-Instruct")
+    common = dict(gpu_bytes=80 * GIB, utilization=0.9, pp=1, dtype="auto", quantization=None, block_size=16,
+                  max_model_len=8192, max_num_batched_tokens=8192, max_num_seqs=256)
+    p1 = plan_kv(shape, tp=1, kv_cache_dtype="auto", **common)
+    assert p1.bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert p1.available_bytes == p1.requested_bytes - p1.weights_bytes - p1.activation_bytes - p1.non_torch_bytes
+    assert p1.num_blocks == p1.available_bytes // (p1.bytes_per_token * 16)
+    assert p1.tokens == p1.num_blocks * 16
+    assert plan_kv(shape, tp=1, kv_cache_dtype="fp8", **common).bytes_per_token == p1.bytes_per_token // 2
+    assert plan_kv(shape, tp=2, kv_cache_dtype="auto", **common).bytes_per_token == p1.bytes_per_token // 2
+    assert plan_kv(shape, tp=16, kv_cache_dtype="auto", **common).bytes_per_token == 2 * 32 * 1 * 128 * 2
+    fixed = plan_kv(shape, tp=1, kv_cache_dtype="auto", kv_cache_memory_bytes=GIB, **common)
+    assert fixed.available_bytes == GIB and fixed.tokens == GIB // (p1.bytes_per_token * 16) * 16
+    assert fixed.needed_bytes(fixed.estimated_max_len()) <= GIB < fixed.needed_bytes(fixed.estimated_max_len() + 16)
+
+
+def test_flag_table_matches_real_help():
+    path = REFERENCE / "serve_help_all.txt"
+    if not path.exists():
+        pytest.skip("reference files not present")
+    assert list(OPTIONS) == parse_help(path.read_text())
+
+
+def test_vllm_flag_forms():
+    a = parse(["m", "-tp", "2", "--no-enable-prefix-caching", "--max-model-len", "1K", "--api-key", "a", "b"])
+    assert (a.tensor_parallel_size, a.enable_prefix_caching, a.max_model_len, a.api_key) == (2, False, 1024, ["a", "b"])
+    assert human_int("1k") == 1000 and human_int("2M") == 2 * 1024**2
+
+
+def test_prometheus_number_format_and_buckets():
+    assert fmt(1795972084.8675904) == "1.7959720848675904e+09"
+    assert fmt(8.0) == "8.0" and fmt(float("inf")) == "+Inf"
+    assert buckets_1_2_5(512) == (1, 2, 5, 10, 20, 50, 100, 200, 500)
