@@ -1,0 +1,53 @@
+"""Preflight rules with an injected NVML and core count (no GPUs needed)."""
+
+from __future__ import annotations
+
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.preflight import preflight
+
+from .conftest import free_port
+
+
+class FakeNvml:
+    def __init__(self, count: int | None) -> None:
+        self.count = count
+
+    def nvmlInit(self) -> None:  # noqa: N802
+        if self.count is None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return self.count
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        pass
+
+
+def lay(*gpu_sets, share=False, host="127.0.0.1") -> Layout:
+    specs = [InstanceSpec(name=f"i{n}", model="m", port=free_port(), gpus=g, host=host)
+             for n, g in enumerate(gpu_sets)]
+    return Layout(SessionSpec(name="s", allow_gpu_sharing=share), tuple(specs))
+
+
+def test_missing_gpu_and_overlap_are_refused():
+    result = preflight(lay((0, 1), (1,), (4,)), nvml=FakeNvml(2), cpu_count=64)
+    assert result.problems == ['instance "i2": GPU 4 not present (this machine has GPUs 0-1)',
+                               'instances "i0" and "i1" both use GPU 1 (set session.allow_gpu_sharing = true to share)']
+
+
+def test_sharing_allowed_and_no_nvml_is_only_a_note():
+    result = preflight(lay((0,), (0,), share=True), nvml=FakeNvml(None), cpu_count=64)
+    assert result.problems == [] and result.notes[0].startswith("GPU checks skipped: no NVIDIA driver")
+
+
+def test_too_few_cores_is_a_warning_counting_running_instances():
+    layout = lay((0,), (1,))
+    result = preflight(layout, ["i1"], running=["i0"], nvml=FakeNvml(2), cpu_count=4)
+    assert result.problems == []
+    assert result.warnings == ["too few CPU cores: 2 instance(s) want 6 (2 + GPUs each), this machine has 4"]
+
+
+def test_public_bind_is_a_warning_and_running_instances_are_not_rechecked():
+    layout = lay((), host="0.0.0.0")
+    assert "reachable from other machines" in preflight(layout, cpu_count=8).warnings[0]
+    assert preflight(layout, running=["i0"], cpu_count=8) == preflight(Layout(SessionSpec(), ()))

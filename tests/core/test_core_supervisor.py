@@ -1,0 +1,199 @@
+"""Supervisor against real processes (the fake engine): start, crash + restart, orphans, adoption,
+recycled pids, preflight, shared-GPU ordering, restart with new flags."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from vtui.core.events import Notice, PhaseChanged, StateChanged
+from vtui.core.launcher import OsLauncher
+from vtui.core.model import Layout, RestartPolicy, SessionSpec
+from vtui.core.preflight import PreflightError
+from vtui.core.runstate import RunStore
+from vtui.core.state import Phase, State
+from vtui.core.supervisor import Supervisor
+
+from .conftest import fake_spec, marked
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def layout(session: str, *specs, share: bool = False) -> Layout:
+    return Layout(SessionSpec(name=session, allow_gpu_sharing=share), tuple(specs))
+
+
+def supervisor(lay: Layout, **kw) -> Supervisor:
+    kw.setdefault("launcher", OsLauncher(grace=3))
+    return Supervisor(lay, health_interval=0.1, poll_interval=0.05, **kw)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def until(predicate, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_start_ready_then_stop_leaves_nothing(session_name):
+    sup = supervisor(layout(session_name, fake_spec("a", spawn_child=True)))
+    events = []
+    sup.subscribe(events.append)
+    await sup.start()
+    assert (await sup.wait_settled(timeout=10)) == {"a": State.READY}
+    st = sup.status()[0]
+    assert st.pid and st.started_at and st.last_good_spec == st.spec and not st.adopted
+    assert await until(lambda: len(sup.pids_of("a")) >= 3)  # pump, server, VLLM::EngineCore
+    assert RunStore().load(session_name, "a").pid == st.pid
+    assert any(isinstance(e, PhaseChanged) and e.phase is Phase.KV_CACHE for e in events)
+    await sup.stop()
+    assert sup.status()[0].state is State.STOPPED and marked(session_name) == []
+    assert RunStore().load(session_name, "a") is None
+    assert any("Starting vLLM API server" in line for line in sup.recent_lines("a"))
+    await sup.close()
+
+
+async def test_kill9_is_a_crash_then_restart_and_the_orphan_is_swept(session_name):
+    sup = supervisor(layout(session_name, fake_spec("a", spawn_child=True)))
+    events = []
+    sup.subscribe(events.append)
+    await sup.start()
+    await sup.wait_settled(timeout=10)
+    first = sup.status()[0].pid
+    assert await until(lambda: len(sup.pids_of("a")) >= 3)
+    orphan = next(p for p in sup.pids_of("a") if p not in (first, sup.instances["a"].handle.pump_pid))
+    killed_at = time.monotonic()
+    os.kill(first, signal.SIGKILL)
+    assert await until(lambda: sup.status()[0].state is not State.READY)
+    detected = time.monotonic() - killed_at
+    assert await until(lambda: sup.status()[0].state is State.READY and sup.status()[0].pid != first)
+    assert not alive(orphan)
+    states = [e.new for e in events if isinstance(e, StateChanged)]
+    assert states[-4:] == [State.CRASHED, State.BACKOFF, State.STARTING, State.READY]
+    assert sup.status()[0].restarts == 1 and detected < 2
+    await sup.close(stop_instances=True)
+    assert marked(session_name) == []
+
+
+async def test_failing_start_exhausts_restarts_and_keeps_the_error(session_name):
+    spec = fake_spec("a", fail_startup="max_model_len 4096 is too large",
+                     restart=RestartPolicy("on-failure", max_restarts=2, backoff_initial=0.05))
+    sup = supervisor(layout(session_name, spec))
+    await sup.start()
+    result = await sup.wait_settled(timeout=20)
+    st = sup.status()[0]
+    assert result == {"a": State.FAILED} and st.restarts == 2
+    assert st.last_error == "ValueError: max_model_len 4096 is too large"
+    await sup.close()
+    assert marked(session_name) == []
+
+
+async def test_second_supervisor_adopts_and_launches_nothing(session_name):
+    lay = layout(session_name, fake_spec("a"), fake_spec("b"))
+    sup1 = supervisor(lay)
+    await sup1.start()
+    await sup1.wait_settled(timeout=10)
+    pids = {s.name: s.pid for s in sup1.status()}
+    await sup1.close()  # instances outlive their supervisor
+    sup2 = supervisor(lay)
+    await sup2.start()  # adopts first: no duplicate
+    assert {s.name: (s.pid, s.state, s.adopted) for s in sup2.status()} == \
+        {n: (p, State.READY, True) for n, p in pids.items()}
+    assert len(marked(session_name)) == 4  # two pumps, two servers: nothing new
+    await sup2.stop(["a"])
+    assert not alive(pids["a"]) and alive(pids["b"])
+    await sup2.close(stop_instances=True)
+    assert marked(session_name) == []
+
+
+async def test_a_recycled_pid_is_never_adopted(session_name):
+    spec = fake_spec("a")
+    sup1 = supervisor(layout(session_name, spec))
+    await sup1.start()
+    await sup1.wait_settled(timeout=10)
+    await sup1.close(stop_instances=False)
+    store = RunStore()
+    real = store.load(session_name, "a")
+    os.kill(real.pid, signal.SIGKILL)  # the instance dies while no vtui runs...
+    await until(lambda: not alive(real.pid))
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        store.update(session_name, "a", pid=stranger.pid)  # ...and its pid now names another process
+        sup2 = supervisor(layout(session_name, spec))
+        assert await sup2.adopt() == []
+        await sup2.start()
+        await sup2.wait_settled(timeout=10)
+        assert sup2.status()[0].pid not in (stranger.pid, real.pid) and stranger.poll() is None
+        await sup2.close(stop_instances=True)
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+async def test_preflight_names_the_port_holder_and_launches_nothing(session_name):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        sup = supervisor(layout(session_name, fake_spec("a", port=port), fake_spec("b")))
+        with pytest.raises(PreflightError) as err:
+            await sup.start()
+        assert len(err.value.problems) == 1
+        assert err.value.problems[0].startswith(
+            f'instance "a": port {port} is already in use by pid {os.getpid()} (')
+        assert marked(session_name) == [] and all(s.state is State.STOPPED for s in sup.status())
+        await sup.close()
+
+
+async def test_instances_sharing_a_gpu_start_one_after_another(session_name):
+    a = fake_spec("a", gpus=(0,), startup_delay=0.8)
+    b = fake_spec("b", gpus=(0,))
+    sup = supervisor(layout(session_name, a, b, share=True))
+    events = []
+    sup.subscribe(events.append)
+    await sup.start()
+    await sup.wait_settled(timeout=15)
+    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
+                and e.phase is Phase.KV_CACHE)
+    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
+                   and e.new is State.STARTING)
+    assert start_b >= kv_a
+    assert any(isinstance(e, Notice) and "waits for a" in e.text for e in events)
+    await sup.close(stop_instances=True)
+
+
+async def test_restart_with_new_flags_keeps_the_last_good_spec(session_name):
+    spec = fake_spec("a")
+    sup = supervisor(layout(session_name, spec))
+    await sup.start()
+    await sup.wait_settled(timeout=10)
+    bad = spec.with_flags({"fail-startup": "unrecognized flag"})
+    bad = bad.__class__(**{**bad.__dict__, "restart": RestartPolicy("never")})
+    await sup.restart("a", bad)
+    assert (await sup.wait_settled(timeout=10)) == {"a": State.CRASHED}
+    st = sup.status()[0]
+    assert st.spec == bad and st.last_good_spec == spec and "unrecognized flag" in st.last_error
+    good = spec.with_flags({"startup-delay": 0.1})
+    await sup.restart("a", good)
+    assert (await sup.wait_settled(timeout=10)) == {"a": State.READY}
+    assert sup.status()[0].last_good_spec == good
+    assert RunStore().load(session_name, "a").flags == {"startup-delay": 0.1}
+    assert sup.layout.instance("a") == good
+    await sup.close(stop_instances=True)

@@ -1,0 +1,145 @@
+"""Checks before any start, so a refusal costs nothing: ports already taken (naming the holder), GPU
+indices absent, GPU sets overlapping, too few CPU cores, a public bind address.
+
+Problems refuse the start (one clear line each); warnings and notes are reported and the start goes on.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from vtui.core.model import InstanceSpec, Layout
+
+
+class PreflightError(RuntimeError):
+    """The start was refused; nothing was launched. `problems` holds one line per reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def port_holder(port: int) -> str | None:
+    """Who listens on `port`: "pid 123 (python3 -m http.server)" — or None when nobody can be named."""
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.AccessDenied, PermissionError, OSError):
+        return None
+    for conn in conns:
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            try:
+                proc = psutil.Process(conn.pid)
+                cmd = " ".join(proc.cmdline()) or proc.name()
+            except psutil.Error:
+                cmd = "?"
+            if len(cmd) > 80:
+                cmd = cmd[:77] + "..."
+            return f"pid {conn.pid} ({cmd})"
+    return None
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Binding fails with EADDRINUSE (works without the rights to list other users' sockets)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host or "0.0.0.0", port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def _gpu_count(nvml: Any) -> tuple[int | None, str | None]:
+    """Number of NVIDIA GPUs, or (None, why not) when NVML is absent."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # type: ignore[no-redef]
+        except ImportError:
+            return None, "pynvml is not installed"
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, …
+        return None, f"no NVIDIA driver ({exc.__class__.__name__})"
+    try:
+        return int(nvml.nvmlDeviceGetCount()), None
+    except Exception as exc:
+        return None, f"NVML error ({exc})"
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def preflight(layout: Layout, names: Iterable[str] | None = None, *,
+              running: Iterable[str] = (), nvml: Any = None, cpu_count: int | None = None) -> PreflightResult:
+    """Check starting `names` (default: all) while `running` instances of the layout keep running."""
+    wanted = list(names) if names is not None else layout.names()
+    live = set(running)
+    to_start = [s for s in layout.instances if s.name in wanted and s.name not in live]
+    result = PreflightResult()
+    if not to_start:
+        return result
+    for spec in to_start:
+        host = "0.0.0.0" if spec.host in ("", "0.0.0.0") else spec.host
+        if port_in_use(host, spec.port):
+            holder = port_holder(spec.port)
+            who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
+            result.problems.append(f'instance "{spec.name}": port {spec.port} is already in use {who}')
+        if spec.host in ("0.0.0.0", "::", ""):
+            result.warnings.append(f'instance "{spec.name}": binds {spec.host or "all addresses"}, reachable '
+                                   "from other machines (use host = \"127.0.0.1\" to keep it local)")
+    if any(s.gpus for s in to_start):
+        count, why = _gpu_count(nvml)
+        if count is None:
+            result.notes.append(f"GPU checks skipped: {why}")
+        else:
+            for spec in to_start:
+                missing = [g for g in spec.gpus if g < 0 or g >= count]
+                if missing:
+                    have = f"GPUs 0-{count - 1}" if count else "no GPUs"
+                    result.problems.append(f'instance "{spec.name}": GPU {", ".join(map(str, missing))} '
+                                           f"not present (this machine has {have})")
+    active = [s for s in layout.instances if s.name in live] + to_start
+    if not layout.session.allow_gpu_sharing:
+        result.problems.extend(_overlaps(active, {s.name for s in to_start}))
+    cores = cpu_count if cpu_count is not None else _cpu_count()
+    want = sum(2 + len(s.gpus) for s in active)
+    if want > cores:
+        result.warnings.append(f"too few CPU cores: {len(active)} instance(s) want {want} (2 + GPUs each), "
+                               f"this machine has {cores}")
+    return result
+
+
+def _overlaps(specs: list[InstanceSpec], new: set[str]) -> list[str]:
+    lines = []
+    for i, a in enumerate(specs):
+        for b in specs[i + 1:]:
+            shared = sorted(set(a.gpus) & set(b.gpus))
+            if shared and (a.name in new or b.name in new):
+                gpus = ", ".join(map(str, shared))
+                lines.append(f'instances "{a.name}" and "{b.name}" both use GPU {gpus} '
+                             "(set session.allow_gpu_sharing = true to share)")
+    return lines
