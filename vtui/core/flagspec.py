@@ -31,6 +31,7 @@ class FlagSpec:
     group: str = ""  # the help section ("CacheConfig", "Frontend", …)
     human: bool = False  # an int that also takes "64M", "1k", "25.6k"
     optional_value: bool = False  # `--hf-token [HF_TOKEN]`: a bare flag (true) is allowed too
+    negatable: bool = False  # a bool with a `--no-x` form; a plain switch can only be turned on
 
 
 # -- parsing `vllm serve --help=all` --------------------------------------------------------------
@@ -135,7 +136,8 @@ def _spec_from_block(signature: str, help_lines: list[str], group: str) -> FlagS
     else:
         kind = "str"
     return FlagSpec(name=name, type=kind, choices=choices, default=default, help=text, aliases=aliases,
-                    group=group, human=human, optional_value=optional_value)
+                    group=group, human=human, optional_value=optional_value,
+                    negatable=f"--no-{name}" in names)
 
 
 def parse_serve_help(text: str) -> dict[str, FlagSpec]:
@@ -220,10 +222,36 @@ _ALIASES: Mapping[str, str] = MappingProxyType({
 })
 
 
+def _sim(name: str, kind: str, default: object, help_text: str, choices: tuple[str, ...] | None = None) -> FlagSpec:
+    return FlagSpec(name=name, type=kind, choices=choices, default=default, help=help_text, group="sim")
+
+
+# The simulated engine's own options (vtui/sim/args.py; tests/layout checks they agree). Valid only on
+# an instance with engine = "sim": a real `vllm serve` rejects them.
+SIM_FLAGS: Mapping[str, FlagSpec] = MappingProxyType({spec.name: spec for spec in (
+    _sim("sim-gpu-memory-gib", "float", 80.0, "memory of each simulated GPU"),
+    _sim("sim-num-gpus", "int", 8, "GPUs on the simulated box"),
+    _sim("sim-startup-scale", "float", 1.0, "startup time scale (0 = instant)"),
+    _sim("sim-speed", "float", 1.0, "speed model scale (2 = twice as fast)"),
+    _sim("sim-params", "str", None, "model size when unknown, e.g. 8B"),
+    _sim("sim-load", "int", 0, "built-in background clients"),
+    _sim("sim-engine-child", "bool", False, "spawn a VLLM::EngineCore child process"),
+    _sim("sim-metrics-version", "str", "0.32", "metric names of this vLLM", ("0.32", "v0")),
+    _sim("sim-device", "str", "none", "cuda: also hold real CUDA memory", ("none", "cuda")),
+    _sim("sim-stats-interval", "float", 10.0, "seconds between stats lines"),
+)})
+_ALL: Mapping[str, FlagSpec] = MappingProxyType({**BUILTIN_FLAGS, **SIM_FLAGS})
+
+
+def flag_spec(name: str) -> FlagSpec | None:
+    """The spec of a canonical vLLM flag or a `sim-…` option of the simulated engine."""
+    return _ALL.get(name)
+
+
 def canonical_name(name: str) -> str | None:
     """The canonical flag name for a name or alias (`tp`, `-tp`, `--device-memory-utilization`)."""
     bare = name.lstrip("-")
-    if bare in BUILTIN_FLAGS:
+    if bare in _ALL:
         return bare
     return _ALIASES.get(bare)
 
@@ -232,13 +260,13 @@ def suggest(name: str) -> str | None:
     """The closest known flag name (did-you-mean), or None: `max_num_seqs` -> `max-num-seqs`."""
     bare = name.lstrip("-")
     for candidate in (bare, bare.replace("_", "-"), bare.lower().replace("_", "-")):
-        if candidate in BUILTIN_FLAGS:
+        if candidate in _ALL:
             return candidate
         if candidate in _ALIASES:
             return _ALIASES[candidate]
-        if candidate.startswith("no-") and candidate[3:] in BUILTIN_FLAGS:
+        if candidate.startswith("no-") and candidate[3:] in _ALL:
             return candidate[3:]
-    close = difflib.get_close_matches(bare.replace("_", "-"), list(BUILTIN_FLAGS), n=1, cutoff=0.75)
+    close = difflib.get_close_matches(bare.replace("_", "-"), list(_ALL), n=1, cutoff=0.75)
     return close[0] if close else None
 
 
@@ -315,6 +343,8 @@ def _check_scalar(spec: FlagSpec, value: object) -> str | None:
     elif spec.type == "bool":
         if not isinstance(value, bool):
             return f"expected true or false, got {_q(value)}"
+        if value is False and not spec.negatable:
+            return f"a switch with no --no-{spec.name} form; remove it to leave it off"
     elif isinstance(value, (bool, list, dict)) and not (value is True and spec.optional_value):
         return f"expected a string, got {_q(value)}"
     if spec.choices is not None and str(value) not in spec.choices:
@@ -329,7 +359,7 @@ def _check_scalar(spec: FlagSpec, value: object) -> str | None:
 
 def validate_flag(name: str, value: object) -> str | None:
     """None when `value` suits flag `name` (canonical name), else a one-line reason."""
-    spec = BUILTIN_FLAGS.get(name)
+    spec = _ALL.get(name)
     if spec is None:
         hint = suggest(name)
         return f'unknown flag; did you mean "{hint}"?' if hint else "unknown vllm serve flag"
@@ -365,7 +395,7 @@ def parse_flag_value(name: str, text: str) -> object:
     if canonical is None:
         hint = suggest(name)
         raise ValueError(f'unknown flag "{name}"' + (f'; did you mean "{hint}"?' if hint else ""))
-    spec = BUILTIN_FLAGS[canonical]
+    spec = _ALL[canonical]
     raw = text.strip()
     value: object = raw
     if spec.type == "bool" or (spec.optional_value and raw.lower() in ("true", "false")):

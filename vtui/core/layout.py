@@ -91,12 +91,15 @@ def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, lis
         raise LayoutError([_syntax_problem(file, text, exc)]) from None
     checker = Checker(file, text, origin=_origin(source))
     layout = _build(data, checker, source)
-    problems = [LayoutProblem(file, line, key, msg) for line, key, msg in
-                sorted(checker.problems, key=lambda p: (p[0] is None, p[0] or 0))]
-    warnings = [str(LayoutProblem(file, line, key, msg)) for line, key, msg in checker.warnings]
+    problems = [LayoutProblem(file, line, key, msg) for line, key, msg in _in_file_order(checker.problems)]
+    warnings = [str(LayoutProblem(file, line, key, msg)) for line, key, msg in _in_file_order(checker.warnings)]
     if problems or layout is None:
         raise LayoutError(problems, warnings)
     return layout, warnings
+
+
+def _in_file_order(items: list[tuple[int | None, str, str]]) -> list[tuple[int | None, str, str]]:
+    return sorted(items, key=lambda item: (item[0] is None, item[0] or 0))
 
 
 def _syntax_problem(file: str, text: str, exc: Exception) -> LayoutProblem:

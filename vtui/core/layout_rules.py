@@ -224,7 +224,8 @@ class Checker:
             if problem:
                 self.problem(key, problem)
                 continue
-            if flagspec.BUILTIN_FLAGS[name].type == "json" and isinstance(item, (dict, list)):
+            spec = flagspec.flag_spec(name)
+            if spec is not None and spec.type == "json" and isinstance(item, (dict, list)):
                 item = json.dumps(item, separators=(",", ":"))  # vLLM reads JSON text; argv needs a string
             out[name] = item
             raw = value[name]
@@ -267,6 +268,11 @@ class Checker:
             if host in WILDCARD_HOSTS:
                 self.warn(f"{key}.host", f'"{host}" exposes the server to the network; '
                                          'use "127.0.0.1" unless you mean it')
+            if fields.get("engine", "vllm") != "sim":
+                for flag in fields.get("flags") or {}:  # type: ignore[attr-defined]
+                    if flag in flagspec.SIM_FLAGS:
+                        self.problem(f"{key}.flags.{flag}", 'an option of the simulated engine; '
+                                                            'set engine = "sim" or remove it')
             gpus = fields.get("gpus") or []
             self._parallel(key, fields, list(gpus))  # type: ignore[call-overload]
             for gpu in gpus:  # type: ignore[union-attr]
