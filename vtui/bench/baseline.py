@@ -1,0 +1,126 @@
+"""Baselines: the final flags, vLLM version, model (+ revision when known) and bench results saved as one
+JSON file; a later run compared against it reports regressions beyond a threshold; cost per million
+output tokens from a GPU-hour price.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from vtui.bench.results import result_json
+from vtui.bench.types import BenchResult
+from vtui.core.atomic import atomic_write_text
+
+# (metric key in a step's JSON, higher is better)
+METRICS: tuple[tuple[str, bool], ...] = (
+    ("req_per_s", True), ("output_tok_per_s", True), ("total_tok_per_s", True),
+    ("ttft.p50", False), ("ttft.p95", False), ("itl.p50", False), ("itl.p95", False),
+    ("e2e.p50", False), ("e2e.p95", False),
+)
+_SNAPSHOT = re.compile(r"/snapshots/([0-9a-f]{7,64})/?$")
+
+
+def model_revision(model: str, flags: Mapping[str, object] | None = None) -> str | None:
+    """The revision flag, else the commit of an HF cache snapshot path."""
+    if flags and flags.get("revision"):
+        return str(flags["revision"])
+    match = _SNAPSHOT.search(str(model))
+    return match.group(1) if match else None
+
+
+def cost_per_million_output_tokens(gpu_hour_price: float, gpus: int, output_tok_per_s: float) -> float | None:
+    """Price of a million output tokens at this throughput: price × GPUs / (tokens per hour) × 1e6."""
+    if output_tok_per_s <= 0:
+        return None
+    return gpu_hour_price * max(1, gpus) / (output_tok_per_s * 3600.0) * 1e6
+
+
+def make_baseline(result: BenchResult, *, flags: Mapping[str, object] | None = None, model: str | None = None,
+                  engine: str | None = None, gpu_hour_price: float | None = None, gpus: int = 1) -> dict[str, object]:
+    data = result_json(result)
+    name = model or result.model
+    baseline: dict[str, object] = {
+        "kind": "vtui-baseline", "version": 1,
+        "vllm_version": result.server_version,
+        "model": name,
+        "model_revision": model_revision(name, flags),
+        "served_model": result.model,
+        "engine": engine,
+        "flags": dict(flags or {}),
+        "gpus": gpus,
+        "gpu_hour_price": gpu_hour_price,
+        "bench": data,
+    }
+    if gpu_hour_price is not None:
+        baseline["cost_per_million_output_tokens"] = [
+            cost_per_million_output_tokens(gpu_hour_price, gpus, s.output_tok_per_s) for s in result.steps]
+    return baseline
+
+
+def save_baseline(path: Path, baseline: Mapping[str, object]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(baseline, indent=2, default=str) + "\n")
+    return path
+
+
+def load_baseline(path: Path) -> dict[str, object]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("kind") not in ("vtui-baseline", "vtui-bench"):
+        raise ValueError(f"{path}: not a vtui baseline or bench result")
+    return data
+
+
+@dataclass(frozen=True)
+class Change:
+    step: str
+    metric: str
+    baseline: float
+    current: float
+    change: float  # relative, signed (+ = larger)
+    regression: bool
+
+
+def _steps(data: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
+    bench = data.get("bench", data)
+    return {str(s.get("label")): s for s in bench.get("steps", [])}  # type: ignore[union-attr]
+
+
+def _get(step: Mapping[str, object], key: str) -> float | None:
+    value: object = step
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def compare(current: BenchResult | Mapping[str, object], baseline: Mapping[str, object],
+            threshold: float = 0.05) -> list[Change]:
+    """Per matching step (same concurrency or rate), each metric's relative change; a regression is a
+    change for the worse beyond `threshold`, or an error rate above the baseline's by more than it."""
+    cur = result_json(current) if isinstance(current, BenchResult) else current
+    base_steps, changes = _steps(baseline), []
+    for label, step in _steps(cur).items():
+        old = base_steps.get(label)
+        if old is None:
+            continue
+        for metric, higher_better in METRICS:
+            a, b = _get(old, metric), _get(step, metric)
+            if a is None or b is None or a == 0:
+                continue
+            rel = (b - a) / a
+            worse = -rel if higher_better else rel
+            changes.append(Change(label, metric, a, b, rel, worse > threshold))
+        a, b = _get(old, "error_rate") or 0.0, _get(step, "error_rate") or 0.0
+        changes.append(Change(label, "error_rate", a, b, b - a, b - a > threshold))
+    return changes
+
+
+def render_changes(changes: list[Change]) -> str:
+    lines = []
+    for c in changes:
+        mark = "REGRESSION" if c.regression else "ok"
+        lines.append(f"{c.step:<12} {c.metric:<18} {c.baseline:>12.4g} → {c.current:<12.4g} {c.change:+8.1%}  {mark}")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""What the server said during a step: /metrics scraped alongside the load (KV usage, waiting and
+running peaks, preemptions, the server-side TTFT histogram), so each step's client figures sit next to
+the engine's own. Parsing is vtui.telemetry's; this module only keeps a step's extremes and deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import httpx
+
+from vtui.bench.types import Dist, ServerStep
+from vtui.telemetry.metrics import MetricsSnapshot, MetricsWindow, parse_metrics
+
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+class ServerWatch:
+    """Scrapes `{base_url}/metrics` every `interval` seconds between `start()` and `stop()`; one scrape at
+    a time (the next is armed only when the previous finished)."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, interval: float = 0.5) -> None:
+        self._client = client
+        self._url = f"{base_url}/metrics"
+        self._interval = interval
+        self._task: asyncio.Task | None = None
+        self._first: MetricsSnapshot | None = None
+        self._last: MetricsSnapshot | None = None
+        self._first_sample = None
+        self._last_sample = None
+        self._scrapes = 0
+        self._kv = self._waiting = self._running = None
+
+    async def _scrape(self) -> None:
+        try:
+            response = await self._client.get(self._url, timeout=5.0)
+        except httpx.HTTPError:
+            return
+        if response.status_code != 200:
+            return
+        snap = parse_metrics(response.text)
+        sample = MetricsWindow().update(snap, time.monotonic())
+        self._scrapes += 1
+        if self._first is None:
+            self._first, self._first_sample = snap, sample
+        self._last, self._last_sample = snap, sample
+        self._kv = _max(self._kv, sample.kv_usage)
+        self._waiting = _max(self._waiting, sample.waiting)
+        self._running = _max(self._running, sample.running)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self._scrape()
+
+    async def start(self) -> None:
+        """Take the baseline scrape, then keep scraping in the background."""
+        await self._scrape()
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> ServerStep:
+        """Stop scraping, take a final scrape, and summarize the step."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._scrape()
+        return self.summary()
+
+    def summary(self) -> ServerStep:
+        if self._first is None or self._last is None:
+            return ServerStep(scrapes=self._scrapes)
+        first, last = self._first_sample, self._last_sample
+        preempt = None
+        if first.preemptions_total is not None and last.preemptions_total is not None:
+            preempt = max(0.0, last.preemptions_total - first.preemptions_total)
+        gen = None
+        if first.generation_tokens_total is not None and last.generation_tokens_total is not None:
+            gen = max(0.0, last.generation_tokens_total - first.generation_tokens_total)
+        ttft, requests = Dist(), None
+        h_new, h_old = self._last.histogram(TTFT), self._first.histogram(TTFT)
+        if h_new is not None and h_old is not None:
+            delta = h_new.minus(h_old)
+            if delta is not None and delta.observations > 0:
+                requests = delta.observations
+                mean = delta.sum / delta.count if delta.sum is not None and delta.count else None
+                ttft = Dist(mean=mean, p50=delta.quantile(0.5), p95=delta.quantile(0.95), p99=delta.quantile(0.99))
+        return ServerStep(scrapes=self._scrapes, kv_usage_peak=self._kv, waiting_peak=self._waiting,
+                          running_peak=self._running, preemptions=preempt, requests=requests, ttft=ttft,
+                          generation_tokens=gen)
