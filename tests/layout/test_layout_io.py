@@ -243,3 +243,11 @@ def test_last_session_and_resolve(tmp_path: Path) -> None:
     assert last_layout() is None
     with pytest.raises(NoLayoutError, match="no longer exists"):
         resolve_layout_arg(None)
+
+
+def test_unnamed_session_takes_the_file_name(tmp_path: Path) -> None:
+    path = tmp_path / "night-shift.toml"
+    path.write_text('[[instance]]\nname = "a"\nmodel = "m"\nport = 1\n', encoding="utf-8")
+    layout = load_layout(path)
+    assert layout.session.name == "night-shift"
+    assert layout.instances[0].restart == RestartPolicy()

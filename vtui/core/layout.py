@@ -124,7 +124,7 @@ def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | Non
     for key in data:
         if key not in TOP_KEYS:
             c.unknown(key, key, TOP_KEYS)
-    session = _session(c, data.get("session", {}))
+    session = _session(c, data.get("session", {}), default_name=source.stem)
     defaults = c.table_fields("defaults", data.get("defaults", {}), DEFAULT_KEYS, scope="")
     raw_instances = data.get("instance", [])
     if not isinstance(raw_instances, list):
@@ -154,11 +154,11 @@ def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | Non
     return Layout(session=session, instances=instances, path=source, defaults=defaults)
 
 
-def _session(c: Checker, raw: object) -> SessionSpec | None:
+def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
     if not isinstance(raw, dict):
         c.problem("session", "expected a table")
         return None
-    values: dict[str, object] = {}
+    values: dict[str, object] = {"name": default_name or "vtui"}  # unnamed: the file's name
     before = len(c.problems)
     for key, value in raw.items():
         dotted = f"session.{key}"
