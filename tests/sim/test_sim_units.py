@@ -129,3 +129,22 @@ def test_prometheus_number_format_and_buckets():
     assert fmt(1795972084.8675904) == "1.7959720848675904e+09"
     assert fmt(8.0) == "8.0" and fmt(float("inf")) == "+Inf"
     assert buckets_1_2_5(512) == (1, 2, 5, 10, 20, 50, 100, 200, 500)
+
+
+def test_cost_model_moves_in_the_seeds_directions():
+    from vtui.sim.engine import StepCost
+    from vtui.sim.scheduler import StepPlan
+
+    cost = StepCost(16e9, 8e9, 131072, 32, 4096, tp=1, eager=False)
+
+    def step(prefill: int, decode: int, context: int = 0) -> float:
+        return cost.seconds(StepPlan([], prefill, decode, context, 0))
+
+    # bigger batched-token budget: more prefill tokens per second ...
+    assert 65536 / step(65536, 0) > 4096 / step(4096, 0)
+    # ... but decodes that share the step with a big prefill chunk wait longer (tail latency)
+    assert step(65536, 64) > step(4096, 64) > step(0, 64)
+    # more sequences: more decode tokens per second (memory-bound steps amortise the weights)
+    assert 256 / step(0, 256, 256 * 1000) > 32 / step(0, 32, 32 * 1000)
+    # eager mode and tensor parallelism change the step time
+    assert StepCost(16e9, 8e9, 131072, 32, 4096, tp=1, eager=True).seconds(StepPlan([], 0, 8, 8000, 0)) > step(0, 8, 8000)
