@@ -1,0 +1,266 @@
+"""Startup facts from a `vllm serve` log, for every vLLM generation: the V0 (0.4-0.7) memory profiling
+and "# GPU blocks" lines, the V1 "Available KV cache memory" / "KV cache size" / "Maximum concurrency"
+lines, timings, max model len, non-default args and the version banner; with or without the
+`(EngineCore… pid=…)` prefixes. `StartupTracker.feed(line)` keeps them current for a live log;
+`parse_startup(lines)` reads a whole one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+
+from vtui.core.phases import phase_of
+from vtui.core.state import Phase
+
+__all__ = ["FACT_KEYS", "StartupFacts", "StartupTracker", "parse_startup"]
+
+# The keys of `vtui diagnose --json` "facts", in order.
+FACT_KEYS: tuple[str, ...] = (
+    "vllm_version", "engine", "max_model_len", "model_weights_gib", "total_gpu_gib", "gpu_memory_utilization",
+    "non_torch_gib", "activation_peak_gib", "available_kv_gib", "kv_cache_tokens", "num_gpu_blocks",
+    "num_cpu_blocks", "max_concurrency", "max_concurrency_for_tokens", "kv_needed_gib",
+    "estimated_max_model_len", "init_engine_secs", "cuda_graph_capture_secs", "torch_compile_secs",
+)
+_PHASE_ORDER = (Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE, Phase.CAPTURING_GRAPHS,
+                Phase.API_UP)
+_V0_DEFAULT_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class StartupFacts:
+    """What a startup log says about an instance; None where the log does not say."""
+
+    vllm_version: str | None = None
+    engine: str | None = None  # "V0" / "V1"
+    max_model_len: int | None = None
+    model_weights_gib: float | None = None
+    total_gpu_gib: float | None = None
+    gpu_memory_utilization: float | None = None
+    non_torch_gib: float | None = None
+    activation_peak_gib: float | None = None
+    available_kv_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    num_gpu_blocks: int | None = None
+    num_cpu_blocks: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_for_tokens: int | None = None
+    kv_needed_gib: float | None = None
+    estimated_max_model_len: int | None = None
+    init_engine_secs: float | None = None
+    cuda_graph_capture_secs: float | None = None
+    torch_compile_secs: float | None = None
+    model_load_secs: float | None = None
+    model: str | None = None
+    non_default_args: Mapping[str, object] | None = None  # V1's "non-default args: {...}"
+    args: Mapping[str, object] | None = None  # V0's "args: Namespace(...)": every argument
+    phase: Phase | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The `vtui diagnose --json` facts: the FACT_KEYS the log gave, nothing else."""
+        return {k: getattr(self, k) for k in FACT_KEYS if getattr(self, k) is not None}
+
+    def arg(self, name: str) -> object | None:
+        """A launch argument (snake_case) from the non-default args, else V0's Namespace dump."""
+        for source in (self.non_default_args, self.args):
+            if source and name in source:
+                return source[name]
+        return None
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _int(text: str) -> int:
+    return int(float(text.replace(",", "")))
+
+
+_N = r"([\d][\d,]*(?:\.\d+)?)"  # 1,048,576 / 2048.00 / 79.22
+
+# (pattern, [(fact, converter, priority) per group]). A later match replaces an earlier one of lower or
+# equal priority, so an explicit statement beats a figure derived from an error message.
+_Rule = tuple[re.Pattern[str], tuple[tuple[str, Callable[[str], object], int], ...]]
+_RULES: tuple[_Rule, ...] = tuple((re.compile(p), groups) for p, groups in (
+    # version banner (0.11+ ASCII art), API server line (0.4-0.10), engine init line
+    (r"[▀▄█]\s+version\s+(\d[\w.+\-]*)", (("vllm_version", str, 3),)),
+    (r"vLLM API server version (\d[\w.+\-]*)", (("vllm_version", str, 3),)),
+    (r"LLM engine \(v(\d[\w.+\-]*)\) with config", (("vllm_version", str, 2),)),
+    (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
+    (r"with config: model='([^']*)'", (("model", str, 1),)),
+    # max model len
+    (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
+    (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
+    # memory profile: V0 0.6.4 key=value, 0.6.5 table, 0.7 sentences
+    (r"total_gpu_memory(?:=|\s*\(|\s+)\s*" + _N + r"\s*GiB", (("total_gpu_gib", _num, 3),)),
+    (r"gpu_memory_utilization(?:=|\s*\(|\s+)\s*" + _N, (("gpu_memory_utilization", _num, 3),)),
+    (r"model weights take\s+" + _N + r"\s*GiB", (("model_weights_gib", _num, 3),)),
+    (r"non_torch_memory(?:=|\s+takes\s+|\s+)\s*" + _N + r"\s*GiB", (("non_torch_gib", _num, 3),)),
+    (r"PyTorch activation peak memory(?:\s+takes)?\s+" + _N + r"\s*GiB", (("activation_peak_gib", _num, 3),)),
+    (r"peak_torch_memory=" + _N + r"\s*GiB", (("_peak_torch_gib", _num, 3),)),
+    (r"the rest of the memory reserved for KV Cache is\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+    (r"kv_cache_size=" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+    (r"available_kv_cache_memory\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+    (r"Available KV cache memory:\s*" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+    (r"Explicitly set \(" + _N + r"/[\d.]+\) GiB for KV cache", (("available_kv_gib", _num, 3),)),
+    # weights and load time
+    (r"Loading model weights took " + _N + r"\s*GB", (("model_weights_gib", _num, 2),)),
+    (r"Model loading took " + _N + r"\s*GiB(?: memory)? and " + _N + r"\s*s",
+     (("model_weights_gib", _num, 2), ("model_load_secs", _num, 2))),
+    (r"Model loading took " + _N + r"\s*GiB", (("model_weights_gib", _num, 2),)),
+    (r"Loading weights took " + _N + r" seconds", (("model_load_secs", _num, 1),)),
+    # KV cache size
+    (r"# \w+ blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",  # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7)
+     (("num_gpu_blocks", _int, 3), ("num_cpu_blocks", _int, 3))),
+    (r"# (?:GPU|CUDA|gpu) blocks: (\d+)\s*$", (("num_gpu_blocks", _int, 3),)),
+    (r"(?:GPU|CPU|XPU|TPU|NPU|HPU)? ?KV cache size: " + _N + " tokens", (("kv_cache_tokens", _int, 3),)),
+    (r"Maximum concurrency for " + _N + r" tokens per request: " + _N + "x",
+     (("max_concurrency_for_tokens", _int, 3), ("max_concurrency", _num, 3))),
+    # timings
+    (r"init engine \(.*?\) took " + _N + r"\s*s", (("init_engine_secs", _num, 3),)),
+    (r"[Gg]raph capturing finished in " + _N + r"\s*secs?", (("cuda_graph_capture_secs", _num, 3),)),
+    (r"torch\.compile (?:takes|took) " + _N + r"\s*s in total", (("torch_compile_secs", _num, 3),)),
+    # failure messages that carry figures
+    (r"max seq len \((\d+)\), \(?" + _N + r" GiB KV cache is needed, which is larger than the available KV "
+     r"cache memory \(" + _N + r" GiB\)",
+     (("max_model_len", _int, 1), ("kv_needed_gib", _num, 3), ("available_kv_gib", _num, 1))),
+    (r"estimated maximum model length is (\d+)", (("estimated_max_model_len", _int, 3),)),
+    (r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in "
+     r"KV cache \((\d+)\)", (("max_model_len", _int, 1), ("kv_cache_tokens", _int, 1))),
+    (r"Free memory on device[^(]*\(" + _N + "/" + _N + r" GiB\) on startup is less than desired GPU memory "
+     r"utilization \(" + _N, (("_free_gib", _num, 1), ("total_gpu_gib", _num, 1), ("gpu_memory_utilization", _num, 1))),
+    (r"desired CPU memory utilization \(" + _N, (("gpu_memory_utilization", _num, 1),)),
+))
+_ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple((re.compile(p), e, prio) for p, e, prio in (
+    (r"Initializing a V1 LLM engine", "V1", 3),
+    (r"Initializing an? (?:V0 )?LLM engine", "V0", 3),
+    # V1's process prefixes; V0's tensor-parallel workers say "(VllmWorkerProcess pid=…)"
+    (r"\((?:APIServer|EngineCore[\w-]*|VllmWorker[ -](?:TP)?\d+|Worker(?:_\w+)?) pid=\d+\)", "V1", 1),
+    (r"Available KV cache memory:|KV cache size: [\d,]+ tokens", "V1", 2),
+    (r"# (?:GPU|CUDA) blocks: \d+, # CPU blocks|Memory profiling (?:results|takes)|Loading model weights took",
+     "V0", 2),
+))
+_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
+_KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
+_NS_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+(?:\([^)]*\))?)")
+_V0_CAPTURE = re.compile(r"Capturing the model for CUDA graphs")  # 0.4-0.5 wording, not in core.phases
+_NEW_RUN = re.compile(r"[▀▄█]\s+version\s+\d|vLLM API server version \d")
+
+
+def _literal(text: str) -> object:
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _dict_of(text: str) -> dict[str, object]:
+    try:
+        value = ast.literal_eval(text)
+        if isinstance(value, dict):
+            return {str(k): v for k, v in value.items()}
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    return {m.group(1): _literal(m.group(2)) for m in _KV_PAIR.finditer(text)}  # some values aren't literals
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+class StartupTracker:
+    """Feeds on log lines one at a time and keeps the facts and the phase current (for STARTING)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._values: dict[str, object] = {}
+        self._prio: dict[str, int] = {}
+        self._phase: Phase | None = None
+        self._non_default: dict[str, object] | None = None
+        self._args: dict[str, object] | None = None
+
+    def _set(self, key: str, value: object, prio: int) -> bool:
+        if prio < self._prio.get(key, -1) or self._values.get(key) == value:
+            return False
+        self._values[key], self._prio[key] = value, prio
+        return True
+
+    def feed(self, line: str) -> bool:
+        """Read one line; True when a fact or the phase changed."""
+        if _NEW_RUN.search(line) and "vllm_version" in self._values:
+            self.reset()  # a new run appended to the same log
+        changed = False
+        if self._phase is None:
+            self._phase, changed = Phase.SPAWNED, True
+        phase = phase_of(line) or (Phase.CAPTURING_GRAPHS if _V0_CAPTURE.search(line) else None)
+        if phase is not None and _PHASE_ORDER.index(phase) > _PHASE_ORDER.index(self._phase):
+            self._phase, changed = phase, True
+        for pattern, groups in _RULES:
+            m = pattern.search(line)
+            if m is None:
+                continue
+            for i, (key, convert, prio) in enumerate(groups, start=1):
+                try:
+                    changed |= self._set(key, convert(m.group(i)), prio)
+                except ValueError:
+                    pass
+        for pattern, engine, prio in _ENGINE_RULES:
+            if pattern.search(line):
+                changed |= self._set("engine", engine, prio)
+                break
+        if m := _NON_DEFAULT.search(line):
+            self._non_default, changed = _dict_of(m.group(1)), True
+        elif m := _NAMESPACE.search(line):
+            self._args, changed = {k: _literal(v) for k, v in _NS_PAIR.findall(m.group(1))}, True
+        return changed
+
+    @property
+    def phase(self) -> Phase | None:
+        return self._phase
+
+    @property
+    def facts(self) -> StartupFacts:
+        values = {k: v for k, v in self._values.items() if not k.startswith("_")}
+        facts = StartupFacts(
+            **values,
+            non_default_args=MappingProxyType(self._non_default) if self._non_default is not None else None,
+            args=MappingProxyType(self._args) if self._args is not None else None,
+            phase=self._phase,
+        )
+        return _derive(facts, self._values)
+
+
+def _derive(facts: StartupFacts, raw: Mapping[str, object]) -> StartupFacts:
+    """Fill what follows from what was read: launch args, V0's activation peak, tokens from blocks."""
+    extra: dict[str, object] = {}
+    if facts.max_model_len is None and isinstance(facts.arg("max_model_len"), int):
+        extra["max_model_len"] = facts.arg("max_model_len")
+    util = facts.arg("gpu_memory_utilization")
+    if facts.gpu_memory_utilization is None and isinstance(util, float | int) and not isinstance(util, bool):
+        extra["gpu_memory_utilization"] = float(util)
+    peak = raw.get("_peak_torch_gib")
+    if facts.activation_peak_gib is None and isinstance(peak, float) and facts.model_weights_gib is not None:
+        extra["activation_peak_gib"] = round(max(0.0, peak - facts.model_weights_gib), 2)
+    if facts.kv_cache_tokens is None and facts.num_gpu_blocks is not None:
+        block = facts.arg("block_size")
+        extra["kv_cache_tokens"] = facts.num_gpu_blocks * (block if isinstance(block, int) else _V0_DEFAULT_BLOCK_SIZE)
+    if facts.engine is None and facts.vllm_version and _version_tuple(facts.vllm_version) < (0, 8):
+        extra["engine"] = "V0"  # V1 was opt-in before 0.8
+    if not extra:
+        return facts
+    return StartupFacts(**{f.name: extra.get(f.name, getattr(facts, f.name)) for f in fields(StartupFacts)})
+
+
+def parse_startup(lines: Iterable[str]) -> StartupFacts:
+    """The facts of a whole log (the last run in it, when several were appended)."""
+    tracker = StartupTracker()
+    for line in lines:
+        tracker.feed(line)
+    return tracker.facts
