@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal, Union
+from typing import Literal
 
-FlagValue = Union[bool, int, float, str, list]  # list: a flag taking several values (`--api-key a b`)
+FlagValue = bool | int | float | str | list  # list: a flag taking several values (`--api-key a b`)
 RestartMode = Literal["never", "on-failure", "always"]
 Engine = Literal["vllm", "sim"]
 
