@@ -1,0 +1,170 @@
+"""`vtui bench NAME|URL`: load-test an instance (by name, through the last layout) or any OpenAI-compatible
+URL; print each step beside what the server said; write JSON/CSV; save or compare a baseline."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HELP = "load-test an instance or URL (fixed concurrency, ramp, request rate); save/compare baselines"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="instance name (from the layout) or base URL (http://host:port)")
+    parser.add_argument("--layout", default=None, help="layout file for NAME (default: the last session's)")
+    parser.add_argument("--mode", choices=("concurrency", "ramp", "rate"), default="concurrency")
+    parser.add_argument("-c", "--concurrency", type=int, default=8,
+                        help="fixed concurrency; the ramp's ceiling; in rate mode a cap (0 = none)")
+    parser.add_argument("--levels", default=None, help="comma-separated ramp concurrencies or request rates")
+    parser.add_argument("--rate", type=float, default=None, help="requests per second (rate mode)")
+    parser.add_argument("-n", "--num-requests", type=int, default=64, help="requests per step")
+    parser.add_argument("--duration", type=float, default=None, help="seconds per step (instead of -n)")
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--prompts", type=Path, default=None, help="JSONL prompts instead of synthetic ones")
+    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    parser.add_argument("--model", default=None, help="served model name (default: the first listed)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=0, help="unmeasured requests before the first step")
+    parser.add_argument("--max-error-rate", type=float, default=0.05, help="ramp stops above this")
+    parser.add_argument("--ttft-target", type=float, default=None, help="ramp stops above this TTFT (s)")
+    parser.add_argument("--ttft-percentile", choices=("p50", "p95", "p99"), default="p95")
+    parser.add_argument("--timeout", type=float, default=300.0, help="per-request timeout (s)")
+    parser.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
+    parser.add_argument("--out", type=Path, default=None, help="folder for results (default: vtui's runs dir)")
+    parser.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
+    parser.add_argument("--save-baseline", type=Path, default=None, metavar="PATH")
+    parser.add_argument("--compare", type=Path, default=None, metavar="BASELINE")
+    parser.add_argument("--threshold", type=float, default=0.05, help="relative change counted as regression")
+    parser.add_argument("--gpu-hour-price", type=float, default=None, help="price of one GPU-hour")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs the server uses (for cost)")
+
+
+@dataclass
+class Target:
+    base_url: str
+    name: str | None = None
+    flags: dict = field(default_factory=dict)
+    model: str | None = None
+    engine: str | None = None
+    gpus: int = 1
+    gpu_hour_price: float | None = None
+    api_key: str | None = None
+
+
+def resolve_target(target: str, layout_arg: str | None = None) -> Target:
+    """A URL as is; a name through the layout (`--layout`, else the last session's)."""
+    if target.startswith(("http://", "https://")):
+        return Target(base_url=target.rstrip("/"), api_key=os.environ.get("VLLM_API_KEY"))
+    from vtui.core.layout import load_layout, resolve_layout_arg
+
+    layout = load_layout(resolve_layout_arg(layout_arg))
+    try:
+        spec = layout.instance(target)
+    except KeyError:
+        raise ValueError(f"no instance {target!r} in {layout.path}; instances: {', '.join(layout.names())}") from None
+    flags = dict(spec.flags)
+    key = flags.pop("api-key", None)
+    tp = int(flags.get("tensor-parallel-size", 1) or 1) * int(flags.get("pipeline-parallel-size", 1) or 1)
+    return Target(base_url=spec.base_url, name=spec.name, flags=flags, model=spec.model, engine=spec.engine,
+                  gpus=len(spec.gpus) or tp, gpu_hour_price=layout.session.gpu_hour_price,
+                  api_key=(key[0] if isinstance(key, list) else key) or os.environ.get("VLLM_API_KEY"))
+
+
+def _levels(text: str | None) -> tuple[float, ...]:
+    if not text:
+        return ()
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _ms(value: float | None) -> str:
+    return "--" if value is None else f"{value * 1000:.1f}"
+
+
+def render_steps(result, gpu_hour_price: float | None = None, gpus: int = 1) -> str:
+    from vtui.bench import cost_per_million_output_tokens
+
+    head = (f"{'step':<10}{'ok/err':>9}{'req/s':>8}{'out tok/s':>10}{'TTFT p50/p95/p99 ms':>22}"
+            f"{'ITL p50/p95 ms':>16}{'e2e p50/p99 s':>15}  server: KV peak, waiting peak, preempt, TTFT mean ms")
+    lines = [f"model {result.model} (vLLM {result.server_version or '--'})", head]
+    for s in result.steps:
+        kv = "--" if s.server.kv_usage_peak is None else f"{s.server.kv_usage_peak:.0%}"
+        waiting = "--" if s.server.waiting_peak is None else f"{s.server.waiting_peak:g}"
+        pre = "--" if s.server.preemptions is None else f"{s.server.preemptions:g}"
+        e2e = f"{s.e2e.p50:.2f}/{s.e2e.p99:.2f}" if s.e2e.p50 is not None else "--"
+        line = (f"{s.label:<10}{f'{s.completed}/{s.failed}':>9}{s.req_per_s:>8.2f}{s.output_tok_per_s:>10.1f}"
+                f"{f'{_ms(s.ttft.p50)}/{_ms(s.ttft.p95)}/{_ms(s.ttft.p99)}':>22}"
+                f"{f'{_ms(s.itl.p50)}/{_ms(s.itl.p95)}':>16}{e2e:>15}  {kv}, {waiting}, {pre}, {_ms(s.server.ttft.mean)}")
+        if gpu_hour_price is not None:
+            cost = cost_per_million_output_tokens(gpu_hour_price, gpus, s.output_tok_per_s)
+            line += f"  ${cost:.2f}/M out" if cost is not None else ""
+        lines.append(line)
+        if s.errors:
+            lines.append(f"{'':<10}errors: " + "; ".join(f"{m} ×{c}" for m, c in s.errors))
+    if result.stop_reason:
+        lines.append(result.stop_reason)
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vtui.bench import (
+        BenchConfig,
+        compare,
+        load_baseline,
+        make_baseline,
+        result_json,
+        run_bench,
+        save_baseline,
+        write_results,
+    )
+    from vtui.bench.baseline import render_changes
+    from vtui.core.paths import runs_dir
+
+    try:
+        target = resolve_target(args.target, args.layout)
+        config = BenchConfig(
+            base_url=target.base_url, model=args.model, mode=args.mode, concurrency=args.concurrency,
+            levels=_levels(args.levels), request_rate=args.rate, num_requests=args.num_requests,
+            duration_s=args.duration, input_len=args.input_len, output_len=args.output_len, prompts_file=args.prompts,
+            endpoint=args.endpoint, seed=args.seed, timeout_s=args.timeout, max_error_rate=args.max_error_rate,
+            ttft_target_s=args.ttft_target, ttft_percentile=args.ttft_percentile,
+            scrape_metrics=not args.no_metrics, api_key=target.api_key, warmup_requests=args.warmup)
+        config.step_levels()
+        baseline = load_baseline(args.compare) if args.compare else None
+    except Exception as exc:  # layout, arguments, baseline file: one clear line, no traceback
+        print(f"vtui bench: {exc}", file=sys.stderr)
+        return 2
+
+    def on_progress(p) -> None:
+        if p.phase == "step-start" and not args.json:
+            print(f"step {p.step_index + 1}/{p.steps_total}: {'rate' if args.mode == 'rate' else 'c'}={p.level:g} …",
+                  file=sys.stderr, flush=True)
+
+    try:
+        result = asyncio.run(run_bench(config, on_progress))
+    except Exception as exc:
+        print(f"vtui bench: {target.base_url}: {exc}", file=sys.stderr)
+        return 2
+    price = args.gpu_hour_price if args.gpu_hour_price is not None else target.gpu_hour_price
+    gpus = args.gpus or target.gpus
+    stem = time.strftime("bench-%Y%m%d-%H%M%S") + (f"-{target.name}" if target.name else "")
+    json_path, csv_path = write_results(result, args.out or (runs_dir() / "bench"), stem)
+    print(json.dumps(result_json(result), indent=2) if args.json else render_steps(result, price, gpus))
+    print(f"results: {json_path} and {csv_path}", file=sys.stderr)
+    if args.save_baseline:
+        doc = make_baseline(result, flags=target.flags, model=target.model, engine=target.engine,
+                            gpu_hour_price=price, gpus=gpus)
+        print(f"baseline saved: {save_baseline(args.save_baseline, doc)}", file=sys.stderr)
+    if baseline is not None:
+        changes = compare(result, baseline, args.threshold)
+        print(render_changes(changes) or "no step matches the baseline's steps", file=sys.stderr if args.json else sys.stdout)
+        if any(c.regression for c in changes):
+            print(f"regressions beyond {args.threshold:.0%} against {args.compare}", file=sys.stderr)
+            return 1
+    return 0
