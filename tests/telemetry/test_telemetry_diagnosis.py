@@ -1,0 +1,180 @@
+"""Failure lines → problems with concrete fixes, for every real failure in shared/vllm-reference and
+hand-written older/GPU ones; the runtime "KV cache short" rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vtui.telemetry.diagnosis import diagnose, diagnose_runtime
+from vtui.telemetry.gpu import GpuProcess, GpuSample
+from vtui.telemetry.metrics import MetricsSample
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GiB = 1024**3
+
+# Every failure log, real (failures/) and hand-written (logs/): its one problem and fix.
+EXPECTED = {
+    "failures/default_kv_alone.log": ("free_memory_below_utilization", {"gpu-memory-utilization": 0.84}),
+    "failures/kv_too_small.log": ("no_kv_memory", {"kv-cache-memory-bytes": 64 * 1024**2}),
+    "failures/max_model_len_too_big.log": ("max_model_len_above_model", {"max-model-len": 2048}),
+    "failures/missing_model.log": ("model_not_found", None),
+    "failures/port_in_use.log": ("port_in_use", "port"),
+    "failures/unknown_flag.log": ("unknown_flag", None),
+    "logs/v1_0.10_kv_too_small.log": ("kv_too_small_for_max_model_len", {"max-model-len": 71824}),
+    "logs/v1_0.8_kv_too_small_no_estimate.log": ("kv_too_small_for_max_model_len", {"max-model-len": 435584}),
+    "logs/v0_0.6_kv_too_small.log": ("kv_too_small_for_max_model_len", {"max-model-len": 23648}),
+    "logs/v1_free_memory.log": ("free_memory_below_utilization", {"gpu-memory-utilization": 0.15}),
+    "logs/v1_cuda_oom_graphs.log": ("cuda_oom", {"enforce-eager": True}),
+    "logs/v0_cuda_oom_profile.log": ("cuda_oom", {"gpu-memory-utilization": 0.85}),
+    "logs/v0_max_model_len_above_model.log": ("max_model_len_above_model", {"max-model-len": 4096}),
+    "logs/v0_port_in_use_uvicorn.log": ("port_in_use", "port"),
+    "logs/bad_flag_value.log": ("invalid_flag_value", None),
+    "logs/v0_preemption_warning.log": ("kv_cache_short", None),
+}
+
+
+def test_every_real_failure_is_covered() -> None:
+    real = {f"failures/{p.name}" for p in (FIXTURES / "failures").glob("*.log")}
+    assert real and real <= set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_failure(name: str, fixture_text) -> None:
+    kind, fix = EXPECTED[name]
+    problems = diagnose(fixture_text(name).splitlines(), holders_of_port=lambda port: [])
+    assert [p.kind for p in problems] == [kind]
+    problem = problems[0]
+    assert problem.message and problem.explanation
+    if fix == "port":
+        assert set(problem.fix) == {"port"}
+    else:
+        assert (dict(problem.fix) if problem.fix is not None else None) == fix
+    assert problem.to_json() == {"kind": kind, "message": problem.message,
+                                 "fix": dict(problem.fix) if problem.fix is not None else None}
+
+
+@pytest.mark.parametrize("name", ["startup.log", "startup_preempt_run.log", "logs/v0_0.6.4.log",
+                                  "logs/v1_0.10.1_tp2.log"])
+def test_healthy_logs_have_no_problems(name: str, fixture_text) -> None:
+    assert diagnose(fixture_text(name).splitlines()) == []
+
+
+def test_messages_quote_vllm(fixture_text) -> None:
+    [unknown] = diagnose(fixture_text("failures/unknown_flag.log").splitlines())
+    assert unknown.message == "vllm: error: unrecognized arguments: --foo-bar 3"
+    [missing] = diagnose(fixture_text("failures/missing_model.log").splitlines())
+    assert missing.message.startswith("HFValidationError: Repo id must be in the form")
+
+
+def test_unknown_flag_suggests_the_close_one() -> None:
+    pytest.importorskip("vtui.core.flagspec")
+    [p] = diagnose(["vllm: error: unrecognized arguments: --max-num-seq 4"])
+    assert any("--max-num-seqs" in r for r in p.remedies)
+
+
+def test_port_in_use_names_the_holder(fixture_text) -> None:
+    [p] = diagnose(fixture_text("failures/port_in_use.log").splitlines(),
+                   holders_of_port=lambda port: [(4242, "python3")] if port == 18001 else [])
+    assert p.message == "port 18001 is already in use by PID 4242 (python3)"
+    assert p.pids == (4242,) and p.fix["port"] > 18001
+
+
+def test_port_in_use_finds_a_real_listener() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        [p] = diagnose([f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
+                        "address already in use"])
+    assert f"port {port}" in p.message
+    import os
+
+    if p.pids:  # psutil may not see sockets without privileges; when it does, it is us
+        assert p.pids == (os.getpid(),)
+
+
+def test_free_memory_names_the_processes_on_those_gpus(fixture_text) -> None:
+    gpu = GpuSample(True, None, (), (
+        GpuProcess(0, 4242, 60 * GiB, None),
+        GpuProcess(0, 5151, 5 * GiB, "llama"),
+        GpuProcess(0, 6000, 1 * GiB, "qwen"),  # this instance's own leftover: not a "holder"
+        GpuProcess(1, 7777, 70 * GiB, None),  # another GPU
+    ), 0.0)
+    [p] = diagnose(fixture_text("logs/v1_free_memory.log").splitlines(), gpu=gpu, gpu_indices=[0], instance="qwen")
+    assert p.pids == (4242, 5151)
+    assert "PID 4242 on GPU 0 (other, 60.0 GiB)" in p.explanation
+    assert "PID 5151 on GPU 0 (instance 'llama', 5.0 GiB)" in p.explanation
+    assert p.remedies[0] == "stop PID 4242, PID 5151"
+
+
+def test_oom_ignores_vllms_own_pids(fixture_text) -> None:
+    [p] = diagnose(fixture_text("logs/v1_cuda_oom_graphs.log").splitlines())
+    assert "PID 950" not in p.explanation  # 950 is the EngineCore itself
+    [p] = diagnose(fixture_text("logs/v0_cuda_oom_profile.log").splitlines())
+    assert "PID 31337 holds 6.00 GiB" in p.explanation
+
+
+def test_no_kv_memory_without_explicit_bytes() -> None:
+    lines = ["INFO non-default args: {'model': 'm', 'max_num_seqs': 128}",
+             "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"]
+    [p] = diagnose(lines)
+    assert dict(p.fix) == {"max-num-seqs": 64, "enforce-eager": True}
+    lines[0] = "INFO non-default args: {'model': 'm', 'gpu_memory_utilization': 0.5}"
+    [p] = diagnose(lines)
+    assert dict(p.fix) == {"gpu-memory-utilization": 0.9}
+
+
+def test_unrecognised_failure_falls_back_to_the_root_cause() -> None:
+    lines = ["(EngineCore_DP0 pid=5) ERROR 01-01 00:00:00 [core.py:1] EngineCore failed to start.",
+             "(EngineCore_DP0 pid=5) ERROR 01-01 00:00:00 [core.py:1] RuntimeError: NCCL error: unhandled system error",
+             "RuntimeError: Engine core initialization failed. See root cause above."]
+    [p] = diagnose(lines)
+    assert (p.kind, p.fix) == ("startup_failed", None)
+    assert p.message == "RuntimeError: NCCL error: unhandled system error"
+
+
+def _sample(at: float, kv: float | None, waiting: float | None, preempt_total: float | None,
+            preempt_rate: float | None = None, running: float | None = 4.0) -> MetricsSample:
+    return MetricsSample(instance="a", at=at, kv_usage=kv, waiting=waiting, running=running,
+                         preemptions_total=preempt_total, preemptions_per_s=preempt_rate)
+
+
+def test_runtime_kv_cache_short() -> None:
+    history = [_sample(0.0, 0.9, 0.0, 0.0), _sample(1.0, 1.0, 7.0, 3.0)]
+    now = _sample(2.0, 1.0, 7.0, 7.0, preempt_rate=4.0)
+    [p] = diagnose_runtime(now, history)
+    assert p.kind == "kv_cache_short" and p.fix is None
+    assert p.message == "KV cache 100% full, 7 waiting, 4.0 preemptions/s"
+    assert [r.split()[1] for r in p.remedies[:4]] == ["--max-model-len", "--gpu-memory-utilization",
+                                                       "--max-num-seqs", "--kv-cache-dtype"]
+
+
+@pytest.mark.parametrize(("flags", "fix"), [
+    ({"max-model-len": 32768}, {"max-model-len": 16384}),
+    ({"max-model-len": 8192}, {"gpu-memory-utilization": 0.92}),
+    ({"max-model-len": 8192, "gpu-memory-utilization": 0.95, "max-num-seqs": 256}, {"max-num-seqs": 4}),
+    ({"gpu-memory-utilization": 0.95, "max-num-seqs": 4}, {"kv-cache-dtype": "fp8"}),
+    ({"gpu-memory-utilization": 0.95, "max-num-seqs": 4, "kv-cache-dtype": "fp8"}, None),
+])
+def test_runtime_fix_follows_the_seeds_order(flags, fix) -> None:
+    [p] = diagnose_runtime(_sample(2.0, 0.97, 3.0, 9.0, preempt_rate=1.0), [], flags=flags)
+    assert (dict(p.fix) if p.fix else None) == fix
+
+
+@pytest.mark.parametrize("now", [
+    _sample(2.0, 0.90, 7.0, 9.0, 1.0),  # KV below 95 %
+    _sample(2.0, 1.0, 0.0, 9.0, 1.0),  # nothing waiting
+    _sample(2.0, 1.0, 7.0, 3.0, 0.0),  # preemptions flat
+    _sample(2.0, None, 7.0, 9.0, 1.0),  # KV unknown
+])
+def test_runtime_quiet_when_not_short(now) -> None:
+    assert diagnose_runtime(now, [_sample(1.0, 1.0, 7.0, 3.0)]) == []
+
+
+def test_runtime_rising_from_history_without_rate() -> None:
+    history = [_sample(0.0, 1.0, 2.0, 3.0), _sample(1.0, 1.0, 2.0, 3.0)]
+    assert diagnose_runtime(_sample(2.0, 0.99, 2.0, 5.0), history)
