@@ -8,6 +8,8 @@
   --chatty BYTES         write this many bytes of log lines at start
   --unhealthy-file F     /health answers 503 while F exists
   --exit-after S         exit 0 after S seconds of serving
+Also from the environment (layouts may hold only real vllm flags): FAKE_STARTUP_DELAY, FAKE_FAIL_STARTUP,
+FAKE_IGNORE_SIGTERM=1, FAKE_SPAWN_CHILD=1. Unknown (real vLLM) flags are accepted and echoed.
 """
 
 from __future__ import annotations
@@ -53,8 +55,14 @@ def main() -> None:
     parser.add_argument("--chatty", type=int, default=0)
     parser.add_argument("--unhealthy-file")
     parser.add_argument("--exit-after", type=float)
-    args = parser.parse_args()
-    print(f"(APIServer pid={os.getpid()}) INFO non-default args: model={args.model}", flush=True)
+    args, extra = parser.parse_known_args()  # real vllm flags (e.g. --max-num-seqs) are accepted
+    env = os.environ  # a layout can only carry real vllm flags: behaviour also comes from FAKE_* vars
+    args.startup_delay = float(env.get("FAKE_STARTUP_DELAY", args.startup_delay))
+    args.fail_startup = env.get("FAKE_FAIL_STARTUP", args.fail_startup)
+    args.ignore_sigterm = args.ignore_sigterm or env.get("FAKE_IGNORE_SIGTERM") == "1"
+    args.spawn_child = args.spawn_child or env.get("FAKE_SPAWN_CHILD") == "1"
+    print(f"(APIServer pid={os.getpid()}) INFO non-default args: model={args.model} {' '.join(extra)}",
+          flush=True)
     if args.chatty:
         line = "x" * 99 + "\n"
         for _ in range(args.chatty // 100):

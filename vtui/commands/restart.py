@@ -1,0 +1,89 @@
+"""`vtui restart [LAYOUT] NAME [--set flag=value …] [--unset flag …]`: stop one instance and start it
+again, with changed flags when given. The flags it runs with go into its run record, so `ps` and a
+later vtui know them; the layout file is left as it is."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from vtui.commands._runs import load_session, progress_printer, run_async
+from vtui.core.flagspec import parse_flag_value
+from vtui.core.preflight import PreflightError
+from vtui.core.runstate import RunStore, merge_flags
+from vtui.core.state import State
+from vtui.core.supervisor import Supervisor
+
+HELP = "restart one instance, optionally with changed flags (--set flag=value, --unset flag)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("words", nargs="+", metavar="[LAYOUT] NAME",
+                        help="layout file (default: the session last used), then the instance name")
+    parser.add_argument("--set", dest="set_flags", action="append", default=[], metavar="FLAG=VALUE",
+                        help="set a vllm serve flag (repeatable)")
+    parser.add_argument("--unset", action="append", default=[], metavar="FLAG",
+                        help="remove a flag (repeatable)")
+    parser.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds")
+
+
+def parse_sets(items: list[str]) -> dict[str, object]:
+    flags: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().removeprefix("--")
+        if not sep or not name:
+            raise ValueError(f'--set {item}: expected FLAG=VALUE, e.g. --set max-num-seqs=64')
+        flags[name] = parse_flag_value(name, text)
+    return flags
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_async(lambda interrupted: _restart(args, interrupted))
+
+
+async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
+    layout, names = load_session(args.words)
+    if len(names) != 1:
+        print("vtui restart: name exactly one instance", file=sys.stderr)
+        return 2
+    name = names[0]
+    try:
+        set_flags = parse_sets(args.set_flags)
+    except ValueError as exc:
+        print(f"vtui restart: {exc}", file=sys.stderr)
+        return 2
+    unset = [u.strip().removeprefix("--") for u in args.unset]
+    record = RunStore().load(layout.session.name, name)
+    current = layout.instance(name)
+    if record is not None:
+        current = merge_flags(current, record.flags)
+    spec = current.with_flags(set_flags, unset)
+    sup = Supervisor(layout)
+    sup.subscribe(progress_printer())
+    try:
+        await sup.adopt()
+        try:
+            await sup.restart(name, spec)
+        except PreflightError as exc:
+            for line in exc.problems:
+                print(f"vtui restart: {line}", file=sys.stderr)
+            return 1
+        settle = asyncio.ensure_future(sup.wait_settled([name], timeout=args.timeout))
+        stop = asyncio.ensure_future(interrupted.wait())
+        await asyncio.wait({settle, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not settle.done():
+            settle.cancel()
+            print("vtui restart: interrupted; the instance keeps starting", file=sys.stderr)
+            return 130
+        status = next(s for s in sup.status() if s.name == name)
+        if settle.result()[name] is State.READY:
+            print(f"{name}: ready on {status.spec.base_url} (pid {status.pid})")
+            return 0
+        print(f"{name}: {status.state.value}: {status.last_error or 'see `vtui logs ' + name + '`'}",
+              file=sys.stderr)
+        return 1
+    finally:
+        await sup.close()
