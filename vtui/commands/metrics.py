@@ -1,0 +1,88 @@
+"""`vtui metrics FILE|URL`: one /metrics payload (a saved file, a pasted excerpt, or a live server)
+read the way the dashboard reads it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import httpx
+
+from vtui.telemetry.metrics import MetricsSample, Percentiles, sample_of
+from vtui.telemetry.scrape import ScrapeLoop
+
+HELP = "read one vLLM /metrics payload (file, - for stdin, or URL)"
+
+JSON_KEYS = ("running", "waiting", "kv_usage", "kv_capacity_tokens", "prompt_tokens_total",
+             "generation_tokens_total", "preemptions_total", "prefix_cache_queries_total",
+             "prefix_cache_hits_total", "vllm_names")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="a saved payload, - for stdin, or http://host:port[/metrics]")
+    parser.add_argument("--json", action="store_true", help="print the sample's main values as JSON")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a URL (default 5)")
+    parser.add_argument("--api-key", default=None, help="bearer token for a server started with --api-key")
+
+
+def _fetch(url: str, timeout: float, api_key: str | None) -> MetricsSample:
+    base = url[: -len("/metrics")] if url.rstrip("/").endswith("/metrics") else url
+    errors: list[str] = []
+    loop = ScrapeLoop("", base.rstrip("/"), lambda s: None, timeout=timeout, api_key=api_key,
+                      on_error=errors.append)
+    sample = asyncio.run(loop.scrape_once())
+    if sample is None:
+        raise OSError(errors[-1] if errors else f"no answer from {url}")
+    return sample
+
+
+def to_json(sample: MetricsSample) -> dict[str, object]:
+    return {k: getattr(sample, k) for k in JSON_KEYS}
+
+
+def _v(value: float | None, fmt: str = "{:g}") -> str:
+    return "--" if value is None else fmt.format(value)
+
+
+def _p(p: Percentiles) -> str:
+    return " / ".join(_v(x, "{:.3f}") for x in (p.p50, p.p95, p.p99))
+
+
+def render(s: MetricsSample) -> str:
+    reasons = ", ".join(f"{k} {v:g}" for k, v in s.waiting_by_reason.items())
+    rows = [
+        ("metric names", _v(s.vllm_names, "{}") + (f" ({s.engines} engines)" if s.engines and s.engines > 1 else "")),
+        ("running / waiting", f"{_v(s.running)} / {_v(s.waiting)}" + (f"  ({reasons})" if reasons else "")),
+        ("KV cache usage", _v(s.kv_usage, "{:.1%}")),
+        ("KV capacity (tokens)", _v(s.kv_capacity_tokens, "{:,}")
+         + (f"  (block size {s.block_size})" if s.block_size else "")),
+        ("prompt / generation tokens", f"{_v(s.prompt_tokens_total, '{:,.0f}')} / {_v(s.generation_tokens_total, '{:,.0f}')}"),
+        ("preemptions", _v(s.preemptions_total, "{:,.0f}")),
+        ("prefix cache hits / queries", f"{_v(s.prefix_cache_hits_total, '{:,.0f}')} / "
+                                        f"{_v(s.prefix_cache_queries_total, '{:,.0f}')}"),
+        ("prefix cache hit rate", _v(s.prefix_hit_rate, "{:.1%}")),
+        ("TTFT p50/p95/p99 (s)", _p(s.ttft)),
+        ("inter-token p50/p95/p99 (s)", _p(s.itl)),
+        ("end-to-end p50/p95/p99 (s)", _p(s.e2e)),
+        ("queue time p50/p95/p99 (s)", _p(s.queue)),
+    ]
+    note = "(one payload: latencies since the server started; rates need two scrapes)"
+    return "\n".join(f"{k:<30} {v}" for k, v in rows) + "\n" + note
+
+
+def run(args: argparse.Namespace) -> int:
+    source: str = args.source
+    try:
+        if source.startswith(("http://", "https://")):
+            sample = _fetch(source, args.timeout, args.api_key)
+        else:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text(errors="replace")
+            sample = sample_of(text)
+    except (OSError, httpx.HTTPError) as exc:
+        print(f"vtui metrics: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(to_json(sample), indent=2) if args.json else render(sample))
+    return 0
