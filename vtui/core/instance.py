@@ -8,6 +8,7 @@ whole histories with fakes. Every change goes through `_set_state`, which checks
 
 from __future__ import annotations
 
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,6 +26,18 @@ PHASE_ORDER: tuple[Phase, ...] = (Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PR
 
 def phase_rank(phase: Phase | None) -> int:
     return -1 if phase is None else PHASE_ORDER.index(phase)
+
+
+def describe_exit(returncode: int | None) -> str:
+    """`exited with code 1`, `killed by SIGKILL`, `exited (code unknown)`."""
+    if returncode is None:
+        return "exited (code unknown)"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
 
 
 class SpawnError(RuntimeError):
@@ -170,9 +183,8 @@ class Instance:
             self.attempt = 0  # it ran fine for a while: this is a fresh failure, not a crash loop
         self.handle = None
         self.ready_since = None
-        code = "unknown" if returncode is None else str(returncode)
         reason = root_cause(self.run_lines) if returncode != 0 else None
-        reason = reason or f"exited with code {code}"
+        reason = reason or describe_exit(returncode)
         if returncode != 0:
             self.last_error = reason
         self._set_state(State.CRASHED, reason)  # STARTING/READY/UNHEALTHY -> CRASHED

@@ -156,10 +156,11 @@ class OsLauncher:
         except (OSError, ValueError):
             return None
 
-    def tree(self, handle: ProcessHandle) -> dict[int, psutil.Process]:
+    def tree(self, handle: ProcessHandle, thorough: bool = True) -> dict[int, psutil.Process]:
         """Every live process of the instance: the verified leader and its descendants, plus any
         process of its session or titled `VLLM…` that carries the instance's marker (an orphan keeps
-        both after its parent died; the marker check keeps a recycled session id from matching)."""
+        both after its parent died; the marker check keeps a recycled session id from matching).
+        `thorough=False` (cheap, for NVML attribution each second): the leader and its descendants."""
         found: dict[int, psutil.Process] = {}
         leader = _same_process(handle.pid, handle.create_time)
         if leader is not None:
@@ -169,6 +170,8 @@ class OsLauncher:
                     found[child.pid] = child
             except psutil.Error:
                 pass
+        if not thorough:  # cheap (NVML attribution each second): the live tree only
+            return {pid: p for pid, p in found.items() if _alive(p)}
         me = os.getpid()
         for proc in psutil.process_iter(["name", "cmdline"]):
             if proc.pid in found or proc.pid == me:

@@ -128,7 +128,7 @@ class Supervisor:
 
     def pids_of(self, name: str) -> set[int]:
         handle = self.instances[name].handle
-        return set(self.launcher.tree(handle)) if handle is not None else set()
+        return set(self.launcher.tree(handle, thorough=False)) if handle is not None else set()
 
     def recent_lines(self, name: str) -> list[str]:
         return list(self.instances[name].lines)
