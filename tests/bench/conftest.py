@@ -24,6 +24,7 @@ class FakeServer:
     served: int = 0
     preemptions: int = 0
     peak_in_flight: int = 0
+    connections: int = 0
     ttft_obs: list[float] = field(default_factory=list)
     _server: asyncio.AbstractServer | None = None
 
@@ -49,6 +50,7 @@ class FakeServer:
         return "\n".join(lines) + "\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")

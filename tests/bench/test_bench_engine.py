@@ -59,6 +59,14 @@ async def test_ramp_stops_at_ttft_target(fake_server):
     assert result.steps[0].server.scrapes == 0
 
 
+async def test_connections_are_kept_alive(fake_server):
+    # Reading each stream to its end keeps the connection for the next request: 2 workers, 2 connections
+    # (the /v1/models and /version lookups reuse one of them), however many requests.
+    server = await fake_server(token_delay=0.0)
+    await run_bench(BenchConfig(server.base_url, concurrency=2, num_requests=20, output_len=3, scrape_metrics=False))
+    assert server.connections == 2
+
+
 async def test_rate_mode_is_seeded_poisson(fake_server):
     server = await fake_server(token_delay=0.0)
     config = BenchConfig(server.base_url, mode="rate", request_rate=200.0, num_requests=20, output_len=2,

@@ -21,12 +21,14 @@ _WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly
           "on distant planets near bright moons and cold rivers").split()
 
 
-def make_client(concurrency: int, timeout_s: float, api_key: str | None = None) -> httpx.AsyncClient:
-    """One AsyncClient with a connection per concurrent request (HTTP/1.1 keep-alive)."""
+def make_client(concurrency: int, timeout_s: float, api_key: str | None = None,
+                https: bool = True) -> httpx.AsyncClient:
+    """One AsyncClient with a connection per concurrent request (HTTP/1.1 keep-alive); plain-HTTP
+    clients skip loading the CA bundle."""
     limits = httpx.Limits(max_connections=max(16, concurrency + 8), max_keepalive_connections=max(16, concurrency + 8))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers,
-                             http1=True, http2=False)
+                             http1=True, http2=False, verify=https)
 
 
 def _jsonl_prompts(path: Path) -> list[dict]:
@@ -54,7 +56,7 @@ def payloads(config: BenchConfig, model: str) -> Iterator[dict]:
     length, no prefix-cache hits) for completions, random words for chat."""
     rng = random.Random(config.seed)
     file_items = _jsonl_prompts(config.prompts_file) if config.prompts_file else None
-    lo, hi = config.token_id_range
+    ids = range(*config.token_id_range)
     index = 0
     while True:
         body: dict = {"model": model, "stream": True, "stream_options": {"include_usage": True},
@@ -69,7 +71,7 @@ def payloads(config: BenchConfig, model: str) -> Iterator[dict]:
             words = " ".join(rng.choice(_WORDS) for _ in range(config.input_len))
             body["messages"] = [{"role": "user", "content": words}]
         else:
-            body["prompt"] = [rng.randrange(lo, hi) for _ in range(config.input_len)]
+            body["prompt"] = rng.choices(ids, k=config.input_len)
         yield body
 
 
@@ -104,7 +106,7 @@ async def send(client: httpx.AsyncClient, url: str, body: dict) -> RequestRecord
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    break
+                    continue  # read on to the end of the body, or httpx drops the keep-alive connection
                 now = time.perf_counter()
                 if chat or '"usage":{' in data or '"usage": {' in data or '"error"' in data:
                     event = json.loads(data)

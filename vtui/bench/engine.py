@@ -129,7 +129,8 @@ async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = 
     levels = config.step_levels()
     most = int(max(levels)) if config.mode != "rate" else max(config.concurrency, 64)
     started_at = time.time()
-    async with make_client(most, config.timeout_s, config.api_key) as client:
+    https = base.startswith("https")
+    async with make_client(most, config.timeout_s, config.api_key, https) as client:
         model = config.model or await served_model(client, base)
         version = await server_version(client, base)
         bodies = payloads(config, model)
@@ -141,7 +142,7 @@ async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = 
         rng = random.Random(config.seed + 1)
         steps: list[StepResult] = []
         stop_reason = None
-        metrics_client = make_client(2, 10.0, config.api_key) if config.scrape_metrics else None
+        metrics_client = make_client(2, 10.0, config.api_key, https) if config.scrape_metrics else None
         try:
             for index, level in enumerate(levels):
                 step = _Step(index, len(levels), level, on_progress)
