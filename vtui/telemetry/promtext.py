@@ -1,6 +1,6 @@
 """A fast reader of Prometheus text for the `vllm:` families vtui needs: one pass of `str` methods over
 the payload, label sets kept as raw text and parsed only when asked (cached, since they repeat every
-scrape). About 10x faster than prometheus_client on a real payload (benchmarks/bench_parse.py), with
+scrape). Tens of times faster than prometheus_client on a real payload (benchmarks/bench_parse.py), with
 identical values (tests/telemetry/test_telemetry_promtext.py).
 
 A truncated or partly malformed payload yields every line that can be read; bad lines are counted.
