@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ import sys
 import time
 
 from vtui.sim import args as simargs
-from vtui.sim import logfmt, models
+from vtui.sim import device, logfmt, models
 from vtui.sim.memory import GIB, GpuRegistry, KvPlan, physical_gpus, plan_kv, weight_dtype
 
 HELP = "run the simulated vLLM engine (same flags as `vllm serve`, plus --sim-…)"
@@ -121,7 +122,8 @@ def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, hol
         log.raw(logfmt.API_TRACE_HEAD + f"\nAssertionError: {msg}", sys.stderr)
         raise StartFailed(msg)
     _sleep(0.6 * scale)
-    if a.sim_engine_child:
+    mem, snap = _open_device(a, log, holder, tp * pp) if a.sim_device == "cuda" else (None, None)
+    if a.sim_engine_child and mem is None:
         from vtui.sim import child
 
         proc = child.spawn()
@@ -137,7 +139,8 @@ def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, hol
         f"kv_cache_dtype={a.kv_cache_dtype}, device_config=cuda, seed={a.seed}, "
         f"served_model_name={(a.served_model_name or [a.model])[0]}, "
         f"enable_prefix_caching={a.enable_prefix_caching}, enable_chunked_prefill={a.enable_chunked_prefill}"))
-    plan = plan_kv(shape, gpu_bytes=int(a.sim_gpu_memory_gib * GIB), utilization=a.gpu_memory_utilization,
+    dev_index, dev = device.tightest(snap) if snap else (0, None)
+    plan = plan_kv(shape, gpu_bytes=dev.total if dev else int(a.sim_gpu_memory_gib * GIB), utilization=a.gpu_memory_utilization,
                    tp=tp, pp=pp, dtype=a.dtype, quantization=a.quantization, kv_cache_dtype=a.kv_cache_dtype,
                    block_size=a.block_size, max_model_len=a.max_model_len,
                    max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=a.max_num_seqs,
@@ -145,10 +148,10 @@ def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, hol
                    num_gpu_blocks_override=a.num_gpu_blocks_override, cpu_offload_gib=a.cpu_offload_gb)
     owner = holder[0] if holder else os.getpid()
     with registry.locked():
-        used = max((registry.used(g, exclude_pid=owner) for g in gpus), default=0)
-        free = plan.total_bytes - used
+        used = max((registry.used(g, exclude_pid=owner) for g in gpus), default=0) if dev is None else 0
+        free = plan.total_bytes - used if dev is None else dev.free
         if free < plan.requested_bytes:
-            msg = (f"ValueError: Free memory on device cuda:0 ({free / GIB:.2f}/{plan.total_bytes / GIB:.2f} GiB) "
+            msg = (f"ValueError: Free memory on device cuda:{dev_index} ({free / GIB:.2f}/{plan.total_bytes / GIB:.2f} GiB) "
                    f"on startup is less than desired GPU memory utilization ({a.gpu_memory_utilization}, "
                    f"{plan.requested_bytes / GIB:.2f} GiB). Decrease GPU memory utilization or reduce GPU memory "
                    "used by other processes.")
@@ -158,10 +161,13 @@ def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, hol
                                   "self.model_executor = executor_class(vllm_config)")
         claim = plan.requested_bytes if a.kv_cache_memory_bytes is None else (
             plan.weights_bytes + plan.activation_bytes + plan.non_torch_bytes + max(0, plan.available_bytes))
-        registry.claim(owner, gpus, claim)
+        if mem is None:  # real memory is its own registry
+            registry.claim(owner, gpus, claim)
     log.engine("gpu_model_runner.py:3447", f"Starting to load model {a.model}...")
     load_s = min(3.0, 0.3 + plan.weights_bytes / GIB / 12.0) * scale
     _sleep(load_s)
+    if mem is not None:  # the weights are on the GPU once loaded
+        _cuda(log, mem.allocate, "weights", plan.weights_bytes)
     if plan.weights_bytes > free:
         msg = (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {min(plan.weights_bytes, 2 * GIB) / GIB:.2f} GiB. "
                f"GPU 0 has a total capacity of {plan.total_bytes / GIB:.2f} GiB of which {max(0, free) / GIB:.2f} GiB is free.")
@@ -174,10 +180,16 @@ def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, hol
         _sleep(0.5 * scale)
         log.engine("monitor.py:34", f"torch.compile takes {0.5 * scale + 3.1:.2f} s in total")
     _sleep(0.3 * scale)
-    log.engine("gpu_worker.py:298", f"Available KV cache memory: {plan.available_bytes / GIB:.2f} GiB")
-    _check_kv(a, plan, log)
-    log.engine("kv_cache_utils.py:2327", f"GPU KV cache size: {plan.tokens:,} tokens, Maximum concurrency for "
-               f"{a.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x")
+    with registry.locked() if mem is not None else contextlib.nullcontext():  # profile + KV as one step
+        if mem is not None and snap is not None:
+            _cuda(log, mem.allocate, "activation", plan.activation_bytes)
+            plan = device.charge_others(plan, device.others_growth(snap, mem.info()))
+        log.engine("gpu_worker.py:298", f"Available KV cache memory: {plan.available_bytes / GIB:.2f} GiB")
+        _check_kv(a, plan, log)
+        if mem is not None:
+            _cuda(log, mem.allocate, "kv_cache", device.kv_bytes(plan))
+        log.engine("kv_cache_utils.py:2327", f"GPU KV cache size: {plan.tokens:,} tokens, Maximum concurrency "
+                   f"for {a.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x")
     if not a.enforce_eager:
         _sleep(0.4 * scale)
         n = 67
@@ -186,6 +198,30 @@ def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, hol
         log.engine("gpu_model_runner.py:4417", f"Graph capturing finished in {max(1, int(2 * scale))} secs, took 0.45 GiB")
     log.engine("core.py:402", f"init engine (profile, create kv cache, warmup model) took {time.monotonic() - init_t0 + 1.2 * scale:.2f} s")
     return shape, plan
+
+
+def _open_device(a: argparse.Namespace, log: logfmt.VllmLog, holder: list[int], count: int):
+    """--sim-device cuda: the CUDA memory holder (in the engine-core child with --sim-engine-child) and
+    vLLM's start snapshot of the visible GPUs; a clear failure when torch or CUDA is missing."""
+    mem = None
+    try:
+        mem = device.open_memory(count, engine_child=a.sim_engine_child)
+        if a.sim_engine_child:
+            holder.append(mem.pid)
+            log.engine_pid = mem.pid
+        return mem, mem.open()
+    except device.DeviceUnavailable as exc:
+        log.line("EngineCore", "ERROR", "sim.py:1", f"RuntimeError: {exc}", sys.stderr)
+        raise StartFailed(str(exc)) from exc
+
+
+def _cuda(log: logfmt.VllmLog, allocate, tag: str, nbytes: int) -> None:
+    try:
+        allocate(tag, nbytes)
+    except device.CudaOutOfMemory as exc:
+        raise _engine_failure(log, str(exc), 144, "__init__", "self.model_executor = executor_class(vllm_config)") from exc
+    except device.DeviceUnavailable as exc:
+        raise _engine_failure(log, f"RuntimeError: {exc}") from exc
 
 
 def _check_kv(a: argparse.Namespace, plan: KvPlan, log: logfmt.VllmLog) -> None:

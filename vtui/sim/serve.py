@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 
-from vtui.sim import device, metrics
+from vtui.sim import metrics
 from vtui.sim.engine import Engine, LoadGenerator, StepCost
 from vtui.sim.logfmt import VllmLog
 from vtui.sim.memory import KvPlan
@@ -76,11 +76,6 @@ def cache_info(a: argparse.Namespace, plan: KvPlan) -> dict[str, str]:
 
 
 async def serve(a: argparse.Namespace, shape: ModelShape, plan: KvPlan, log: VllmLog, sock: socket.socket) -> int:
-    held = None
-    if a.sim_device == "cuda":
-        held = device.hold_cuda_memory(plan.weights_bytes + max(0, plan.available_bytes), list(range(a.tensor_parallel_size)))
-        if held is None:
-            log.api("sim.py:1", "--sim-device cuda: torch with CUDA not available; simulating only", "WARNING")
     m = metrics.EngineMetrics(a.max_model_len)
     sched = Scheduler(num_blocks=plan.num_blocks, block_size=a.block_size, max_num_seqs=a.max_num_seqs,
                       max_num_batched_tokens=a.max_num_batched_tokens, max_model_len=a.max_model_len,
@@ -142,5 +137,4 @@ async def serve(a: argparse.Namespace, shape: ModelShape, plan: KvPlan, log: Vll
     raw("INFO:     Shutting down")
     raw("INFO:     Waiting for application shutdown.")
     raw("INFO:     Application shutdown complete.")
-    del held
     return 0
