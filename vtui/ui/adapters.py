@@ -281,3 +281,13 @@ __all__ = ["InstanceStatus", "MetricsSample", "Percentiles", "GpuSample", "GpuIn
            "StartupFacts", "Problem", "diagnose", "parse_startup", "BUILTIN_FLAGS", "SEED_FLAGS", "FlagSpec",
            "validate_flag", "LayoutError", "load_layout", "save_layout", "Supervisor", "PreflightError",
            "enum"]
+
+
+def check_value(name: str, text: str) -> tuple[object, str | None]:
+    """(typed value, None) for valid editor text, else (text, the schema's message)."""
+    try:
+        value = parse_value(name, text)
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        return text, message.split(": ", 1)[1] if message.startswith(f"{name}: ") else message
+    return value, validate_flag(name, value)

@@ -15,7 +15,7 @@ from textual.app import App
 
 from vtui.core.events import Event, LogLines, Notice
 from vtui.core.state import State
-from vtui.ui.adapters import PreflightError, gpu_sampler_class, scrape_loop_class
+from vtui.ui.adapters import GpuSample, PreflightError, gpu_sampler_class, scrape_loop_class
 from vtui.ui.messages import GpuArrived, LogsArrived, MetricsArrived, NoticeArrived, StatusesChanged
 
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
@@ -64,6 +64,8 @@ class Bridge:
             if sampler is not None:
                 self._gpu = sampler
                 sampler.start()
+        if self._gpu is None:
+            self.app.post_message(GpuArrived(GpuSample(False, "GPU sampling off", (), (), 0.0)))
         self._post_statuses()
 
     async def _supervise(self) -> None:

@@ -27,7 +27,7 @@ APP_BINDINGS = [
 ]
 
 INSTANCE_BINDINGS = [
-    Binding("enter", "detail", "Detail", id="instance.detail"),
+    Binding("enter", "detail", "Detail", id="instance.detail", key_display="enter"),
     Binding("l", "logs", "Logs", id="instance.logs"),
     Binding("f", "flags", "Flags", id="instance.flags"),
     Binding("p", "presets", "Presets", id="instance.presets"),

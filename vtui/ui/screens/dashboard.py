@@ -31,7 +31,7 @@ class DashboardScreen(InstanceActions, Screen):
         with Container(id="body"):
             yield VerticalScroll(id="cards")
             yield GpuPanel()
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.rebuild()

@@ -115,7 +115,7 @@ class DetailScreen(InstanceActions, Screen):
             yield Static(id="detail-facts")
             yield Static(id="detail-flags")
             yield Static(id="detail-history")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.refresh_view(self.app.store)

@@ -14,7 +14,7 @@ from textual.widgets import Footer, Input, Label, Static
 
 from vtui.core.model import InstanceSpec
 from vtui.ui import fmt
-from vtui.ui.adapters import BUILTIN_FLAGS, SEED_FLAGS, parse_value, validate_flag
+from vtui.ui.adapters import BUILTIN_FLAGS, SEED_FLAGS, check_value
 from vtui.ui.keymap import FLAG_BINDINGS
 from vtui.ui.widgets.titlebar import TitleBar
 
@@ -74,7 +74,7 @@ class FlagEditorScreen(Screen):
                             suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False))
         yield Static(id="flag-help")
         yield Static(id="flag-errors")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one(TitleBar).refresh_from(self.app.store)
@@ -93,7 +93,7 @@ class FlagEditorScreen(Screen):
     def _validate(self, event: Input.Changed) -> None:
         name = event.input.name or ""
         text = event.value.strip()
-        error = validate_flag(name, parse_value(name, text)) if text else None
+        error = check_value(name, text)[1] if text else None
         if error:
             self.errors[name] = error
         else:
@@ -136,7 +136,7 @@ class FlagEditorScreen(Screen):
             elif original is not None and text == fmt.flag_value(original):
                 continue
             else:
-                flags[name] = parse_value(name, text)
+                flags[name] = check_value(name, text)[0]
         return flags
 
     # -- actions -------------------------------------------------------------------------------------
@@ -148,7 +148,8 @@ class FlagEditorScreen(Screen):
             self.notify("fix the invalid flags first", severity="error")
             return
         flags = self.edited_flags()
-        if problem := consistency_problem(self.spec, flags):
+        touched = any(flags.get(k) != self.spec.flags.get(k) for k in ("tensor-parallel-size", "pipeline-parallel-size"))
+        if touched and (problem := consistency_problem(self.spec, flags)):
             self.notify(problem, severity="error")
             return
         if flags == dict(self.spec.flags):

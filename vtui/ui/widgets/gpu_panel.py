@@ -37,7 +37,7 @@ def gpu_text(sample: GpuSample | None, names: list[str], width: int) -> Text:
     for gpu in sample.gpus:
         if out:
             out.append("\n")
-        label = f"GPU{gpu.index} {gpu.name[:10]:<10} "
+        label = f"GPU{gpu.index} {gpu.name.removeprefix('NVIDIA ')[:10]:<10} "
         out.append(label, style="bold")
         total = gpu.memory_total
         out.append("[")

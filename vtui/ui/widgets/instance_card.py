@@ -114,7 +114,7 @@ class InstanceCard(Horizontal):
         self.query_one(".card-text", Static).update(card_text(view, now, width))
         spark = self.query_one(".card-spark", Sparkline)
         spark.data = spark_data(view)
-        spark.display = view.state in (State.READY, State.UNHEALTHY)
+        spark.display = view.state in (State.READY, State.UNHEALTHY) and any(spark.data)
 
     def on_resize(self) -> None:
         if self._view is not None:

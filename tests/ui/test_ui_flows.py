@@ -1,0 +1,246 @@
+"""Pilot flows on the fake supervisor: retune, crash + diagnosis, rollback, save, quit, help, logs."""
+
+from __future__ import annotations
+
+import tomllib
+
+from vtui.core.state import State
+from vtui.ui.messages import MetricsArrived
+from vtui.ui.screens.dashboard import DashboardScreen
+from vtui.ui.screens.detail import DetailScreen
+from vtui.ui.screens.dialogs import DiffScreen, QuitScreen
+from vtui.ui.screens.flags import FlagEditorScreen
+from vtui.ui.screens.help import HelpScreen
+from vtui.ui.screens.logs import LogScreen
+from vtui.ui.textdump import screen_text
+
+OOM_LINES = [
+    "INFO 01-01 12:00:00 [core.py:1] Loading weights took 3.2 seconds",
+    "ERROR 01-01 12:00:05 [core.py:2] EngineCore failed to start.",
+    "ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (2.00 GiB). Try increasing "
+    "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+]
+
+
+async def settle(pilot, n: int = 3) -> None:
+    for _ in range(n):
+        await pilot.pause()
+
+
+async def test_dashboard_shows_instances_metrics_and_dashes(fake, app_factory, h):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        app.post_message(MetricsArrived(h.metrics("qwen")))
+        await settle(pilot)
+        text = screen_text(app)
+        assert "qwen" in text and "READY" in text and "up 1h02m" in text
+        assert "12.5k/20.5k tok" in text and "run 12/256" in text and "TTFT 120ms/450ms" in text
+        assert "hit 45%" in text
+        assert "run --/128" in text  # llama has no sample yet: dashes, never zeros
+        assert "GPU0" in text and "q=qwen" in text
+
+
+async def test_edit_flag_then_restart_shows_new_value(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        assert isinstance(app.screen, FlagEditorScreen)
+        box = app.screen.query_one("#flag-max-num-seqs")
+        box.value = "many"
+        await settle(pilot)
+        assert "expected an integer" in screen_text(app)
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert isinstance(app.screen, FlagEditorScreen)  # invalid: nothing restarts
+        box.value = "64"
+        await settle(pilot)
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert isinstance(app.screen, DiffScreen)
+        assert "--max-num-seqs: 256 -> 64" in screen_text(app)
+        await pilot.press("enter")
+        await settle(pilot, 5)
+        assert isinstance(app.screen, DashboardScreen)
+        assert ("restart", "qwen", {"tensor-parallel-size": 2, "max-num-seqs": 64, "max-model-len": 8192,
+                                    "gpu-memory-utilization": 0.9}) in fake.calls
+        assert "run --/64" in screen_text(app)
+        assert app.store.dirty and "unsaved" in screen_text(app)
+
+
+async def test_crash_shows_state_and_diagnosis_with_fix(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        fake.crash("qwen", OOM_LINES)
+        await settle(pilot)
+        text = screen_text(app)
+        assert "FAILED" in text and "ValueError" in text
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DetailScreen)
+        text = screen_text(app)
+        assert "Diagnosis" in text and "[1]" in text
+
+
+async def test_rollback_restores_last_good_flags(fake, app_factory, layout):
+    spec = layout.instance("llama")
+    fake._fail = lambda s: OOM_LINES if s.flags.get("max-num-seqs") == 4096 else None
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        dash = app.screen
+        assert dash.check_action("rollback", ()) is None  # greyed: nothing to roll back
+        app.restart_instance("llama", spec.with_flags({"max-num-seqs": 4096}))
+        await settle(pilot, 5)
+        assert app.store.views["llama"].state == State.FAILED
+        await pilot.press("j")  # select llama
+        await settle(pilot)
+        assert dash.selected_name() == "llama"
+        assert dash.check_action("rollback", ()) is True
+        await pilot.press("b")
+        await settle(pilot, 5)
+        view = app.store.views["llama"]
+        assert view.state == State.READY and view.spec.flags["max-num-seqs"] == 128
+        outcomes = [(r.flags.get("max-num-seqs"), r.outcome, r.note) for r in view.flag_history]
+        assert outcomes[-2:] == [(4096, "failed", None), (128, "ready", "rollback")]
+
+
+async def test_save_layout_writes_current_flags(fake, app_factory, tmp_path):
+    app = app_factory(fake)
+    target = tmp_path / "saved.toml"
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        app.restart_instance("embed", fake.layout.instance("embed").with_flags({"max-num-seqs": 32}))
+        await settle(pilot)
+        await pilot.press("ctrl+s")  # no path yet: save as
+        await settle(pilot)
+        app.screen.query_one("#path-input").value = str(target)
+        await pilot.press("enter")
+        await settle(pilot, 8)
+        if pending := [w for w in app.workers if w.group == "layout"]:
+            await app.workers.wait_for_complete(pending)
+        await settle(pilot)
+        doc = tomllib.loads(target.read_text())
+        embed = [i for i in doc["instance"] if i["name"] == "embed"][0]
+        assert embed["flags"]["max-num-seqs"] == 32
+        assert not app.store.dirty and str(target) in screen_text(app)
+        # Save as onto an existing file asks first.
+        await pilot.press("S")
+        await settle(pilot)
+        other = tmp_path / "other.toml"
+        other.write_text("keep me")
+        app.screen.query_one("#path-input").value = str(other)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert "Overwrite it?" in getattr(app.screen, "question", "")
+        await pilot.press("n")
+        await settle(pilot, 4)
+        assert other.read_text() == "keep me"
+
+
+async def test_quit_defaults_to_leaving_instances_running(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("q")
+        await settle(pilot)
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("enter")
+        await settle(pilot, 5)
+    assert fake.closed_with is False
+    assert all(s.state == State.READY for s in fake.status())
+
+
+async def test_quit_can_stop_instances(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("q", "s")
+        await settle(pilot, 5)
+    assert fake.closed_with is True
+    assert all(s.state == State.STOPPED for s in fake.status())
+
+
+async def test_help_is_generated_from_live_bindings_and_user_keymap(fake, app_factory, tmp_path):
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[keys]\n"instance.restart" = "ctrl+t"\n"nope.nothing" = "z"\n')
+    app = app_factory(fake, keymap_path=keys)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("x")  # stop qwen: now "stop" no longer applies, "start" does
+        await settle(pilot, 4)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen)
+        rows = {r[2]: r for r in app.screen.rows}
+        assert rows["instance.restart"][0] == "^t"
+        assert rows["instance.stop"][3] is False and rows["instance.start"][3] is True
+        assert any("unknown binding id" in p for p in app.keymap_problems)
+        await pilot.press("escape")
+        await pilot.press("ctrl+t")  # the remapped key restarts
+        await settle(pilot, 4)
+        assert ("restart", "qwen", None) in fake.calls
+
+
+async def test_palette_entries_are_noun_verb(fake, app_factory):
+    from vtui.ui.commands import palette_entries
+
+    app = app_factory(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        titles = [t for t, _, _ in palette_entries(app)]
+        assert "instance: restart qwen" in titles and "layout: save as..." in titles
+        assert "instance: start qwen" not in titles  # running: start does not apply
+        assert all(": " in t for t in titles)
+
+
+async def test_logs_filter_highlight_and_first_error(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        fake.emit_logs("qwen", [f"INFO line {i}" for i in range(200)] + ["WARNING slow", "ERROR boom"]
+                       + [f"INFO after {i}" for i in range(50)])
+        await pilot.press("l")
+        await settle(pilot)
+        assert isinstance(app.screen, LogScreen)
+        await pilot.press("e")
+        await settle(pilot)
+        log = app.screen.query_one("#log")
+        assert log.scroll_y == app.screen._shown.index("ERROR boom") or "ERROR boom" in screen_text(app)
+        await pilot.press("slash")
+        await settle(pilot)
+        app.screen.query_one("#log-filter").value = "after 4"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.screen._shown == ["INFO after 4"] + [f"INFO after {i}" for i in range(40, 50)]
+        fake.emit_logs("qwen", ["INFO after 41 more", "INFO unrelated"])
+        await settle(pilot)
+        assert app.screen._shown[-1] == "INFO after 41 more"
+
+
+async def test_no_gpu_state(fake, app_factory, h):
+    app = app_factory(fake, gpu=h.gpu_sample(available=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert "no NVIDIA driver" in screen_text(app)
+
+
+async def test_preset_a_scaled_to_gpus(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        assert isinstance(app.screen, DiffScreen)
+        await pilot.press("enter")
+        await settle(pilot, 5)
+        flags = fake.layout.instance("qwen").flags
+        assert flags["max-num-seqs"] == 256 and flags["max-num-batched-tokens"] == 32768
+        assert flags["tensor-parallel-size"] == 2 and flags["enable-chunked-prefill"] is True
+        assert app.store.views["qwen"].flag_history[-1].note == "preset A"
