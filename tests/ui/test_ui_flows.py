@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import tomllib
 
 from vtui.core.state import State
@@ -14,6 +16,7 @@ from vtui.ui.screens.help import HelpScreen
 from vtui.ui.screens.logs import LogScreen
 from vtui.ui.textdump import screen_text
 
+DATA = Path(__file__).parent / "data"
 OOM_LINES = [
     "INFO 01-01 12:00:00 [core.py:1] Loading weights took 3.2 seconds",
     "ERROR 01-01 12:00:05 [core.py:2] EngineCore failed to start.",
@@ -71,19 +74,31 @@ async def test_edit_flag_then_restart_shows_new_value(fake, app_factory):
         assert app.store.dirty and "unsaved" in screen_text(app)
 
 
-async def test_crash_shows_state_and_diagnosis_with_fix(fake, app_factory):
+async def test_crash_shows_state_and_diagnosis_then_one_key_fix(fake, app_factory):
+    lines = (DATA / "max_model_len_too_big.log").read_text().splitlines()
     app = app_factory(fake)
-    async with app.run_test(size=(100, 40)) as pilot:
+    async with app.run_test(size=(120, 50)) as pilot:
         await settle(pilot)
-        fake.crash("qwen", OOM_LINES)
+        fake.crash("qwen", lines)
+        await settle(pilot, 6)
+        if pending := [w for w in app.workers if w.group == "diagnosis"]:
+            await app.workers.wait_for_complete(pending)
         await settle(pilot)
         text = screen_text(app)
-        assert "FAILED" in text and "ValueError" in text
+        assert "FAILED" in text and "max_model_len" in text and "problem(s) diagnosed" in text
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, DetailScreen)
         text = screen_text(app)
-        assert "Diagnosis" in text and "[1]" in text
+        assert "Diagnosis" in text and "press 1: restart with --max-model-len 2048" in text
+        await pilot.press("1")
+        await settle(pilot)
+        assert isinstance(app.screen, DiffScreen) and "--max-model-len: 8192 -> 2048" in screen_text(app)
+        await pilot.press("enter")
+        await settle(pilot, 5)
+        view = app.store.views["qwen"]
+        assert view.state == State.READY and view.spec.flags["max-model-len"] == 2048
+        assert "no problems found" in screen_text(app)
 
 
 async def test_rollback_restores_last_good_flags(fake, app_factory, layout):

@@ -7,11 +7,13 @@ that mutates UI state. Supervisor calls and file I/O run in workers (vtui.ui.con
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from textual import work
 from textual.app import App
 from textual.widgets import Input
 
@@ -23,6 +25,7 @@ from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
 from vtui.ui.keymap import APP_BINDINGS, load_user_keymap
 from vtui.ui.messages import (
+    DiagnosisReady,
     GpuArrived,
     LayoutOpened,
     LayoutSaved,
@@ -34,7 +37,7 @@ from vtui.ui.messages import (
 from vtui.ui.screens.dashboard import DashboardScreen
 from vtui.ui.screens.dialogs import QuitScreen
 from vtui.ui.screens.help import HelpScreen, live_rows
-from vtui.ui.store import Store
+from vtui.ui.store import Store, run_diagnosis
 
 DEMO_LAYOUT = Path(__file__).resolve().parents[2] / "layouts" / "demo.toml"
 SupervisorFactory = Callable[[Layout], Any]
@@ -87,8 +90,26 @@ class VtuiApp(ControlMixin, App[int]):
     # -- handlers: the only place that mutates the store ---------------------------------------------
     def on_statuses_changed(self, message: StatusesChanged) -> None:
         changed = self.store.apply_statuses(message.statuses, self.supervisor.layout)
+        for name in changed:
+            view = self.store.views[name]
+            if view.needs_diagnosis:
+                view.needs_diagnosis = False
+                self._diagnose(name, list(view.run_lines), view.spec.gpus if view.spec else ())
         if changed:
             self._refresh_screens(changed)
+
+    @work(exit_on_error=False, group="diagnosis")
+    async def _diagnose(self, name: str, lines: list[str], gpus: tuple[int, ...]) -> None:
+        try:
+            own = self.supervisor.pids_of(name)
+        except Exception:
+            own = set()
+        facts, problems = await asyncio.to_thread(run_diagnosis, lines, self.store.gpu, gpus, name, own)
+        self.post_message(DiagnosisReady(name, facts, problems))
+
+    def on_diagnosis_ready(self, message: DiagnosisReady) -> None:
+        if self.store.set_diagnosis(message.instance, message.facts, message.problems):
+            self._refresh_screens([message.instance])
 
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         if name := self.store.add_sample(message.sample):

@@ -16,7 +16,7 @@ from textual import work
 from vtui.core.model import InstanceSpec
 from vtui.ui.adapters import LayoutError, PreflightError, load_layout, save_layout
 from vtui.ui.messages import LayoutOpened, LayoutSaved
-from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen
+from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen, spec_changes
 
 
 class ControlMixin:
@@ -66,7 +66,9 @@ class ControlMixin:
                 pop.dismiss() if hasattr(pop, "dismiss") and pop.is_modal else self.pop_screen()
             self.restart_instance(name, spec, note=note)
 
-        self.push_screen(DiffScreen(name, old, dict(spec.flags), title=f"Restart {name} ({note})?"), answered)
+        fields = spec_changes(view.spec, spec) if view.spec else {}
+        self.push_screen(DiffScreen(name, old, dict(spec.flags), title=f"Restart {name} ({note})?", fields=fields),
+                         answered)
 
     # -- layouts -----------------------------------------------------------------------------------
     def action_save_layout(self) -> None:

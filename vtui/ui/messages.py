@@ -63,3 +63,11 @@ class LayoutOpened(Message):
     def __init__(self, layout) -> None:
         super().__init__()
         self.layout = layout
+
+
+class DiagnosisReady(Message):
+    def __init__(self, instance: str, facts: object, problems: list) -> None:
+        super().__init__()
+        self.instance = instance
+        self.facts = facts
+        self.problems = problems

@@ -53,6 +53,7 @@ class InstanceView:
     problems: list[Problem] = field(default_factory=list)
     flag_history: deque = field(default_factory=lambda: deque(maxlen=FLAG_HISTORY))
     pending_note: str | None = None
+    needs_diagnosis: bool = False
 
     @property
     def state(self) -> State:
@@ -133,12 +134,17 @@ class Store:
                 last.kv_tokens = kv_tokens_of(view.facts)
                 last.max_concurrency = max_concurrency_of(view.facts)
         if new.state in (State.CRASHED, State.FAILED) and (old is None or old.state != new.state):
-            lines = list(view.run_lines)
-            view.facts = parse_startup(lines)
-            view.problems = list(diagnose(lines, view.facts))
+            view.needs_diagnosis = True  # the App runs diagnose() off the UI loop (it may probe ports)
             if last.outcome != "ready":
                 last.outcome = "failed"
                 last.error = new.last_error
+
+    def set_diagnosis(self, name: str, facts: object, problems: list[Problem]) -> bool:
+        view = self.views.get(name)
+        if view is None:
+            return False
+        view.facts, view.problems = facts, list(problems)
+        return True
 
     def add_sample(self, sample: MetricsSample) -> str | None:
         view = self.views.get(sample.instance or "")
@@ -162,6 +168,17 @@ class Store:
 
     def pid_owner_hint(self) -> Mapping[str, int | None]:
         return {n: (v.status.pid if v.status else None) for n, v in self.views.items()}
+
+
+def run_diagnosis(lines: list[str], gpu: GpuSample | None, gpus: tuple[int, ...], name: str,
+                  own_pids: set[int]) -> tuple[object, list[Problem]]:
+    """Startup facts and problems of a failed run (blocking: may look up port holders; call in a thread)."""
+    facts = parse_startup(lines)
+    try:
+        problems = diagnose(lines, facts, gpu=gpu, gpu_indices=gpus, instance=name, own_pids=own_pids)
+    except TypeError:  # a diagnose() without the keyword extras
+        problems = diagnose(lines, facts)
+    return facts, list(problems)
 
 
 def _layout_key(layout: Layout) -> tuple:

@@ -68,6 +68,8 @@ def diagnosis_text(view: InstanceView) -> Text:
         out.append(f"{problem.message}\n", style="red")
         if problem.explanation:
             out.append(f"      {problem.explanation}\n")
+        for remedy in getattr(problem, "remedies", ())[:4]:
+            out.append(f"      - {remedy}\n", style="dim")
         if problem.fix:
             fix = " ".join(f"--{k} {fmt.flag_value(v)}" for k, v in problem.fix.items())
             key = f"press {i + 1}: " if i < 3 else ""
@@ -163,6 +165,9 @@ class DetailScreen(InstanceActions, Screen):
         if view is None or view.spec is None or index >= len(view.problems) or not view.problems[index].fix:
             return
         fix = dict(view.problems[index].fix)
+        fields = {k: fix.pop(k) for k in ("port", "host") if k in fix}  # spec fields, not vLLM flags
         spec = view.spec.with_flags({k: v for k, v in fix.items() if v is not None},
                                     unset=[k for k, v in fix.items() if v is None])
+        if fields:
+            spec = dataclasses.replace(spec, **fields)
         self.app.review_and_restart(self.instance, spec, note=f"fix: {view.problems[index].kind}")

@@ -38,20 +38,33 @@ def diff_text(old: Mapping[str, object], new: Mapping[str, object]) -> Text:
     return out or Text("(no changes)")
 
 
+def spec_changes(old, new) -> dict[str, tuple[object, object]]:
+    """Spec fields other than flags that differ (a fix may move the port)."""
+    return {f: (getattr(old, f), getattr(new, f)) for f in ("port", "host", "gpus", "model")
+            if getattr(old, f) != getattr(new, f)}
+
+
 class DiffScreen(ModalScreen[bool]):
     """Old vs new flags; enter restarts with the new ones, escape cancels."""
 
     BINDINGS = [Binding("enter,y", "answer(True)", "Restart", id="diff.restart"),
                 Binding("escape,n", "answer(False)", "Cancel", id="diff.cancel")]
 
-    def __init__(self, instance: str, old: Mapping[str, object], new: Mapping[str, object], title: str = "") -> None:
+    def __init__(self, instance: str, old: Mapping[str, object], new: Mapping[str, object], title: str = "",
+                 fields: Mapping[str, tuple[object, object]] | None = None) -> None:
         super().__init__()
         self.instance, self.old, self.new, self.title_text = instance, old, new, title
+        self.fields = dict(fields or {})
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(self.title_text or f"Restart {self.instance} with these flag changes?", classes="dialog-title")
-            yield Static(diff_text(self.old, self.new), id="diff")
+            text = Text()
+            for name, (before, after) in self.fields.items():
+                text.append(f"~ {name}: {before} -> {after}\n", style="yellow")
+            if flag_diff(self.old, self.new) or not self.fields:
+                text.append_text(diff_text(self.old, self.new))
+            yield Static(text, id="diff")
             yield Static("enter/y: restart   escape/n: cancel", classes="dialog-keys")
 
     def action_answer(self, value: bool) -> None:
