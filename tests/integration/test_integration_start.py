@@ -1,0 +1,102 @@
+"""Layout file -> load_layout -> Supervisor -> real sim engines: three instances come up READY, the two
+sharing a GPU one after the other; two that oversubscribe a shared GPU fail in vLLM's words, and the
+diagnosis names the problem with a fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vtui.core.events import PhaseChanged, StateChanged
+from vtui.core.layout import load_layout
+from vtui.core.state import Phase, State
+from vtui.telemetry.diagnosis import diagnose
+
+from .conftest import Recorder, assert_valid_path, marked, sim_instance, supervisor, write_layout
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_three_sims_ready_and_the_shared_gpu_pair_starts_in_turn(tmp_path: Path, session: str) -> None:
+    path = write_layout(tmp_path, session, [
+        sim_instance("first", gpus=(0,), gpu_memory_utilization=0.45),
+        sim_instance("second", gpus=(0,), gpu_memory_utilization=0.45),
+        sim_instance("other", gpus=(1,)),
+    ], sharing=True)
+    layout = load_layout(path)
+    assert layout.session.allow_gpu_sharing and [s.engine for s in layout.instances] == ["sim"] * 3
+    sup = supervisor(layout)
+    rec = Recorder(sup)
+    try:
+        await sup.start()
+        states = await sup.wait_settled(timeout=30)
+        assert states == {"first": State.READY, "second": State.READY, "other": State.READY}, \
+            {s.name: s.last_error for s in sup.status()}
+        pids = {s.name: s.pid for s in sup.status()}
+        assert all(pids.values()) and len(set(pids.values())) == 3
+
+        kv_first = rec.index(lambda e: isinstance(e, PhaseChanged) and e.instance == "first"
+                             and e.phase is Phase.KV_CACHE)
+        start_second = rec.index(lambda e: isinstance(e, StateChanged) and e.instance == "second"
+                                 and e.new is State.STARTING)
+        assert kv_first < start_second, "the second instance on GPU 0 started before the first allocated its KV cache"
+        for name in ("first", "second", "other"):
+            changes = rec.states(name)
+            assert_valid_path(changes)
+            assert [e.new for e in changes] == [State.STARTING, State.READY]
+    finally:
+        await sup.close(stop_instances=True)
+    assert not marked(session + "/")
+
+
+async def test_oversubscribed_shared_gpu_fails_with_free_memory_wording(tmp_path: Path, session: str) -> None:
+    path = write_layout(tmp_path, session, [
+        sim_instance("big-a", gpus=(3,), gpu_memory_utilization=0.6),
+        sim_instance("big-b", gpus=(3,), gpu_memory_utilization=0.6),
+    ], sharing=True)
+    sup = supervisor(load_layout(path))
+    rec = Recorder(sup)
+    try:
+        await sup.start()
+        states = await sup.wait_settled(timeout=30)
+        assert states["big-a"] is State.READY
+        assert states["big-b"] is State.FAILED
+        status = {s.name: s for s in sup.status()}["big-b"]
+        assert status.last_error is not None
+        assert "Free memory on device cuda:0" in status.last_error
+        assert "is less than desired GPU memory utilization (0.6" in status.last_error
+        assert_valid_path(rec.states("big-b"))
+
+        problems = diagnose(sup.recent_lines("big-b"))
+        kinds = [p.kind for p in problems]
+        assert "free_memory_below_utilization" in kinds, kinds
+        problem = problems[kinds.index("free_memory_below_utilization")]
+        assert problem.fix is not None
+        lowered = problem.fix["gpu-memory-utilization"]
+        assert isinstance(lowered, float) and 0 < lowered <= 0.4  # 0.6 of the GPU is taken by big-a
+
+        # The suggested fix, applied as a restart with changed flags, brings it up beside big-a.
+        spec = status.spec.with_flags({"gpu-memory-utilization": lowered})
+        await sup.restart("big-b", spec)
+        assert (await sup.wait_settled(["big-b"], timeout=30))["big-b"] is State.READY
+    finally:
+        await sup.close(stop_instances=True)
+    assert not marked(session + "/")
+
+
+@pytest.mark.xfail(strict=True, reason="Supervisor._health_loop applies a 200 from /health before the tick has "
+                   "read the log lines written before it, so READY can come without the startup phases")
+async def test_startup_phases_precede_ready_whatever_the_tick_cadence(tmp_path: Path, session: str) -> None:
+    layout = load_layout(write_layout(tmp_path, session, [sim_instance("solo", gpus=(0,))]))
+    sup = supervisor(layout, poll_interval=3.0)  # log ticks rarer than health probes (UI or slow machine)
+    rec = Recorder(sup)
+    try:
+        await sup.start()
+        assert (await sup.wait_settled(timeout=30))["solo"] is State.READY
+        phases = [e.phase for e in rec.events if isinstance(e, PhaseChanged)]
+        ready = rec.index(lambda e: isinstance(e, StateChanged) and e.new is State.READY)
+        kv = rec.index(lambda e: isinstance(e, PhaseChanged) and e.phase is Phase.KV_CACHE, "KV_CACHE phase")
+        assert kv < ready, phases
+    finally:
+        await sup.close(stop_instances=True)
