@@ -84,57 +84,85 @@ def _error_text(status: int, body: bytes) -> str:
     return f"HTTP {status}: {str(message)[:200]}"
 
 
+class _Stream:
+    """Per-request SSE state: token event times, usage, error. Works on raw bytes, one network read at
+    a time (each read's arrival time stamps every event in it), to keep the client's CPU per token low."""
+
+    __slots__ = ("chat", "first", "last", "gaps", "usage", "chunks", "error", "_buf")
+
+    def __init__(self, chat: bool, start: float) -> None:
+        self.chat = chat
+        self.first: float | None = None
+        self.last = start
+        self.gaps: list[float] = []
+        self.usage: dict | None = None
+        self.chunks = 0
+        self.error: str | None = None
+        self._buf = b""
+
+    def feed(self, raw: bytes, now: float) -> None:
+        buf = self._buf + raw if self._buf else raw
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return
+        self._buf = buf[end + 2:]
+        for line in buf[:end].split(b"\n"):
+            if line.startswith(b"data:"):
+                self._event(line[5:].strip(), now)
+
+    def _event(self, data: bytes, now: float) -> None:
+        if data == b"[DONE]" or self.error is not None:
+            return
+        if self.chat or b'"usage":{' in data or b'"usage": {' in data or b'"error"' in data:
+            event = json.loads(data)
+            if event.get("error"):
+                err = event["error"]
+                self.error = "stream error: " + str(err.get("message", err) if isinstance(err, dict) else err)
+                return
+            self.usage = event.get("usage") or self.usage
+            choices = event.get("choices")
+            if not choices:
+                return
+            if self.chat and not (choices[0].get("delta") or {}).get("content"):
+                return
+        self.chunks += 1
+        if self.first is None:
+            self.first = now
+        else:
+            self.gaps.append(now - self.last)
+        self.last = now
+
+
 async def send(client: httpx.AsyncClient, url: str, body: dict) -> RequestRecord:
     """POST one streaming request and time it. Never raises: failures come back as ok=False.
 
     Like `vllm bench serve`, every chunk carrying choices counts as a token event (chat: only chunks
-    with content, so the role-only first chunk does not shorten TTFT)."""
-    chat = "messages" in body
+    with content, so the role-only first chunk does not shorten TTFT). The body is read to its end
+    even after [DONE], or httpx would drop the keep-alive connection."""
     start = time.perf_counter()
-    first: float | None = None
-    last = start
-    gaps: list[float] = []
-    usage: dict | None = None
-    chunks = 0
+    stream = _Stream("messages" in body, start)
+    clock = time.perf_counter
     try:
         async with client.stream("POST", url, json=body) as response:
             if response.status_code != 200:
                 raw = await response.aread()
-                return RequestRecord(False, start, time.perf_counter(), error=_error_text(response.status_code, raw))
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    continue  # read on to the end of the body, or httpx drops the keep-alive connection
-                now = time.perf_counter()
-                if chat or '"usage":{' in data or '"usage": {' in data or '"error"' in data:
-                    event = json.loads(data)
-                    if event.get("error"):
-                        err = event["error"]
-                        msg = err.get("message", err) if isinstance(err, dict) else err
-                        return RequestRecord(False, start, now, error=f"stream error: {msg}"[:200])
-                    usage = event.get("usage") or usage
-                    choices = event.get("choices")
-                    if not choices:
-                        continue
-                    if chat and not (choices[0].get("delta") or {}).get("content"):
-                        continue
-                chunks += 1
-                if first is None:
-                    first = now
-                else:
-                    gaps.append(now - last)
-                last = now
+                return RequestRecord(False, start, clock(), error=_error_text(response.status_code, raw))
+            async for raw in response.aiter_bytes():
+                stream.feed(raw, clock())
     except (httpx.HTTPError, OSError, ValueError) as exc:
-        return RequestRecord(False, start, time.perf_counter(), error=f"{type(exc).__name__}: {exc}"[:200])
-    end = time.perf_counter()
-    if first is None:
+        return RequestRecord(False, start, clock(), error=f"{type(exc).__name__}: {exc}"[:200])
+    end = clock()
+    if stream.error is not None:
+        return RequestRecord(False, start, end, error=stream.error[:200])
+    if stream.first is None:
         return RequestRecord(False, start, end, error="no tokens streamed")
-    prompt_tokens = int((usage or {}).get("prompt_tokens") or 0)
-    output_tokens = int((usage or {}).get("completion_tokens") or chunks)
-    return RequestRecord(True, start, end, ttft=first - start, itls=tuple(gaps), prompt_tokens=prompt_tokens,
-                         output_tokens=output_tokens)
+    usage = stream.usage or {}
+    return RequestRecord(True, start, end, ttft=stream.first - start, itls=tuple(stream.gaps),
+                         prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                         output_tokens=int(usage.get("completion_tokens") or stream.chunks))
 
 
 async def served_model(client: httpx.AsyncClient, base_url: str) -> str:
