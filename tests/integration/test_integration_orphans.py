@@ -20,7 +20,16 @@ from vtui.core.layout import load_layout
 from vtui.core.state import State
 from vtui.sim.memory import GpuRegistry
 
-from .conftest import Recorder, alive, assert_valid_path, marked, sim_instance, supervisor, until, write_layout
+from .conftest import (
+    Recorder,
+    alive,
+    assert_valid_path,
+    marked,
+    sim_instance,
+    supervisor,
+    until,
+    write_layout,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
