@@ -31,7 +31,7 @@ class DashboardScreen(InstanceActions, Screen):
         with Container(id="body"):
             yield VerticalScroll(id="cards")
             yield GpuPanel()
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.rebuild()

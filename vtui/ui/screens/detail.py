@@ -110,14 +110,14 @@ class DetailScreen(InstanceActions, Screen):
         yield TitleBar(f"instance {self.instance}")
         with VerticalScroll(id="detail"):
             yield Static(id="detail-head")
+            yield Static(id="detail-diagnosis")
             for i, (label, _, _) in enumerate(PLOTS):
                 yield Static(label, id=f"plot-label-{i}", classes="plot-label")
                 yield Sparkline([0.0], id=f"plot-{i}", classes="plot")
-            yield Static(id="detail-diagnosis")
             yield Static(id="detail-facts")
             yield Static(id="detail-flags")
             yield Static(id="detail-history")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.refresh_view(self.app.store)
@@ -129,14 +129,16 @@ class DetailScreen(InstanceActions, Screen):
         view = store.views.get(self.instance)
         if view is None:
             return
-        width = max(40, self.size.width - 2)
-        self.query_one("#detail-head", Static).update(card_text(view, self.app.clock(), width))
+        width = max(40, self.size.width - 4)
+        self.query_one("#detail-head", Static).update(card_text(view, self.app.clock(), width, hint=False))
         latest = view.sample
         for i, (label, key, show) in enumerate(PLOTS):
             current = key(latest) if latest else None
             self.query_one(f"#plot-label-{i}", Static).update(
                 f"{label}: {show(current)}  (last {len(view.history)} samples)")
-            self.query_one(f"#plot-{i}", Sparkline).data = spark_data(view, key, points=max(20, width))
+            plot = self.query_one(f"#plot-{i}", Sparkline)
+            plot.data = spark_data(view, key, points=max(20, width))
+            plot.display = any(plot.data)
         self.query_one("#detail-diagnosis", Static).update(diagnosis_text(view))
         self.query_one("#detail-facts", Static).update(facts_text(view))
         self.query_one("#detail-flags", Static).update(flags_text(view))

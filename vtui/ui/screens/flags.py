@@ -74,7 +74,7 @@ class FlagEditorScreen(Screen):
                             suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False))
         yield Static(id="flag-help")
         yield Static(id="flag-errors")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one(TitleBar).refresh_from(self.app.store)

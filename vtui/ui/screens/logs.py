@@ -50,7 +50,7 @@ class LogScreen(Screen):
         log.highlighter = LevelHighlighter()
         yield log
         yield Input(placeholder="filter (regex or text); enter applies, escape clears", id="log-filter")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#log-filter", Input).display = False

@@ -44,7 +44,7 @@ def state_text(view: InstanceView, now: float) -> Text:
     return text
 
 
-def card_text(view: InstanceView, now: float, width: int) -> Text:
+def card_text(view: InstanceView, now: float, width: int, hint: bool = True) -> Text:
     spec = view.spec
     s = view.sample
     head = Text()
@@ -62,7 +62,7 @@ def card_text(view: InstanceView, now: float, width: int) -> Text:
         err = Text("  " + view.status.last_error, style="red")
         err.truncate(width)
         lines.append(err)
-        if view.problems:
+        if view.problems and hint:
             hint = Text(f"  {len(view.problems)} problem(s) diagnosed, press enter for fixes", style="yellow")
             hint.truncate(width)
             lines.append(hint)

@@ -1,0 +1,83 @@
+"""Snapshot tests of each screen state at 80x24 and 120x40, through the same make_app the CLI uses.
+
+Deterministic: fake supervisor and fixed clock, fixed samples, no timers or cursor blink.
+Update after an intended change with `python -m pytest tests/ui/test_ui_snapshots.py --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vtui.core.model import Layout, SessionSpec
+from vtui.core.state import Phase, State
+from vtui.ui.fake import FakeSupervisor
+from vtui.ui.messages import MetricsArrived
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+DATA = Path(__file__).parent / "data"
+
+
+async def _settle(pilot, n: int = 4) -> None:
+    for _ in range(n):
+        await pilot.pause()
+    pending = [w for w in pilot.app.workers if w.group in ("diagnosis", "control")]
+    if pending:
+        await pilot.app.workers.wait_for_complete(pending)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_no_instances(snap_compare, app_factory, size):
+    app = app_factory(FakeSupervisor(Layout(SessionSpec("empty"), ())))
+    assert snap_compare(app, terminal_size=size, run_before=_settle)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_starting(snap_compare, app_factory, layout, h, size):
+    fake = FakeSupervisor(layout, auto_ready=False, clock=lambda: h.NOW - 20)
+
+    async def before(pilot):
+        await _settle(pilot)
+        fake.set_state("qwen", State.STARTING, Phase.LOADING_WEIGHTS)
+        fake.set_state("llama", State.STARTING, Phase.CAPTURING_GRAPHS)
+        fake.set_state("embed", State.STOPPED)
+        await _settle(pilot)
+
+    assert snap_compare(app_factory(fake), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_ready_under_load(snap_compare, app_factory, fake, h, size):
+    async def before(pilot):
+        await _settle(pilot)
+        for i in range(40):
+            for name, scale in (("qwen", 1.0), ("llama", 0.4)):
+                pilot.app.post_message(MetricsArrived(h.metrics(
+                    name, at=h.NOW - 40 + i, generation_tps=scale * (300 + 10 * (i % 13)),
+                    kv_usage=scale * (0.3 + 0.015 * i), waiting=float(i % 4))))
+            await pilot.pause()
+        await _settle(pilot)
+
+    assert snap_compare(app_factory(fake), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_crashed_with_diagnosis(snap_compare, app_factory, fake, size):
+    lines = (DATA / "max_model_len_too_big.log").read_text().splitlines()
+
+    async def before(pilot):
+        await _settle(pilot)
+        fake.crash("qwen", lines)
+        await _settle(pilot, 6)
+        await pilot.press("enter")
+        await _settle(pilot)
+
+    assert snap_compare(app_factory(fake), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_no_gpu(snap_compare, app_factory, fake, h, size):
+    app = app_factory(fake, gpu=h.gpu_sample(available=False))
+    assert snap_compare(app, terminal_size=size, run_before=_settle)

@@ -1,0 +1,97 @@
+"""The real `vtui LAYOUT` in a real terminal (tmux): sim instances come up, keys work, quit stops them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Tmux:
+    def __init__(self, tmp_path) -> None:
+        self.socket = f"vtui-test-{uuid.uuid4().hex[:8]}"
+        self.session = "vtui"
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True,
+                              text=True, timeout=10).stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", self.session)
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} not on screen after {timeout}s:\n{self.screen()}")
+
+    def alive(self) -> bool:
+        try:
+            return self.session in self.run("list-sessions", "-F", "#{session_name}")
+        except subprocess.CalledProcessError:
+            return False
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
+
+
+def test_vtui_in_tmux_against_the_sim(tmp_path):
+    port = _free_port()
+    layout = tmp_path / "tmux.toml"
+    layout.write_text(f"""[session]
+name = "tmux"
+gpu_memory_gib = 80
+
+[[instance]]
+name = "simq"
+engine = "sim"
+model = "Qwen/Qwen3-8B"
+port = {port}
+gpus = [0]
+
+[instance.flags]
+max-num-seqs = 48
+sim-startup-scale = 0
+sim-load = 2
+""")
+    env = {k: os.environ[k] for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "PATH", "HOME")
+           if k in os.environ}
+    env.update(TERM="xterm-256color", COLUMNS="100", LINES="30")
+    tmux = Tmux(tmp_path)
+    cmd = " ".join([sys.executable, "-m", "vtui", str(layout)])
+    try:
+        tmux.run("new-session", "-d", "-s", tmux.session, "-x", "100", "-y", "30",
+                 *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], cmd)
+        tmux.wait_for("READY", 40)
+        tmux.wait_for("/48", 20)
+        tmux.run("send-keys", "-t", tmux.session, "?")
+        tmux.wait_for("instance.restart")
+        tmux.run("send-keys", "-t", tmux.session, "Escape")
+        tmux.run("send-keys", "-t", tmux.session, "q")
+        tmux.wait_for("leave instances running")
+        tmux.run("send-keys", "-t", tmux.session, "s")
+        end = time.monotonic() + 30
+        while tmux.alive() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not tmux.alive(), "vtui did not exit"
+        with socket.socket() as s:  # the instance was stopped: its port is free again
+            s.bind(("127.0.0.1", port))
+    finally:
+        tmux.kill()
