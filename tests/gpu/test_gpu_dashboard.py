@@ -22,6 +22,10 @@ def _ready(app, names: list[str]) -> bool:
     return bool(gpu and gpu.available and {p.instance for p in gpu.processes} >= set(names))
 
 
+def _lost(app) -> bool:
+    return any(st.state in (State.CRASHED, State.FAILED) for st in app.supervisor.status())
+
+
 async def test_dashboard_shows_each_gpu_split_by_instance(gpu_count, gh, figures, tmp_path):
     specs = [gh.sim("chat", (0,), 0.45, sim_load=6),
              gh.sim("batch", (0,), 0.35, model="meta-llama/Llama-3.1-8B-Instruct", sim_load=12)]
@@ -34,7 +38,7 @@ async def test_dashboard_shows_each_gpu_split_by_instance(gpu_count, gh, figures
     async with app.run_test(size=(120, 22)) as pilot:
         try:
             start = time.monotonic()
-            while not _ready(app, names) and time.monotonic() - start < 300:
+            while not _ready(app, names) and time.monotonic() - start < 240 and not _lost(app):
                 await pilot.pause(0.5)
             assert _ready(app, names), ({st.name: st.state for st in app.supervisor.status()}, app.store.gpu)
             await pilot.pause(4.0)  # a few metrics scrapes and GPU samples

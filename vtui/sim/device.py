@@ -106,8 +106,11 @@ class ChildMemory:
 
     def __init__(self, count: int) -> None:
         self.count = count
+        # argv[0] is the title, so a venv's python cannot find its pyvenv.cfg: hand over this sys.path
+        path = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.proc = subprocess.Popen([NAME, "-m", "vtui.sim.device"], executable=sys.executable,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, text=True)
+                                     env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, close_fds=True, text=True)
         assert self.proc.stdout is not None
         self.proc.stdout.readline()  # its ready handshake, as vLLM waits for the engine core
 
