@@ -74,9 +74,7 @@ def test_planner_matches_real_vllm_cpu(vllm_bin, tiny_model, tmp_path):
 
 @pytest.mark.parametrize("max_len", [
     512,
-    pytest.param(MAX_LEN, marks=pytest.mark.xfail(strict=True, reason=(
-        "the sim logs num_blocks × block_size (65,536); vLLM 0.32 logs int(concurrency × max_model_len) "
-        "= 64,000 (see test_planner_matches_real_vllm_cpu). Remove this mark once vtui/sim/memory.py agrees."))),
+    MAX_LEN,
 ])
 def test_planner_matches_sim(tiny_model, tmp_path, max_len):
     port = _free_port()

@@ -232,7 +232,7 @@ def _check_kv(a: argparse.Namespace, plan: KvPlan, log: logfmt.VllmLog) -> None:
             "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite "
             f"its name). {doc}"))
     needed = plan.needed_bytes(a.max_model_len)
-    if needed > plan.available_bytes and not a.num_gpu_blocks_override:
+    if needed > plan.fit_budget and not a.num_gpu_blocks_override:
         estimated = plan.estimated_max_len()
         est = f"Based on the available memory, the estimated maximum model length is {estimated}. " if estimated > 0 else ""
         raise _engine_failure(log, (

@@ -54,7 +54,14 @@ class KvPlan:
 
     @property
     def tokens(self) -> int:
-        return self.num_blocks * self.block_size
+        """What vLLM 0.32 logs and labels as the KV cache size: int(max concurrency × max-model-len),
+        which differs from num_blocks × block_size when max-model-len is not a whole number of blocks."""
+        return int(self.max_concurrency * self.max_model_len)
+
+    @property
+    def fit_budget(self) -> int:
+        """vLLM holds one block back when checking that a request of a given length fits."""
+        return self.available_bytes - self.block_size * self.bytes_per_token
 
     @property
     def max_concurrency(self) -> float:
@@ -68,7 +75,7 @@ class KvPlan:
         lo, hi = 0, max(1, self.max_model_len)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.needed_bytes(mid) <= self.available_bytes:
+            if self.needed_bytes(mid) <= self.fit_budget:
                 lo = mid
             else:
                 hi = mid - 1
