@@ -124,7 +124,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "machine": {"cpus": psutil.cpu_count(), "mem_total_mib": round(psutil.virtual_memory().total / 2**20),
                         "mem_available_mib": round(psutil.virtual_memory().available / 2**20)},
         }
-        result["idle_cpu_percent"] = await asyncio.to_thread(cpu_percent, leaders + pumps, args.cpu_seconds)
+        result["fleet_cpu_percent"] = await asyncio.to_thread(cpu_percent, leaders + pumps, args.cpu_seconds)
         supervisor_proc = psutil.Process()
         result["supervisor"] = {"rss_mib": round(supervisor_proc.memory_info().rss / 2**20, 1),
                                 "cpu_percent": await asyncio.to_thread(cpu_percent, [supervisor_proc],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -92,4 +93,30 @@ def test_check_on_a_broken_layout_exits_2(tmp_path: Path, session: str) -> None:
     assert "max-num-seqs" in check.stdout and "many" in check.stdout and f"{path.name}:" in check.stdout
     up = vtui("up", str(path))
     assert up.returncode == 2, up.stdout + up.stderr
+    assert not marked(session + "/")
+
+
+def test_cli_restart_with_flags_then_a_crash_with_no_supervisor_then_down_sweeps(tmp_path: Path,
+                                                                                   session: str) -> None:
+    path = write_layout(tmp_path, session, [
+        sim_instance("core", gpus=(0,), sim_engine_child=True, gpu_memory_utilization=0.45)])
+    assert vtui("up", str(path)).returncode == 0
+    restart = vtui("restart", str(path), "core", "--set", "max-num-seqs=3")
+    assert restart.returncode == 0, restart.stdout + restart.stderr
+    row = ps_rows(path)["core"]
+    assert row["state"] == "ready" and row["flags"]["max-num-seqs"] == 3
+    assert load_layout(path).instance("core").flags.get("max-num-seqs") is None  # the file is left as it is
+
+    leader = row["pid"]
+    orphans = [p for p in psutil.Process(leader).children(recursive=True) if "VLLM::" in p.name()]
+    assert len(orphans) == 1
+    os.kill(leader, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(leader)], timeout=5) if alive(leader) else None
+    row = ps_rows(path)["core"]  # no supervisor runs: the record and the exit file tell
+    assert row["state"] == "crashed" and row["last_error"] == "exited with code -9", row
+    assert alive(orphans[0].pid), "nothing should have touched the orphan yet"
+
+    down = vtui("down", str(path))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not alive(orphans[0].pid), "vtui down left the orphaned VLLM::EngineCore running"
     assert not marked(session + "/")

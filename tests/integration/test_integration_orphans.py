@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vtui.core.events import StateChanged
+from vtui.core.events import Notice, StateChanged
 from vtui.core.launcher import MARKER
 from vtui.core.layout import load_layout
 from vtui.core.state import State
@@ -130,3 +130,25 @@ def test_sim_registry_forgets_a_zombie_holder(tmp_path: Path) -> None:
         assert GpuRegistry(tmp_path).used(0) == 0, "a zombie still holds simulated GPU memory"
     finally:
         proc.wait()
+
+
+@pytest.mark.xfail(strict=True, reason="Supervisor._sweep_after_crash and _sweep_dead_record name only the pids that "
+                   "needed SIGKILL (StopReport.killed); an orphan that ends on SIGTERM is swept silently")
+async def test_sweep_notices_name_the_orphans_they_ended(tmp_path: Path, session: str) -> None:
+    layout = load_layout(write_layout(tmp_path, session, [
+        sim_instance("engine", gpus=(0,), restart="never", sim_engine_child=True, gpu_memory_utilization=0.45)]))
+    sup = supervisor(layout)
+    notices: list[str] = []
+    sup.subscribe(lambda e: notices.append(e.text) if isinstance(e, Notice) else None)
+    try:
+        await sup.start()
+        assert (await sup.wait_settled(timeout=30))["engine"] is State.READY
+        leader = sup.status()[0].pid
+        assert leader is not None
+        child = _engine_cores(leader)[0]
+        os.kill(leader, signal.SIGKILL)
+        await until(lambda: not alive(child.pid), 10, "the orphan sweep")
+        await until(lambda: any(str(child.pid) in text for text in notices), 2,
+                    f"a notice naming orphan {child.pid} (got {notices})")
+    finally:
+        await sup.close(stop_instances=True)
