@@ -42,6 +42,13 @@ class Tmux:
             time.sleep(0.2)
         raise AssertionError(f"{text!r} not on screen after {timeout}s:\n{self.screen()}")
 
+    def wait_gone(self, text: str, timeout: float = 10.0) -> None:
+        end = time.monotonic() + timeout
+        while text in self.screen():
+            if time.monotonic() > end:
+                raise AssertionError(f"{text!r} still on screen after {timeout}s:\n{self.screen()}")
+            time.sleep(0.1)
+
     def alive(self) -> bool:
         try:
             return self.session in self.run("list-sessions", "-F", "#{session_name}")
@@ -79,11 +86,13 @@ sim-load = 2
     try:
         tmux.run("new-session", "-d", "-s", tmux.session, "-x", "100", "-y", "30",
                  *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], cmd)
+        tmux.run("set-option", "-s", "escape-time", "10")
         tmux.wait_for("READY", 40)
         tmux.wait_for("/48", 20)
         tmux.run("send-keys", "-t", tmux.session, "?")
         tmux.wait_for("instance.restart")
         tmux.run("send-keys", "-t", tmux.session, "Escape")
+        tmux.wait_gone("instance.restart")  # else tmux merges Escape and the next key into Alt+key
         tmux.run("send-keys", "-t", tmux.session, "q")
         tmux.wait_for("leave instances running")
         tmux.run("send-keys", "-t", tmux.session, "s")

@@ -15,6 +15,7 @@ from typing import Any
 
 from textual import work
 from textual.app import App
+from textual.css.query import NoMatches
 from textual.widgets import Input
 
 from vtui.core import paths
@@ -41,6 +42,7 @@ from vtui.ui.store import Store, run_diagnosis
 
 DEMO_LAYOUT = Path(__file__).resolve().parents[2] / "layouts" / "demo.toml"
 SupervisorFactory = Callable[[Layout], Any]
+RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
 
 
 class VtuiApp(ControlMixin, App[int]):
@@ -74,8 +76,12 @@ class VtuiApp(ControlMixin, App[int]):
         self.push_screen(DashboardScreen())
         self.bridge.start()
         if not self.deterministic:
-            self.set_interval(1.0, self._tick)  # re-render uptimes; no I/O here
+            # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
+            self.set_interval(RENDER_INTERVAL, self._tick)
         self.call_after_refresh(self._first_frame)
+
+    def on_unmount(self) -> None:
+        self.bridge.stop_sources()
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
@@ -112,11 +118,14 @@ class VtuiApp(ControlMixin, App[int]):
             self._refresh_screens([message.instance])
 
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
-        if name := self.store.add_sample(message.sample):
-            self._refresh_screens([name])
+        if (name := self.store.add_sample(message.sample)) and self.deterministic:
+            self._refresh_screens([name])  # else the next render tick shows it
 
     def on_gpu_arrived(self, message: GpuArrived) -> None:
+        first = self.store.gpu is None
         self.store.set_gpu(message.sample)
+        if not (first or self.deterministic):
+            return  # the next render tick shows it
         for screen in self.screen_stack:
             if hasattr(screen, "refresh_gpu"):
                 screen.refresh_gpu(self.store)
@@ -159,7 +168,10 @@ class VtuiApp(ControlMixin, App[int]):
         names = set(names) if names is not None else None
         for screen in self.screen_stack:
             if hasattr(screen, "refresh_view") and screen.is_mounted:
-                screen.refresh_view(self.store, names)
+                try:
+                    screen.refresh_view(self.store, names)
+                except NoMatches:  # a screen being torn down (quit) while samples still arrive
+                    continue
 
     # -- app actions -------------------------------------------------------------------------------
     def action_help(self) -> None:

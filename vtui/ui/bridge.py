@@ -80,6 +80,16 @@ class Bridge:
         self._post_statuses()
         await self.supervisor.run()
 
+    def stop_sources(self) -> None:
+        """Stop the scrape loops and the GPU thread (the app is going away; the supervisor is not ours
+        to stop here)."""
+        for _, loop in self._scrapers.values():
+            loop.stop()
+        self._scrapers.clear()
+        if self._gpu is not None:
+            self._gpu.stop()
+            self._gpu = None
+
     async def close(self, stop_instances: bool = False) -> None:
         if self._unsubscribe:
             self._unsubscribe()

@@ -21,6 +21,18 @@ class InstanceActions:
     def selected_name(self) -> str | None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    _binding_key: tuple | None = None
+
+    def refresh_bindings_if_changed(self) -> None:
+        """Re-check the greyed-out actions only when what they depend on changed (a footer refresh
+        recomposes it: doing that per metrics sample costs more than everything else together)."""
+        view = self._view()
+        key = (self.selected_name(), view.state if view else None, view.can_rollback() if view else None,
+               len(view.problems) if view else 0)
+        if key != self._binding_key:
+            self._binding_key = key
+            self.refresh_bindings()
+
     def _view(self) -> InstanceView | None:
         name = self.selected_name()
         return self.app.store.views.get(name) if name else None

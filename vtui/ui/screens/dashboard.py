@@ -61,6 +61,8 @@ class DashboardScreen(InstanceActions, Screen):
         return names[self.selected] if 0 <= self.selected < len(names) else None
 
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
+        if not self.is_active and names is None and self.app.screen.is_modal is False:
+            return  # hidden under a full screen: on_screen_resume repaints it
         self.query_one(TitleBar).refresh_from(store)
         now = self.app.clock()
         wanted = set(names) if names is not None else None
@@ -71,7 +73,7 @@ class DashboardScreen(InstanceActions, Screen):
                 if view is not None:
                     card.update_view(view, now)
         self.refresh_gpu(store)
-        self.refresh_bindings()
+        self.refresh_bindings_if_changed()
 
     def refresh_gpu(self, store: Store) -> None:
         self.query_one(GpuPanel).update_sample(store.gpu, store.names())
@@ -84,7 +86,7 @@ class DashboardScreen(InstanceActions, Screen):
         for i, card in enumerate(cards):
             card.set_class(i == self.selected, "selected")
         self.query_one("#cards", VerticalScroll).scroll_to_widget(cards[self.selected], animate=False)
-        self.refresh_bindings()
+        self.refresh_bindings_if_changed()
 
     def action_start_all(self) -> None:
         self.app.start_instances(None)

@@ -143,7 +143,7 @@ class DetailScreen(InstanceActions, Screen):
         self.query_one("#detail-facts", Static).update(facts_text(view))
         self.query_one("#detail-flags", Static).update(flags_text(view))
         self.query_one("#detail-history", Static).update(history_text(view))
-        self.refresh_bindings()
+        self.refresh_bindings_if_changed()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "fix":

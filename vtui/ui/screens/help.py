@@ -29,8 +29,8 @@ def live_rows(screen) -> list[tuple[str, str, str, bool]]:
     seen: dict[str, tuple[str, str, str, bool]] = {}
     for active in screen.active_bindings.values():
         b = active.binding
-        if not b.description or b.system:
-            continue
+        if not b.description or b.system or not (b.id or b.action == "command_palette"):
+            continue  # widget-internal keys (scrolling, focus) are not vtui's
         ident = b.id or b.action
         display = screen.app.get_key_display(b)
         if ident in seen:

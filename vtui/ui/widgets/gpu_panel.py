@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
 from vtui.ui import fmt
 from vtui.ui.adapters import GpuSample
@@ -71,15 +71,28 @@ def gpu_text(sample: GpuSample | None, names: list[str], width: int) -> Text:
     return out
 
 
-class GpuPanel(Static):
+class GpuPanel(Widget):
+    """Repaints without a layout pass unless the number of lines changed."""
+
     def __init__(self) -> None:
         super().__init__(id="gpu-panel")
         self._sample: GpuSample | None = None
         self._names: list[str] = []
+        self._text = Text()
 
     def update_sample(self, sample: GpuSample | None, names: list[str]) -> None:
         self._sample, self._names = sample, names
-        self.update(gpu_text(sample, names, self.content_size.width or 78))
+        self._rerender()
+
+    def _rerender(self) -> None:
+        text = gpu_text(self._sample, self._names, self.content_size.width or 78)
+        if text != self._text:
+            relayout = len(text.plain.splitlines()) != len(self._text.plain.splitlines())
+            self._text = text
+            self.refresh(layout=relayout)
+
+    def render(self) -> Text:
+        return self._text
 
     def on_resize(self) -> None:
-        self.update(gpu_text(self._sample, self._names, self.content_size.width or 78))
+        self._rerender()

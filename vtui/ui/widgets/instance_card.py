@@ -7,7 +7,8 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Sparkline, Static
+from textual.widget import Widget
+from textual.widgets import Sparkline
 
 from vtui.core.state import Phase, State
 from vtui.ui import fmt
@@ -92,6 +93,22 @@ def spark_data(view: InstanceView, key: Callable = lambda s: s.generation_tps, p
     return [v if v is not None else 0.0 for v in values] or [0.0]
 
 
+class CardBody(Widget):
+    """The card's text, rendered on demand: an update repaints it without a layout pass."""
+
+    def __init__(self) -> None:
+        super().__init__(classes="card-text")
+        self.text = Text()
+
+    def set_text(self, text: Text) -> None:
+        if text != self.text:
+            self.text = text
+            self.refresh()
+
+    def render(self) -> Text:
+        return self.text
+
+
 class InstanceCard(Horizontal):
     """A 3-line card; `selected` is shown by a CSS class set by the dashboard."""
 
@@ -104,17 +121,21 @@ class InstanceCard(Horizontal):
         self._now = 0.0
 
     def compose(self) -> ComposeResult:
-        yield Static(classes="card-text")
+        yield CardBody()
         yield Sparkline([0.0], classes="card-spark")
 
     def update_view(self, view: InstanceView, now: float) -> None:
         self._view = view
         self._now = now
         width = max(20, self.size.width - 18) if self.size.width else 60
-        self.query_one(".card-text", Static).update(card_text(view, now, width))
+        self.query_one(CardBody).set_text(card_text(view, now, width))
         spark = self.query_one(".card-spark", Sparkline)
-        spark.data = spark_data(view)
-        spark.display = view.state in (State.READY, State.UNHEALTHY) and any(spark.data)
+        data = spark_data(view)
+        if data != spark.data:
+            spark.data = data
+        show = view.state in (State.READY, State.UNHEALTHY) and any(data)
+        if spark.display != show:
+            spark.display = show
 
     def on_resize(self) -> None:
         if self._view is not None:

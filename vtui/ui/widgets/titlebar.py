@@ -31,4 +31,7 @@ class TitleBar(Static):
         self.screen_title = screen_title
 
     def refresh_from(self, store: Store) -> None:
-        self.update(title_text(store, self.screen_title))
+        text = title_text(store, self.screen_title)
+        if text != getattr(self, "_last", None):
+            self._last = text
+            self.update(text)

@@ -1,0 +1,173 @@
+"""vtui's own cost: CPU and RSS while showing 8 and 32 instances refreshed at 1 Hz, key-press-to-screen
+latency under that load, and time to first frame, measured on the real app in a real terminal (tmux).
+
+The instances are the in-memory FakeSupervisor; each has its own long-lived scrape loop producing a
+fresh MetricsSample every second (the real ScrapeLoop's shape), and a GPU sampler thread reports 8 GPUs
+at 1 Hz. The parent drives tmux and measures the child's process with psutil.
+
+    python benchmarks/bench_ui.py            # both sizes, prints a table and JSON
+    python benchmarks/bench_ui.py --child 8  # the app alone (what the parent runs in tmux)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+GIB = 2**30
+
+
+# -- the child: the app under a synthetic 1 Hz load ---------------------------------------------------
+def child(n: int, pidfile: str) -> int:
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.ui.adapters import GpuInfo, GpuProcess, GpuSample, MetricsSample, Percentiles
+    from vtui.ui.app import make_app
+    from vtui.ui.fake import FakeSupervisor
+
+    Path(pidfile).write_text(str(os.getpid()))
+    specs = tuple(InstanceSpec(f"inst{i:02d}", "Qwen/Qwen3-8B", 9000 + i, engine="sim", gpus=(i % 8,),
+                               flags={"max-num-seqs": 256, "max-model-len": 8192}) for i in range(n))
+    layout = Layout(SessionSpec(f"bench{n}"), specs)
+
+    class Scraper:
+        def __init__(self, name, base_url, on_sample):
+            self.name, self.on_sample, self.stopped = name, on_sample, False
+
+        async def run(self):
+            rng = random.Random(self.name)
+            while not self.stopped:
+                self.on_sample(MetricsSample(
+                    instance=self.name, at=time.time(), running=float(rng.randint(0, 256)),
+                    waiting=float(rng.randint(0, 9)), waiting_by_reason={}, kv_usage=rng.random(),
+                    kv_capacity_tokens=200_000, block_size=16, prompt_tps=rng.uniform(0, 5000),
+                    generation_tps=rng.uniform(0, 2000), ttft=Percentiles(0.1, 0.4, 0.9),
+                    itl=Percentiles(0.02, 0.04, 0.06), e2e=Percentiles(1, 2, 3), queue=Percentiles(0, 0.1, 0.2),
+                    preemptions_per_s=0.0, prefix_hit_rate=rng.random(), success_per_s=3.0, abort_per_s=0.0,
+                    error_per_s=0.0, prompt_tokens_total=None, generation_tokens_total=None,
+                    preemptions_total=None, prefix_cache_queries_total=None, prefix_cache_hits_total=None,
+                    counter_reset=False, vllm_names="v1"))
+                await asyncio.sleep(1.0)
+
+        def stop(self):
+            self.stopped = True
+
+    class Gpus:
+        def __init__(self, on_sample, pid_owner):
+            self.on_sample, self.pid_owner, self.stop_event = on_sample, pid_owner, threading.Event()
+
+        def start(self):
+            threading.Thread(target=self._loop, daemon=True).start()
+
+        def _loop(self):
+            while not self.stop_event.wait(1.0):
+                owners = self.pid_owner()
+                gpus = tuple(GpuInfo(i, "NVIDIA H200", 100 * GIB, 141 * GIB, 80.0, 60.0, 400.0, 700.0)
+                             for i in range(8))
+                procs = tuple(GpuProcess(i % 8, pid, 12 * GIB, name) for i, (pid, name) in enumerate(owners.items()))
+                self.on_sample(GpuSample(True, None, gpus, procs, time.time()))
+
+        def stop(self):
+            self.stop_event.set()
+
+    app = make_app(supervisor=FakeSupervisor(layout, clock=time.time), scraper=Scraper, gpu_sampler=Gpus)
+    app.run()
+    return 0
+
+
+# -- the parent: tmux + psutil ---------------------------------------------------------------------
+class Tmux:
+    def __init__(self, cols: int, rows: int) -> None:
+        self.sock, self.cols, self.rows = f"vtui-bench-{uuid.uuid4().hex[:6]}", cols, rows
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.sock, *args], check=True, capture_output=True, text=True).stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "b")
+
+    def wait(self, pred, timeout=30.0, poll=0.002) -> float:
+        start = time.perf_counter()
+        while time.perf_counter() - start < timeout:
+            if pred(self.screen()):
+                return time.perf_counter() - start
+            time.sleep(poll)
+        raise TimeoutError(self.screen())
+
+
+def measure(n: int, seconds: float, presses: int) -> dict:
+    import psutil
+
+    tmp = Path(tempfile.mkdtemp(prefix="vtui-bench-"))
+    pidfile = tmp / "pid"
+    env = dict(os.environ, VTUI_STATE_DIR=str(tmp / "state"), VTUI_CONFIG_DIR=str(tmp / "config"),
+               XDG_CACHE_HOME=str(tmp / "cache"), TERM="xterm-256color")
+    tmux = Tmux(120, 40)
+    cmd = f"{sys.executable} {Path(__file__).resolve()} --child {n} --pidfile {pidfile}"
+    try:
+        t0 = time.perf_counter()
+        tmux("new-session", "-d", "-s", "b", "-x", "120", "-y", "40",
+             *[a for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "TERM", "PATH")
+               for a in ("-e", f"{k}={env[k]}")], cmd)
+        tmux.wait(lambda s: "inst00" in s and "GPU0" in s)
+        first_frame = time.perf_counter() - t0
+        proc = psutil.Process(int(pidfile.read_text()))
+        time.sleep(3.0)  # warm up: all instances READY, samples flowing
+        cpu0 = proc.cpu_times()
+        w0 = time.perf_counter()
+        time.sleep(seconds)
+        cpu1 = proc.cpu_times()
+        wall = time.perf_counter() - w0
+        cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall
+        rss = proc.memory_info().rss
+        latencies = []
+        for _ in range(presses):  # open help, see it; close it, see the dashboard again
+            tmux("send-keys", "-t", "b", "?")
+            latencies.append(tmux.wait(lambda s: "Keys (greyed" in s))
+            tmux("send-keys", "-t", "b", "?")  # `?` closes help too (a lone Escape waits for the next byte)
+            latencies.append(tmux.wait(lambda s: "Keys (greyed" not in s))
+            time.sleep(0.05)
+        return {"instances": n, "cpu_percent_of_one_core": round(cpu_pct, 2), "rss_mb": round(rss / 2**20, 1),
+                "key_to_screen_ms_p50": round(statistics.median(latencies) * 1000, 1),
+                "key_to_screen_ms_p95": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
+                "first_frame_s": round(first_frame, 2), "measured_s": seconds}
+    finally:
+        subprocess.run(["tmux", "-L", tmux.sock, "kill-server"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pidfile", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default="8,32")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--presses", type=int, default=15)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.pidfile)
+    if not shutil.which("tmux"):
+        print("bench_ui needs tmux", file=sys.stderr)
+        return 2
+    results = [measure(int(n), args.seconds, args.presses) for n in args.sizes.split(",")]
+    print(f"{'instances':>9} {'CPU % core':>10} {'RSS MB':>7} {'key p50 ms':>10} {'key p95 ms':>10} {'1st frame s':>11}")
+    for r in results:
+        print(f"{r['instances']:>9} {r['cpu_percent_of_one_core']:>10} {r['rss_mb']:>7} {r['key_to_screen_ms_p50']:>10} "
+              f"{r['key_to_screen_ms_p95']:>10} {r['first_frame_s']:>11}")
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
