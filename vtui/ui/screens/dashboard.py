@@ -41,6 +41,8 @@ class DashboardScreen(InstanceActions, Screen):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "wide")
+        for card in self.query(InstanceCard):  # shorter names on narrow terminals leave room for data
+            card.name_width = min(card.full_name_width, 14) if self.size.width < 100 else card.full_name_width
 
     def rebuild(self) -> None:
         """(Re)create the cards for the store's instances (on mount and when another layout opens)."""
@@ -49,7 +51,8 @@ class DashboardScreen(InstanceActions, Screen):
         cards.remove_children()
         names = store.names()
         if names:
-            cards.mount_all([InstanceCard(n) for n in names])
+            name_width = max(8, min(24, max(len(n) for n in names)))
+            cards.mount_all([InstanceCard(n, name_width) for n in names])
         else:
             cards.mount(Static("No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
                                classes="empty"))
@@ -68,7 +71,7 @@ class DashboardScreen(InstanceActions, Screen):
         wanted = set(names) if names is not None else None
         for i, card in enumerate(self.query(InstanceCard)):
             card.set_class(i == self.selected, "selected")
-            if wanted is None or card.instance in wanted:
+            if (card.instance in wanted) if wanted is not None else (card.is_on_screen or card._view is None):
                 view = store.views.get(card.instance)
                 if view is not None:
                     card.update_view(view, now)
@@ -86,6 +89,7 @@ class DashboardScreen(InstanceActions, Screen):
         for i, card in enumerate(cards):
             card.set_class(i == self.selected, "selected")
         self.query_one("#cards", VerticalScroll).scroll_to_widget(cards[self.selected], animate=False)
+        self.call_after_refresh(self.refresh_view, self.app.store)  # cards scrolled into view
         self.refresh_bindings_if_changed()
 
     def action_start_all(self) -> None:

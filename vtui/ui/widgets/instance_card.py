@@ -45,11 +45,11 @@ def state_text(view: InstanceView, now: float) -> Text:
     return text
 
 
-def card_text(view: InstanceView, now: float, width: int, hint: bool = True) -> Text:
+def card_text(view: InstanceView, now: float, width: int, hint: bool = True, name_width: int = 14) -> Text:
     spec = view.spec
     s = view.sample
     head = Text()
-    head.append(f"{view.name[:14]:<14} ", style="bold")
+    head.append(f"{view.name[:name_width]:<{name_width}} ", style="bold")
     head.append_text(state_text(view, now))
     if spec is not None:
         where = f"  gpu {fmt.gpus(spec.gpus)} :{spec.port}  "
@@ -114,9 +114,10 @@ class InstanceCard(Horizontal):
 
     DEFAULT_CSS = ""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, name_width: int = 14) -> None:
         super().__init__(classes="card")
         self.instance = name
+        self.name_width = self.full_name_width = name_width
         self._view: InstanceView | None = None
         self._now = 0.0
 
@@ -128,7 +129,7 @@ class InstanceCard(Horizontal):
         self._view = view
         self._now = now
         width = max(20, self.size.width - 18) if self.size.width else 60
-        self.query_one(CardBody).set_text(card_text(view, now, width))
+        self.query_one(CardBody).set_text(card_text(view, now, width, name_width=self.name_width))
         spark = self.query_one(".card-spark", Sparkline)
         data = spark_data(view)
         if data != spark.data:
