@@ -26,21 +26,41 @@ class FakeClock:
 
 
 class FakeLauncher:
+    """Plays the supervisor's part in a launch: begin_launch, spawn (here: a token or an error), then
+    attach or spawn_failed."""
+
     def __init__(self, fail: str | None = None) -> None:
         self.spawned: list[InstanceSpec] = []
         self.fail = fail
 
-    def spawn(self, spec, *, log_path, session):
+    def launch(self, inst: Instance) -> None:
+        if not inst.begin_launch():
+            return
         if self.fail:
-            raise SpawnError(self.fail)
-        self.spawned.append(spec)
-        return object()
+            inst.spawn_failed(SpawnError(self.fail))
+            return
+        self.spawned.append(inst.spec)
+        inst.attach(object())
+
+
+class Launchable(Instance):
+    """An Instance with the launcher's `launch` at hand, so histories read as they happen."""
+
+    fake: FakeLauncher
+
+    def launch(self) -> None:
+        self.fake.launch(self)
+
+    def relaunch(self) -> None:
+        assert self.state is S.BACKOFF
+        self.fake.launch(self)
 
 
 def make(policy: RestartPolicy | None = None, fail: str | None = None):
     clock, launcher, events = FakeClock(), FakeLauncher(fail), []
     spec = InstanceSpec(name="a", model="m", port=8001, restart=policy or RestartPolicy())
-    inst = Instance(spec, launcher=launcher, clock=clock, emit=events.append, log_path=Path("/x.log"))
+    inst = Launchable(spec, clock=clock, emit=events.append, log_path=Path("/x.log"))
+    inst.fake = launcher
     return inst, clock, launcher, events
 
 
@@ -198,3 +218,49 @@ def test_kv_gate_for_shared_gpu_starts():
     assert not inst.kv_allocated_or_done
     inst.on_lines(["(EngineCore pid=1) INFO GPU KV cache size: 100 tokens"])
     assert inst.kv_allocated_or_done
+
+
+def test_launch_is_starting_without_a_process_until_the_spawn_reports():
+    inst, _, _, events = make()
+    assert inst.begin_launch()
+    assert inst.state is S.STARTING and inst.handle is None and inst.phase is Phase.SPAWNED
+    assert not inst.kv_allocated_or_done  # a GPU neighbour waits while the spawn runs
+    assert not inst.begin_launch()  # STARTING already: a second launch is refused
+    assert edges(events) == [(S.STOPPED, S.STARTING)]
+    handle = object()
+    inst.attach(handle)
+    assert inst.handle is handle and inst.state is S.STARTING
+    inst.attach(object())  # a second attach never replaces the process
+    assert inst.handle is handle
+
+
+def test_spawn_failure_after_begin_launch_fails_with_its_reason_and_drops_no_handle():
+    inst, _, _, events = make()
+    inst.begin_launch()
+    inst.spawn_failed(OSError("[Errno 13] Permission denied: '/logs'"))
+    assert inst.state is S.FAILED and inst.handle is None
+    assert inst.last_error == "[Errno 13] Permission denied: '/logs'"
+    assert events[-1].reason == inst.last_error
+    inst.attach(object())  # a late attach after FAILED is ignored
+    assert inst.handle is None
+
+
+def test_begin_launch_out_of_backoff_counts_a_restart_and_others_do_not():
+    inst, _, _, _ = make(RestartPolicy("always"))
+    inst.begin_launch()
+    inst.attach(object())
+    inst.on_exit(1)
+    assert inst.state is S.BACKOFF
+    inst.begin_launch()
+    assert inst.restarts == 1 and inst.state is S.STARTING
+    inst.spawn_failed(SpawnError("gone"))
+    inst.begin_launch()  # a manual start after FAILED is not a policy restart
+    assert inst.restarts == 1
+
+
+def test_stop_while_spawning_without_a_handle_ends_stopped():
+    inst, _, _, events = make()
+    inst.begin_launch()
+    assert inst.begin_stop() is None and inst.state is S.STOPPING
+    inst.finish_stop()
+    assert edges(events) == [(S.STOPPED, S.STARTING), (S.STARTING, S.STOPPING), (S.STOPPING, S.STOPPED)]

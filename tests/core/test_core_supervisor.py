@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -197,3 +198,37 @@ async def test_restart_with_new_flags_keeps_the_last_good_spec(session_name):
     assert RunStore().load(session_name, "a").flags == {"startup-delay": 0.1}
     assert sup.layout.instance("a") == good
     await sup.close(stop_instances=True)
+
+
+class GatedLauncher(OsLauncher):
+    """An OsLauncher whose spawn waits (in its thread) until the test opens the gate."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def spawn(self, *args, **kwargs):
+        self.entered.set()
+        self.gate.wait(10)
+        return super().spawn(*args, **kwargs)
+
+
+async def test_a_stop_during_the_spawn_ends_the_process_it_spawned(session_name):
+    launcher = GatedLauncher(grace=3)
+    sup = supervisor(layout(session_name, fake_spec("a")), launcher=launcher)
+    events = []
+    sup.subscribe(events.append)
+    start = asyncio.create_task(sup.start())
+    assert await until(launcher.entered.is_set)
+    assert sup.status()[0].state is State.STARTING and sup.status()[0].pid is None  # the loop is free
+    stop = asyncio.create_task(sup.stop(["a"]))
+    await asyncio.sleep(0.1)
+    assert not stop.done()  # the stop waits for the process being spawned
+    launcher.gate.set()
+    await asyncio.wait_for(stop, 15)
+    await start
+    assert sup.status()[0].state is State.STOPPED and marked(session_name) == []
+    assert RunStore().load(session_name, "a") is None
+    assert [(e.old, e.new) for e in events if isinstance(e, StateChanged)] == [
+        (State.STOPPED, State.STARTING), (State.STARTING, State.STOPPING), (State.STOPPING, State.STOPPED)]
+    await sup.close()

@@ -118,8 +118,6 @@ class SlowSpawnLauncher(OsLauncher):
         return super().spawn(*args, **kwargs)
 
 
-@pytest.mark.xfail(strict=True, reason="Supervisor._launch_now runs the blocking launcher.spawn on the event loop; "
-                   "instances launched together spawn back to back in one loop iteration (the UI freezes)")
 async def test_event_loop_stays_responsive_while_instances_spawn(tmp_path: Path, session: str) -> None:
     layout = load_layout(write_layout(tmp_path, session, [sim_instance(f"s{i}", gpus=(i,)) for i in range(4)]))
     # health_interval 30: no probe runs during start(), so only the spawns can hold the loop.

@@ -1,8 +1,8 @@
 """One instance's lifecycle state machine: synchronous, driven by facts (spawned, health, exit, time).
 
-The supervisor feeds it what it observes; the instance decides the state. The OS is reached only
-through the injected launcher (`spawn`) and time only through the injected clock, so tests replay
-whole histories with fakes. Every change goes through `_set_state`, which checks the edge against
+The supervisor feeds it what it observes (including the outcome of a spawn it ran off the event loop:
+`begin_launch`, then `attach` or `spawn_failed`); the instance decides the state. It never reaches the
+OS, and time only through the injected clock, so tests replay whole histories without processes. Every change goes through `_set_state`, which checks the edge against
 `core.state.TRANSITIONS` and emits `StateChanged`.
 """
 
@@ -12,7 +12,7 @@ import signal
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from vtui.core.clock import Clock
 from vtui.core.events import Event, PhaseChanged, StateChanged
@@ -44,20 +44,13 @@ class SpawnError(RuntimeError):
     """The process could not be started at all (executable missing, log folder unwritable…)."""
 
 
-class SpawnLauncher(Protocol):
-    """The part of the launcher the state machine needs (tests pass a fake)."""
-
-    def spawn(self, spec: InstanceSpec, *, log_path: Path, session: str) -> Any: ...
-
-
 class Instance:
     """State, phase, restart bookkeeping and the recent log lines of one instance."""
 
-    def __init__(self, spec: InstanceSpec, *, launcher: SpawnLauncher, clock: Clock,
+    def __init__(self, spec: InstanceSpec, *, clock: Clock,
                  emit: Callable[[Event], None], log_path: Path, session: str = "vtui",
                  unhealthy_after: int = 3, stable_after: float = 30.0, max_lines: int = 2000) -> None:
         self.spec = spec
-        self.launcher = launcher
         self.clock = clock
         self.emit = emit
         self.log_path = log_path
@@ -91,27 +84,38 @@ class Instance:
         self.emit(PhaseChanged(self.spec.name, phase, self.clock.time()))
 
     # -- commands --------------------------------------------------------------------------------
-    def launch(self, spec: InstanceSpec | None = None) -> None:
-        """Spawn a process (first start, policy restart, or manual start after a failure)."""
+    def begin_launch(self, spec: InstanceSpec | None = None) -> bool:
+        """A new process is about to be spawned (first start, manual start after a failure, or the
+        policy restart out of BACKOFF, which counts in `restarts`): enter STARTING with no handle yet.
+        The caller spawns, then reports `attach(handle)` or `spawn_failed(exc)`. False: already running."""
         if self.state.running:
-            return
+            return False
         if spec is not None:
             self.spec = spec
+        if self.state is State.BACKOFF:
+            self.restarts += 1
         self.phase = Phase.SPAWNED
+        self.handle = None
         self.run_lines.clear()
         self.next_restart_at = None
         self.ready_since = None
         self._health_failures = 0
         self.adopted = False
         self.started_at = self.clock.time()
-        # STOPPED/CRASHED/BACKOFF/FAILED -> STARTING
-        self._set_state(State.STARTING)
-        try:
-            self.handle = self.launcher.spawn(self.spec, log_path=self.log_path, session=self.session)
-        except (SpawnError, OSError) as exc:
-            self.handle = None
-            self.last_error = str(exc)
-            self._set_state(State.FAILED, self.last_error)  # STARTING -> FAILED (nothing to retry)
+        self._set_state(State.STARTING)  # STOPPED/CRASHED/BACKOFF/FAILED -> STARTING
+        return True
+
+    def attach(self, handle: Any) -> None:
+        """The spawn begun by `begin_launch` succeeded: from now on exits and probes concern `handle`."""
+        if self.state is State.STARTING and self.handle is None:
+            self.handle = handle
+
+    def spawn_failed(self, exc: BaseException) -> None:
+        """The spawn begun by `begin_launch` could not start a process: FAILED (nothing to retry)."""
+        self.handle = None
+        self.last_error = str(exc) or exc.__class__.__name__
+        if self.state is State.STARTING:
+            self._set_state(State.FAILED, self.last_error)  # STARTING -> FAILED
 
     def adopt(self, handle: Any, *, healthy: bool, started_at: float | None = None) -> None:
         """Take over a live process a previous vtui started (pid + create time already verified)."""
@@ -204,12 +208,6 @@ class Instance:
     def restart_due(self) -> bool:
         return self.state is State.BACKOFF and self.next_restart_at is not None \
             and self.clock.time() >= self.next_restart_at
-
-    def relaunch(self) -> None:
-        """The backoff delay is over: start again (BACKOFF -> STARTING)."""
-        if self.state is State.BACKOFF:
-            self.restarts += 1
-            self.launch()
 
     # -- derived ---------------------------------------------------------------------------------
     @property

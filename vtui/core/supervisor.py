@@ -20,7 +20,7 @@ from typing import Any
 from vtui.core import paths
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event, LogLines, Notice, ProcessExited, StateChanged
-from vtui.core.instance import Instance
+from vtui.core.instance import Instance, SpawnError
 from vtui.core.launcher import OsLauncher, ProcessHandle
 from vtui.core.logfile import LogTailer, read_tail
 from vtui.core.model import InstanceSpec, Layout
@@ -73,8 +73,7 @@ class Supervisor:
         self._subscribers: list[Callable[[Event], None]] = []
         self.instances: dict[str, Instance] = {}
         for spec in layout.instances:
-            self.instances[spec.name] = Instance(spec, launcher=self.launcher, clock=self.clock,
-                                                 emit=self._emit, session=self.session,
+            self.instances[spec.name] = Instance(spec, clock=self.clock, emit=self._emit, session=self.session,
                                                  log_path=log_path_for(self.session, spec.name))
         self._tailers: dict[str, LogTailer] = {}
         self._pending: dict[str, asyncio.Task] = {}  # launches waiting for stagger / a GPU neighbour
@@ -243,27 +242,53 @@ class Supervisor:
             sweep = self._sweeps.pop(name, None)
             if sweep is not None:
                 await sweep
-            self._launch_now(inst)
+            await self._launch_now(inst)
         finally:
             self._pending.pop(name, None)
 
-    def _launch_now(self, inst: Instance) -> None:
+    async def _launch_now(self, inst: Instance) -> None:
+        """STARTING, then the blocking spawn (up to a few 100 ms: fork, exec, the pump's handshake) in a
+        thread, so instances launched together never hold the event loop. A stop during the spawn
+        (it cancels this task, then waits for it) still gets the process: it is attached and recorded
+        before the cancellation goes on, and the stop path ends it like any other."""
         name = inst.spec.name
         old = self._tailers.pop(name, None)
         if old is not None:
             old.close()
         inst.log_path = log_path_for(self.session, name)
         self._tailers[name] = LogTailer(inst.log_path)
-        if inst.state is State.BACKOFF:
-            inst.relaunch()
-        else:
-            inst.launch()
+        if not inst.begin_launch():
+            return
+        spec = inst.spec
+        fut = asyncio.ensure_future(asyncio.to_thread(self.launcher.spawn, spec, log_path=inst.log_path,
+                                                      session=self.session))
+        try:
+            handle = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():  # the spawn cannot be taken back: wait for its process
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(fut)
+            if fut.exception() is None:
+                inst.attach(fut.result())
+                self._save_record(inst)
+            else:
+                inst.spawn_failed(fut.exception())  # type: ignore[arg-type]
+            raise
+        except Exception as exc:  # SpawnError/OSError: no executable, no log folder…
+            if not isinstance(exc, (SpawnError, OSError)):
+                self._notice(name, "error", f"{name}: spawn failed unexpectedly: {exc!r}")
+            inst.spawn_failed(exc)
+            return
+        inst.attach(handle)
+        await asyncio.to_thread(self._save_record, inst)
+
+    def _save_record(self, inst: Instance) -> None:
         handle = inst.handle
         if handle is None:
             return
         good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
         self.store.save(RunRecord(
-            session=self.session, name=name, pid=handle.pid, create_time=handle.create_time,
+            session=self.session, name=inst.spec.name, pid=handle.pid, create_time=handle.create_time,
             pgid=handle.pgid, sid=handle.sid, port=inst.spec.port, log_path=str(inst.log_path),
             argv=list(handle.argv), flags=dict(inst.spec.flags), spec=spec_to_dict(inst.spec),
             started_at=inst.started_at or self.clock.time(), pump_pid=handle.pump_pid,
@@ -314,12 +339,15 @@ class Supervisor:
         inst = self.instances[name]
         pending = self._pending.pop(name, None)
         if pending is not None:
-            pending.cancel()
+            pending.cancel()  # a spawn under way finishes first and attaches its process: stopped below
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
         sweep = self._sweeps.pop(name, None)
         if sweep is not None:
             await sweep
         handle = inst.begin_stop()
         if handle is None:
+            inst.finish_stop()  # STOPPING with no process (nothing was spawned): STOPPED
             self.store.remove(self.session, name)
             return
         report = await asyncio.to_thread(self.launcher.stop, handle, self.stop_grace)
