@@ -115,3 +115,44 @@ def test_cmdline_match_rules():
     assert cmdline_matches(["/venv/bin/python", "/venv/bin/vllm", "serve", "m", "--port", "1"], argv)
     assert cmdline_matches(["VLLM::APIServer"], argv)
     assert not cmdline_matches(["sleep", "100"], argv)
+
+
+def test_async_health_keeps_one_client_per_event_loop():
+    import asyncio
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802 (the stdlib's name)
+            self.send_response(200 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    launcher = OsLauncher()
+    spec = fake_spec("a", port=server.server_address[1])
+
+    async def probes():
+        results, clients = [], set()
+        for _ in range(3):
+            results.append(await launcher.health(spec))
+            clients.add(launcher._client)
+        assert len(clients) == 1  # one client for every probe of this loop
+        await launcher.aclose()
+        return results, clients.pop()
+
+    try:
+        first, client1 = asyncio.run(probes())
+        second, client2 = asyncio.run(probes())  # a new loop gets its own client
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert first == second == [True] * 3
+    assert client1 is not None and client2 is not None and client1 is not client2
+    assert client1.is_closed and launcher._client is None

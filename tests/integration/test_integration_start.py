@@ -142,8 +142,6 @@ async def test_event_loop_stays_responsive_while_instances_spawn(tmp_path: Path,
         await sup.close(stop_instances=True)
 
 
-@pytest.mark.xfail(strict=True, reason="OsLauncher.health builds a new httpx.AsyncClient per probe, which loads the "
-                   "CA bundle each time (~10-100 ms of event-loop CPU per instance per second)")
 async def test_health_probes_do_not_rebuild_tls_state(tmp_path: Path, session: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     layout = load_layout(write_layout(tmp_path, session, [sim_instance("probed", gpus=(0,))]))

@@ -398,6 +398,10 @@ class Supervisor:
         for tailer in self._tailers.values():
             tailer.close()
         self._tailers.clear()
+        aclose = getattr(self.launcher, "aclose", None)  # the launcher's health client
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
         if self._closed is not None:
             self._closed.set()
 
