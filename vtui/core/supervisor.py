@@ -464,5 +464,7 @@ class Supervisor:
                 for inst, ok in zip(probing, results, strict=True):
                     if inst.handle is not None and inst.state in (State.STARTING, State.READY,
                                                                   State.UNHEALTHY):
+                        if ok is True and inst.state is State.STARTING:
+                            self._drain(inst.spec.name)  # the startup phases logged so far come first
                         inst.on_health(ok is True)
             await self.clock.sleep(self.health_interval)
