@@ -64,8 +64,8 @@ def _vllm_named(key: str) -> list[psutil.Process]:
 
 async def test_kill9_leaves_an_orphan_that_is_swept_before_the_restart(tmp_path: Path, session: str) -> None:
     layout = load_layout(write_layout(tmp_path, session, [
-        # 0.45: the swept orphan may linger as a zombie (PID 1 here reaps late) and the sim's registry
-        # still counts a zombie's memory (see the xfail below); two halves fit either way.
+        # 0.45: the swept orphan may linger as a zombie (PID 1 here reaps late); the sim's registry no
+        # longer counts a zombie's memory (test below), and two halves would fit either way.
         sim_instance("engine", gpus=(0,), max_restarts=2, backoff=0.2, sim_engine_child=True,
                      gpu_memory_utilization=0.45)]))
     assert layout.instance("engine").flags["sim-engine-child"] is True
@@ -113,8 +113,6 @@ async def test_kill9_leaves_an_orphan_that_is_swept_before_the_restart(tmp_path:
     assert rec.states("engine")[-1].new is State.STOPPED
 
 
-@pytest.mark.xfail(strict=True, reason="vtui.sim.memory._start_time reads a zombie's /proc stat as alive, so "
-                   "GpuRegistry.used still counts the memory of a killed (unreaped) engine core")
 def test_sim_registry_forgets_a_zombie_holder(tmp_path: Path) -> None:
     """A killed orphan whose parent is PID 1 stays a zombie until PID 1 reaps it (late, in a container):
     it holds no GPU memory, so a relaunch after the sweep must not see its claim."""

@@ -134,8 +134,13 @@ def physical_gpus(count: int, num_gpus: int) -> list[int]:
 
 
 def _start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat, counted after the last `)`: the name may
+    hold spaces and parentheses); None when it is gone — a zombie (Z) or dying (X) process counts as
+    gone: it holds no GPU memory, even while an init that never reaps it keeps its pid. "?" when
+    /proc cannot tell but the pid exists."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else fields[19]
     except (OSError, IndexError):
         try:
             os.kill(pid, 0)
