@@ -100,7 +100,9 @@ sim-load = 2
         while tmux.alive() and time.monotonic() < end:
             time.sleep(0.2)
         assert not tmux.alive(), "vtui did not exit"
-        with socket.socket() as s:  # the instance was stopped: its port is free again
+        with socket.socket() as s:  # the instance was stopped: nothing listens on its port any more
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of old scrapes is fine
             s.bind(("127.0.0.1", port))
+            s.listen()
     finally:
         tmux.kill()
