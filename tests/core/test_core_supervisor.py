@@ -232,3 +232,23 @@ async def test_a_stop_during_the_spawn_ends_the_process_it_spawned(session_name)
     assert [(e.old, e.new) for e in events if isinstance(e, StateChanged)] == [
         (State.STOPPED, State.STARTING), (State.STARTING, State.STOPPING), (State.STOPPING, State.STOPPED)]
     await sup.close()
+
+
+async def test_adoption_sweeps_a_dead_leaders_orphan_and_names_it(session_name):
+    lay = layout(session_name, fake_spec("a", spawn_child=True))
+    sup1 = supervisor(lay)
+    await sup1.start()
+    await sup1.wait_settled(timeout=10)
+    leader = sup1.status()[0].pid
+    assert await until(lambda: len(sup1.pids_of("a")) >= 2)
+    orphan = next(p for p in sup1.pids_of("a") if p not in (leader, sup1.instances["a"].handle.pump_pid))
+    await sup1.close()  # no supervisor sees the crash below
+    os.kill(leader, signal.SIGKILL)
+    assert await until(lambda: not alive(leader))
+    sup2 = supervisor(lay)
+    notices = []
+    sup2.subscribe(lambda e: notices.append(e.text) if isinstance(e, Notice) else None)
+    assert await sup2.adopt() == []
+    assert not alive(orphan) and marked(session_name) == []
+    assert any("swept leftover" in text and str(orphan) in text for text in notices), notices
+    await sup2.close()

@@ -130,8 +130,6 @@ def test_sim_registry_forgets_a_zombie_holder(tmp_path: Path) -> None:
         proc.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="Supervisor._sweep_after_crash and _sweep_dead_record name only the pids that "
-                   "needed SIGKILL (StopReport.killed); an orphan that ends on SIGTERM is swept silently")
 async def test_sweep_notices_name_the_orphans_they_ended(tmp_path: Path, session: str) -> None:
     layout = load_layout(write_layout(tmp_path, session, [
         sim_instance("engine", gpus=(0,), restart="never", sim_engine_child=True, gpu_memory_utilization=0.45)]))

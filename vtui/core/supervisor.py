@@ -51,6 +51,11 @@ class InstanceStatus:
     next_restart_at: float | None
 
 
+def _orphans(handle: Any, tree: Iterable[int], report: Any) -> list[int]:
+    """The processes a sweep ended (alive before it, or killed by it), less the leader and the log pump."""
+    return sorted((set(tree) | set(report.killed)) - {handle.pid, handle.pump_pid})
+
+
 def log_path_for(session: str, name: str) -> Path:
     from vtui.core.runstate import _safe
 
@@ -170,10 +175,13 @@ class Supervisor:
         handle = ProcessHandle(pid=record.pid, create_time=record.create_time, pgid=record.pgid,
                                sid=record.sid, key=record.key, log_path=Path(record.log_path),
                                argv=tuple(record.argv), pump_pid=record.pump_pid)
-        if await asyncio.to_thread(self.launcher.tree, handle):
+        tree = await asyncio.to_thread(self.launcher.tree, handle)
+        if tree:
             report = await asyncio.to_thread(self.launcher.stop, handle, 2.0)
-            self._notice(record.name, "warning", f"swept leftover processes of {record.name} "
-                                                 f"(leader pid {record.pid} was gone): {list(report.killed)}")
+            ended = _orphans(handle, tree, report)
+            if ended:
+                self._notice(record.name, "warning", f"swept leftover processes of {record.name} "
+                                                     f"(leader pid {record.pid} was gone): {ended}")
 
     # -- start -----------------------------------------------------------------------------------
     async def start(self, names: Iterable[str] | None = None) -> None:
@@ -448,9 +456,10 @@ class Supervisor:
         self._sweeps[name] = asyncio.create_task(self._sweep_after_crash(name, handle))
 
     async def _sweep_after_crash(self, name: str, handle: Any) -> None:
+        tree = await asyncio.to_thread(self.launcher.tree, handle)  # before: SIGTERM may end them quietly
         report = await asyncio.to_thread(self.launcher.stop, handle, 2.0)
         self._drain(name)
-        orphans = [p for p in report.killed if p != handle.pid]
+        orphans = _orphans(handle, tree, report)
         if orphans:
             self._notice(name, "warning", f"{name}: killed orphaned processes {orphans}")
 
