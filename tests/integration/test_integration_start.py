@@ -164,8 +164,6 @@ async def test_health_probes_do_not_rebuild_tls_state(tmp_path: Path, session: s
         await sup.close(stop_instances=True)
 
 
-@pytest.mark.xfail(strict=True, reason="preflight counts 2 + GPUs cores for every instance, sims included, so every "
-                   "sim layout (demo.toml: 4 sims want 16) warns 'too few CPU cores' on small machines")
 def test_preflight_does_not_ask_cores_for_sim_instances(tmp_path: Path, session: str) -> None:
     layout = load_layout(write_layout(tmp_path, session, [sim_instance("a", gpus=(0,)), sim_instance("b", gpus=(1,))]))
     result = preflight(layout, cpu_count=2)

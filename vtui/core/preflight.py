@@ -1,5 +1,6 @@
 """Checks before any start, so a refusal costs nothing: ports already taken (naming the holder), GPU
-indices absent, GPU sets overlapping, too few CPU cores, a public bind address.
+indices absent, GPU sets overlapping, instances without gpus piling onto GPU 0, too few CPU cores for
+the vLLM instances (sims need none of their own), a public bind address.
 
 Problems refuse the start (one clear line each); warnings and notes are reported and the start goes on.
 """
@@ -111,8 +112,15 @@ def preflight(layout: Layout, names: Iterable[str] | None = None, *,
         if spec.host in ("0.0.0.0", "::", ""):
             result.warnings.append(f'instance "{spec.name}": binds {spec.host or "all addresses"}, reachable '
                                    "from other machines (use host = \"127.0.0.1\" to keep it local)")
+    asked: list[tuple[int | None, str | None]] = []  # NVML asked at most once
+
+    def count_gpus() -> tuple[int | None, str | None]:
+        if not asked:
+            asked.append(_gpu_count(nvml))
+        return asked[0]
+
     if any(s.gpus for s in to_start):
-        count, why = _gpu_count(nvml)
+        count, why = count_gpus()
         if count is None:
             result.notes.append(f"GPU checks skipped: {why}")
         else:
@@ -125,10 +133,18 @@ def preflight(layout: Layout, names: Iterable[str] | None = None, *,
     active = [s for s in layout.instances if s.name in live] + to_start
     if not layout.session.allow_gpu_sharing:
         result.problems.extend(_overlaps(active, {s.name for s in to_start}))
+    unpinned = [s for s in active if not s.gpus]
+    if len(unpinned) >= 2 and any(s in to_start for s in unpinned) \
+            and (any(s.engine == "sim" for s in unpinned) or (count_gpus()[0] or 0) > 0):
+        names = ", ".join(f'"{s.name}"' for s in unpinned)
+        result.warnings.append(f"instances {names} set no gpus, so all run on GPU 0 (vLLM and the sim take "
+                               "the first visible GPU) and start one after another; give each its own "
+                               "gpus = [N] to spread them")
     cores = cpu_count if cpu_count is not None else _cpu_count()
-    want = sum(2 + len(s.gpus) for s in active)
+    engines = [s for s in active if s.engine == "vllm"]  # a sim is one light process: no cores of its own
+    want = sum(2 + len(s.gpus) for s in engines)
     if want > cores:
-        result.warnings.append(f"too few CPU cores: {len(active)} instance(s) want {want} (2 + GPUs each), "
+        result.warnings.append(f"too few CPU cores: {len(engines)} instance(s) want {want} (2 + GPUs each), "
                                f"this machine has {cores}")
     return result
 
