@@ -252,3 +252,26 @@ async def test_adoption_sweeps_a_dead_leaders_orphan_and_names_it(session_name):
     assert not alive(orphan) and marked(session_name) == []
     assert any("swept leftover" in text and str(orphan) in text for text in notices), notices
     await sup2.close()
+
+
+def test_unpinned_instances_count_as_gpu_0_unless_their_env_pins_them():
+    from vtui.core.supervisor import gpus_used
+
+    assert gpus_used(fake_spec("a")) == {"0"}
+    assert gpus_used(fake_spec("a", gpus=(2, 3))) == {"2", "3"}
+    pinned = fake_spec("a").__class__(**{**fake_spec("a").__dict__, "env": {"CUDA_VISIBLE_DEVICES": "1, 2"}})
+    assert gpus_used(pinned) == {"1", "2"}
+
+
+async def test_unpinned_instances_start_one_after_another_as_on_gpu_0(session_name):
+    sup = supervisor(layout(session_name, fake_spec("a", startup_delay=0.8), fake_spec("b")))
+    events = []
+    sup.subscribe(events.append)
+    await sup.start()
+    await sup.wait_settled(timeout=15)
+    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
+                and e.phase is Phase.KV_CACHE)
+    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
+                   and e.new is State.STARTING)
+    assert start_b >= kv_a
+    await sup.close(stop_instances=True)

@@ -133,7 +133,7 @@ def preflight(layout: Layout, names: Iterable[str] | None = None, *,
     active = [s for s in layout.instances if s.name in live] + to_start
     if not layout.session.allow_gpu_sharing:
         result.problems.extend(_overlaps(active, {s.name for s in to_start}))
-    unpinned = [s for s in active if not s.gpus]
+    unpinned = [s for s in active if not s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env]
     if len(unpinned) >= 2 and any(s in to_start for s in unpinned) \
             and (any(s.engine == "sim" for s in unpinned) or (count_gpus()[0] or 0) > 0):
         names = ", ".join(f'"{s.name}"' for s in unpinned)

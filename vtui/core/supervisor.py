@@ -28,7 +28,7 @@ from vtui.core.preflight import PreflightError, preflight
 from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_to_dict
 from vtui.core.state import Phase, State
 
-__all__ = ["InstanceStatus", "PreflightError", "Supervisor", "log_path_for"]
+__all__ = ["InstanceStatus", "PreflightError", "Supervisor", "gpus_used", "log_path_for"]
 
 Launcher = Any  # OsLauncher or a test double with the same methods
 
@@ -49,6 +49,16 @@ class InstanceStatus:
     adopted: bool
     last_good_spec: InstanceSpec | None
     next_restart_at: float | None
+
+
+def gpus_used(spec: InstanceSpec) -> set[str]:
+    """The GPUs an instance lands on, for start ordering: its `gpus`, else the CUDA_VISIBLE_DEVICES its
+    env sets, else GPU 0 — vLLM and the sim both take the first visible GPU when nothing pins them."""
+    if spec.gpus:
+        return {str(g) for g in spec.gpus}
+    if "CUDA_VISIBLE_DEVICES" in spec.env:
+        return {g.strip() for g in spec.env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()}
+    return {"0"}
 
 
 def _orphans(handle: Any, tree: Iterable[int], report: Any) -> list[int]:
@@ -219,7 +229,7 @@ class Supervisor:
         return [n for n in self._layout.names() if n in wanted]
 
     def _shares_gpu(self, a: InstanceSpec, b: InstanceSpec) -> bool:
-        return bool(set(a.gpus) & set(b.gpus))
+        return bool(gpus_used(a) & gpus_used(b))
 
     def _blocked_by(self, name: str) -> list[str]:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it."""
