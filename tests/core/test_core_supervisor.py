@@ -275,3 +275,17 @@ async def test_unpinned_instances_start_one_after_another_as_on_gpu_0(session_na
                    and e.new is State.STARTING)
     assert start_b >= kv_a
     await sup.close(stop_instances=True)
+
+
+def test_session_gpu_memory_reaches_sims_at_launch_unless_they_set_it():
+    from vtui.core.model import InstanceSpec
+    from vtui.core.supervisor import launch_spec
+
+    sim = InstanceSpec(name="s", model="m", port=8000, engine="sim")
+    session = SessionSpec(name="x", gpu_memory_gib=24.0)
+    assert launch_spec(sim, session).argv()[-2:] == ["--sim-gpu-memory-gib", "24.0"]
+    assert sim.flags == {}  # the layout's spec is left as written
+    own = sim.with_flags({"sim-gpu-memory-gib": 40})
+    assert launch_spec(own, session) == own
+    vllm = InstanceSpec(name="v", model="m", port=8000)
+    assert launch_spec(vllm, session) == vllm and launch_spec(sim, SessionSpec()) == sim

@@ -9,6 +9,7 @@ import ssl
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from vtui.core.events import PhaseChanged, StateChanged
@@ -169,3 +170,20 @@ def test_preflight_does_not_ask_cores_for_sim_instances(tmp_path: Path, session:
     result = preflight(layout, cpu_count=2)
     assert not result.problems
     assert not [w for w in result.warnings if "CPU cores" in w], result.warnings
+
+
+async def test_session_gpu_memory_sizes_the_simulated_gpu(tmp_path: Path, session: str) -> None:
+    path = write_layout(tmp_path, session, [sim_instance("small", gpus=(0,)),
+                                            sim_instance("own", gpus=(1,), sim_gpu_memory_gib=40)])
+    path.write_text(path.read_text().replace("[session]\n", "[session]\ngpu_memory_gib = 16\n", 1))
+    layout = load_layout(path)
+    sup = supervisor(layout)
+    try:
+        await sup.start()
+        assert (await sup.wait_settled(timeout=30)) == {"small": State.READY, "own": State.READY}
+        cmdlines = {s.name: psutil.Process(s.pid).cmdline() for s in sup.status()}
+        assert cmdlines["small"][-2:] == ["--sim-gpu-memory-gib", "16.0"]
+        assert cmdlines["own"].count("--sim-gpu-memory-gib") == 1 and "40" in cmdlines["own"]
+        assert "sim-gpu-memory-gib" not in sup.layout.instance("small").flags  # shown/saved as written
+    finally:
+        await sup.close(stop_instances=True)

@@ -23,12 +23,12 @@ from vtui.core.events import Event, LogLines, Notice, ProcessExited, StateChange
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.launcher import OsLauncher, ProcessHandle
 from vtui.core.logfile import LogTailer, read_tail
-from vtui.core.model import InstanceSpec, Layout
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.preflight import PreflightError, preflight
 from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_to_dict
 from vtui.core.state import Phase, State
 
-__all__ = ["InstanceStatus", "PreflightError", "Supervisor", "gpus_used", "log_path_for"]
+__all__ = ["InstanceStatus", "PreflightError", "Supervisor", "gpus_used", "launch_spec", "log_path_for"]
 
 Launcher = Any  # OsLauncher or a test double with the same methods
 
@@ -49,6 +49,15 @@ class InstanceStatus:
     adopted: bool
     last_good_spec: InstanceSpec | None
     next_restart_at: float | None
+
+
+def launch_spec(spec: InstanceSpec, session: SessionSpec) -> InstanceSpec:
+    """The spec as spawned: session-wide settings an engine takes as flags are added here, at launch,
+    so the layout's spec (shown, saved, restarted with new flags) stays what the user wrote. Today:
+    `session.gpu_memory_gib` becomes a sim's `--sim-gpu-memory-gib` unless the instance sets it."""
+    if spec.engine == "sim" and session.gpu_memory_gib is not None and "sim-gpu-memory-gib" not in spec.flags:
+        return spec.with_flags({"sim-gpu-memory-gib": session.gpu_memory_gib})
+    return spec
 
 
 def gpus_used(spec: InstanceSpec) -> set[str]:
@@ -277,7 +286,7 @@ class Supervisor:
         self._tailers[name] = LogTailer(inst.log_path)
         if not inst.begin_launch():
             return
-        spec = inst.spec
+        spec = launch_spec(inst.spec, self._layout.session)
         fut = asyncio.ensure_future(asyncio.to_thread(self.launcher.spawn, spec, log_path=inst.log_path,
                                                       session=self.session))
         try:
