@@ -6,6 +6,7 @@ from pathlib import Path
 
 import tomllib
 
+from vtui.core.model import Layout, SessionSpec
 from vtui.core.state import State
 from vtui.ui.messages import MetricsArrived
 from vtui.ui.screens.dashboard import DashboardScreen
@@ -259,3 +260,32 @@ async def test_preset_a_scaled_to_gpus(fake, app_factory):
         assert flags["max-num-seqs"] == 256 and flags["max-num-batched-tokens"] == 32768
         assert flags["tensor-parallel-size"] == 2 and flags["enable-chunked-prefill"] is True
         assert app.store.views["qwen"].flag_history[-1].note == "preset A"
+
+
+async def test_open_layout_switches_session_and_leaves_old_instances_running(fake, app_factory, tmp_path, h):
+    from vtui.ui.adapters import save_layout
+    from vtui.ui.fake import FakeSupervisor
+
+    other = tmp_path / "other.toml"
+    layout = h.demo_layout()
+    save_layout(Layout(SessionSpec("other"), (layout.instance("embed"),)), other)
+    made = []
+
+    def factory(new_layout):
+        made.append(FakeSupervisor(new_layout))
+        return made[-1]
+
+    app = app_factory(fake, supervisor_factory=factory)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        app.screen.query_one("#path-input").value = str(other)
+        await pilot.press("enter")
+        await settle(pilot, 8)
+        if pending := [w for w in app.workers if w.group == "layout"]:
+            await app.workers.wait_for_complete(pending)
+        await settle(pilot, 6)
+        assert made and app.supervisor is made[-1]
+        assert app.store.names() == ["embed"] and "other" in screen_text(app)
+    assert fake.closed_with is False  # the old session's instances were left running
