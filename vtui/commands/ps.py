@@ -34,16 +34,34 @@ def _print(layout, rows: list[dict], as_json: bool) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"session {layout.session.name} ({layout.path})")
-    header = f"{'NAME':<16} {'STATE':<10} {'PID':>7} {'PORT':>6} {'GPUS':<8} {'RESTARTS':>8} {'UP':>8}  MODEL"
-    print(header)
-    for row in rows:
-        gpus = ",".join(map(str, row["gpus"])) or "-"
-        up = _duration(row["uptime_s"]) if row["uptime_s"] is not None else "-"
-        print(f"{row['name']:<16} {row['state']:<10} {row['pid'] or '-':>7} {row['port'] or '-':>6} "
-              f"{gpus:<8} {row['restarts']:>8} {up:>8}  {row['model'] or '-'}")
-        if row["last_error"] and row["state"] not in ("ready", "starting"):
-            print(f"{'':<16} └ {row['last_error']}")
+    for line in table(rows):
+        print(line)
     return 0
+
+
+COLUMNS = (("NAME", "<"), ("STATE", "<"), ("PID", ">"), ("PORT", ">"), ("GPUS", "<"), ("RESTARTS", ">"),
+           ("UP", ">"), ("MODEL", "<"))
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The rows as aligned text: each column as wide as its widest cell (long names stay aligned);
+    a failed instance's error goes on its own line under it."""
+    cells = [[row["name"], row["state"], str(row["pid"] or "-"), str(row["port"] or "-"),
+              ",".join(map(str, row["gpus"])) or "-", str(row["restarts"]),
+              _duration(row["uptime_s"]) if row["uptime_s"] is not None else "-", row["model"] or "-"]
+             for row in rows]
+    widths = [max([len(title), *(len(c[i]) for c in cells)]) for i, (title, _) in enumerate(COLUMNS)]
+
+    def line(values: list[str]) -> str:
+        parts = [f"{v:{align}{w}}" for v, (_, align), w in zip(values[:-1], COLUMNS, widths, strict=False)]
+        return (" ".join(parts) + "  " + values[-1]).rstrip()
+
+    out = [line([title for title, _ in COLUMNS])]
+    for row, values in zip(rows, cells, strict=True):
+        out.append(line(values))
+        if row["last_error"] and row["state"] not in ("ready", "starting"):
+            out.append(f"{'':<{widths[0]}} └ {row['last_error']}")
+    return out
 
 
 def _duration(seconds: float) -> str:
