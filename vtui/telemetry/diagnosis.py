@@ -108,7 +108,13 @@ def _no_kv(m: re.Match[str], ctx: _Context) -> Problem:
         why = ("Weights, activations and CUDA graphs fill the whole memory budget, leaving nothing for the KV "
                f"cache. Shrink the activation peak (--max-num-seqs {new_seqs}) and skip CUDA graphs "
                "(--enforce-eager); a bigger budget or a smaller / quantized model also helps.")
-    return Problem("no_kv_memory", m.group(0), fix, why, tuple(remedies))
+    # Other processes on the instance's GPUs (an instance without gpus runs on GPU 0) shrink what is left.
+    indices = ctx.gpu_indices if ctx.gpu_indices is None or ctx.gpu_indices else [0]
+    holders = gpu_holders(ctx.gpu, indices, instance=ctx.instance, own_pids=ctx.own_pids)
+    if holders:
+        why += f" Also on its GPU: {describe_holders(holders)}."
+        remedies.append("stop " + ", ".join(f"PID {p.pid}" for p in holders) + " to free their memory")
+    return Problem("no_kv_memory", m.group(0), fix, why, tuple(remedies), tuple(p.pid for p in holders))
 
 
 _OOM_PROCESS = re.compile(r"Process (\d+) has ([\d.]+ [GM]iB) memory in use")
