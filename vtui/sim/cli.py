@@ -36,7 +36,9 @@ def _sleep(seconds: float) -> None:
 
 def _bind(host: str | None, port: int) -> socket.socket:
     family = socket.AF_INET6 if host and ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio only sets TCP_NODELAY on sockets whose protocol is TCP, and without it the
+    # first SSE chunk on a reused connection waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
     return sock
