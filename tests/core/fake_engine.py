@@ -70,8 +70,10 @@ def main() -> None:
         sys.stdout.flush()
     child = None
     if args.spawn_child:
+        # FAKE_CHILD_NO_ENV=1: an empty environ, as vLLM's setproctitle leaves /proc/PID/environ.
+        child_env = {} if env.get("FAKE_CHILD_NO_ENV") == "1" else None
         child = subprocess.Popen(["VLLM::EngineCore", os.path.abspath(__file__), "--child"],
-                                 executable=sys.executable)
+                                 executable=sys.executable, env=child_env)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:

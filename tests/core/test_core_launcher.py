@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -62,6 +63,27 @@ def test_kill9_leader_leaves_orphan_that_stop_sweeps(tmp_path, session_name):
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     assert report.leftovers == ()
     assert marked(session_name) == []
+
+
+def test_orphan_with_a_wiped_environ_is_still_found_by_session_and_title(tmp_path, session_name):
+    launcher = OsLauncher(grace=2)
+    spec = fake_spec(spawn_child=True)
+    spec = dataclasses.replace(spec, env={**spec.env, "FAKE_CHILD_NO_ENV": "1"})
+    handle = launcher.spawn(spec, log_path=tmp_path / "a.log", session=session_name)
+    assert wait_for(lambda: launcher.health_sync(spec))
+
+    def engine_core():
+        return next((p for p in launcher.tree(handle).values() if p.name().startswith("VLLM")), None)
+
+    assert wait_for(lambda: engine_core() is not None, 5)
+    child = engine_core()
+    assert child.environ().get("VTUI_INSTANCE") is None  # no marker to read, like vLLM's EngineCore
+    os.kill(handle.pid, signal.SIGKILL)
+    assert wait_for(lambda: not launcher.alive(handle))
+    assert child.pid in launcher.tree(handle)  # found through its session and its VLLM:: title
+    report = launcher.stop(handle)
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    assert report.leftovers == ()
 
 
 def test_stop_escalates_when_sigterm_is_ignored(tmp_path, session_name):

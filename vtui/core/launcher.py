@@ -83,6 +83,13 @@ def _marker(proc: psutil.Process) -> str | None:
         return None
 
 
+def _started_after(proc: psutil.Process, when: float | None) -> bool:
+    try:
+        return when is None or proc.create_time() >= when - 1.0
+    except psutil.Error:
+        return False
+
+
 def cmdline_matches(cmdline: list[str], argv: tuple[str, ...] | list[str]) -> bool:
     """The live command is the recorded one: same arguments (an interpreter may prefix a script's
     shebang), or a vLLM process that retitled itself."""
@@ -185,9 +192,14 @@ class OsLauncher:
                 continue
             name = proc.info.get("name") or ""
             cmd = proc.info.get("cmdline") or [""]
-            if in_session or proc.pid == handle.pump_pid or name.startswith("VLLM") \
-                    or (cmd and cmd[0].startswith("VLLM")):
-                if _marker(proc) == handle.key:
+            titled = name.startswith("VLLM") or bool(cmd and cmd[0].startswith("VLLM"))
+            if in_session or proc.pid == handle.pump_pid or titled:
+                marker = _marker(proc)
+                if marker == handle.key:
+                    found[proc.pid] = proc
+                elif marker is None and in_session and titled and _started_after(proc, handle.create_time):
+                    # vLLM's setproctitle wipes /proc/PID/environ of EngineCore and Workers, exactly the
+                    # processes that outlive a killed API server: trust the session plus the title.
                     found[proc.pid] = proc
         return {pid: p for pid, p in found.items() if _alive(p)}
 
