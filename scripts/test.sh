@@ -45,6 +45,17 @@ while IFS='=' read -r key value; do
 done <<< "$env_lines"
 : "${VTUI_VLLM:?setup-test-env.sh did not report VTUI_VLLM}" "${VTUI_TINY_MODEL:?}"
 
+# The UI's real-terminal test drives vtui under tmux; install it where we can (CI runs as root on Debian).
+if ! command -v tmux >/dev/null 2>&1; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing tmux (for the real-terminal UI test)"
+        (apt-get install -y -q tmux >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q tmux >/dev/null 2>&1; }) \
+            || say "could not install tmux: the real-terminal UI test will be skipped"
+    else
+        say "tmux not found: the real-terminal UI test will be skipped"
+    fi
+fi
+
 export VTUI_REQUIRE_VLLM=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export PATH="$VENV/bin:$PATH"
 say "pytest with VTUI_VLLM=$VTUI_VLLM VTUI_TINY_MODEL=$VTUI_TINY_MODEL"
