@@ -3,16 +3,11 @@ vLLM's KV arithmetic, the flag table against the real `--help=all`, and the Prom
 
 from __future__ import annotations
 
-import pytest
-
-from vtui.sim.args import human_int, parse
-from vtui.sim.flagtable import OPTIONS, parse_help
+from vtui.sim.args import build_parser, human_int, options, parse
 from vtui.sim.memory import GIB, plan_kv
 from vtui.sim.metrics import buckets_1_2_5, fmt
 from vtui.sim.models import resolve
 from vtui.sim.scheduler import Request, Scheduler
-
-from .conftest import REFERENCE
 
 
 def make(num_blocks=64, block_size=16, seqs=8, budget=256, caching=False, chunked=True, mml=2048):
@@ -115,11 +110,15 @@ def test_kv_arithmetic_matches_vllm_formula():
     assert fixed.needed_bytes(est) <= GIB - block < fixed.needed_bytes(est + 16)
 
 
-def test_flag_table_matches_real_help():
-    path = REFERENCE / "serve_help_all.txt"
-    if not path.exists():
-        pytest.skip("reference files not present")
-    assert list(OPTIONS) == parse_help(path.read_text())
+def test_sim_accepts_every_vllm_serve_option():
+    """The sim's parser is built from vtui's flag schema (which tests/layout keeps in sync with the
+    real `--help=all`): every option, alias and --no- form parses."""
+    from vtui.core.flagspec import BUILTIN_FLAGS
+
+    names = [n for spec_names, _ in options() for n in spec_names]
+    assert len(options()) == len(BUILTIN_FLAGS) >= 300
+    parser_opts = set(build_parser()._option_string_actions)
+    assert set(names) <= parser_opts
 
 
 def test_vllm_flag_forms():

@@ -4,21 +4,33 @@ typed), `--sim-…` options are the sim's own, and an unknown flag fails exactly
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
-from vtui.sim.flagtable import OPTIONS
+from vtui.core import flagspec
 
 
 def human_int(text: str) -> int:
-    """vLLM's human-readable integers: 1k = 1000, 1K = 1024, 2M, 1g …"""
-    m = re.fullmatch(r"\s*([\d.]+)\s*([kKmMgGtT]?)\s*", str(text))
-    if not m:
+    """vLLM's human-readable integers (1k = 1000, 1K = 1024, 2M …), as an argparse type."""
+    value = flagspec.human_int(str(text))
+    if value is None:
         raise argparse.ArgumentTypeError(f"invalid human-readable integer: {text!r}")
-    suffix = m.group(2)
-    scale = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
-             "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[suffix]
-    return int(float(m.group(1)) * scale)
+    return value
+
+
+def options() -> list[tuple[tuple[str, ...], str]]:
+    """Every `vllm serve` 0.32 option from vtui's flag schema (generated from the real `--help=all`),
+    as (names, kind): f = store-true switch, b = `--x/--no-x` pair, v = one value, + = one or more,
+    ? = optional value. The sim thus accepts exactly vLLM's command line."""
+    table = []
+    for spec in flagspec.BUILTIN_FLAGS.values():
+        names = (f"--{spec.name}", *spec.aliases)
+        if spec.type == "bool":
+            kind = "b" if spec.negatable else "f"
+            names = (*names, f"--no-{spec.name}") if spec.negatable else names
+        else:
+            kind = "?" if spec.optional_value else "+" if spec.type == "list" else "v"
+        table.append((names, kind))
+    return table
 
 
 TYPED: dict[str, tuple[object, object]] = {  # dest -> (type, default)
@@ -47,7 +59,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="vllm serve", usage="vllm serve [model_tag] [options]", add_help=True)
     parser.add_argument("model_tag", nargs="?", default=None)
-    for names, kind in OPTIONS:
+    for names, kind in options():
         dest = names[0].lstrip("-").replace("-", "_")
         typ, default = TYPED.get(dest, (str, None))
         if kind == "b":
