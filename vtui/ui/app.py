@@ -20,12 +20,13 @@ from textual.widgets import Input
 
 from vtui.core import paths
 from vtui.core.model import Layout, SessionSpec
-from vtui.ui import adapters
+from vtui.ui import adapters, planning
 from vtui.ui.bridge import Bridge
 from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
 from vtui.ui.keymap import APP_BINDINGS, load_user_keymap
 from vtui.ui.messages import (
+    ConfigLoaded,
     DiagnosisReady,
     GpuArrived,
     LayoutOpened,
@@ -66,6 +67,7 @@ class VtuiApp(ControlMixin, App[int]):
         self._keymap = keymap or {}
         self.keymap_problems: list[str] = []
         self.first_frame_at: float | None = None
+        self._config_pending: set[tuple] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -172,6 +174,30 @@ class VtuiApp(ControlMixin, App[int]):
                     screen.refresh_view(self.store, names)
                 except NoMatches:  # a screen being torn down (quit) while samples still arrive
                     continue
+
+    # -- model configs for the planner (read from disk once per model, in a worker) ------------------
+    def model_config(self, spec) -> tuple[Any, str | None] | None:
+        """(config or None, reason) when known; None while it is being read (a ConfigLoaded follows)."""
+        key = planning.config_key(spec)
+        if key in self.store.configs:
+            return self.store.configs[key]
+        if key not in self._config_pending:
+            self._config_pending.add(key)
+            self._load_config(key)
+        return None
+
+    @work(exit_on_error=False, group="config")
+    async def _load_config(self, key: tuple) -> None:
+        try:
+            config, reason = await asyncio.to_thread(planning.load_config, key)
+        except Exception as exc:  # a config the planner cannot read: shown as the reason
+            config, reason = None, f"{key[1]}: {exc}"
+        self.post_message(ConfigLoaded(key, config, reason))
+
+    def on_config_loaded(self, message: ConfigLoaded) -> None:
+        self._config_pending.discard(message.key)
+        self.store.configs[message.key] = (message.config, message.reason)
+        self._refresh_screens(None)
 
     # -- app actions -------------------------------------------------------------------------------
     def action_help(self) -> None:

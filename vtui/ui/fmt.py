@@ -61,6 +61,16 @@ def gib(value: float | None) -> str:
     return DASH if value is None else f"{value / 2**30:.1f}"
 
 
+def size(value: float | None) -> str:
+    """Bytes: 512 B, 64.0 KiB, 1.50 MiB, 12.3 GiB."""
+    if value is None:
+        return DASH
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}" if unit == "KiB" else f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
 def bar(fraction: float | None, width: int) -> str:
     """An ASCII gauge: `#####.....`; unknown is all `-`."""
     if fraction is None:

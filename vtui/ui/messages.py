@@ -71,3 +71,13 @@ class DiagnosisReady(Message):
         self.instance = instance
         self.facts = facts
         self.problems = problems
+
+
+class ConfigLoaded(Message):
+    """A model config read from disk (or why none could be), for the planner."""
+
+    def __init__(self, key: tuple, config: object, reason: str | None) -> None:
+        super().__init__()
+        self.key = key
+        self.config = config
+        self.reason = reason

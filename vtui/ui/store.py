@@ -78,6 +78,7 @@ class Store:
         self.path = layout.path  # where the layout was loaded from / last saved to
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in layout.instances}
         self.gpu: GpuSample | None = None
+        self.configs: dict[tuple, tuple[object, str | None]] = {}  # planner model configs by planning.config_key
         for spec in layout.instances:
             self.views[spec.name].flag_history.append(FlagRecord(dict(spec.flags), outcome="planned"))
 

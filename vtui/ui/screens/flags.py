@@ -13,7 +13,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Footer, Input, Label, Static
 
 from vtui.core.model import InstanceSpec
-from vtui.ui import fmt
+from vtui.ui import fmt, planning
 from vtui.ui.adapters import BUILTIN_FLAGS, SEED_FLAGS, check_value
 from vtui.ui.keymap import FLAG_BINDINGS
 from vtui.ui.widgets.titlebar import TitleBar
@@ -58,6 +58,7 @@ class FlagEditorScreen(Screen):
         super().__init__()
         self.instance = name
         self.errors: dict[str, str] = {}
+        self._plan_key: tuple | None = None
 
     @property
     def spec(self) -> InstanceSpec:
@@ -72,6 +73,7 @@ class FlagEditorScreen(Screen):
             with Horizontal(id="flag-add"):
                 yield Input(placeholder="add another flag (name, tab completes)", id="add-name",
                             suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False))
+        yield Static(id="flag-plan")
         yield Static(id="flag-help")
         yield Static(id="flag-errors")
         yield Footer(show_command_palette=False, compact=True)
@@ -79,9 +81,32 @@ class FlagEditorScreen(Screen):
     def on_mount(self) -> None:
         self.query_one(TitleBar).refresh_from(self.app.store)
         self.query(".flag-value").first(Input).focus()
+        self._replan()
 
     def refresh_view(self, store, names=None) -> None:
         self.query_one(TitleBar).refresh_from(store)
+        self._replan()
+
+    def _replan(self) -> None:
+        """Re-plan KV tokens / concurrency / fit for the edited flags (cheap; skipped when nothing moved)."""
+        store = self.app.store
+        spec = self.spec
+        loaded = self.app.model_config(spec)
+        flags = self.edited_flags()
+        gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
+        device = planning.device_of(spec, store.gpu)
+        key = (tuple(sorted((k, repr(flags.get(k))) for k in planning.PLAN_FLAGS)), gpu_gib, device,
+               loaded is not None)
+        if key == self._plan_key:
+            return
+        self._plan_key = key
+        if loaded is None:
+            text = planning.plan_text(None, None)
+        else:
+            config, reason = loaded
+            result, why = planning.try_plan(config, planning.plan_params(flags, gpu_gib, device=device))
+            text = planning.plan_text(result, why or reason, flags.get("max-num-seqs"))
+        self.query_one("#flag-plan", Static).update(text)
 
     # -- editing -----------------------------------------------------------------------------------
     def on_descendant_focus(self, event) -> None:
@@ -100,6 +125,8 @@ class FlagEditorScreen(Screen):
             self.errors.pop(name, None)
         event.input.set_class(bool(error), "-invalid")
         self._show_errors()
+        if name in planning.PLAN_FLAGS:
+            self._replan()
 
     def _show_errors(self) -> None:
         lines = [f"--{n}: {e}" for n, e in self.errors.items()]

@@ -1,0 +1,186 @@
+"""The KV planner as the UI uses it: a model config per instance (read from disk once, in a worker),
+PlanParams from the edited flags, and the plan (or "--" with the reason) as text for the flag editor
+and the detail screen's planned-vs-reported table. Textual-free, so it is unit-testable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+
+from vtui.core.model import InstanceSpec, SessionSpec
+from vtui.planner import ModelConfig, ModelConfigError, Plan, PlanParams, from_dict, load_model_config, plan
+from vtui.ui import fmt
+
+GIB = 2**30
+
+# The flags the editor re-plans on (the others do not move the KV figures shown).
+PLAN_FLAGS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
+              "tensor-parallel-size", "pipeline-parallel-size", "kv-cache-dtype", "dtype", "quantization",
+              "block-size", "kv-cache-memory-bytes", "enforce-eager")
+
+
+def config_key(spec: InstanceSpec) -> tuple[str, str, str | None]:
+    sim_params = spec.flags.get("sim-params") if spec.engine == "sim" else None
+    return (spec.engine, spec.model, str(sim_params) if sim_params is not None else None)
+
+
+def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, str | None]:
+    """(config, None) or (None, why not). Blocking (reads config.json): call it in a thread.
+
+    A local folder or Hugging Face cache snapshot first; for the sim engine, else its built-in table."""
+    engine, model, sim_params = key
+    try:
+        return load_model_config(model), None
+    except ModelConfigError as exc:
+        reason = str(exc)
+    except OSError as exc:
+        reason = f"{model}: {exc}"
+    if engine != "sim":
+        return None, reason
+    from vtui.sim.models import resolve
+
+    try:
+        shape = resolve(model, sim_params)
+    except (ValueError, OSError) as exc:
+        return None, f"{model}: {exc}"
+    if shape is None:
+        return None, f"{model}: not in the sim's built-in table and no config.json on disk"
+    cfg = {"num_hidden_layers": shape.layers, "hidden_size": shape.hidden, "num_attention_heads": shape.heads,
+           "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
+           "intermediate_size": shape.intermediate, "vocab_size": shape.vocab, "torch_dtype": shape.dtype,
+           "max_position_embeddings": shape.max_position}
+    return from_dict(cfg, name=model, source="sim built-in table"), None
+
+
+def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: object | None) -> float | None:
+    """Memory per GPU: the smallest of the instance's GPUs from NVML, else the session's override."""
+    if gpu_sample is not None and getattr(gpu_sample, "available", False) and spec.engine != "sim":
+        wanted = set(spec.gpus) or {0}
+        totals = [g.memory_total for g in gpu_sample.gpus if g.index in wanted and g.memory_total]
+        if totals:
+            return min(totals) / GIB
+    if session.gpu_memory_gib:
+        return float(session.gpu_memory_gib)
+    if spec.engine == "sim":
+        return 80.0  # the sim's default --sim-gpu-memory-gib
+    return None
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        from vtui.commands.plan import human_bytes
+
+        try:
+            return human_bytes(value)
+        except Exception:
+            return None
+    return None
+
+
+def _str(value: object, default: str) -> str:
+    return str(value) if isinstance(value, str) and value else default
+
+
+def plan_params(flags: Mapping[str, object], gpu_gib: float | None, *, device: str = "cuda",
+                kv_memory_bytes: int | None = None, kv_source: str | None = None,
+                max_model_len: int | None = None) -> PlanParams:
+    """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults)."""
+    util = flags.get("gpu-memory-utilization")
+    given_kv = _int(flags.get("kv-cache-memory-bytes"))
+    if kv_memory_bytes is None and given_kv is not None:
+        kv_memory_bytes, kv_source = given_kv, "kv-cache-memory-bytes"
+    quant = flags.get("quantization")
+    return PlanParams(
+        tensor_parallel_size=max(1, _int(flags.get("tensor-parallel-size")) or 1),
+        pipeline_parallel_size=max(1, _int(flags.get("pipeline-parallel-size")) or 1),
+        dtype=_str(flags.get("dtype"), "auto"),
+        quantization=quant if isinstance(quant, str) and quant else None,
+        kv_cache_dtype=_str(flags.get("kv-cache-dtype"), "auto"),
+        block_size=_int(flags.get("block-size")) or None,
+        device=device,
+        gpu_memory_gib=gpu_gib,
+        gpu_memory_utilization=float(util) if isinstance(util, (int, float)) and not isinstance(util, bool)
+        and 0 < util <= 1 else 0.9,
+        kv_memory_bytes=kv_memory_bytes,
+        kv_budget_source=kv_source,
+        max_model_len=max_model_len or _int(flags.get("max-model-len")) or None,
+        max_num_seqs=_int(flags.get("max-num-seqs")) or None,
+        max_num_batched_tokens=_int(flags.get("max-num-batched-tokens")) or None,
+        enforce_eager=flags.get("enforce-eager") is True,
+    )
+
+
+def device_of(spec: InstanceSpec, gpu_sample: object | None) -> str:
+    """vLLM's CPU build when a real vLLM instance has no GPU to run on; the sim simulates GPUs."""
+    if spec.engine == "sim" or spec.gpus:
+        return "cuda"
+    if gpu_sample is not None and not getattr(gpu_sample, "available", True):
+        return "cpu"
+    return "cuda"
+
+
+def try_plan(config: ModelConfig | None, params: PlanParams) -> tuple[Plan | None, str | None]:
+    if config is None:
+        return None, None
+    try:
+        return plan(config, params), None
+    except (ValueError, ZeroDivisionError, TypeError) as exc:
+        return None, f"planner: {exc}"
+
+
+def plan_text(result: Plan | None, reason: str | None, max_num_seqs: object = None) -> Text:
+    """The flag editor's planner panel: KV bytes/token, tokens, concurrency at max-model-len, fit."""
+    out = Text("Planner ", style="bold")
+    if result is None:
+        why = (reason or "loading the model config...").replace("\u2014", "-")
+        out.append(f"--  ({why})", style="dim")
+        return out
+    out.append(f"{result.model}  ", style="dim")
+    out.append(f"KV {fmt.size(result.kv_bytes_per_token)}/token  ")
+    out.append(f"KV tokens {fmt.tokens(result.kv_cache_tokens)}  ")
+    conc = result.max_concurrency
+    out.append(f"max concurrency at {result.max_model_len:,}: {fmt.num(conc, '.1f')}x")
+    seqs = _int(max_num_seqs)
+    if conc is not None and seqs and conc < seqs:
+        out.append(f" (< max-num-seqs {seqs})", style="yellow")
+    out.append("\n  ")
+    budget = result.available_kv_gib
+    out.append(f"KV budget {fmt.num(budget, '.2f')} GiB/GPU ({result.kv_budget_source})  "
+               f"weights {result.weights_gib_per_gpu:.2f} GiB/GPU  ")
+    if result.max_model_len_fits is None:
+        out.append("max-model-len fit: -- (no GPU memory known)", style="dim")
+    elif result.max_model_len_fits:
+        out.append(f"max-model-len fits (longest {fmt.num(result.estimated_max_model_len, ',')})", style="green")
+    else:
+        out.append(f"max-model-len {result.max_model_len:,} does NOT fit; longest that does: "
+                   f"{fmt.num(result.estimated_max_model_len, ',')}", style="bold red")
+    for warning in result.warnings[:2]:
+        if "does not fit" not in warning:
+            out.append(f"\n  ! {warning}", style="yellow")
+    return out
+
+
+def planned_for_run(config: ModelConfig | None, spec: InstanceSpec, lines: list[str], gpu_gib: float | None,
+                    device: str) -> tuple[Plan | None, str | None, object | None]:
+    """What the planner predicts for a run's flags with the KV budget vLLM logged (exact when
+    --kv-cache-memory-bytes was given). Returns (plan, reason when none, LogFacts)."""
+    from vtui.planner import read_log_facts
+
+    facts = read_log_facts(lines)
+    if config is None:
+        return None, None, facts
+    kv, source = facts.kv_memory_bytes, None
+    if kv is not None:
+        source = "log (exact)" if facts.exact else "log (0.01 GiB)"
+    params = plan_params(spec.flags, gpu_gib, device=device, kv_memory_bytes=kv, kv_source=source,
+                         max_model_len=facts.max_model_len)
+    result, reason = try_plan(config, params)
+    return result, reason, facts
