@@ -75,3 +75,28 @@ async def test_flag_editor_without_config_shows_dashes_and_reason(app_factory):
         await configs_loaded(pilot, app)
         text = screen_text(app)
         assert "Planner --  (/nonexistent/model: no config.json" in text and "never downloads - pass" in text
+
+
+async def test_detail_shows_planned_beside_reported(layout, app_factory):
+    from vtui.core.state import State
+    from vtui.ui.screens.detail import DetailScreen
+
+    fake = FakeSupervisor(layout, auto_ready=False)
+    app = app_factory(fake)
+    async with app.run_test(size=(120, 60)) as pilot:
+        await settle(pilot)
+        # Qwen3-8B TP 2: 73,728 B/token, 16-token blocks; 10 GiB -> 9,102 blocks = 145,632 tokens
+        fake.emit_logs("qwen", [
+            "INFO 01-01 12:00:01 [gpu_worker.py:298] Available KV cache memory: 10.00 GiB",
+            "INFO 01-01 12:00:01 [kv_cache_utils.py:2327] GPU KV cache size: 145,632 tokens, Maximum "
+            "concurrency for 8,192 tokens per request: 17.78x",
+        ])
+        fake.set_state("qwen", State.READY)
+        await settle(pilot)
+        await pilot.press("enter")
+        await configs_loaded(pilot, app)
+        assert isinstance(app.screen, DetailScreen)
+        text = app.screen.query_one("#detail-planned").render().plain
+        assert "Planned vs reported" in text and "log (0.01 GiB)" in text
+        row = next(line for line in text.splitlines() if "KV cache tokens" in line)
+        assert "145,632" in row.split("KV cache tokens")[1].split()[0] and row.split()[-1] == "exact", row

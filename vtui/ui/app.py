@@ -181,6 +181,9 @@ class VtuiApp(ControlMixin, App[int]):
         key = planning.config_key(spec)
         if key in self.store.configs:
             return self.store.configs[key]
+        if self.deterministic:  # snapshots: no race between the read and the frame
+            self.store.configs[key] = planning.load_config(key)
+            return self.store.configs[key]
         if key not in self._config_pending:
             self._config_pending.add(key)
             self._load_config(key)

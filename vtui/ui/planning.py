@@ -184,3 +184,36 @@ def planned_for_run(config: ModelConfig | None, spec: InstanceSpec, lines: list[
                          max_model_len=facts.max_model_len)
     result, reason = try_plan(config, params)
     return result, reason, facts
+
+
+def _delta(planned: float | None, reported: float | None) -> str:
+    if planned is None or reported is None or not reported:
+        return ""
+    diff = (planned - reported) / reported
+    return "exact" if planned == reported else f"{diff:+.1%}"
+
+
+def planned_vs_reported_text(result: Plan | None, reason: str | None, facts: object | None) -> Text:
+    """Planned (same flags, the logged KV budget) beside what vLLM reported at startup."""
+    out = Text("Planned vs reported (same flags and KV budget)\n", style="bold")
+    if result is None:
+        out.append(f"  planned: --  ({reason or 'loading the model config...'})\n".replace("\u2014", "-"),
+                   style="dim")
+        return out
+    get = (lambda name: getattr(facts, name, None)) if facts is not None else (lambda name: None)
+    rows = (
+        ("KV budget GiB/GPU", result.available_kv_gib, get("available_kv_gib"), ".2f"),
+        ("weights GiB/GPU", result.weights_gib_per_gpu, get("model_weights_gib"), ".2f"),
+        ("KV cache tokens", result.kv_cache_tokens, get("kv_cache_tokens"), ","),
+        ("KV blocks", result.num_gpu_blocks, get("num_gpu_blocks"), ","),
+        ("max concurrency", result.max_concurrency, get("max_concurrency"), ".2f"),
+        ("longest max-model-len", result.estimated_max_model_len, get("estimated_max_model_len"), ","),
+    )
+    out.append(f"  {'':<24}{'planned':>12}{'reported':>12}  difference\n", style="dim")
+    for label, planned, reported, spec in rows:
+        if planned is None and reported is None:
+            continue
+        out.append(f"  {label:<24}{fmt.num(planned, spec):>12}{fmt.num(reported, spec):>12}  "
+                   f"{_delta(planned, reported)}\n")
+    out.append(f"  KV budget source: {result.kv_budget_source}\n", style="dim")
+    return out

@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Sparkline, Static
 
-from vtui.ui import fmt
+from vtui.ui import fmt, planning
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceActions
 from vtui.ui.store import InstanceView, Store
@@ -102,6 +102,7 @@ class DetailScreen(InstanceActions, Screen):
     def __init__(self, name: str) -> None:
         super().__init__()
         self.instance = name
+        self._planned_key: tuple | None = None
 
     def selected_name(self) -> str | None:
         return self.instance
@@ -115,6 +116,7 @@ class DetailScreen(InstanceActions, Screen):
                 yield Static(label, id=f"plot-label-{i}", classes="plot-label")
                 yield Sparkline([0.0], id=f"plot-{i}", classes="plot")
             yield Static(id="detail-facts")
+            yield Static(id="detail-planned")
             yield Static(id="detail-flags")
             yield Static(id="detail-history")
         yield Footer(show_command_palette=False, compact=True)
@@ -141,9 +143,31 @@ class DetailScreen(InstanceActions, Screen):
             plot.display = any(plot.data)
         self.query_one("#detail-diagnosis", Static).update(diagnosis_text(view))
         self.query_one("#detail-facts", Static).update(facts_text(view))
+        self._refresh_planned(store, view)
         self.query_one("#detail-flags", Static).update(flags_text(view))
         self.query_one("#detail-history", Static).update(history_text(view))
         self.refresh_bindings_if_changed()
+
+    def _refresh_planned(self, store: Store, view: InstanceView) -> None:
+        """Re-plan only when the run's facts, the flags or the model config changed (it reads the log)."""
+        spec = view.spec
+        if spec is None:
+            return
+        loaded = self.app.model_config(spec)
+        key = (id(view.facts), view.facts is None, tuple(sorted(spec.flags.items(), key=lambda kv: kv[0])),
+               loaded is not None)
+        if key == self._planned_key:
+            return
+        self._planned_key = key
+        widget = self.query_one("#detail-planned", Static)
+        if view.facts is None:
+            widget.update("")
+            return
+        config, reason = loaded if loaded is not None else (None, None)
+        gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
+        result, why, _ = planning.planned_for_run(config, spec, list(view.run_lines), gpu_gib,
+                                                  planning.device_of(spec, store.gpu))
+        widget.update(planning.planned_vs_reported_text(result, why or reason, view.facts))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "fix":
