@@ -26,6 +26,7 @@ from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
 from vtui.ui.keymap import APP_BINDINGS, load_user_keymap
 from vtui.ui.messages import (
+    BenchRecorded,
     ConfigLoaded,
     DiagnosisReady,
     GpuArrived,
@@ -202,6 +203,10 @@ class VtuiApp(ControlMixin, App[int]):
         self.store.configs[message.key] = (message.config, message.reason)
         self._refresh_screens(None)
 
+    def on_bench_recorded(self, message: BenchRecorded) -> None:
+        if self.store.attach_bench(message.instance, message.summary):
+            self._refresh_screens([message.instance])
+
     # -- app actions -------------------------------------------------------------------------------
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -225,12 +230,14 @@ class VtuiApp(ControlMixin, App[int]):
         self.run_worker(close(), group="shutdown", exit_on_error=False)
 
     def open_screen(self, kind: str, name: str) -> None:
+        from vtui.ui.screens.bench import BenchScreen
         from vtui.ui.screens.detail import DetailScreen
         from vtui.ui.screens.flags import FlagEditorScreen
         from vtui.ui.screens.logs import LogScreen
         from vtui.ui.screens.presets import PresetScreen
 
-        cls = {"detail": DetailScreen, "logs": LogScreen, "flags": FlagEditorScreen, "presets": PresetScreen}[kind]
+        cls = {"detail": DetailScreen, "logs": LogScreen, "flags": FlagEditorScreen, "presets": PresetScreen,
+               "bench": BenchScreen}[kind]
         self.push_screen(cls(name))
 
 

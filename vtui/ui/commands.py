@@ -26,6 +26,8 @@ def palette_entries(app) -> list[tuple[str, Callable[[], object], str]]:
         entries.append((f"instance: details {name}", partial(app.open_screen, "detail", name), "history, facts, diagnosis"))
         entries.append((f"instance: logs {name}", partial(app.open_screen, "logs", name), "follow its log"))
         entries.append((f"instance: edit flags {name}", partial(app.open_screen, "flags", name), "flag editor"))
+        entries.append((f"instance: bench {name}", partial(app.open_screen, "bench", name),
+                        "load-test it (live progress, plot; results kept in the flag history)"))
         entries.append((f"instance: presets {name}", partial(app.open_screen, "presets", name),
                         "throughput-first (A) / latency-first (B)"))
     entries += [

@@ -35,6 +35,7 @@ INSTANCE_BINDINGS = [
     Binding("s", "start", "Start", id="instance.start"),
     Binding("x", "stop", "Stop", id="instance.stop"),
     Binding("b", "rollback", "Rollback", id="instance.rollback"),
+    Binding("B", "bench", "Bench", id="instance.bench"),
 ]
 
 DASHBOARD_BINDINGS = [
@@ -65,8 +66,16 @@ FLAG_BINDINGS = [
 ]
 
 
+BENCH_BINDINGS = [
+    Binding("ctrl+r", "run", "Run", id="bench.run", priority=True),
+    Binding("ctrl+x", "cancel", "Cancel run", id="bench.cancel", priority=True),
+    Binding("escape", "back", "Back", id="bench.back"),
+]
+
+
 def all_binding_ids() -> set[str]:
-    groups = (APP_BINDINGS, INSTANCE_BINDINGS, DASHBOARD_BINDINGS, DETAIL_BINDINGS, LOG_BINDINGS, FLAG_BINDINGS)
+    groups = (APP_BINDINGS, INSTANCE_BINDINGS, DASHBOARD_BINDINGS, DETAIL_BINDINGS, LOG_BINDINGS, FLAG_BINDINGS,
+              BENCH_BINDINGS)
     return {b.id for group in groups for b in group if b.id}
 
 

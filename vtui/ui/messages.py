@@ -81,3 +81,12 @@ class ConfigLoaded(Message):
         self.key = key
         self.config = config
         self.reason = reason
+
+
+class BenchRecorded(Message):
+    """A finished bench run's summary, for the instance's flag history."""
+
+    def __init__(self, instance: str, summary: dict) -> None:
+        super().__init__()
+        self.instance = instance
+        self.summary = summary

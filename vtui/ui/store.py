@@ -38,7 +38,9 @@ class FlagRecord:
     kv_tokens: int | None = None
     max_concurrency: float | None = None
     error: str | None = None
-    note: str | None = None  # e.g. "preset A", "rollback", later bench results
+    note: str | None = None  # e.g. "preset A", "rollback"
+    at: float | None = None  # wall clock when this flag set was (re)started
+    bench: dict | None = None  # the latest bench run's summary (screens.bench.bench_summary)
 
 
 @dataclass
@@ -53,6 +55,7 @@ class InstanceView:
     problems: list[Problem] = field(default_factory=list)
     flag_history: deque = field(default_factory=lambda: deque(maxlen=FLAG_HISTORY))
     pending_note: str | None = None
+    history_rev: int = 0  # bumped on every flag_history change (the App persists it when it moves)
     needs_diagnosis: bool = False
 
     @property
@@ -118,11 +121,18 @@ class Store:
     def _on_transition(self, view: InstanceView, old: InstanceStatus | None, new: InstanceStatus) -> None:
         flags = dict(new.spec.flags)
         last = view.flag_history[-1] if view.flag_history else None
+        before = (id(last), last.outcome if last else None)
         if last is None or last.flags != flags or (new.state == State.STARTING and last.outcome != "starting"
                                                    and (old is None or old.state != State.STARTING)):
-            view.flag_history.append(FlagRecord(flags, note=view.pending_note))
+            view.flag_history.append(FlagRecord(flags, note=view.pending_note, at=new.started_at))
             view.pending_note = None
             last = view.flag_history[-1]
+        self._record_outcome(view, old, new, last)
+        if (id(last), last.outcome) != before:
+            view.history_rev += 1
+
+    def _record_outcome(self, view: InstanceView, old: InstanceStatus | None, new: InstanceStatus,
+                        last: FlagRecord) -> None:
         if new.state == State.STARTING and (old is None or old.state != State.STARTING):
             view.run_lines.clear()
             view.problems = []
@@ -139,6 +149,15 @@ class Store:
             if last.outcome != "ready":
                 last.outcome = "failed"
                 last.error = new.last_error
+
+    def attach_bench(self, name: str, summary: dict) -> bool:
+        """Attach a bench run to the flag set the instance runs now (its latest history entry)."""
+        view = self.views.get(name)
+        if view is None or not view.flag_history:
+            return False
+        view.flag_history[-1].bench = dict(summary)
+        view.history_rev += 1
+        return True
 
     def set_diagnosis(self, name: str, facts: object, problems: list[Problem]) -> bool:
         view = self.views.get(name)

@@ -10,7 +10,7 @@ from vtui.ui.store import InstanceView
 if TYPE_CHECKING:
     from vtui.ui.app import VtuiApp
 
-INSTANCE_ACTIONS = {"detail", "logs", "flags", "presets", "restart", "start", "stop", "rollback"}
+INSTANCE_ACTIONS = {"detail", "logs", "flags", "presets", "restart", "start", "stop", "rollback", "bench"}
 
 
 class InstanceActions:
@@ -52,6 +52,8 @@ class InstanceActions:
             return True if state != State.STOPPING else None
         if action == "rollback":
             return True if view.can_rollback() else None
+        if action == "bench":
+            return True if state == State.READY else None
         return True
 
     def action_detail(self) -> None:
@@ -77,6 +79,12 @@ class InstanceActions:
 
         if name := self.selected_name():
             self.app.push_screen(PresetScreen(name))
+
+    def action_bench(self) -> None:
+        from vtui.ui.screens.bench import BenchScreen
+
+        if name := self.selected_name():
+            self.app.push_screen(BenchScreen(name))
 
     def action_restart(self) -> None:
         if name := self.selected_name():
