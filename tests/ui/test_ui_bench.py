@@ -80,3 +80,31 @@ async def test_bench_needs_a_ready_instance(fake, app_factory):
         await pilot.press("B")
         await settle(pilot)
         assert not isinstance(app.screen, BenchScreen)  # greyed out: the instance is STOPPED
+
+
+async def test_flag_history_is_persisted_loaded_and_shows_what_a_change_bought(fake, app_factory, layout):
+    from vtui.ui import history
+    from vtui.ui.store import FlagRecord
+
+    path = history.history_path("demo", "qwen")
+    old = FlagRecord({"max-num-seqs": 128}, outcome="ready", kv_tokens=32768, max_concurrency=4.0,
+                     bench={"mode": "concurrency", "best_out_tps": 100.0, "best_step": "c=8"})
+    history.save(path, history.dumps([old]))
+    app = app_factory(fake)
+    async with app.run_test(size=(120, 60)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.01)
+            if app._history_ready and path.exists() and "65536" in path.read_text():
+                break
+        entries = __import__("json").loads(path.read_text())["entries"]
+        assert entries[0]["kv_tokens"] == 32768 and entries[-1]["kv_tokens"] == 65536  # the fake's 8192 x 8
+        assert entries[-1]["outcome"] == "ready"
+        await pilot.press("enter")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "bench concurrency: best 100 tok/s at c=8" in text
+        assert "bought: KV +32,768 tok (+100%)" in text
+    # bounded: never more than FLAG_HISTORY entries on disk
+    records = [FlagRecord({"max-num-seqs": i}, outcome="ready") for i in range(80)]
+    history.save(path, history.dumps(records))
+    assert len(history.load(path)) == history.FLAG_HISTORY

@@ -20,7 +20,7 @@ from textual.widgets import Input
 
 from vtui.core import paths
 from vtui.core.model import Layout, SessionSpec
-from vtui.ui import adapters, planning
+from vtui.ui import adapters, history, planning
 from vtui.ui.bridge import Bridge
 from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
@@ -30,6 +30,7 @@ from vtui.ui.messages import (
     ConfigLoaded,
     DiagnosisReady,
     GpuArrived,
+    HistoryLoaded,
     LayoutOpened,
     LayoutSaved,
     LogsArrived,
@@ -69,6 +70,9 @@ class VtuiApp(ControlMixin, App[int]):
         self.keymap_problems: list[str] = []
         self.first_frame_at: float | None = None
         self._config_pending: set[tuple] = set()
+        self._history_lock = asyncio.Lock()
+        self._history_saved: dict[str, int] = {}  # instance -> history_rev last written
+        self._history_ready = False  # nothing is written before the files were read
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -78,6 +82,7 @@ class VtuiApp(ControlMixin, App[int]):
             self.notify(problem, severity="warning", timeout=10)
         self.push_screen(DashboardScreen())
         self.bridge.start()
+        self._load_history(self.store.layout.session.name, self.store.names())
         if not self.deterministic:
             # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
             self.set_interval(RENDER_INTERVAL, self._tick)
@@ -106,6 +111,39 @@ class VtuiApp(ControlMixin, App[int]):
                 self._diagnose(name, list(view.run_lines), view.spec.gpus if view.spec else ())
         if changed:
             self._refresh_screens(changed)
+            self._persist_history()
+
+    # -- flag history on disk (read once at start, written after each change; workers only) ----------
+    @work(exit_on_error=False, group="history")
+    async def _load_history(self, session: str, names: list[str]) -> None:
+        records = await asyncio.to_thread(history.load_all, session, names)
+        self.post_message(HistoryLoaded(session, records))
+
+    def on_history_loaded(self, message: HistoryLoaded) -> None:
+        if message.session != self.store.layout.session.name:
+            return  # another layout opened meanwhile
+        for name, records in message.records.items():
+            self.store.merge_history(name, records)
+        self._history_ready = True
+        self._refresh_screens(None)
+        self._persist_history()
+
+    def _persist_history(self) -> None:
+        if not self._history_ready:
+            return
+        session = self.store.layout.session.name
+        for name, view in self.store.views.items():
+            if self._history_saved.get(name) != view.history_rev:
+                self._history_saved[name] = view.history_rev
+                self._write_history(history.history_path(session, name), history.dumps(list(view.flag_history)))
+
+    @work(exit_on_error=False, group="history")
+    async def _write_history(self, path: Path, text: str) -> None:
+        async with self._history_lock:  # in order: a later snapshot is never overwritten by an earlier one
+            try:
+                await asyncio.to_thread(history.save, path, text)
+            except OSError as exc:
+                self.notify(f"could not save the flag history {path}: {exc}", severity="warning")
 
     @work(exit_on_error=False, group="diagnosis")
     async def _diagnose(self, name: str, lines: list[str], gpus: tuple[int, ...]) -> None:
@@ -155,6 +193,8 @@ class VtuiApp(ControlMixin, App[int]):
         await self.bridge.close(stop_instances=False)
         self.supervisor = self.supervisor_factory(message.layout)
         self.store = Store(self.supervisor.layout)
+        self._history_ready, self._history_saved = False, {}
+        self._load_history(self.store.layout.session.name, self.store.names())
         self.bridge = Bridge(self, self.supervisor, **self._bridge_args)
         while len(self.screen_stack) > 2:
             self.pop_screen()
@@ -206,6 +246,7 @@ class VtuiApp(ControlMixin, App[int]):
     def on_bench_recorded(self, message: BenchRecorded) -> None:
         if self.store.attach_bench(message.instance, message.summary):
             self._refresh_screens([message.instance])
+            self._persist_history()
 
     # -- app actions -------------------------------------------------------------------------------
     def action_help(self) -> None:

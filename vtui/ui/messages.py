@@ -90,3 +90,10 @@ class BenchRecorded(Message):
         super().__init__()
         self.instance = instance
         self.summary = summary
+
+
+class HistoryLoaded(Message):
+    def __init__(self, session: str, records: dict) -> None:
+        super().__init__()
+        self.session = session
+        self.records = records

@@ -150,6 +150,19 @@ class Store:
                 last.outcome = "failed"
                 last.error = new.last_error
 
+    def merge_history(self, name: str, loaded: list[FlagRecord]) -> None:
+        """Put the records read from disk before this session's; the start-up "planned" entry folds
+        into the last loaded one when their flags are the same."""
+        view = self.views.get(name)
+        if view is None:
+            return
+        current = list(view.flag_history)
+        if loaded and current and current[0].outcome == "planned" and current[0].flags == loaded[-1].flags:
+            current = current[1:]
+        view.flag_history.clear()
+        view.flag_history.extend([*loaded, *current])
+        view.history_rev += 1
+
     def attach_bench(self, name: str, summary: dict) -> bool:
         """Attach a bench run to the flag set the instance runs now (its latest history entry)."""
         view = self.views.get(name)

@@ -77,9 +77,26 @@ def diagnosis_text(view: InstanceView) -> Text:
     return out
 
 
+def _bought(rec, prev) -> str:
+    """What a flag change bought: KV tokens, max concurrency, best bench tok/s against the previous set."""
+    if prev is None:
+        return ""
+    parts = []
+    if rec.kv_tokens is not None and prev.kv_tokens:
+        parts.append(f"KV {rec.kv_tokens - prev.kv_tokens:+,} tok ({(rec.kv_tokens / prev.kv_tokens - 1):+.0%})")
+    if rec.max_concurrency is not None and prev.max_concurrency:
+        parts.append(f"conc {rec.max_concurrency - prev.max_concurrency:+.1f}x")
+    new_tps = (rec.bench or {}).get("best_out_tps")
+    old_tps = (prev.bench or {}).get("best_out_tps")
+    if new_tps is not None and old_tps:
+        parts.append(f"bench tok/s {(new_tps / old_tps - 1):+.0%}")
+    return ", ".join(parts)
+
+
 def history_text(view: InstanceView) -> Text:
-    out = Text("Flag history (what each set produced)\n", style="bold")
+    out = Text("Flag history (what each set produced; what a change bought)\n", style="bold")
     prev: dict = {}
+    last_measured = None  # the previous entry with figures, for the deltas
     for rec in view.flag_history:
         changed = {k: v for k, v in rec.flags.items() if prev.get(k) != v}
         removed = [k for k in prev if k not in rec.flags]
@@ -91,6 +108,13 @@ def history_text(view: InstanceView) -> Text:
             out.append(f"  [{rec.note}]", style="dim")
         if rec.error:
             out.append(f"  {rec.error[:80]}", style="red")
+        if rec.bench:
+            out.append(f"\n           bench {rec.bench.get('mode')}: best {fmt.rate(rec.bench.get('best_out_tps'))} "
+                       f"tok/s at {rec.bench.get('best_step')}", style="cyan")
+        if rec.outcome == "ready" and (bought := _bought(rec, last_measured)):
+            out.append(f"\n           bought: {bought}", style="bold")
+        if rec.kv_tokens is not None or rec.bench:
+            last_measured = rec
         out.append("\n")
         prev = rec.flags
     return out
