@@ -30,13 +30,14 @@ GIB = 2**30
 
 
 # -- the child: the app under a synthetic 1 Hz load ---------------------------------------------------
-def child(n: int, pidfile: str) -> int:
+def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 20.0) -> int:
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
     from vtui.ui.adapters import GpuInfo, GpuProcess, GpuSample, MetricsSample, Percentiles
     from vtui.ui.app import make_app
     from vtui.ui.fake import FakeSupervisor
 
     Path(pidfile).write_text(str(os.getpid()))
+    hooks: list = []
     specs = tuple(InstanceSpec(f"inst{i:02d}", "Qwen/Qwen3-8B", 9000 + i, engine="sim", gpus=(i % 8,),
                                flags={"max-num-seqs": 256, "max-model-len": 8192}) for i in range(n))
     layout = Layout(SessionSpec(f"bench{n}"), specs)
@@ -46,6 +47,8 @@ def child(n: int, pidfile: str) -> int:
             self.name, self.on_sample, self.stopped = name, on_sample, False
 
         async def run(self):
+            while hooks:
+                hooks.pop()()
             rng = random.Random(self.name)
             while not self.stopped:
                 self.on_sample(MetricsSample(
@@ -82,6 +85,20 @@ def child(n: int, pidfile: str) -> int:
             self.stop_event.set()
 
     app = make_app(supervisor=FakeSupervisor(layout, clock=time.time), scraper=Scraper, gpu_sampler=Gpus)
+    if profile:  # cProfile the steady state (after a 3 s warm-up), then exit
+        import cProfile
+
+        prof = cProfile.Profile()
+
+        def arm() -> None:  # on the app's loop, once it runs
+            loop = asyncio.get_running_loop()
+            loop.call_later(3.0, prof.enable)
+            loop.call_later(3.0 + profile_s, lambda: (prof.disable(), app.exit()))
+
+        hooks.append(arm)
+        app.run()
+        prof.dump_stats(profile)
+        return 0
     app.run()
     return 0
 
@@ -151,12 +168,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pidfile", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", default=None, help="with --child: write cProfile stats here, then exit")
     parser.add_argument("--sizes", default="8,32")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--presses", type=int, default=15)
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.pidfile)
+        return child(args.child, args.pidfile, args.profile, args.seconds)
     if not shutil.which("tmux"):
         print("bench_ui needs tmux", file=sys.stderr)
         return 2

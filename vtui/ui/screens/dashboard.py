@@ -16,6 +16,7 @@ from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_card import InstanceCard
 from vtui.ui.widgets.titlebar import TitleBar
 
+CARD_LINES = 3  # .card height in vtui.tcss
 WIDE = 150  # columns from which the GPU panel moves to the right of the cards
 
 
@@ -52,7 +53,10 @@ class DashboardScreen(InstanceActions, Screen):
         names = store.names()
         if names:
             name_width = max(8, min(24, max(len(n) for n in names)))
-            cards.mount_all([InstanceCard(n, name_width) for n in names])
+            new = [InstanceCard(n, name_width) for n in names]
+            for card in new:
+                card.spark_every = 0.0 if self.app.deterministic else card.spark_every
+            cards.mount_all(new)
         else:
             cards.mount(Static("No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
                                classes="empty"))
@@ -69,14 +73,23 @@ class DashboardScreen(InstanceActions, Screen):
         self.query_one(TitleBar).refresh_from(store)
         now = self.app.clock()
         wanted = set(names) if names is not None else None
+        first, last = self._visible_range()
         for i, card in enumerate(self.query(InstanceCard)):
             card.set_class(i == self.selected, "selected")
-            if (card.instance in wanted) if wanted is not None else (card.is_on_screen or card._view is None):
+            if (card.instance in wanted) if wanted is not None else (first <= i <= last or card._view is None):
                 view = store.views.get(card.instance)
                 if view is not None:
                     card.update_view(view, now)
         self.refresh_gpu(store)
         self.refresh_bindings_if_changed()
+
+    def _visible_range(self) -> tuple[int, int]:
+        """Indices of the cards in the scrolled view (cards are CARD_LINES tall), without asking the
+        compositor per card (`is_on_screen` rebuilt its whole map every tick)."""
+        cards = self.query_one("#cards", VerticalScroll)
+        top = int(cards.scroll_offset.y)
+        height = cards.size.height or self.size.height
+        return top // CARD_LINES, (top + height) // CARD_LINES
 
     def refresh_gpu(self, store: Store) -> None:
         self.query_one(GpuPanel).update_sample(store.gpu, store.names())

@@ -20,6 +20,8 @@ STATE_STYLE = {
     State.FAILED: "bold red",
 }
 SPARK_POINTS = 40
+SPARK_EVERY_S = 3.0  # the sparkline (40 points of history) repaints at most this often: a 2-row plot
+                     # re-rendered every second cost as much as the card's text
 
 
 def state_text(view: InstanceView, now: float) -> Text:
@@ -120,6 +122,8 @@ class InstanceCard(Horizontal):
         self.name_width = self.full_name_width = name_width
         self._view: InstanceView | None = None
         self._now = 0.0
+        self._spark_at: float | None = None
+        self.spark_every = SPARK_EVERY_S  # 0: every update (deterministic snapshots)
 
     def compose(self) -> ComposeResult:
         yield CardBody()
@@ -131,10 +135,17 @@ class InstanceCard(Horizontal):
         width = max(20, self.size.width - 18) if self.size.width else 60
         self.query_one(CardBody).set_text(card_text(view, now, width, name_width=self.name_width))
         spark = self.query_one(".card-spark", Sparkline)
+        if view.state not in (State.READY, State.UNHEALTHY):
+            if spark.display:
+                spark.display = False
+            return
+        if spark.display and self._spark_at is not None and 0 <= now - self._spark_at < self.spark_every:
+            return
+        self._spark_at = now
         data = spark_data(view)
         if data != spark.data:
             spark.data = data
-        show = view.state in (State.READY, State.UNHEALTHY) and any(data)
+        show = any(data)
         if spark.display != show:
             spark.display = show
 
