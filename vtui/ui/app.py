@@ -311,10 +311,6 @@ def resolve_layout(layout: str | Path | Layout | None) -> Layout:
 
 
 def default_supervisor_factory(layout: Layout) -> Any:
-    if adapters.Supervisor is None:  # pragma: no cover - until vtui.core.supervisor lands
-        from vtui.ui.fake import FakeSupervisor
-
-        return FakeSupervisor(layout)
     return adapters.Supervisor(layout)
 
 

@@ -33,13 +33,11 @@ ScrapeFactory = Callable[[str, str, Callable[[Any], None]], Any]
 
 
 def default_gpu_sampler(on_sample, pid_owner) -> Sampler | None:
-    cls = gpu_sampler_class()
-    return cls(on_sample, interval=1.0, pid_owner=pid_owner) if cls else None
+    return gpu_sampler_class()(on_sample, interval=1.0, pid_owner=pid_owner)
 
 
 def default_scraper(instance: str, base_url: str, on_sample) -> Any | None:
-    cls = scrape_loop_class()
-    return cls(instance, base_url, on_sample, interval=1.0) if cls else None
+    return scrape_loop_class()(instance, base_url, on_sample, interval=1.0)
 
 
 class Bridge:
