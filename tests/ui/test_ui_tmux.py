@@ -106,3 +106,6 @@ sim-load = 2
             s.listen()
     finally:
         tmux.kill()
+        # Whatever happened above, leave no instance behind (a failed run would otherwise keep serving).
+        subprocess.run([sys.executable, "-m", "vtui", "down", str(layout)], env={**os.environ, **env},
+                       capture_output=True, timeout=60)
