@@ -6,6 +6,7 @@ Update after an intended change with `python -m pytest tests/ui/test_ui_snapshot
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,13 @@ from vtui.ui.fake import FakeSupervisor
 from vtui.ui.messages import MetricsArrived
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+
+
+@pytest.fixture(autouse=True)
+def _fixed_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sim instance's command line starts with sys.executable; its length (a venv path or the
+    system's) changes how the detail screen wraps and scrolls. Snapshots render one fixed path."""
+    monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
 DATA = Path(__file__).parent / "data"
 
 
