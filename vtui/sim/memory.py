@@ -8,15 +8,11 @@ the cache is whole blocks of block-size tokens.
 
 from __future__ import annotations
 
-import fcntl
-import json
 import math
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
+from vtui.core.simgpus import GpuRegistry, registry_dir  # noqa: F401 - re-exported for the sim
 from vtui.sim.models import DTYPE_BYTES, ModelShape
 
 GIB = 1 << 30
@@ -110,20 +106,7 @@ def plan_kv(shape: ModelShape, *, gpu_bytes: int, utilization: float, tp: int, p
                   int(blocks), max_model_len)
 
 
-# -- the shared registry of simulated GPU memory --------------------------------------------------------
-
-
-def registry_dir() -> Path:
-    """Where sim instances record the memory they hold: $VTUI_SIM_GPU_DIR, else under vtui's state dir
-    (VTUI_STATE_DIR, XDG_RUNTIME_DIR, XDG_STATE_HOME), so instances of one vtui session share it."""
-    if env := os.environ.get("VTUI_SIM_GPU_DIR"):
-        return Path(env)
-    if env := os.environ.get("VTUI_STATE_DIR"):
-        return Path(env) / "sim-gpus"
-    if env := os.environ.get("XDG_RUNTIME_DIR"):
-        return Path(env) / "vtui" / "sim-gpus"
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "vtui" / "sim-gpus"
+# -- which physical GPUs this instance lands on -----------------------------------------------------
 
 
 def physical_gpus(count: int, num_gpus: int) -> list[int]:
@@ -131,66 +114,3 @@ def physical_gpus(count: int, num_gpus: int) -> list[int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [int(x) for x in visible.split(",") if x.strip().lstrip("-").isdigit()] if visible else list(range(num_gpus))
     return ids[:count] if len(ids) >= count else ids
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time (field 22 of /proc/PID/stat, counted after the last `)`: the name may
-    hold spaces and parentheses); None when it is gone — a zombie (Z) or dying (X) process counts as
-    gone: it holds no GPU memory, even while an init that never reaps it keeps its pid. "?" when
-    /proc cannot tell but the pid exists."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else fields[19]
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-            return "?"
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return "?"
-
-
-class GpuRegistry:
-    """One JSON file per holder pid: {"start": <proc start time>, "gpus": {"0": bytes, ...}}; entries of dead
-    (or recycled) pids are ignored and removed. A lock file serialises check-and-claim."""
-
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = root or registry_dir()
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-    def used(self, gpu: int, exclude_pid: int | None = None) -> int:
-        total = 0
-        for path in self.root.glob("*.json") if self.root.exists() else ():
-            try:
-                pid = int(path.stem)
-                entry = json.loads(path.read_text())
-            except (ValueError, OSError):
-                continue
-            if pid == exclude_pid:
-                continue
-            start = _start_time(pid)
-            if start is None or (start != "?" and entry.get("start") not in (None, start)):
-                path.unlink(missing_ok=True)
-                continue
-            total += int(entry.get("gpus", {}).get(str(gpu), 0))
-        return total
-
-    def claim(self, pid: int, gpus: Sequence[int], nbytes: int) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        data = {"start": _start_time(pid), "gpus": {str(g): nbytes for g in gpus}}
-        tmp = self.root / f".{pid}.tmp"
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.root / f"{pid}.json")
-
-    def release(self, pid: int) -> None:
-        (self.root / f"{pid}.json").unlink(missing_ok=True)

@@ -62,8 +62,10 @@ class GpuSampler:
 
     def __init__(self, on_sample: Callable[[GpuSample], None], *, interval: float = 1.0,
                  pid_owner: Callable[[], Mapping[int, str]] | None = None, nvml: Any = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 fallback: Callable[[Mapping[int, str]], GpuSample | None] | None = None) -> None:
         self._on_sample = on_sample
+        self._fallback = fallback  # without NVML: e.g. the simulated GPUs of `vtui sim` instances
         self.interval = interval
         self._pid_owner = pid_owner
         self._nvml = nvml
@@ -101,7 +103,7 @@ class GpuSampler:
                 self._on_sample(sample)
             except Exception:  # noqa: BLE001 - a consumer bug must not kill sampling
                 pass
-            if not sample.available and sample.reason == NO_DRIVER:
+            if not sample.available and sample.reason == NO_DRIVER and self._fallback is None:
                 return  # nothing will change without a driver; the last sample says why
             self._stop.wait(self.interval)
 
@@ -129,6 +131,10 @@ class GpuSampler:
             now = self._clock()
             reason = self._init()
             if reason is not None:
+                if self._fallback is not None:
+                    fallback = self._fallback(self._owners())
+                    if fallback is not None:
+                        return fallback
                 return GpuSample(False, reason, (), (), now)
             nvml = self._nvml
             try:
