@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.style import Style as RichStyle
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Sparkline
 
@@ -96,19 +98,39 @@ def spark_data(view: InstanceView, key: Callable = lambda s: s.generation_tps, p
 
 
 class CardBody(Widget):
-    """The card's text, rendered on demand: an update repaints it without a layout pass."""
+    """The card's text, rendered on demand: an update repaints it without a layout pass.
+
+    Its lines go straight from Rich segments to Strips (the Line API), cached until the text, width or
+    style changes: Textual's generic Visual path (Text -> Content -> strips) cost several times more,
+    and every visible card is redrawn each second."""
 
     def __init__(self) -> None:
         super().__init__(classes="card-text")
         self.text = Text()
+        self._strips: list[Strip] = []
+        self._strips_key: tuple | None = None
 
     def set_text(self, text: Text) -> None:
         if text != self.text:
             self.text = text
+            self._strips_key = None
             self.refresh()
 
     def render(self) -> Text:
         return self.text
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.visual_style.rich_style
+        key = (width, base)
+        if key != self._strips_key:
+            console = self.app.console
+            options = console.options.update(width=width, no_wrap=True, overflow="crop", height=None)
+            pad = RichStyle(bgcolor=base.bgcolor)  # padding as Textual pads: the background only
+            lines = console.render_lines(self.text, options, style=base, pad=False)
+            self._strips = [Strip(line).extend_cell_length(width, pad) for line in lines]
+            self._strips_key = key
+        return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width, base)
 
 
 class InstanceCard(Horizontal):
