@@ -26,6 +26,7 @@ class DashboardScreen(InstanceActions, Screen):
     def __init__(self) -> None:
         super().__init__(id="dashboard")
         self.selected = 0
+        self._cards: list[InstanceCard] = []  # kept from rebuild(): a DOM query per tick cost more than the cards
 
     def compose(self) -> ComposeResult:
         yield TitleBar()
@@ -42,7 +43,7 @@ class DashboardScreen(InstanceActions, Screen):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "wide")
-        for card in self.query(InstanceCard):  # shorter names on narrow terminals leave room for data
+        for card in self._cards:  # shorter names on narrow terminals leave room for data
             card.name_width = min(card.full_name_width, 14) if self.size.width < 100 else card.full_name_width
 
     def rebuild(self) -> None:
@@ -57,7 +58,9 @@ class DashboardScreen(InstanceActions, Screen):
             for card in new:
                 card.spark_every = 0.0 if self.app.deterministic else card.spark_every
             cards.mount_all(new)
+            self._cards = new
         else:
+            self._cards = []
             cards.mount(Static("No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
                                classes="empty"))
         self.selected = min(self.selected, max(0, len(names) - 1))
@@ -74,8 +77,11 @@ class DashboardScreen(InstanceActions, Screen):
         now = self.app.clock()
         wanted = set(names) if names is not None else None
         first, last = self._visible_range()
-        for i, card in enumerate(self.query(InstanceCard)):
-            card.set_class(i == self.selected, "selected")
+        for i, card in enumerate(self._cards):
+            if not card.composed:
+                continue
+            if card.has_class("selected") != (i == self.selected):  # no CSS update unless it moved
+                card.set_class(i == self.selected, "selected")
             if (card.instance in wanted) if wanted is not None else (first <= i <= last or card._view is None):
                 view = store.views.get(card.instance)
                 if view is not None:
@@ -95,7 +101,7 @@ class DashboardScreen(InstanceActions, Screen):
         self.query_one(GpuPanel).update_sample(store.gpu, store.names())
 
     def action_select(self, delta: int) -> None:
-        cards = list(self.query(InstanceCard))
+        cards = [card for card in self._cards if card.composed]
         if not cards:
             return
         self.selected = (self.selected + delta) % len(cards)

@@ -146,17 +146,27 @@ class InstanceCard(Horizontal):
         self._now = 0.0
         self._spark_at: float | None = None
         self.spark_every = SPARK_EVERY_S  # 0: every update (deterministic snapshots)
+        self._body: CardBody | None = None  # set by compose (kept: no query per update)
+        self._spark: Sparkline | None = None
+
+    @property
+    def composed(self) -> bool:
+        return self._body is not None
 
     def compose(self) -> ComposeResult:
-        yield CardBody()
-        yield Sparkline([0.0], classes="card-spark")
+        self._body = CardBody()
+        self._spark = Sparkline([0.0], classes="card-spark")
+        yield self._body
+        yield self._spark
 
     def update_view(self, view: InstanceView, now: float) -> None:
+        if self._body is None or self._spark is None:
+            return  # not composed yet: the first refresh after mount shows it
         self._view = view
         self._now = now
         width = max(20, self.size.width - 18) if self.size.width else 60
-        self.query_one(CardBody).set_text(card_text(view, now, width, name_width=self.name_width))
-        spark = self.query_one(".card-spark", Sparkline)
+        self._body.set_text(card_text(view, now, width, name_width=self.name_width))
+        spark = self._spark
         if view.state not in (State.READY, State.UNHEALTHY):
             if spark.display:
                 spark.display = False
