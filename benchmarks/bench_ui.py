@@ -42,6 +42,20 @@ def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 2
                                flags={"max-num-seqs": 256, "max-model-len": 8192}) for i in range(n))
     layout = Layout(SessionSpec(f"bench{n}"), specs)
 
+    def _samples(name: str, count: int = 60) -> list:
+        """`count` distinct samples (every value moves every second, the worst case for drawing)."""
+        rng = random.Random(name)
+        return [MetricsSample(
+            instance=name, at=time.time(), running=float(rng.randint(0, 256)),
+            waiting=float(rng.randint(0, 9)), waiting_by_reason={}, kv_usage=rng.random(),
+            kv_capacity_tokens=200_000, block_size=16, prompt_tps=rng.uniform(0, 5000),
+            generation_tps=rng.uniform(0, 2000), ttft=Percentiles(0.1, 0.4, 0.9),
+            itl=Percentiles(0.02, 0.04, 0.06), e2e=Percentiles(1, 2, 3), queue=Percentiles(0, 0.1, 0.2),
+            preemptions_per_s=0.0, prefix_hit_rate=rng.random(), success_per_s=3.0, abort_per_s=0.0,
+            error_per_s=0.0, prompt_tokens_total=None, generation_tokens_total=None,
+            preemptions_total=None, prefix_cache_queries_total=None, prefix_cache_hits_total=None,
+            counter_reset=False, vllm_names="v1") for _ in range(count)]
+
     class Scraper:
         def __init__(self, name, base_url, on_sample):
             self.name, self.on_sample, self.stopped = name, on_sample, False
@@ -49,18 +63,11 @@ def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 2
         async def run(self):
             while hooks:
                 hooks.pop()()
-            rng = random.Random(self.name)
+            samples = _samples(self.name)  # made before the loop: the feeder's cost is not vtui's
+            i = 0
             while not self.stopped:
-                self.on_sample(MetricsSample(
-                    instance=self.name, at=time.time(), running=float(rng.randint(0, 256)),
-                    waiting=float(rng.randint(0, 9)), waiting_by_reason={}, kv_usage=rng.random(),
-                    kv_capacity_tokens=200_000, block_size=16, prompt_tps=rng.uniform(0, 5000),
-                    generation_tps=rng.uniform(0, 2000), ttft=Percentiles(0.1, 0.4, 0.9),
-                    itl=Percentiles(0.02, 0.04, 0.06), e2e=Percentiles(1, 2, 3), queue=Percentiles(0, 0.1, 0.2),
-                    preemptions_per_s=0.0, prefix_hit_rate=rng.random(), success_per_s=3.0, abort_per_s=0.0,
-                    error_per_s=0.0, prompt_tokens_total=None, generation_tokens_total=None,
-                    preemptions_total=None, prefix_cache_queries_total=None, prefix_cache_hits_total=None,
-                    counter_reset=False, vllm_names="v1"))
+                self.on_sample(samples[i % len(samples)])
+                i += 1
                 await asyncio.sleep(1.0)
 
         def stop(self):
@@ -74,10 +81,10 @@ def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 2
             threading.Thread(target=self._loop, daemon=True).start()
 
         def _loop(self):
+            gpus = tuple(GpuInfo(i, "NVIDIA H200", 100 * GIB, 141 * GIB, 80.0, 60.0, 400.0, 700.0)
+                         for i in range(8))
             while not self.stop_event.wait(1.0):
                 owners = self.pid_owner()
-                gpus = tuple(GpuInfo(i, "NVIDIA H200", 100 * GIB, 141 * GIB, 80.0, 60.0, 400.0, 700.0)
-                             for i in range(8))
                 procs = tuple(GpuProcess(i % 8, pid, 12 * GIB, name) for i, (pid, name) in enumerate(owners.items()))
                 self.on_sample(GpuSample(True, None, gpus, procs, time.time()))
 
