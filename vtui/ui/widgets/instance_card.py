@@ -6,11 +6,9 @@ from collections.abc import Callable
 
 from rich.style import Style as RichStyle
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Sparkline
 
 from vtui.core.state import Phase, State
 from vtui.ui import fmt
@@ -97,46 +95,22 @@ def spark_data(view: InstanceView, key: Callable = lambda s: s.generation_tps, p
     return [v if v is not None else 0.0 for v in values] or [0.0]
 
 
-class CardBody(Widget):
-    """The card's text, rendered on demand: an update repaints it without a layout pass.
-
-    Its lines go straight from Rich segments to Strips (the Line API), cached until the text, width or
-    style changes: Textual's generic Visual path (Text -> Content -> strips) cost several times more,
-    and every visible card is redrawn each second."""
-
-    def __init__(self) -> None:
-        super().__init__(classes="card-text")
-        self.text = Text()
-        self._strips: list[Strip] = []
-        self._strips_key: tuple | None = None
-
-    def set_text(self, text: Text) -> None:
-        if text != self.text:
-            self.text = text
-            self._strips_key = None
-            self.refresh()
-
-    def render(self) -> Text:
-        return self.text
-
-    def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        base = self.visual_style.rich_style
-        key = (width, base)
-        if key != self._strips_key:
-            console = self.app.console
-            options = console.options.update(width=width, no_wrap=True, overflow="crop", height=None)
-            pad = RichStyle(bgcolor=base.bgcolor)  # padding as Textual pads: the background only
-            lines = console.render_lines(self.text, options, style=base, pad=False)
-            self._strips = [Strip(line).extend_cell_length(width, pad) for line in lines]
-            self._strips_key = key
-        return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width, base)
+SPARK_WIDTH = 16  # columns of the sparkline at the right of lines 2-3
 
 
-class InstanceCard(Horizontal):
-    """A 3-line card; `selected` is shown by a CSS class set by the dashboard."""
+class InstanceCard(Widget):
+    """A 3-line card drawn as one widget through the Line API: the text from Rich segments and the
+    sparkline (Textual's Sparkline renderable, coloured as the Sparkline widget) beside lines 2-3.
 
-    DEFAULT_CSS = ""
+    One widget instead of a container + text + Sparkline: the compositor repaints one region per card
+    per second, and the strips are cached until the text, the plot, the width or the style changes.
+    `selected` is shown by a CSS class set by the dashboard."""
+
+    COMPONENT_CLASSES = {"sparkline--max-color", "sparkline--min-color"}
+    DEFAULT_CSS = """
+    InstanceCard > .sparkline--max-color { color: $primary; }
+    InstanceCard > .sparkline--min-color { color: $primary 30%; }
+    """
 
     def __init__(self, name: str, name_width: int = 14) -> None:
         super().__init__(classes="card")
@@ -146,40 +120,65 @@ class InstanceCard(Horizontal):
         self._now = 0.0
         self._spark_at: float | None = None
         self.spark_every = SPARK_EVERY_S  # 0: every update (deterministic snapshots)
-        self._body: CardBody | None = None  # set by compose (kept: no query per update)
-        self._spark: Sparkline | None = None
+        self.text = Text()
+        self.spark: list[float] | None = None  # None: no plot (not READY, or all zeros)
+        self._strips: list[Strip] = []
+        self._strips_key: tuple | None = None
 
     @property
     def composed(self) -> bool:
-        return self._body is not None
-
-    def compose(self) -> ComposeResult:
-        self._body = CardBody()
-        self._spark = Sparkline([0.0], classes="card-spark")
-        yield self._body
-        yield self._spark
+        return self.is_attached
 
     def update_view(self, view: InstanceView, now: float) -> None:
-        if self._body is None or self._spark is None:
-            return  # not composed yet: the first refresh after mount shows it
         self._view = view
         self._now = now
         width = max(20, self.size.width - 18) if self.size.width else 60
-        self._body.set_text(card_text(view, now, width, name_width=self.name_width))
-        spark = self._spark
+        text = card_text(view, now, width, name_width=self.name_width)
+        spark = self.spark
         if view.state not in (State.READY, State.UNHEALTHY):
-            if spark.display:
-                spark.display = False
-            return
-        if spark.display and self._spark_at is not None and 0 <= now - self._spark_at < self.spark_every:
-            return
-        self._spark_at = now
-        data = spark_data(view)
-        if data != spark.data:
-            spark.data = data
-        show = any(data)
-        if spark.display != show:
-            spark.display = show
+            spark = None
+        elif spark is None or self._spark_at is None or not 0 <= now - self._spark_at < self.spark_every:
+            self._spark_at = now
+            data = spark_data(view)
+            spark = data if any(data) else None
+        if text != self.text or spark != self.spark:
+            self.text, self.spark = text, spark
+            self._strips_key = None
+            self.refresh()
+
+    def render(self) -> Text:
+        return self.text
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        base = self.visual_style.rich_style
+        key = (width, base)
+        if key != self._strips_key:
+            self._strips = self._render_strips(width, base)
+            self._strips_key = key
+        return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width, base)
+
+    def _render_strips(self, width: int, base: RichStyle) -> list[Strip]:
+        console = self.app.console
+        pad = RichStyle(bgcolor=base.bgcolor)  # padding as Textual pads: the background only
+        text_w = width - SPARK_WIDTH if self.spark is not None and width > SPARK_WIDTH else width
+        options = console.options.update(width=text_w, no_wrap=True, overflow="crop", height=None)
+        lines = [Strip(line).extend_cell_length(text_w, pad)
+                 for line in console.render_lines(self.text, options, style=base, pad=False)]
+        lines += [Strip.blank(text_w, pad)] * (3 - len(lines))
+        if text_w == width:
+            return lines[:3]
+        _, back = self.background_colors
+        plot = SparklineRenderable(
+            self.spark, width=SPARK_WIDTH, height=2,
+            min_color=(back + self.get_component_styles("sparkline--min-color").color).rich_color,
+            max_color=(back + self.get_component_styles("sparkline--max-color").color).rich_color)
+        plot_opts = console.options.update(width=SPARK_WIDTH, height=2, no_wrap=True, overflow="crop")
+        plot_lines = [Strip(line).extend_cell_length(SPARK_WIDTH, pad)
+                      for line in console.render_lines(plot, plot_opts, style=base, pad=False)][:2]
+        plot_lines += [Strip.blank(SPARK_WIDTH, pad)] * (2 - len(plot_lines))
+        side = [Strip.blank(SPARK_WIDTH, pad), *plot_lines]
+        return [Strip.join([line, extra]) for line, extra in zip(lines[:3], side, strict=True)]
 
     def on_resize(self) -> None:
         if self._view is not None:
