@@ -124,6 +124,8 @@ class InstanceCard(Widget):
         self.spark: list[float] | None = None  # None: no plot (not READY, or all zeros)
         self._strips: list[Strip] = []
         self._strips_key: tuple | None = None
+        self._plot: list[Strip] = []
+        self._plot_key: tuple | None = None
 
     @property
     def composed(self) -> bool:
@@ -168,6 +170,13 @@ class InstanceCard(Widget):
         lines += [Strip.blank(text_w, pad)] * (3 - len(lines))
         if text_w == width:
             return lines[:3]
+        plot_key = (self.spark, base)
+        if plot_key != self._plot_key:  # the plot moves every few seconds, the text every second
+            self._plot_key, self._plot = plot_key, self._render_plot(base, pad)
+        return [Strip.join([line, extra]) for line, extra in zip(lines[:3], self._plot, strict=True)]
+
+    def _render_plot(self, base: RichStyle, pad: RichStyle) -> list[Strip]:
+        console = self.app.console
         _, back = self.background_colors
         plot = SparklineRenderable(
             self.spark, width=SPARK_WIDTH, height=2,
@@ -177,8 +186,7 @@ class InstanceCard(Widget):
         plot_lines = [Strip(line).extend_cell_length(SPARK_WIDTH, pad)
                       for line in console.render_lines(plot, plot_opts, style=base, pad=False)][:2]
         plot_lines += [Strip.blank(SPARK_WIDTH, pad)] * (2 - len(plot_lines))
-        side = [Strip.blank(SPARK_WIDTH, pad), *plot_lines]
-        return [Strip.join([line, extra]) for line, extra in zip(lines[:3], side, strict=True)]
+        return [Strip.blank(SPARK_WIDTH, pad), *plot_lines]
 
     def on_resize(self) -> None:
         if self._view is not None:
