@@ -14,7 +14,9 @@ from typing import Any, Protocol
 from textual.app import App
 
 from vtui.core.events import Event, LogLines, Notice
+from vtui.core.model import Layout
 from vtui.core.state import State
+from vtui.telemetry.simgpu import SimulatedGpus
 from vtui.ui.adapters import GpuSample, PreflightError, gpu_sampler_class, scrape_loop_class
 from vtui.ui.messages import GpuArrived, LogsArrived, MetricsArrived, NoticeArrived, StatusesChanged
 
@@ -32,8 +34,23 @@ GpuSamplerFactory = Callable[[Callable[[Any], None], Callable[[], Mapping[int, s
 ScrapeFactory = Callable[[str, str, Callable[[Any], None]], Any]
 
 
-def default_gpu_sampler(on_sample, pid_owner) -> Sampler | None:
-    return gpu_sampler_class()(on_sample, interval=1.0, pid_owner=pid_owner)
+def default_gpu_sampler(on_sample, pid_owner, layout: Callable[[], Layout] | None = None) -> Sampler | None:
+    """NVML's GPUs; without a driver, the simulated GPUs of the layout's `vtui sim` instances."""
+    fallback = (lambda owners: simulated_sample(layout(), owners)) if layout is not None else None
+    return gpu_sampler_class()(on_sample, interval=1.0, pid_owner=pid_owner, fallback=fallback)
+
+
+def simulated_sample(layout: Layout, owners) -> GpuSample | None:
+    """The simulated box the layout's sim instances run on (their --sim-num-gpus / --sim-gpu-memory-gib,
+    else the session's gpu_memory_gib, else the sim's defaults: 8 GPUs of 80 GiB); None without sims."""
+    sims = [spec for spec in layout.instances if spec.engine == "sim"]
+    if not sims:
+        return None
+    count = max([int(spec.flags.get("sim-num-gpus", 8)) for spec in sims]
+                + [g + 1 for spec in sims for g in spec.gpus])
+    gib = next((float(spec.flags["sim-gpu-memory-gib"]) for spec in sims if "sim-gpu-memory-gib" in spec.flags),
+               layout.session.gpu_memory_gib or 80.0)
+    return SimulatedGpus(count, gib)(owners)
 
 
 def default_scraper(instance: str, base_url: str, on_sample) -> Any | None:
@@ -58,7 +75,11 @@ class Bridge:
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
         if self._gpu_factory:
-            sampler = self._gpu_factory(lambda s: self.app.post_message(GpuArrived(s)), self._pid_owner)
+            post = lambda s: self.app.post_message(GpuArrived(s))  # noqa: E731
+            if self._gpu_factory is default_gpu_sampler:
+                sampler = default_gpu_sampler(post, self._pid_owner, lambda: self.supervisor.layout)
+            else:
+                sampler = self._gpu_factory(post, self._pid_owner)
             if sampler is not None:
                 self._gpu = sampler
                 sampler.start()
