@@ -14,7 +14,7 @@ from typing import Any
 
 from vtui.core.events import Event, Notice, PhaseChanged, StateChanged
 from vtui.core.launcher import OsLauncher, ProcessHandle, exit_path_for
-from vtui.core.layout import LayoutError, load_layout, remember_last, split_layout_args
+from vtui.core.layout import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
 from vtui.core.model import Layout
 from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_from_dict
 from vtui.core.state import State
@@ -33,6 +33,9 @@ def load_session(words: Iterable[str]) -> tuple[Layout, list[str]]:
     try:
         path, names = split_layout_args(words)
         layout = load_layout(path)
+    except NoLayoutError as exc:
+        print(f"vtui: {exc.message}", file=sys.stderr)
+        raise CommandError(2) from exc
     except LayoutError as exc:
         for problem in exc.problems:
             print(f"vtui: {problem}", file=sys.stderr)
