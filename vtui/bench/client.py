@@ -199,15 +199,7 @@ async def send(client: httpx.AsyncClient, url: str, body: dict) -> RequestRecord
                 stream.feed(raw, clock())
     except (httpx.HTTPError, OSError, ValueError) as exc:
         return RequestRecord(False, start, clock(), error=f"{type(exc).__name__}: {exc}"[:200])
-    end = clock()
-    if stream.error is not None:
-        return RequestRecord(False, start, end, error=stream.error[:200])
-    if stream.first is None:
-        return RequestRecord(False, start, end, error="no tokens streamed")
-    usage = stream.usage or {}
-    return RequestRecord(True, start, end, ttft=stream.first - start, itls=tuple(stream.gaps),
-                         prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                         output_tokens=int(usage.get("completion_tokens") or stream.chunks))
+    return _finished(stream, start, clock())
 
 
 async def _send_lean(pool: LeanPool, url: str, body: dict) -> RequestRecord:
@@ -227,6 +219,11 @@ async def _send_lean(pool: LeanPool, url: str, body: dict) -> RequestRecord:
     end = clock()
     if response.status != 200:
         return RequestRecord(False, start, end, error=_error_text(response.status, response.body))
+    return _finished(stream, start, end)
+
+
+def _finished(stream: _Stream, start: float, end: float) -> RequestRecord:
+    """The record of a stream that ended with HTTP 200 (the same for the lean and the httpx path)."""
     if stream.error is not None:
         return RequestRecord(False, start, end, error=stream.error[:200])
     if stream.first is None:
