@@ -148,6 +148,28 @@ async def test_a_recycled_pid_is_never_adopted(session_name):
         stranger.wait()
 
 
+async def test_an_unsupervised_crash_restarts_from_the_layout_and_says_which_flags_changed(session_name):
+    spec = fake_spec("a")
+    sup1 = supervisor(layout(session_name, spec))
+    await sup1.start()
+    await sup1.wait_settled(timeout=10)
+    await sup1.restart("a", spec.with_flags({"startup-delay": 0.1}))  # retuned in vtui, not in the layout
+    await sup1.wait_settled(timeout=10)
+    pid = sup1.status()[0].pid
+    await sup1.close()
+    os.kill(pid, signal.SIGKILL)  # dies while no vtui watches
+    await until(lambda: not alive(pid))
+    sup2 = supervisor(layout(session_name, spec))
+    notes = []
+    sup2.subscribe(lambda e: isinstance(e, Notice) and notes.append(e))
+    await sup2.start()
+    assert (await sup2.wait_settled(timeout=10)) == {"a": State.READY}
+    assert sup2.status()[0].spec.flags == {}
+    assert any(n.level == "warning" and f"last run (pid {pid}) ended unsupervised with startup-delay=0.1"
+               in n.text and "startup-delay=(unset)" in n.text for n in notes), [n.text for n in notes]
+    await sup2.close(stop_instances=True)
+
+
 async def test_preflight_names_the_port_holder_and_launches_nothing(session_name):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

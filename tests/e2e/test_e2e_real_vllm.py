@@ -347,7 +347,18 @@ def test_instances_outlive_a_killed_supervisor_and_are_adopted(world: dict[str, 
         rows = ps_json(layout)
         return rows if all(rows.get(n, {}).get("state") == "ready" for n in NAMES) else None
 
-    rows = wait_until(ready_rows, 60, "`vtui up --watch` to adopt both", interval=2)
+    # `vtui ps` reads the run records, so it shows both ready before the watching process has even
+    # started: wait for the watcher's own word that it adopted both and supervises them (a kill before
+    # that is a crash no supervisor saw, and `vtui up` starts that instance afresh from the layout).
+    watch_log = layout.parent / "watch.log"
+
+    def watching() -> bool:
+        text = watch_log.read_text(errors="replace")
+        return all(f"adopted {n} (pid {pids[n]})" in text for n in NAMES) and "supervising;" in text
+
+    wait_until(watching, 90, "`vtui up --watch` to adopt both and supervise", interval=1)
+    assert watch.poll() is None, watch_log.read_text()
+    rows = wait_until(ready_rows, 60, "both ready", interval=2)
     assert {n: rows[n]["pid"] for n in NAMES} == pids  # adopted, nothing launched
     assert all(titles(world, n) == ["VLLM::EngineCore", "VLLM::Worker"] for n in NAMES)
 

@@ -127,6 +127,7 @@ class Supervisor:
                                         pump_pid=record.pump_pid)
             if handle is None:
                 await self._sweeper.dead_record(record)
+                self._note_lost_flags(spec, record.pid, record.flags)
                 continue
             inst.spec = merge_flags(spec, record.flags)
             self._set_layout_spec(inst.spec)
@@ -141,6 +142,17 @@ class Supervisor:
             adopted.append(spec.name)
             self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
         return adopted
+
+    def _note_lost_flags(self, spec: InstanceSpec, pid: int, recorded: dict) -> None:
+        """A recorded instance died with no supervisor watching; the next start uses the layout. Say
+        which flags of its last run the layout does not have, so a retune done in vtui is not lost unseen."""
+        ran = merge_flags(spec, recorded).flags
+        changed = sorted(k for k in set(ran) | set(spec.flags) if ran.get(k) != spec.flags.get(k))
+        if changed:
+            was = ", ".join(f"{k}={ran.get(k, '(unset)')}" for k in changed)
+            now = ", ".join(f"{k}={spec.flags.get(k, '(unset)')}" for k in changed)
+            self._notice(spec.name, "warning", f"{spec.name}: its last run (pid {pid}) ended unsupervised with "
+                                               f"{was}; starting it again uses the layout's {now}")
 
     # -- start -----------------------------------------------------------------------------------
     async def start(self, names: Iterable[str] | None = None) -> None:
