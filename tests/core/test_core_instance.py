@@ -264,3 +264,56 @@ def test_stop_while_spawning_without_a_handle_ends_stopped():
     assert inst.begin_stop() is None and inst.state is S.STOPPING
     inst.finish_stop()
     assert edges(events) == [(S.STOPPED, S.STARTING), (S.STARTING, S.STOPPING), (S.STOPPING, S.STOPPED)]
+
+
+def test_a_start_with_no_health_answer_times_out_into_the_restart_policy():
+    inst, clock, launcher, events = make(RestartPolicy("on-failure", max_restarts=1, backoff_initial=2,
+                                                       start_timeout=60))
+    inst.launch()
+    inst.on_lines(["INFO Loading weights took 3 s", "INFO GPU KV cache size: 100 tokens",
+                   "INFO Capturing CUDA graphs 12/67", "  "])
+    inst.on_health(False)
+    clock.t += 59.9
+    assert not inst.start_overdue() and inst.on_start_timeout() is None
+    clock.t += 0.1
+    handle = inst.handle
+    assert inst.start_overdue()
+    assert inst.on_start_timeout() is handle  # handed over to be stopped; no longer this instance's
+    assert inst.handle is None and inst.state is S.BACKOFF and not inst.start_overdue()
+    reason = ("no /health answer after 60 s (start_timeout), stuck in phase 'capturing graphs'; "
+              "last log line: INFO Capturing CUDA graphs 12/67")
+    assert inst.last_error == reason
+    assert [(e.old, e.new, e.reason) for e in events if isinstance(e, StateChanged)][-2:] == [
+        (S.STARTING, S.CRASHED, reason), (S.CRASHED, S.BACKOFF, "restart 1/1 in 2s")]
+    clock.t = inst.next_restart_at
+    inst.relaunch()
+    assert inst.state is S.STARTING and inst.last_error == reason  # kept until a new verdict
+    clock.t += 60
+    inst.on_start_timeout()
+    assert inst.state is S.FAILED and "stuck in phase 'spawned'" in inst.last_error
+    assert "last log line" not in inst.last_error  # no line in this run
+    assert len(launcher.spawned) == 2 and inst.restarts == 1
+
+
+def test_start_timeout_zero_never_fires_and_ready_or_spawning_never_times_out():
+    inst, clock, _, _ = make(RestartPolicy(start_timeout=0))
+    inst.launch()
+    clock.t += 10 ** 6
+    assert not inst.start_overdue() and inst.state is S.STARTING
+    inst, clock, _, _ = make(RestartPolicy(start_timeout=5))
+    inst.launch()
+    inst.on_health(True)
+    clock.t += 100
+    assert not inst.start_overdue() and inst.state is S.READY
+    inst, clock, _, _ = make(RestartPolicy(start_timeout=5))
+    inst.begin_launch()  # the spawn has not reported yet: no process to judge
+    clock.t += 100
+    assert not inst.start_overdue()
+
+
+def test_a_timed_out_start_with_policy_never_stays_crashed():
+    inst, clock, _, _ = make(RestartPolicy("never", start_timeout=5))
+    inst.launch()
+    clock.t += 5
+    assert inst.on_start_timeout() is not None
+    assert inst.state is S.CRASHED and inst.settled and inst.next_restart_at is None

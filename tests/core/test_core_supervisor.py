@@ -222,6 +222,26 @@ async def test_restart_with_new_flags_keeps_the_last_good_spec(session_name):
     await sup.close(stop_instances=True)
 
 
+async def test_a_start_that_never_answers_health_is_stopped_and_retried_then_fails(session_name):
+    policy = RestartPolicy("on-failure", max_restarts=1, backoff_initial=0.05, start_timeout=0.8)
+    sup = supervisor(layout(session_name, fake_spec("a", spawn_child=True, startup_delay=120, restart=policy)))
+    events = []
+    sup.subscribe(events.append)
+    await sup.start()
+    first = sup.status()[0].pid
+    assert await until(lambda: sup.status()[0].state is State.BACKOFF)
+    assert await until(lambda: sup.status()[0].pid not in (None, first))  # relaunched...
+    assert not alive(first)  # ...only after the hung process was stopped
+    assert (await sup.wait_settled(timeout=15)) == {"a": State.FAILED}
+    st = sup.status()[0]
+    assert st.restarts == 1 and st.last_error.startswith("no /health answer after 0.8 s (start_timeout)")
+    assert "; last log line: " in st.last_error
+    notes = [e.text for e in events if isinstance(e, Notice) and e.level == "error"]
+    assert sum("(start_timeout)" in n and n.endswith("; stopping it") for n in notes) == 2, notes
+    await sup.close()
+    assert marked(session_name) == []  # both runs' trees (server + EngineCore) are gone
+
+
 class GatedLauncher(OsLauncher):
     """An OsLauncher whose spawn waits (in its thread) until the test opens the gate."""
 

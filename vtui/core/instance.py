@@ -192,9 +192,38 @@ class Instance:
         if returncode != 0:
             self.last_error = reason
         self._set_state(State.CRASHED, reason)  # STARTING/READY/UNHEALTHY -> CRASHED
+        self._after_crash(failed=returncode != 0, reason=reason)
+
+    def start_overdue(self) -> bool:
+        """STARTING with a live process for longer than the policy's `start_timeout` (0: no limit)."""
+        limit = self.spec.restart.start_timeout
+        return (self.state is State.STARTING and self.handle is not None and limit > 0
+                and self.started_at is not None and self.clock.time() - self.started_at >= limit)
+
+    def on_start_timeout(self) -> Any:
+        """No /health answer within `start_timeout`: CRASHED (why: the limit, the startup phase reached,
+        the last log line), then the restart policy as for a crash. Returns the process for the caller
+        to end like a stop; from now on it no longer belongs to this instance."""
+        if not self.start_overdue():
+            return None
+        handle = self.handle
+        phase = (self.phase or Phase.SPAWNED).value
+        last = next((line.strip() for line in reversed(self.run_lines) if line.strip()), "")
+        reason = (f"no /health answer after {self.spec.restart.start_timeout:g} s (start_timeout), "
+                  f"stuck in phase '{phase}'" + (f"; last log line: {last[:200]}" if last else ""))
+        self.handle = None
+        self.ready_since = None
+        self.last_error = reason
+        self._set_state(State.CRASHED, reason)  # STARTING -> CRASHED
+        self._after_crash(failed=True, reason=reason)
+        return handle
+
+    def _after_crash(self, *, failed: bool, reason: str) -> None:
+        """The restart policy, from CRASHED: STOPPED (clean exit), stay CRASHED, BACKOFF or FAILED."""
+        now = self.clock.time()
         policy = self.spec.restart
-        if policy.mode == "never" or (policy.mode == "on-failure" and returncode == 0):
-            if returncode == 0:
+        if policy.mode == "never" or (policy.mode == "on-failure" and not failed):
+            if not failed:
                 self._set_state(State.STOPPED, "exited cleanly")  # CRASHED -> STOPPED
             return  # never: stays CRASHED
         if self.attempt >= policy.max_restarts:

@@ -198,6 +198,7 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
         max_restarts=fields.get("max_restarts", base.max_restarts),  # type: ignore[arg-type]
         backoff_initial=fields.get("backoff", base.backoff_initial),  # type: ignore[arg-type]
         backoff_max=fields.get("backoff_max", base.backoff_max),  # type: ignore[arg-type]
+        start_timeout=fields.get("start_timeout", base.start_timeout),  # type: ignore[arg-type]
     )
     command = fields.get("command")
     return InstanceSpec(
@@ -217,6 +218,7 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
 _BUILTIN_DEFAULTS: Mapping[str, object] = {
     "engine": "vllm", "gpus": [], "host": "127.0.0.1", "command": None, "restart": "on-failure",
     "max_restarts": 3, "backoff": 2.0, "backoff_max": 60.0, "start_stagger": 0.0,
+    "start_timeout": RestartPolicy().start_timeout,
 }
 
 
@@ -226,7 +228,8 @@ def _instance_values(spec: InstanceSpec) -> dict[str, object]:
         "port": spec.port, "host": spec.host, "command": list(spec.command) if spec.command else None,
         "restart": spec.restart.mode, "max_restarts": spec.restart.max_restarts,
         "backoff": spec.restart.backoff_initial, "backoff_max": spec.restart.backoff_max,
-        "start_stagger": spec.start_stagger, "env": dict(spec.env), "flags": dict(spec.flags),
+        "start_stagger": spec.start_stagger, "start_timeout": spec.restart.start_timeout,
+        "env": dict(spec.env), "flags": dict(spec.flags),
     }
 
 

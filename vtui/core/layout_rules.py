@@ -17,7 +17,7 @@ from vtui.core.layout_text import LineIndex, expand_vars, has_vars
 TOP_KEYS = ("session", "defaults", "instance")
 SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib")
 INSTANCE_KEYS = ("name", "model", "engine", "gpus", "port", "host", "env", "flags", "command", "restart",
-                 "max_restarts", "backoff", "backoff_max", "start_stagger")
+                 "max_restarts", "backoff", "backoff_max", "start_stagger", "start_timeout")
 DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in ("name", "port"))
 ENGINES = ("vllm", "sim")
 RESTART_MODES = ("never", "on-failure", "always")
@@ -140,11 +140,12 @@ class Checker:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 return True, value
             bad(dotted, f"expected a whole number >= 0, got {q(value)}")
-        elif key in ("backoff", "backoff_max", "start_stagger"):
-            positive = key != "start_stagger"
+        elif key in ("backoff", "backoff_max", "start_stagger", "start_timeout"):
+            positive = key in ("backoff", "backoff_max")
             if _number(value) and (value > 0 if positive else value >= 0):  # type: ignore[operator]
                 return True, float(value)  # type: ignore[arg-type]
-            bad(dotted, f"expected seconds {'> 0' if positive else '>= 0'}, got {q(value)}")
+            hint = " (0: no limit)" if key == "start_timeout" else ""
+            bad(dotted, f"expected seconds {'> 0' if positive else '>= 0'}{hint}, got {q(value)}")
         elif key == "gpus":
             return self._gpus(dotted, value)
         elif key == "command":

@@ -33,6 +33,9 @@ class RestartPolicy:
     max_restarts: int = 3
     backoff_initial: float = 2.0  # seconds before the first restart; doubles each time
     backoff_max: float = 60.0  # cap on the delay
+    # STARTING longer than this (no /health 200 yet) ends the run like a crash; 0: no limit. Generous:
+    # real vLLM with torch.compile + CUDA graph capture can take 10+ minutes to start on big GPUs.
+    start_timeout: float = 1800.0
 
     def delay(self, attempt: int) -> float:
         """Delay before restart number `attempt` (1-based): initial * 2**(attempt-1), capped."""

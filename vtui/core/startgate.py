@@ -79,6 +79,19 @@ class Sweeper:
         VLLM::EngineCore)."""
         self.tasks[name] = asyncio.create_task(self._sweep_after_crash(name, handle))
 
+    def end_hung(self, name: str, handle: Any, grace: float | None) -> None:
+        """Stop a process that outlived its start timeout like a `stop` (SIGTERM, grace, SIGKILL of the
+        group, sweep); the instance has already moved on (CRASHED, then its restart policy)."""
+        self.tasks[name] = asyncio.create_task(self._end_hung(name, handle, grace))
+
+    async def _end_hung(self, name: str, handle: Any, grace: float | None) -> None:
+        report = await asyncio.to_thread(self.launcher.stop, handle, grace)
+        self._drain(name)
+        if not report.graceful:
+            self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
+        if report.leftovers:
+            self._notice(name, "error", f"{name}: processes still alive after SIGKILL: {list(report.leftovers)}")
+
     async def settle(self, name: str) -> None:
         """Wait for the sweep under way for `name`, if any."""
         sweep = self.tasks.pop(name, None)

@@ -385,6 +385,11 @@ class Supervisor:
             if handle is not None and inst.state in (State.STARTING, State.READY, State.UNHEALTHY) \
                     and not self.launcher.alive(handle):
                 await self._on_death(name, inst, handle)
+            elif inst.start_overdue():
+                self._drain(name)  # the last lines before the verdict go into its reason
+                hung = inst.on_start_timeout()
+                self._notice(name, "error", f"{name}: {inst.last_error}; stopping it")
+                self._sweeper.end_hung(name, hung, self.stop_grace)  # a relaunch or stop waits for it
             if inst.restart_due() and name not in self._pending:
                 self._pending[name] = asyncio.create_task(self._launch_when_clear(name, initial=False))
 
