@@ -219,15 +219,21 @@ def test_vtui_in_tmux_drives_real_vllm(layout: tuple[Path, str, int], tiny_model
         # 4. Retune: flag editor -> max-num-seqs 4 -> diff -> restart -> READY with the new value.
         tmux.keys("f")
         tmux.wait_for(r"--max-num-seqs")
-        for _ in range(6):  # focus starts on the first flag; tab until max-num-seqs' help is shown
-            if re.search(r"--max-num-seqs \[", tmux.screen()):
+        helped = tmux.wait_for(r"\n ?--([\w-]+) \[", 5).group(1)  # the focused flag's help line
+        for _ in range(6):  # focus starts on the first flag; tab (one flag at a time) to max-num-seqs
+            if helped == "max-num-seqs":
                 break
             tmux.keys("Tab")
-            time.sleep(0.3)
-        tmux.wait_for(r"--max-num-seqs \[", 5)
-        tmux.keys("End", "C-u", "4")
-        # Ctrl+R is a priority binding: pressed before the Input has taken the "4", the diff would
-        # read the old text (seen under tmux), so wait until the new value is drawn.
+            helped = tmux.wait_for(rf"\n ?--(?!{helped} \[)([\w-]+) \[", 5).group(1)
+        assert helped == "max-num-seqs", helped
+        # One key per send, each waited for on screen: keys that reach vtui in one read are not
+        # applied in order (a "4" right after Ctrl+U is lost; a Ctrl+R right after a digit diffs the
+        # old text), so a burst would retune with the wrong value.
+        tmux.keys("End")
+        time.sleep(0.3)
+        tmux.keys("C-u")
+        tmux.wait_for(r"--max-num-seqs\s+default:", 5)
+        tmux.keys("4")
         tmux.wait_for(r"--max-num-seqs\s+4\b", 5)
         tmux.keys("C-r")
         tmux.wait_for(r"--max-num-seqs: 8 -> 4")
