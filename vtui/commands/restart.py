@@ -1,6 +1,8 @@
-"""`vtui restart [LAYOUT] NAME [--set flag=value …] [--unset flag …]`: stop one instance and start it
-again, with changed flags when given. The flags it runs with go into its run record, so `ps` and a
-later vtui know them; the layout file is left as it is."""
+"""`vtui restart [LAYOUT] NAME [--set flag=value …] [--unset flag …] [--save]`: stop one instance and
+start it again, with changed flags when given. The flags it runs with go into its run record, so `ps`
+and a later vtui know them. The layout file is left as it is unless `--save`: then, once the instance is
+READY, its flags are written into the file, changing only those keys (comments and order kept); a
+result that would not validate is refused before anything restarts."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import sys
 
 from vtui.commands._runs import load_session, progress_printer, run_async
 from vtui.core.flagspec import parse_flag_value
+from vtui.core.layout import LayoutError, render_layout, save_layout
+from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import RunStore, merge_flags
 from vtui.core.state import State
@@ -25,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="set a vllm serve flag (repeatable)")
     parser.add_argument("--unset", action="append", default=[], metavar="FLAG",
                         help="remove a flag (repeatable)")
+    parser.add_argument("--save", action="store_true",
+                        help="once READY, write the flags into the layout file (comments and order kept)")
     parser.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds")
 
 
@@ -60,6 +66,14 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
     if record is not None:
         current = merge_flags(current, record.flags)
     spec = current.with_flags(set_flags, unset)
+    saved = layout.replace_instance(spec)
+    if args.save:
+        try:
+            render_layout(saved)  # refuse now what could not be saved after the restart
+        except LayoutError as exc:
+            for problem in exc.problems:
+                print(f"vtui restart: {problem}", file=sys.stderr)
+            return 2
     sup = Supervisor(layout)
     sup.subscribe(progress_printer())
     try:
@@ -81,9 +95,21 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
         status = next(s for s in sup.status() if s.name == name)
         if settle.result()[name] is State.READY:
             print(f"{name}: ready on {status.spec.base_url} (pid {status.pid})")
-            return 0
+            return _save(saved, name) if args.save else 0
         print(f"{name}: {status.state.value}: {status.last_error or 'see `vtui logs ' + name + '`'}",
               file=sys.stderr)
+        if args.save:
+            print(f"vtui restart: {name} did not reach READY; {layout.path} left as it is", file=sys.stderr)
         return 1
     finally:
         await sup.close()
+
+
+def _save(layout: Layout, name: str) -> int:
+    try:
+        path = save_layout(layout)
+    except (OSError, LayoutError) as exc:
+        print(f"vtui restart: {name} runs, but {layout.path} was not saved: {exc}", file=sys.stderr)
+        return 1
+    print(f"{name}: flags saved to {path}")
+    return 0

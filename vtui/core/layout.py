@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomli_w
-
 from vtui.core import paths
 from vtui.core.atomic import atomic_write_text
+from vtui.core.layout_dump import dump_layout, origin
+from vtui.core.layout_edit import edit_text
 from vtui.core.layout_rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 
@@ -30,7 +30,8 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "LayoutError", "LayoutProblem", "dump_layout", "last_layout", "load_layout",
-    "load_layout_with_warnings", "remember_last", "resolve_layout_arg", "save_layout", "split_layout_args",
+    "load_layout_with_warnings", "remember_last", "render_layout", "resolve_layout_arg", "save_layout",
+    "split_layout_args",
 ]
 
 _LAST = "last_session"
@@ -85,11 +86,15 @@ def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, lis
         raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LayoutError([LayoutProblem(file, None, "", f"cannot read: {exc}")]) from None
+    return _load_text(text, file, source)
+
+
+def _load_text(text: str, file: str, source: Path, remember: bool = True) -> tuple[Layout, list[str]]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError([_syntax_problem(file, text, exc)]) from None
-    checker = Checker(file, text, origin=_origin(source))
+    checker = Checker(file, text, origin=_origin(source), remember=remember)
     layout = _build(data, checker, source)
     problems = [LayoutProblem(file, line, key, msg) for line, key, msg in _in_file_order(checker.problems)]
     warnings = [str(LayoutProblem(file, line, key, msg)) for line, key, msg in _in_file_order(checker.warnings)]
@@ -116,8 +121,7 @@ def _syntax_problem(file: str, text: str, exc: Exception) -> LayoutProblem:
     return LayoutProblem(file, line, "toml", f"syntax error: {message}")
 
 
-def _origin(path: Path | None) -> str:
-    return str(path.resolve()) if path is not None else ""
+_origin = origin
 
 
 def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | None:
@@ -213,138 +217,59 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
     )
 
 
-# -- writing --------------------------------------------------------------------------------------
-
-_BUILTIN_DEFAULTS: Mapping[str, object] = {
-    "engine": "vllm", "gpus": [], "host": "127.0.0.1", "command": None, "restart": "on-failure",
-    "max_restarts": 3, "backoff": 2.0, "backoff_max": 60.0, "start_stagger": 0.0,
-    "start_timeout": RestartPolicy().start_timeout,
-}
-
-
-def _instance_values(spec: InstanceSpec) -> dict[str, object]:
-    return {
-        "name": spec.name, "model": spec.model, "engine": spec.engine, "gpus": list(spec.gpus),
-        "port": spec.port, "host": spec.host, "command": list(spec.command) if spec.command else None,
-        "restart": spec.restart.mode, "max_restarts": spec.restart.max_restarts,
-        "backoff": spec.restart.backoff_initial, "backoff_max": spec.restart.backoff_max,
-        "start_stagger": spec.start_stagger, "start_timeout": spec.restart.start_timeout,
-        "env": dict(spec.env), "flags": dict(spec.flags),
-    }
-
-
-def _shared_defaults(layout: Layout) -> dict[str, object]:
-    """The [defaults] to write: a flag/env default every instance still has (TOML cannot say "unset")."""
-    defaults = {key: value for key, value in layout.defaults.items()}
-    for table in ("env", "flags"):
-        if table in defaults:
-            kept = {k: v for k, v in dict(defaults[table]).items()  # type: ignore[call-overload]
-                    if all(k in getattr(spec, table) for spec in layout.instances)}
-            defaults[table] = kept
-            if not kept:
-                del defaults[table]
-    return defaults
-
-
-def dump_layout(layout: Layout) -> str:
-    """The layout as TOML: instances list only what differs from [defaults]; `${VAR}` kept, not values."""
-    origin = _origin(layout.path)
-    restore = _Restorer(origin)
-    session: dict[str, object] = {"name": layout.session.name}
-    if layout.session.allow_gpu_sharing:
-        session["allow_gpu_sharing"] = True
-    for key in ("gpu_hour_price", "gpu_memory_gib"):
-        if getattr(layout.session, key) is not None:
-            session[key] = getattr(layout.session, key)
-    doc: dict[str, object] = {"session": session}
-    defaults = _shared_defaults(layout)
-    if defaults:
-        doc["defaults"] = {k: restore("", (k,), _plain(v)) for k, v in defaults.items()}
-    effective = {**_BUILTIN_DEFAULTS, **{k: _plain(v) for k, v in defaults.items()}}
-    tables = []
-    for spec in layout.instances:
-        values = _instance_values(spec)
-        table: dict[str, object] = {"name": spec.name}
-        for key in INSTANCE_KEYS:
-            value = values[key]
-            if key in ("name",) or value is None:
-                continue
-            if key in ("env", "flags"):
-                inherited = dict(effective.get(key) or {})  # type: ignore[call-overload]
-                value = {k: v for k, v in value.items() if k not in inherited or inherited[k] != v}  # type: ignore[union-attr]
-                if not value:
-                    continue
-            elif key != "port" and key in effective and effective[key] == value:
-                continue
-            table[key] = restore(spec.name, (key,), value)
-        tables.append(table)
-    doc["instance"] = tables
-    return _emit(doc)
-
-
-def _toml_value(value: object) -> str:
-    """One value on one line (tomli-w escapes scalars; arrays stay inline: `gpus = [0, 1]`)."""
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    return tomli_w.dumps({"v": value})[len("v = "):].rstrip("\n")
-
-
-def _toml_key(key: str) -> str:
-    return tomli_w.dumps({key: 0}).rsplit(" = ", 1)[0]
-
-
-def _emit_table(header: str, table: Mapping[str, object], array: bool = False) -> list[str]:
-    lines = [f"[[{header}]]" if array else f"[{header}]"]
-    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)]
-    for key, sub in table.items():
-        if isinstance(sub, Mapping):
-            lines += ["", f"[{header}.{_toml_key(key)}]"]
-            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in sub.items()]
-    return lines
-
-
-def _emit(doc: Mapping[str, object]) -> str:
-    """[session], [defaults], then one [[instance]] block each (sub-tables as [instance.flags])."""
-    blocks = [_emit_table(key, doc[key]) for key in ("session", "defaults") if key in doc]  # type: ignore[arg-type]
-    blocks += [_emit_table("instance", table, array=True) for table in doc["instance"]]  # type: ignore[attr-defined]
-    return "\n\n".join("\n".join(block) for block in blocks) + "\n"
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-class _Restorer:
-    """Puts `${VAR}` references back where the loaded value came from one and is unchanged."""
-
-    def __init__(self, origin: str) -> None:
-        self.origin = origin
-
-    def __call__(self, scope: str, path: tuple, value: object) -> object:
-        if isinstance(value, dict):
-            return {k: self(scope, (*path, k), v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self(scope, (*path, i), v) for i, v in enumerate(value)]
-        if isinstance(value, str):
-            remembered = Checker.TEMPLATES.get((self.origin, scope, path))
-            if remembered and remembered[0] == value:
-                return remembered[1]
-        return value
-
+# -- writing ---------------------------------------------------------------------------------------
 
 def save_layout(layout: Layout, path: str | os.PathLike[str] | None = None) -> Path:
-    """Write the layout atomically (temp file in the same folder, fsync, os.replace); returns the path."""
+    """Write the layout atomically (temp file in the same folder, fsync, os.replace); returns the path.
+    Saved to the file it was read from, only what changed is rewritten (comments and order kept; see
+    `render_layout`). Raises LayoutError, writing nothing, when the result would not load."""
     target = Path(path) if path is not None else layout.path
     if target is None:
         raise ValueError("save_layout: the layout has no path; pass one")
-    atomic_write_text(target, dump_layout(layout))
+    atomic_write_text(target, render_layout(layout, target))
     return target
+
+
+def render_layout(layout: Layout, path: str | os.PathLike[str] | None = None) -> str:
+    """The text `save_layout` writes to `path` (default: the layout's own file). Into the existing file
+    the layout was read from: that file's text with just the differences applied (comments, key order,
+    untouched `${VAR}` strings kept). Otherwise (a new file, save-as elsewhere, an original that no
+    longer loads, a change it cannot make in place): the full rewrite of `dump_layout`. The result is
+    checked like a load; LayoutError (file named "PATH (not saved)") when it would not load."""
+    target = Path(path) if path is not None else layout.path
+    if target is None:
+        raise ValueError("render_layout: the layout has no path; pass one")
+    text = _edited_in_place(layout, target) or dump_layout(layout)
+    _load_text(text, f"{target} (not saved)", target, remember=False)  # raises LayoutError
+    return text
+
+
+def _same_file(a: Path | None, b: Path) -> bool:
+    try:
+        return a is not None and b.exists() and a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _edited_in_place(layout: Layout, target: Path) -> str | None:
+    if not _same_file(layout.path, target):
+        return None
+    try:
+        original = target.read_text(encoding="utf-8")
+        old = _load_text(original, str(target), target, remember=False)[0]
+    except (OSError, UnicodeDecodeError, LayoutError):
+        return None
+    try:
+        text = edit_text(original, old, layout)
+    except Exception:  # noqa: BLE001 - tomlkit could not make this edit: the full rewrite still can
+        return None
+    if text is None:
+        return None
+    try:
+        saved = _load_text(text, str(target), target, remember=False)[0]
+    except LayoutError:
+        return None
+    return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None
 
 
 # -- the last-used session ------------------------------------------------------------------------

@@ -53,9 +53,10 @@ class Checker:
     # (file origin, instance name or "" for [defaults], key path) -> (expanded value, raw template)
     TEMPLATES: dict[tuple[str, str, tuple], tuple[str, str]] = {}
 
-    def __init__(self, file: str, text: str, origin: str = "") -> None:
+    def __init__(self, file: str, text: str, origin: str = "", remember: bool = True) -> None:
         self.file = file
         self.origin = origin
+        self.remember = remember  # False: a check of text not (yet) on disk leaves TEMPLATES alone
         self.index = LineIndex(text)
         self.problems: list[tuple[int | None, str, str]] = []
         self.warnings: list[tuple[int | None, str, str]] = []
@@ -99,14 +100,16 @@ class Checker:
     def _expand(self, dotted: str, scope: str, path: tuple, text: str) -> str | None:
         key = (self.origin, scope, path)
         if not has_vars(text):
-            self.TEMPLATES.pop(key, None)
+            if self.remember:
+                self.TEMPLATES.pop(key, None)
             return text
         expanded, missing = expand_vars(text)
         if missing:
             names = ", ".join("${" + name + "}" for name in dict.fromkeys(missing))
             self.problem(dotted, f"undefined environment variable {names} (export it before running vtui)")
             return None
-        self.TEMPLATES[key] = (expanded, text)
+        if self.remember:
+            self.TEMPLATES[key] = (expanded, text)
         return expanded
 
     def _field(self, prefix: str, key: str, value: object, scope: str) -> tuple[bool, object]:

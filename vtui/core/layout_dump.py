@@ -1,0 +1,147 @@
+"""Layouts -> TOML text: the full rewrite (`dump_layout`) and the pieces the in-place editor shares.
+
+Instances list only what differs from `[defaults]` and the built-in defaults; values that came from a
+`${VAR}` reference, and are unchanged, are written back as the reference (`Restorer`), so a save never
+writes a secret taken from the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import tomli_w
+
+from vtui.core.layout_rules import INSTANCE_KEYS, Checker
+from vtui.core.model import InstanceSpec, Layout, RestartPolicy
+
+__all__ = ["BUILTIN_DEFAULTS", "Restorer", "dump_layout", "emit_table", "instance_table", "instance_values",
+           "origin", "plain", "shared_defaults"]
+
+
+def origin(path) -> str:
+    """The key `${VAR}` templates are remembered under: the layout file's resolved path."""
+    return str(path.resolve()) if path is not None else ""
+
+
+BUILTIN_DEFAULTS: Mapping[str, object] = {
+    "engine": "vllm", "gpus": [], "host": "127.0.0.1", "command": None, "restart": "on-failure",
+    "max_restarts": 3, "backoff": 2.0, "backoff_max": 60.0, "start_stagger": 0.0,
+    "start_timeout": RestartPolicy().start_timeout,
+}
+
+
+def instance_values(spec: InstanceSpec) -> dict[str, object]:
+    return {
+        "name": spec.name, "model": spec.model, "engine": spec.engine, "gpus": list(spec.gpus),
+        "port": spec.port, "host": spec.host, "command": list(spec.command) if spec.command else None,
+        "restart": spec.restart.mode, "max_restarts": spec.restart.max_restarts,
+        "backoff": spec.restart.backoff_initial, "backoff_max": spec.restart.backoff_max,
+        "start_stagger": spec.start_stagger, "start_timeout": spec.restart.start_timeout,
+        "env": dict(spec.env), "flags": dict(spec.flags),
+    }
+
+
+def shared_defaults(layout: Layout) -> dict[str, object]:
+    """The [defaults] to write: a flag/env default every instance still has (TOML cannot say "unset")."""
+    defaults = {key: value for key, value in layout.defaults.items()}
+    for table in ("env", "flags"):
+        if table in defaults:
+            kept = {k: v for k, v in dict(defaults[table]).items()  # type: ignore[call-overload]
+                    if all(k in getattr(spec, table) for spec in layout.instances)}
+            defaults[table] = kept
+            if not kept:
+                del defaults[table]
+    return defaults
+
+
+def dump_layout(layout: Layout) -> str:
+    """The layout as TOML: instances list only what differs from [defaults]; `${VAR}` kept, not values."""
+    restore = Restorer(origin(layout.path))
+    session: dict[str, object] = {"name": layout.session.name}
+    if layout.session.allow_gpu_sharing:
+        session["allow_gpu_sharing"] = True
+    for key in ("gpu_hour_price", "gpu_memory_gib"):
+        if getattr(layout.session, key) is not None:
+            session[key] = getattr(layout.session, key)
+    doc: dict[str, object] = {"session": session}
+    defaults = shared_defaults(layout)
+    if defaults:
+        doc["defaults"] = {k: restore("", (k,), plain(v)) for k, v in defaults.items()}
+    effective = {**BUILTIN_DEFAULTS, **{k: plain(v) for k, v in defaults.items()}}
+    doc["instance"] = [instance_table(spec, effective, restore) for spec in layout.instances]
+    return _emit(doc)
+
+
+def instance_table(spec: InstanceSpec, effective: Mapping[str, object], restore: Restorer) -> dict[str, object]:
+    """One [[instance]] as written: only what differs from the effective defaults."""
+    values = instance_values(spec)
+    table: dict[str, object] = {"name": spec.name}
+    for key in INSTANCE_KEYS:
+        value = values[key]
+        if key in ("name",) or value is None:
+            continue
+        if key in ("env", "flags"):
+            inherited = dict(effective.get(key) or {})  # type: ignore[call-overload]
+            value = {k: v for k, v in value.items() if k not in inherited or inherited[k] != v}  # type: ignore[union-attr]
+            if not value:
+                continue
+        elif key != "port" and key in effective and effective[key] == value:
+            continue
+        table[key] = restore(spec.name, (key,), value)
+    return table
+
+
+def _toml_value(value: object) -> str:
+    """One value on one line (tomli-w escapes scalars; arrays stay inline: `gpus = [0, 1]`)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return tomli_w.dumps({"v": value})[len("v = "):].rstrip("\n")
+
+
+def _toml_key(key: str) -> str:
+    return tomli_w.dumps({key: 0}).rsplit(" = ", 1)[0]
+
+
+def emit_table(header: str, table: Mapping[str, object], array: bool = False) -> list[str]:
+    lines = [f"[[{header}]]" if array else f"[{header}]"]
+    lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)]
+    for key, sub in table.items():
+        if isinstance(sub, Mapping):
+            lines += ["", f"[{header}.{_toml_key(key)}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in sub.items()]
+    return lines
+
+
+def _emit(doc: Mapping[str, object]) -> str:
+    """[session], [defaults], then one [[instance]] block each (sub-tables as [instance.flags])."""
+    blocks = [emit_table(key, doc[key]) for key in ("session", "defaults") if key in doc]  # type: ignore[arg-type]
+    blocks += [emit_table("instance", table, array=True) for table in doc["instance"]]  # type: ignore[attr-defined]
+    return "\n\n".join("\n".join(block) for block in blocks) + "\n"
+
+
+def plain(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+class Restorer:
+    """Puts `${VAR}` references back where the loaded value came from one and is unchanged."""
+
+    def __init__(self, source: str) -> None:
+        self.origin = source
+
+    def __call__(self, scope: str, path: tuple, value: object) -> object:
+        if isinstance(value, dict):
+            return {k: self(scope, (*path, k), v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(scope, (*path, i), v) for i, v in enumerate(value)]
+        if isinstance(value, str):
+            remembered = Checker.TEMPLATES.get((self.origin, scope, path))
+            if remembered and remembered[0] == value:
+                return remembered[1]
+        return value
