@@ -30,7 +30,7 @@ GIB = 2**30
 
 
 # -- the child: the app under a synthetic 1 Hz load ---------------------------------------------------
-def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 20.0) -> int:
+def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 20.0, up_for: float = 0.0) -> int:
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
     from vtui.ui.adapters import GpuInfo, GpuProcess, GpuSample, MetricsSample, Percentiles
     from vtui.ui.app import make_app
@@ -91,7 +91,9 @@ def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 2
         def stop(self):
             self.stop_event.set()
 
-    app = make_app(supervisor=FakeSupervisor(layout, clock=time.time), scraper=Scraper, gpu_sampler=Gpus)
+    # up_for: the instances started that long ago (an uptime under a minute is redrawn every second)
+    app = make_app(supervisor=FakeSupervisor(layout, clock=lambda: time.time() - up_for), scraper=Scraper,
+                   gpu_sampler=Gpus)
     if profile:  # cProfile the steady state (after a 3 s warm-up), then exit
         import cProfile
 
@@ -130,7 +132,7 @@ class Tmux:
         raise TimeoutError(self.screen())
 
 
-def measure(n: int, seconds: float, presses: int) -> dict:
+def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
     import psutil
 
     tmp = Path(tempfile.mkdtemp(prefix="vtui-bench-"))
@@ -138,7 +140,7 @@ def measure(n: int, seconds: float, presses: int) -> dict:
     env = dict(os.environ, VTUI_STATE_DIR=str(tmp / "state"), VTUI_CONFIG_DIR=str(tmp / "config"),
                XDG_CACHE_HOME=str(tmp / "cache"), TERM="xterm-256color")
     tmux = Tmux(120, 40)
-    cmd = f"{sys.executable} {Path(__file__).resolve()} --child {n} --pidfile {pidfile}"
+    cmd = f"{sys.executable} {Path(__file__).resolve()} --child {n} --pidfile {pidfile} --up-for {up_for}"
     try:
         t0 = time.perf_counter()
         tmux("new-session", "-d", "-s", "b", "-x", "120", "-y", "40",
@@ -162,7 +164,7 @@ def measure(n: int, seconds: float, presses: int) -> dict:
             tmux("send-keys", "-t", "b", "?")  # `?` closes help too (a lone Escape waits for the next byte)
             latencies.append(tmux.wait(lambda s: "Keys (greyed" not in s))
             time.sleep(0.05)
-        return {"instances": n, "cpu_percent_of_one_core": round(cpu_pct, 2), "rss_mb": round(rss / 2**20, 1),
+        return {"instances": n, "up_for_s": up_for, "cpu_percent_of_one_core": round(cpu_pct, 2), "rss_mb": round(rss / 2**20, 1),
                 "key_to_screen_ms_p50": round(statistics.median(latencies) * 1000, 1),
                 "key_to_screen_ms_p95": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
                 "first_frame_s": round(first_frame, 2), "measured_s": seconds}
@@ -179,16 +181,19 @@ def main() -> int:
     parser.add_argument("--sizes", default="8,32")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--presses", type=int, default=15)
+    parser.add_argument("--up-for", default="0,600",
+                        help="comma list: how long the instances have been up when measuring starts (s)")
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.pidfile, args.profile, args.seconds)
+        return child(args.child, args.pidfile, args.profile, args.seconds, float(args.up_for))
     if not shutil.which("tmux"):
         print("bench_ui needs tmux", file=sys.stderr)
         return 2
-    results = [measure(int(n), args.seconds, args.presses) for n in args.sizes.split(",")]
-    print(f"{'instances':>9} {'CPU % core':>10} {'RSS MB':>7} {'key p50 ms':>10} {'key p95 ms':>10} {'1st frame s':>11}")
+    results = [measure(int(n), args.seconds, args.presses, float(up)) for n in args.sizes.split(",")
+               for up in args.up_for.split(",")]
+    print(f"{'instances':>9} {'up for s':>8} {'CPU % core':>10} {'RSS MB':>7} {'key p50 ms':>10} {'key p95 ms':>10} {'1st frame s':>11}")
     for r in results:
-        print(f"{r['instances']:>9} {r['cpu_percent_of_one_core']:>10} {r['rss_mb']:>7} {r['key_to_screen_ms_p50']:>10} "
+        print(f"{r['instances']:>9} {r['up_for_s']:>8.0f} {r['cpu_percent_of_one_core']:>10} {r['rss_mb']:>7} {r['key_to_screen_ms_p50']:>10} "
               f"{r['key_to_screen_ms_p95']:>10} {r['first_frame_s']:>11}")
     print(json.dumps(results))
     return 0

@@ -21,6 +21,7 @@ def test_missing_values_are_dashes_never_zero():
     assert fmt.num(None) == fmt.pct(None) == fmt.tokens(None) == fmt.seconds(None) == "--"
     assert fmt.num(0.0) == "0" and fmt.bar(None, 4) == "----" and fmt.bar(0.5, 4) == "##.."
     assert fmt.tokens(12345) == "12.3k" and fmt.seconds(0.085) == "85ms" and fmt.duration(3725) == "1h02m"
+    assert [fmt.uptime(v) for v in (None, 45.9, 60, 185, 3599, 3725)] == [fmt.DASH, "45s", "1m", "3m", "59m", "1h02m"]
 
 
 @pytest.mark.parametrize("gpus,a_seqs,a_tokens,b_seqs", [((), 128, 16384, 64), ((0,), 128, 16384, 64),
@@ -82,3 +83,28 @@ def test_gpu_panel_marks_and_no_driver(h):
     assert "no NVIDIA driver" in gpu_text(h.gpu_sample(False), [], 80).plain
     text = gpu_text(h.gpu_sample(), ["qwen", "llama", "embed"], 100).plain
     assert "GPU2" in text and "l" * 5 in text and "+=other" in text
+
+
+def test_the_cards_sparkline_draws_the_same_cells_as_textuals_renderable():
+    import random
+
+    from rich.color import Color
+    from rich.console import Console
+    from rich.style import Style
+    from textual.renderables.sparkline import Sparkline
+    from textual.strip import Strip
+
+    from vtui.ui.widgets.instance_card import spark_strips
+
+    console = Console(width=80, force_terminal=True, color_system="truecolor")
+    base, pad = Style(color="#e0e0e0", bgcolor="#1e1e1e"), Style(bgcolor="#1e1e1e")
+    low, high = Color.parse("#203040"), Color.parse("#0178d4")
+    options = console.options.update(width=16, height=2, no_wrap=True, overflow="crop")
+    rng = random.Random(7)
+    for _ in range(200):
+        data = [rng.choice([0.0, rng.uniform(0, 2000)]) for _ in range(rng.choice([1, 2, 3, 5, 16, 17, 39, 40]))]
+        plot = Sparkline(data, width=16, height=2, min_color=low, max_color=high)
+        want = [Strip(line).extend_cell_length(16, pad).simplify()
+                for line in console.render_lines(plot, options, style=base, pad=False)][:2]
+        got = [strip.simplify() for strip in spark_strips(data, 16, 2, low, high, base, pad)]
+        assert [list(s) for s in got] == [list(s) for s in want], data

@@ -57,6 +57,14 @@ def duration(value: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def uptime(value: float | None) -> str:
+    """An uptime on a card: 45s, then whole minutes (3m, 59m), then as `duration` (2h07m). A line that
+    changes once a minute instead of every second is not repainted every second."""
+    if value is not None and 60 <= value < 3600:
+        return f"{int(value) // 60}m"
+    return duration(value)
+
+
 def gib(value: float | None) -> str:
     return DASH if value is None else f"{value / 2**30:.1f}"
 
