@@ -58,9 +58,11 @@ async def test_bench_screen_runs_ramp_saves_results_and_records_history(fake, ap
         app.screen.query_one("#bench-mode").value = "ramp"
         app.screen.query_one("#bench-concurrency").value = "4"
         await pilot.press("ctrl+r")
-        for _ in range(100):
+        started = False
+        for _ in range(200):  # the run starts once the inputs took the keys before ctrl+r, then ends
             await pilot.pause(0.01)
-            if not app.screen.running:
+            started = started or app.screen.running
+            if started and not app.screen.running:
                 break
         await settle(pilot)
         text = screen_text(app)

@@ -144,6 +144,18 @@ async def test_save_layout_writes_current_flags(fake, app_factory, tmp_path):
         embed = [i for i in doc["instance"] if i["name"] == "embed"][0]
         assert embed["flags"]["max-num-seqs"] == 32
         assert not app.store.dirty and str(target) in screen_text(app)
+        # Saved again to the same file, it is edited in place: the user's comments stay.
+        target.write_text("# my notes on this box\n" + target.read_text())
+        app.restart_instance("embed", fake.layout.instance("embed").with_flags({"max-num-seqs": 48}))
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await settle(pilot, 8)
+        if pending := [w for w in app.workers if w.group == "layout"]:
+            await app.workers.wait_for_complete(pending)
+        text = target.read_text()
+        assert text.startswith("# my notes on this box\n")
+        embed = [i for i in tomllib.loads(text)["instance"] if i["name"] == "embed"][0]
+        assert embed["flags"]["max-num-seqs"] == 48
         # Save as onto an existing file asks first.
         await pilot.press("S")
         await settle(pilot)

@@ -94,10 +94,15 @@ class ControlMixin:
 
     @work(exit_on_error=False, group="layout")
     async def _save(self, path: Path) -> None:
-        layout = replace(self.supervisor.layout, path=path)
+        running = self.supervisor.layout
+        if self.store.path is not None and Path(self.store.path) == path and running.path != path:
+            running = replace(running, path=path)  # the file this session was last saved to
+        # Saving to the layout's own file edits it in place (comments, order, ${VAR} kept); elsewhere: a
+        # full rewrite.
+        layout = replace(running, path=path)
         try:
             await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-            await asyncio.to_thread(save_layout, layout, path)
+            await asyncio.to_thread(save_layout, running, path)
         except (OSError, LayoutError) as exc:
             self.notify(f"could not save {path}: {exc}", severity="error", timeout=10)
             return

@@ -25,6 +25,7 @@ from vtui.core.paths import runs_dir
 from vtui.ui import fmt
 from vtui.ui.keymap import BENCH_BINDINGS
 from vtui.ui.messages import BenchRecorded
+from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
 FIELDS = (("mode", "fixed", "fixed | ramp (1, 2, 4, ... up to concurrency)"),
@@ -129,7 +130,7 @@ class BenchScreen(Screen):
             for key, default, hint in FIELDS:
                 with Horizontal(classes="flag-row"):
                     yield Label(key, classes="bench-label")
-                    yield Input(default, name=key, id=f"bench-{key}", classes="flag-value bench-value")
+                    yield OrderedInput(default, name=key, id=f"bench-{key}", classes="flag-value bench-value")
                     yield Label(hint, classes="bench-hint")
         yield Static(id="bench-status")
         yield Static(STEP_HEAD, id="bench-steps")
@@ -159,6 +160,9 @@ class BenchScreen(Screen):
 
     # -- actions -----------------------------------------------------------------------------------
     def action_run(self) -> None:
+        after_typing(self, self._start_run)
+
+    def _start_run(self) -> None:
         if self.running:
             self.notify("a run is in progress (ctrl+x cancels it)", severity="warning")
             return

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from vtui.ui import fmt
+from vtui.ui.widgets.ordered_input import OrderedInput
 
 
 def flag_diff(old: Mapping[str, object], new: Mapping[str, object]) -> list[tuple[str, str, str, str]]:
@@ -98,7 +99,7 @@ class PathScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(self.title_text, classes="dialog-title")
-            yield Input(self.value, id="path-input")
+            yield OrderedInput(self.value, id="path-input")
             yield Static("enter: ok   escape: cancel", classes="dialog-keys")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -16,6 +16,7 @@ from vtui.core.model import InstanceSpec
 from vtui.ui import fmt, planning
 from vtui.ui.adapters import BUILTIN_FLAGS, SEED_FLAGS, check_value
 from vtui.ui.keymap import FLAG_BINDINGS
+from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
 
@@ -47,7 +48,7 @@ class FlagRow(Horizontal):
     def compose(self) -> ComposeResult:
         yield Label(f"--{self.flag}", classes="flag-name")
         default = BUILTIN_FLAGS.get(self.flag)
-        yield Input(self.initial, placeholder=f"default: {fmt.flag_value(default.default) if default else '--'}",
+        yield OrderedInput(self.initial, placeholder=f"default: {fmt.flag_value(default.default) if default else '--'}",
                     classes="flag-value", name=self.flag, id=f"flag-{self.flag}")
 
 
@@ -71,7 +72,7 @@ class FlagEditorScreen(Screen):
             for name in names:
                 yield FlagRow(name, self.spec.flags.get(name))
             with Horizontal(id="flag-add"):
-                yield Input(placeholder="add another flag (name, tab completes)", id="add-name",
+                yield OrderedInput(placeholder="add another flag (name, tab completes)", id="add-name",
                             suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False))
         yield Static(id="flag-plan")
         yield Static(id="flag-help")
@@ -117,16 +118,20 @@ class FlagEditorScreen(Screen):
     @on(Input.Changed, ".flag-value")
     def _validate(self, event: Input.Changed) -> None:
         name = event.input.name or ""
-        text = event.value.strip()
+        self._check(event.input)
+        self._show_errors()
+        if name in planning.PLAN_FLAGS:
+            self._replan()
+
+    def _check(self, box: Input) -> None:
+        name = box.name or ""
+        text = box.value.strip()
         error = check_value(name, text)[1] if text else None
         if error:
             self.errors[name] = error
         else:
             self.errors.pop(name, None)
-        event.input.set_class(bool(error), "-invalid")
-        self._show_errors()
-        if name in planning.PLAN_FLAGS:
-            self._replan()
+        box.set_class(bool(error), "-invalid")
 
     def _show_errors(self) -> None:
         lines = [f"--{n}: {e}" for n, e in self.errors.items()]
@@ -171,6 +176,13 @@ class FlagEditorScreen(Screen):
         self.app.pop_screen()
 
     def action_review(self) -> None:
+        after_typing(self, self._review)
+
+    def _review(self) -> None:
+        """Check every value as it is now (an Input.Changed may still be on its way), then the diff."""
+        for box in self.query(".flag-value").results(Input):
+            self._check(box)
+        self._show_errors()
         if self.errors:
             self.notify("fix the invalid flags first", severity="error")
             return

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Input, Log
 
 from vtui.ui.keymap import LOG_BINDINGS
 from vtui.ui.store import LOG_LINES, Store
+from vtui.ui.widgets.ordered_input import OrderedInput
 from vtui.ui.widgets.titlebar import TitleBar
 
 ERROR = re.compile(r"\b(ERROR|CRITICAL|Traceback|\w+Error)\b")
@@ -49,7 +50,7 @@ class LogScreen(Screen):
         log = Log(max_lines=LOG_LINES, highlight=True, id="log")
         log.highlighter = LevelHighlighter()
         yield log
-        yield Input(placeholder="filter (regex or text); enter applies, escape clears", id="log-filter")
+        yield OrderedInput(placeholder="filter (regex or text); enter applies, escape clears", id="log-filter")
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:

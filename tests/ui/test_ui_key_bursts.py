@@ -1,0 +1,76 @@
+"""Keys that reach vtui in one burst (a fast typist, a paste, tmux send-keys) act in the order typed:
+an Input's own bindings (ctrl+u) are not overtaken by the characters after them, and a screen's priority
+binding (ctrl+r) sees the text typed before it."""
+
+from __future__ import annotations
+
+from textual import events
+
+from vtui.ui.screens.dialogs import DiffScreen
+from vtui.ui.screens.flags import FlagEditorScreen
+from vtui.ui.textdump import screen_text
+
+
+def burst(app, *keys: str) -> None:
+    """Post every key to the app at once, as a terminal read delivers them (Pilot.press waits between keys)."""
+    for key in keys:
+        char = key if len(key) == 1 else None
+        app.post_message(events.Key(key, char))
+
+
+async def settle(pilot, n: int = 5) -> None:
+    for _ in range(n):
+        await pilot.pause()
+
+
+async def open_editor(app, pilot):
+    await settle(pilot)
+    await pilot.press("f")
+    await settle(pilot)
+    assert isinstance(app.screen, FlagEditorScreen)
+    box = app.screen.query_one("#flag-max-num-seqs")
+    box.focus()
+    await settle(pilot)
+    return box
+
+
+async def test_ctrl_u_then_digits_in_one_burst_leaves_the_digits(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        box = await open_editor(app, pilot)
+        assert box.value == "256"
+        burst(app, "end", "ctrl+u", "6", "4")
+        await settle(pilot)
+        assert box.value == "64"
+
+
+async def test_ctrl_r_right_after_typing_reviews_the_typed_value(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        box = await open_editor(app, pilot)
+        burst(app, "end", "backspace", "backspace", "backspace", "3", "2", "ctrl+r")
+        await settle(pilot, 8)
+        assert box.value == "32" or isinstance(app.screen, DiffScreen)
+        assert isinstance(app.screen, DiffScreen), screen_text(app)
+        assert "--max-num-seqs: 256 -> 32" in screen_text(app)
+
+
+async def test_ctrl_r_right_after_an_invalid_value_restarts_nothing(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        box = await open_editor(app, pilot)
+        burst(app, "end", "x", "ctrl+r")
+        await settle(pilot, 8)
+        assert box.value == "256x"
+        assert isinstance(app.screen, FlagEditorScreen)
+        assert "expected an integer" in screen_text(app)
+
+
+async def test_tab_then_a_digit_types_into_the_next_field(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        box = await open_editor(app, pilot)
+        burst(app, "tab", "7")
+        await settle(pilot)
+        assert box.value == "256"
+        assert app.focused is not box and app.focused.value == "7"

@@ -1,0 +1,44 @@
+"""An Input whose keys act in the order they were typed, even when they arrive in one burst.
+
+Textual hands a printable key straight to the focused Input but sends a bound key (ctrl+u, end, tab…)
+on a longer way, bubbling up to the app, which then runs the binding: when a paste, a fast typist or
+`tmux send-keys` delivers `ctrl+u 6 4` at once, the 6 and 4 are typed first and then cleared. Here the
+Input runs the binding its key resolves to (its own, its screen's or the app's, as the app would) when
+the key reaches it, so each key acts after the ones before it; a key that finds the focus already moved
+on (by a tab earlier in the burst) is passed to the widget that has it now. Priority bindings are still run by the
+app on arrival; a screen action that reads the inputs waits for them with `after_typing`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual import events
+from textual.screen import Screen
+from textual.widgets import Input
+
+
+class OrderedInput(Input):
+    async def _on_key(self, event: events.Key) -> None:
+        if self.screen.focused is not self:  # an earlier key of the burst (tab…) moved the focus: the key goes there
+            event.stop()
+            event.prevent_default()
+            (self.app.focused or self.app.screen).post_message(events.Key(event.key, event.character))
+            return
+        if not event.is_printable:
+            active = self.screen.active_bindings.get(event.key)
+            if active is not None and active.enabled and not active.binding.priority:
+                event.stop()
+                event.prevent_default()
+                await self.app.run_action(active.binding.action, active.node)
+                return
+        await super()._on_key(event)
+
+
+def after_typing(screen: Screen, callback: Callable[[], object]) -> None:
+    """Run `callback` once the focused Input has handled the keys already sent to it (a priority
+    binding such as ctrl+r is run by the app before the characters typed just ahead of it)."""
+    focused = screen.focused
+    if isinstance(focused, Input):
+        focused.call_later(callback)
+    else:
+        callback()
