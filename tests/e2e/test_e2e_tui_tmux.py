@@ -226,16 +226,9 @@ def test_vtui_in_tmux_drives_real_vllm(layout: tuple[Path, str, int], tiny_model
             tmux.keys("Tab")
             helped = tmux.wait_for(rf"\n ?--(?!{helped} \[)([\w-]+) \[", 5).group(1)
         assert helped == "max-num-seqs", helped
-        # One key per send, each waited for on screen: keys that reach vtui in one read are not
-        # applied in order (a "4" right after Ctrl+U is lost; a Ctrl+R right after a digit diffs the
-        # old text), so a burst would retune with the wrong value.
-        tmux.keys("End")
-        time.sleep(0.3)
-        tmux.keys("C-u")
-        tmux.wait_for(r"--max-num-seqs\s+default:", 5)
-        tmux.keys("4")
-        tmux.wait_for(r"--max-num-seqs\s+4\b", 5)
-        tmux.keys("C-r")
+        # The edit and the review in one burst, as a paste or a fast typist sends them: vtui must apply
+        # them in order (the "4" after Ctrl+U kept, Ctrl+R diffing the typed value).
+        tmux.keys("End", "C-u", "4", "C-r")
         tmux.wait_for(r"--max-num-seqs: 8 -> 4")
         tmux.keys("y")
         tmux.wait_for(r"STOPPING|STARTING", 30)
