@@ -1,0 +1,120 @@
+"""Where vtui's main-thread CPU goes while the dashboard shows N instances at 1 Hz: bench_ui's child
+(the same synthetic load) with a few Textual and vtui methods wrapped to add up their CPU time
+(`time.thread_time`, so other processes on the machine do not count). Run it inside a terminal:
+
+    tmux new-session -d -x 120 -y 40 "python benchmarks/bench_ui_breakdown.py --out /tmp/ui.json"
+
+Nested entries are included in their callers (card_render_line is part of compositor_refresh). The
+wrappers add their own cost: compare shares, not the total with bench_ui's figure."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import bench_ui  # noqa: E402
+import psutil  # noqa: E402
+from textual._compositor import Compositor  # noqa: E402
+from textual._styles_cache import StylesCache  # noqa: E402
+from textual.app import App  # noqa: E402
+from textual.message_pump import MessagePump  # noqa: E402
+from textual.screen import Screen  # noqa: E402
+
+from vtui.ui.app import VtuiApp  # noqa: E402
+from vtui.ui.widgets.instance_card import InstanceCard  # noqa: E402
+
+WARMUP_S = 5.0
+totals: dict[str, float] = {}
+armed = threading.Event()
+
+
+def _add(label: str, spent: float) -> None:
+    if armed.is_set():
+        totals[label] = totals.get(label, 0.0) + spent
+
+
+def wrap(cls: type, name: str, label: str) -> None:
+    original = getattr(cls, name)
+
+    @functools.wraps(original)
+    def timed(*args, **kwargs):
+        start = time.thread_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _add(label, time.thread_time() - start)
+
+    setattr(cls, name, timed)
+
+
+def wrap_dispatch() -> None:
+    """Messages by type (outermost dispatch only)."""
+    original = MessagePump._dispatch_message
+    depth = [0]
+
+    async def timed(self, message):
+        depth[0] += 1
+        start = time.thread_time()
+        try:
+            return await original(self, message)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                _add(f"message {type(message).__name__} -> {type(self).__name__}", time.thread_time() - start)
+
+    MessagePump._dispatch_message = timed  # type: ignore[method-assign]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--up-for", type=float, default=600.0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    for cls, name, label in [
+        (Screen, "_compositor_refresh", "compositor_refresh (Textual: render + write the changed lines)"),
+        (Compositor, "_render_chops", "  compositor _render_chops"),
+        (StylesCache, "render_widget", "    styles cache render_widget (per widget)"),
+        (StylesCache, "render_line", "      styles cache render_line (per line)"),
+        (InstanceCard, "_render_line", "        vtui card line -> strip"),
+        (InstanceCard, "_render_plot", "          vtui sparkline"),
+        (App, "_display", "  terminal write (_display)"),
+        (VtuiApp, "_refresh_screens", "refresh_screens (vtui: the 1 Hz tick)"),
+        (InstanceCard, "update_view", "  vtui card update_view (text + compare)"),
+    ]:
+        wrap(cls, name, label)
+    wrap_dispatch()
+
+    def measure() -> None:
+        time.sleep(WARMUP_S)
+        proc = psutil.Process()
+        main_thread = next(t for t in proc.threads() if t.id == proc.pid)
+        before = main_thread.user_time + main_thread.system_time
+        armed.set()
+        time.sleep(args.seconds)
+        armed.clear()
+        main_thread = next(t for t in proc.threads() if t.id == proc.pid)
+        result = {"instances": args.instances, "up_for_s": args.up_for, "seconds": args.seconds,
+                  "main_thread_ms_per_s": round((main_thread.user_time + main_thread.system_time - before)
+                                                / args.seconds * 1000, 2),
+                  "ms_per_s": {k: round(v / args.seconds * 1000, 2)
+                               for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}}
+        Path(args.out).write_text(json.dumps(result, indent=1))
+
+    threading.Thread(target=measure, daemon=True).start()
+    pidfile = Path(tempfile.mkdtemp()) / "pid"
+    threading.Timer(WARMUP_S + args.seconds + 1, lambda: __import__("os")._exit(0)).start()
+    return bench_ui.child(args.instances, str(pidfile), up_for=args.up_for)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
