@@ -5,10 +5,12 @@ against. Textual-free: the TUI's bench screen drives it through the progress cal
 
 from vtui.bench.baseline import (
     compare,
+    context_differences,
     cost_per_million_output_tokens,
     load_baseline,
     make_baseline,
     save_baseline,
+    weights_fingerprint,
 )
 from vtui.bench.engine import run_bench
 from vtui.bench.results import csv_text, result_json, write_results
@@ -24,6 +26,6 @@ from vtui.bench.types import (
 
 __all__ = [
     "BenchConfig", "BenchProgress", "BenchResult", "Dist", "RequestRecord", "ServerStep", "StepResult",
-    "compare", "cost_per_million_output_tokens", "csv_text", "load_baseline", "make_baseline", "result_json",
-    "run_bench", "save_baseline", "write_results",
+    "compare", "context_differences", "cost_per_million_output_tokens", "csv_text", "load_baseline", "make_baseline", "result_json",
+    "run_bench", "save_baseline", "weights_fingerprint", "write_results",
 ]

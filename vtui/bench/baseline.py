@@ -1,10 +1,11 @@
-"""Baselines: the final flags, vLLM version, model (+ revision when known) and bench results saved as one
-JSON file; a later run compared against it reports regressions beyond a threshold; cost per million
+"""Baselines: the final flags, vLLM version, model (+ revision and weights hash when known) and bench
+results saved as one JSON file; a later run compared against it reports regressions beyond a threshold; cost per million
 output tokens from a GPU-hour price.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -32,6 +33,60 @@ def model_revision(model: str, flags: Mapping[str, object] | None = None) -> str
     return match.group(1) if match else None
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+HASH_LIMIT_BYTES = 2 * 2**30
+_BLOB = re.compile(r"[0-9a-f]{64}")
+
+
+def weights_fingerprint(model: str, limit: int = HASH_LIMIT_BYTES) -> dict[str, object] | None:
+    """One sha256 for a local model's weight files (over "name<TAB>sha256" lines): files linked into the
+    Hugging Face cache are named there by the sha256 of their content, so those are not read; other
+    files are hashed if all of them together stay under `limit` bytes. None when the model is not a
+    local folder, has no weight files, or is too large to read."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return None
+    files = sorted(p for p in folder.rglob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        return None
+    known: dict[str, str] = {}
+    unread: list[Path] = []
+    for path in files:
+        target = path.resolve()
+        if path.is_symlink() and target.parent.name == "blobs" and _BLOB.fullmatch(target.name):
+            known[str(path.relative_to(folder))] = target.name
+        else:
+            unread.append(path)
+    if sum(p.stat().st_size for p in unread) > limit:
+        return None
+    for path in unread:
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        known[str(path.relative_to(folder))] = digest.hexdigest()
+    lines = "".join(f"{name}\t{sha}\n" for name, sha in sorted(known.items()))
+    method = "content" if len(unread) == len(files) else "hf-cache-names" if not unread else "mixed"
+    return {"sha256": hashlib.sha256(lines.encode()).hexdigest(), "files": len(files), "method": method}
+
+
+def context_differences(current: Mapping[str, object], baseline: Mapping[str, object]) -> list[str]:
+    """What differs between the run and the baseline besides the figures (other weights, vLLM, flags):
+    a regression may come from these rather than from the change being tested."""
+    notes = []
+    for key, what in (("model", "model"), ("model_revision", "model revision"),
+                      ("weights_sha256", "weights (sha256)"), ("vllm_version", "vLLM version")):
+        a, b = baseline.get(key), current.get(key)
+        if a and b and a != b:
+            notes.append(f"{what}: baseline {a}, now {b}")
+    old, new = baseline.get("flags"), current.get("flags")
+    if isinstance(old, Mapping) and isinstance(new, Mapping) and dict(old) != dict(new):
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        notes.append("flags: " + ", ".join(f"{k} {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
+                                           for k in changed))
+    return notes
+
+
 def cost_per_million_output_tokens(gpu_hour_price: float, gpus: int, output_tok_per_s: float) -> float | None:
     """Price of a million output tokens at this throughput: price × GPUs / (tokens per hour) × 1e6."""
     if output_tok_per_s <= 0:
@@ -48,6 +103,8 @@ def make_baseline(result: BenchResult, *, flags: Mapping[str, object] | None = N
         "vllm_version": result.server_version,
         "model": name,
         "model_revision": model_revision(name, flags),
+        "weights_sha256": None,
+        "weights_hash_method": None,
         "served_model": result.model,
         "engine": engine,
         "flags": dict(flags or {}),
@@ -55,6 +112,9 @@ def make_baseline(result: BenchResult, *, flags: Mapping[str, object] | None = N
         "gpu_hour_price": gpu_hour_price,
         "bench": data,
     }
+    weights = weights_fingerprint(name) if name else None
+    if weights is not None:
+        baseline["weights_sha256"], baseline["weights_hash_method"] = weights["sha256"], weights["method"]
     if gpu_hour_price is not None:
         baseline["cost_per_million_output_tokens"] = [
             cost_per_million_output_tokens(gpu_hour_price, gpus, s.output_tok_per_s) for s in result.steps]

@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from vtui.bench import (
         BenchConfig,
         compare,
+        context_differences,
         load_baseline,
         make_baseline,
         result_json,
@@ -157,11 +158,13 @@ def run(args: argparse.Namespace) -> int:
     json_path, csv_path = write_results(result, args.out or (runs_dir() / "bench"), stem)
     print(json.dumps(result_json(result), indent=2) if args.json else render_steps(result, price, gpus))
     print(f"results: {json_path} and {csv_path}", file=sys.stderr)
+    doc = make_baseline(result, flags=target.flags, model=target.model, engine=target.engine,
+                        gpu_hour_price=price, gpus=gpus) if args.save_baseline or baseline is not None else None
     if args.save_baseline:
-        doc = make_baseline(result, flags=target.flags, model=target.model, engine=target.engine,
-                            gpu_hour_price=price, gpus=gpus)
         print(f"baseline saved: {save_baseline(args.save_baseline, doc)}", file=sys.stderr)
     if baseline is not None:
+        for note in context_differences(doc, baseline):
+            print(f"note: {note}", file=sys.stderr)
         changes = compare(result, baseline, args.threshold)
         print(render_changes(changes) or "no step matches the baseline's steps", file=sys.stderr if args.json else sys.stdout)
         if any(c.regression for c in changes):
