@@ -8,9 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
+from _support.tmux import Tmux
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
@@ -19,44 +19,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Tmux:
-    def __init__(self, tmp_path) -> None:
-        self.socket = f"vtui-test-{uuid.uuid4().hex[:8]}"
-        self.session = "vtui"
-
-    def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True,
-                              text=True, timeout=10).stdout
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", self.session)
-
-    def wait_for(self, text: str, timeout: float = 30.0) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} not on screen after {timeout}s:\n{self.screen()}")
-
-    def wait_gone(self, text: str, timeout: float = 10.0) -> None:
-        end = time.monotonic() + timeout
-        while text in self.screen():
-            if time.monotonic() > end:
-                raise AssertionError(f"{text!r} still on screen after {timeout}s:\n{self.screen()}")
-            time.sleep(0.1)
-
-    def alive(self) -> bool:
-        try:
-            return self.session in self.run("list-sessions", "-F", "#{session_name}")
-        except subprocess.CalledProcessError:
-            return False
-
-    def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
 
 
 def test_vtui_in_tmux_against_the_sim(tmp_path):
@@ -81,7 +43,7 @@ sim-load = 2
     env = {k: os.environ[k] for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "PATH", "HOME")
            if k in os.environ}
     env.update(TERM="xterm-256color", COLUMNS="100", LINES="30")
-    tmux = Tmux(tmp_path)
+    tmux = Tmux()
     cmd = " ".join([sys.executable, "-m", "vtui", str(layout)])
     try:
         tmux.run("new-session", "-d", "-s", tmux.session, "-x", "100", "-y", "30",
