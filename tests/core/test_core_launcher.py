@@ -178,3 +178,19 @@ def test_async_health_keeps_one_client_per_event_loop():
     assert first == second == [True] * 3
     assert client1 is not None and client2 is not None and client1 is not client2
     assert client1.is_closed and launcher._client is None
+
+
+def test_a_command_line_caught_inside_execve_is_waited_for():
+    from vtui.core.launcher import settled_cmdline
+
+    class Exec:  # /proc/PID/cmdline is empty until the kernel has set up the new arguments
+        def __init__(self, empty_reads: int) -> None:
+            self.reads, self.empty_reads = 0, empty_reads
+
+        def cmdline(self) -> list[str]:
+            self.reads += 1
+            return [] if self.reads <= self.empty_reads else ["python3", "engine.py", "--port", "1"]
+
+    assert settled_cmdline(Exec(3), pause=0) == ["python3", "engine.py", "--port", "1"]
+    never = Exec(10**6)
+    assert settled_cmdline(never, tries=5, pause=0) == [] and never.reads == 5

@@ -90,6 +90,17 @@ def _started_after(proc: psutil.Process, when: float | None) -> bool:
         return False
 
 
+def settled_cmdline(proc: psutil.Process, tries: int = 20, pause: float = 0.005) -> list[str]:
+    """The process's command line. One caught inside execve (its parent already resumed, as after a
+    vfork) shows an empty one until the kernel has set up the new arguments: wait that out briefly."""
+    for _ in range(tries):
+        cmdline = proc.cmdline()
+        if cmdline:
+            return cmdline
+        time.sleep(pause)
+    return []
+
+
 def cmdline_matches(cmdline: list[str], argv: tuple[str, ...] | list[str]) -> bool:
     """The live command is the recorded one: same arguments (an interpreter may prefix a script's
     shebang), or a vLLM process that retitled itself."""
@@ -307,7 +318,7 @@ class OsLauncher:
         if proc is None:
             return None
         try:
-            if not cmdline_matches(proc.cmdline(), argv):
+            if not cmdline_matches(settled_cmdline(proc), argv):
                 return None
             pgid, sid = os.getpgid(pid), os.getsid(pid)
         except (psutil.Error, OSError):
