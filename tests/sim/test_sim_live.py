@@ -226,3 +226,23 @@ def test_engine_child_outlives_a_killed_parent(tmp_path):
         except ProcessLookupError:
             pass
     _ = free_port
+
+
+def test_every_family_of_real_vllm_is_there_http_and_python_included(start_sim):
+    sim = start_sim("Qwen/Qwen3-8B", "--max-model-len", "512")
+    body = json.dumps({"prompt": "hello " * 30, "max_tokens": 8}).encode()
+    assert sim.post("/v1/completions", body)[0] == 200
+    real = families(reference("metrics_preempt_busy.txt"))  # a payload after finished requests
+    payload = sim.get("/metrics")[1].decode()
+    ours = families(payload)
+    assert sorted(n for n in real if n not in ours) == []
+    assert {n: real[n][0] for n in real} == {n: ours[n][0] for n in real}  # same TYPE for every family
+    for name in [n for n in real if n.startswith("http_")]:
+        assert ours[name][1:] == real[name][1:], name  # same labels and buckets
+    assert 'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 1.0' in payload
+    assert f'http_request_size_bytes_sum{{handler="/v1/completions"}} {float(len(body))}' in payload
+    assert "http_request_duration_highr_seconds_count 1.0" in payload
+    order = [line.split()[2] for line in payload.splitlines() if line.startswith("# TYPE ")]
+    real_order = [line.split()[2] for line in reference("metrics_preempt_busy.txt").splitlines()
+                  if line.startswith("# TYPE ") and line.split()[2] in ours]
+    assert [n for n in order if n in set(real_order)] == real_order  # the real payload's order

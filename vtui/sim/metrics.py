@@ -235,12 +235,14 @@ def _process_lines(start_time: float) -> list[str]:
 
 
 def render(metrics: EngineMetrics, model_name: str, gauges: Callable[[], dict[str, float]],
-           cache_info: dict[str, str], version: str = "0.32", start_time: float | None = None) -> str:
-    """The whole /metrics payload."""
+           cache_info: dict[str, str], version: str = "0.32", start_time: float | None = None,
+           head: Sequence[str] = (), tail: Sequence[str] = ()) -> str:
+    """The whole /metrics payload: `head` (the Python collectors), the process and `vllm:` families,
+    then `tail` (the HTTP front end's), in the real payload's order."""
     v0 = version == "v0"
     base = {"model_name": model_name} if v0 else {"engine": "0", "model_name": model_name}
     values = gauges()
-    out = _process_lines(start_time or metrics.created)
+    out = [*head, *_process_lines(start_time or metrics.created)]
     created = fmt(metrics.created)
     for name, kind, extra, _bucket, help_text in FAMILIES:
         if v0 and name not in V0_KEEP:
@@ -281,5 +283,6 @@ def render(metrics: EngineMetrics, model_name: str, gauges: Callable[[], dict[st
             out.append(f"# HELP {stem}_created {help_text}")
             out.append(f"# TYPE {stem}_created gauge")
             out.extend(f"{stem}_created{row}" for row in created_rows)
+    out.extend(tail)
     out.append("")
     return "\n".join(out)

@@ -13,6 +13,7 @@ import time
 
 from vtui.sim import metrics
 from vtui.sim.engine import Engine, LoadGenerator, StepCost
+from vtui.sim.httpmetrics import HttpMetrics, python_lines
 from vtui.sim.logfmt import VllmLog
 from vtui.sim.memory import KvPlan
 from vtui.sim.models import ModelShape
@@ -96,8 +97,11 @@ async def serve(a: argparse.Namespace, shape: ModelShape, plan: KvPlan, log: Vll
                 "vllm:num_requests_waiting_by_reason/capacity": waiting,
                 "vllm:engine_sleep_state/awake": 1.0, "vllm:kv_cache_usage_perc": sched.kv_usage()}
 
+    http = HttpMetrics()
+
     def metrics_text() -> str:
-        return metrics.render(m, names[0], gauges, info, a.sim_metrics_version, start_time)
+        return metrics.render(m, names[0], gauges, info, a.sim_metrics_version, start_time,
+                              head=python_lines(), tail=http.lines())
 
     def raw(line: str) -> None:
         sys.stdout.write(line + "\n")
@@ -105,7 +109,7 @@ async def serve(a: argparse.Namespace, shape: ModelShape, plan: KvPlan, log: Vll
 
     cfg = ServerConfig(names, a.model, a.max_model_len, a.block_size, keys, "0.32.0",
                        access_log=not a.disable_uvicorn_access_log, seed=a.seed)
-    app = SimServer(cfg, engine, metrics_text, raw)
+    app = SimServer(cfg, engine, metrics_text, raw, http)
     log.api("entry.py:136", "Supported tasks: ['generate']")
     host = a.host or "0.0.0.0"
     log.api("entry.py:140", f"Starting vLLM server on http://{host}:{a.port}")

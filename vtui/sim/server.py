@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vtui.sim.engine import Engine, prompt_hashes
+from vtui.sim.httpmetrics import HttpMetrics
 from vtui.sim.scheduler import Request
 
 WORDS = [" the", " model", " token", " of", " a", " cache", " and", " GPU", " is", " to", " batch", " in",
@@ -34,6 +35,9 @@ class ServerConfig:
     seed: int = 0
 
 
+KNOWN_ROUTES = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions"})  # counted by HttpMetrics
+
+
 def count_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
@@ -43,8 +47,11 @@ def _error(message: str, kind: str, code: int, param: str | None = None) -> byte
 
 
 class SimServer:
-    def __init__(self, cfg: ServerConfig, engine: Engine, metrics_text: Callable[[], str], log_raw: Callable[[str], None]) -> None:
+    def __init__(self, cfg: ServerConfig, engine: Engine, metrics_text: Callable[[], str], log_raw: Callable[[str], None],
+                 http: HttpMetrics | None = None) -> None:
         self.cfg = cfg
+        self.http = http or HttpMetrics()
+        self._sent: dict[asyncio.StreamWriter, int] = {}  # Content-Length of the answer being written
         self.engine = engine
         self.metrics_text = metrics_text
         self.log_raw = log_raw
@@ -74,7 +81,12 @@ class SimServer:
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
                 path = target.split("?", 1)[0]
+                started = time.perf_counter()
+                self._sent[writer] = 0  # a streamed answer has no Content-Length: counted 0, as vLLM's
                 status = await self.route(method, path, headers, body, writer)
+                if path in KNOWN_ROUTES:
+                    self.http.record(path, method, status, length, self._sent.get(writer, 0),
+                                     time.perf_counter() - started)
                 if self.cfg.access_log:
                     self.log_raw(f'INFO:     {peer[0]}:{peer[1]} - "{method} {target} HTTP/1.1" {status} {REASONS.get(status, "")}')
                 if headers.get("connection", "").lower() == "close" or writer.is_closing():
@@ -83,13 +95,14 @@ class SimServer:
             return
         finally:
             self.connections.discard(writer)
+            self._sent.pop(writer, None)
             try:
                 writer.close()
             except RuntimeError:
                 pass
 
-    @staticmethod
-    def respond(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> int:
+    def respond(self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> int:
+        self._sent[writer] = len(body)
         writer.write(
             f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: uvicorn\r\ncontent-type: {ctype}\r\n"
             f"content-length: {len(body)}\r\n\r\n".encode() + body)
