@@ -125,7 +125,7 @@ class BenchScreen(Screen):
         self._task: asyncio.Task | None = None
 
     def compose(self) -> ComposeResult:
-        yield TitleBar(f"bench {self.instance}")
+        yield TitleBar(f"bench {self.instance}", help_hint=False)
         with Vertical(id="bench-form"):
             for key, default, hint in FIELDS:
                 with Horizontal(classes="flag-row"):

@@ -66,7 +66,7 @@ class FlagEditorScreen(Screen):
         return self.app.store.views[self.instance].spec or self.app.store.layout.instance(self.instance)
 
     def compose(self) -> ComposeResult:
-        yield TitleBar(f"flags {self.instance}")
+        yield TitleBar(f"flags {self.instance}", help_hint=False)
         names = list(SEED_FLAGS) + [n for n in self.spec.flags if n not in SEED_FLAGS]
         with VerticalScroll(id="flag-list"):
             for name in names:

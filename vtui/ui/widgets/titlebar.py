@@ -25,13 +25,39 @@ def title_text(store: Store, screen_title: str = "") -> Text:
     return out
 
 
+NARROW = 110  # below this width the footer cannot show every key: the title says how to list them
+
+
 class TitleBar(Static):
-    def __init__(self, screen_title: str = "") -> None:
+    """The title; on a narrow terminal it ends with the help key (the footer is cut before it).
+    `help_hint=False` where typing goes to an input and the key would not reach help."""
+
+    def __init__(self, screen_title: str = "", help_hint: bool = True) -> None:
         super().__init__(classes="titlebar")
         self.screen_title = screen_title
+        self.help_hint = help_hint
+        self._hint = ""
+        self._store: Store | None = None
+        self._last: Text | None = None
 
     def refresh_from(self, store: Store) -> None:
+        self._store = store
         text = title_text(store, self.screen_title)
-        if text != getattr(self, "_last", None):
+        if self._hint:
+            text.append(self._hint, style="dim")
+        if text != self._last:
             self._last = text
             self.update(text)
+
+    def on_resize(self) -> None:
+        hint = self._help_key() if self.help_hint and self.size.width < NARROW else ""
+        if hint != self._hint:
+            self._hint = hint
+            if self._store is not None:
+                self.refresh_from(self._store)
+
+    def _help_key(self) -> str:
+        for active in self.screen.active_bindings.values():
+            if active.binding.action in ("help", "app.help"):
+                return f"  {self.app.get_key_display(active.binding)} keys"
+        return ""
