@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _LAST = "last_session"
+_BOM = "\ufeff"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, lis
 
 
 def _load_text(text: str, file: str, source: Path, remember: bool = True) -> tuple[Layout, list[str]]:
+    text = text.removeprefix(_BOM)  # a UTF-8 byte order mark (some Windows editors write one) is no key
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -255,16 +257,18 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
     if not _same_file(layout.path, target):
         return None
     try:
-        original = target.read_text(encoding="utf-8")
+        original = target.read_bytes().decode("utf-8")  # as is: CRLF line ends stay CRLF
         old = _load_text(original, str(target), target, remember=False)[0]
     except (OSError, UnicodeDecodeError, LayoutError):
         return None
+    bom = _BOM if original.startswith(_BOM) else ""
     try:
-        text = edit_text(original, old, layout)
+        text = edit_text(original[len(bom):], old, layout)
     except Exception:  # noqa: BLE001 - tomlkit could not make this edit: the full rewrite still can
         return None
     if text is None:
         return None
+    text = bom + text
     try:
         saved = _load_text(text, str(target), target, remember=False)[0]
     except LayoutError:

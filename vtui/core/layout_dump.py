@@ -130,7 +130,9 @@ def plain(value: object) -> object:
 
 
 class Restorer:
-    """Puts `${VAR}` references back where the loaded value came from one and is unchanged."""
+    """Puts `${VAR}` references back where the value is what one expanded to: the same key of the same
+    instance first, else of [defaults] (a shared flag moved into the instances that keep it), else of
+    any instance of the file (an instance added as a copy of another), so a secret is never written."""
 
     def __init__(self, source: str) -> None:
         self.origin = source
@@ -141,7 +143,11 @@ class Restorer:
         if isinstance(value, list):
             return [self(scope, (*path, i), v) for i, v in enumerate(value)]
         if isinstance(value, str):
-            remembered = Checker.TEMPLATES.get((self.origin, scope, path))
-            if remembered and remembered[0] == value:
-                return remembered[1]
+            for key in ((self.origin, scope, path), (self.origin, "", path)):
+                remembered = Checker.TEMPLATES.get(key)
+                if remembered and remembered[0] == value:
+                    return remembered[1]
+            for (source, _, where), (expanded, raw) in list(Checker.TEMPLATES.items()):
+                if source == self.origin and where == path and expanded == value:
+                    return raw
         return value

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import tomlkit
-from tomlkit.items import AoT, Table
+from tomlkit.items import AoT, Comment, Table, Whitespace
 
 from vtui.core.layout_dump import (
     BUILTIN_DEFAULTS,
@@ -55,7 +55,7 @@ def edit_text(text: str, old: Layout, new: Layout) -> str | None:
     for index in reversed(range(len(aot))):
         name = str(aot[index].get("name", ""))
         if name not in new.names():
-            del aot[index]
+            _drop(aot, index)
     for table in aot:
         name = str(table.get("name", ""))
         _instance(table, instance_values(old.instance(name)), instance_values(new.instance(name)), effective,
@@ -64,7 +64,44 @@ def edit_text(text: str, old: Layout, new: Layout) -> str | None:
     for name in added:
         block = emit_table("instance", instance_table(new.instance(name), effective, restore), array=True)
         out = out.rstrip("\n") + "\n\n" + "\n".join(block) + "\n"
+    if "\r\n" in text and "\n" not in text.replace("\r\n", ""):
+        out = out.replace("\r\n", "\n").replace("\n", "\r\n")  # new lines as the file's own (CRLF)
     return out
+
+
+def _drop(aot: AoT, index: int) -> None:
+    """Delete one [[instance]] but not the comment and blank lines that end it: in the file they lead
+    into the next table (its heading comment), so they move before that table's header; after the last
+    instance (the file's closing comments) they stay at the end of the one before."""
+    trailer = _take_trailer(aot[index])
+    del aot[index]
+    if not trailer:
+        return
+    if index < len(aot):
+        following = aot[index]
+        following.trivia.indent = "".join(item.as_string() for _, item in trailer) + following.trivia.indent
+    elif index > 0:
+        _last_box(aot[index - 1]).value.body.extend(trailer)
+
+
+def _take_trailer(table: Table) -> list:
+    """Remove and return the comment and blank lines at the end of `table`'s text."""
+    body = _last_box(table).value.body
+    cut = len(body)
+    while cut > 0 and body[cut - 1][0] is None and isinstance(body[cut - 1][1], (Comment, Whitespace)):
+        cut -= 1
+    trailer = body[cut:]
+    del body[cut:]
+    return trailer
+
+
+def _last_box(table: Table) -> Table:
+    """The table whose body ends where `table`'s text does (its last [x.y] sub-table, if any)."""
+    while True:
+        body = table.value.body
+        if not body or body[-1][0] is None or not isinstance(body[-1][1], Table):
+            return table
+        table = body[-1][1]
 
 
 def _session(doc: Any, old: Layout, new: Layout) -> None:
@@ -134,8 +171,8 @@ def _instance(table: Any, old: Mapping[str, object], new: Mapping[str, object],
 def _sub_table(table: Any, key: str, old: dict[str, object], new: dict[str, object],
                inherited: dict[str, object], restore: Callable[[tuple, object], object]) -> None:
     """One env/flags table: set what changed or is no longer inherited, delete what is gone."""
-    own = table.get(key)
     for name in [*old, *(n for n in new if n not in old)]:
+        own = table.get(key)  # afresh each time: tomlkit's view of dotted keys split by comments goes stale
         mine = own is not None and name in own
         if name not in new:
             if mine:
@@ -145,20 +182,25 @@ def _sub_table(table: Any, key: str, old: dict[str, object], new: dict[str, obje
         if (old.get(name, _MISSING) == value) if mine else (inherited.get(name, _MISSING) == value):
             continue
         if own is None:
+            trailer = _take_trailer(table)  # the next table's heading comments stay before it
             table[key] = tomlkit.table()
             own = table[key]
+            own.value.body.extend(trailer)
         _put(own, name, restore((key, name), value))
 
 
 def _put(table: Any, key: str, value: object) -> None:
-    """Set `key`: in place when it exists; a new key goes right after the table's last key/value line,
-    not after the comments and blank lines that lead into the next table."""
+    """Set `key`: in place when it exists; a new key goes right after the table's last key/value line
+    (else under its header), not after the comments and blank lines that lead into the next table."""
     if key in table or not isinstance(table, Table):
         table[key] = value
         return
     body = table.value.body
     last = next((k for k, item in reversed(body) if k is not None and not isinstance(item, (Table, AoT))), None)
-    if last is None:
-        table[key] = value
+    if last is None:  # only comments (maybe the next table's): the key goes right under the header
+        if body:
+            table.value._insert_at(0, key, value)
+        else:
+            table[key] = value
         return
     table.value._insert_after(last, key, value)
