@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
 
 from vtui.commands._runs import load_session, progress_printer, run_async
 from vtui.core.flagspec import parse_flag_value
-from vtui.core.layout import LayoutError, render_layout, save_layout
-from vtui.core.model import Layout
+from vtui.core.layout import LayoutError, load_layout, render_layout, save_layout
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import RunStore, merge_flags
 from vtui.core.state import State
@@ -95,7 +97,7 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
         status = next(s for s in sup.status() if s.name == name)
         if settle.result()[name] is State.READY:
             print(f"{name}: ready on {status.spec.base_url} (pid {status.pid})")
-            return _save(saved, name) if args.save else 0
+            return _save(layout.path, name, spec.flags) if args.save else 0
         print(f"{name}: {status.state.value}: {status.last_error or 'see `vtui logs ' + name + '`'}",
               file=sys.stderr)
         if args.save:
@@ -105,11 +107,18 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
         await sup.close()
 
 
-def _save(layout: Layout, name: str) -> int:
+def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
+    """Write `name`'s flags into the layout file as it is now, not the copy read before the restart:
+    edits made to the file while the instance started are kept, not undone."""
     try:
-        path = save_layout(layout)
+        current = load_layout(path) if path is not None else None
+        if current is None or name not in current.names():
+            print(f"vtui restart: {name} runs, but {path} has no instance {name} any more: not saved",
+                  file=sys.stderr)
+            return 1
+        saved = save_layout(current.replace_instance(replace(current.instance(name), flags=flags)))
     except (OSError, LayoutError) as exc:
-        print(f"vtui restart: {name} runs, but {layout.path} was not saved: {exc}", file=sys.stderr)
+        print(f"vtui restart: {name} runs, but {path} was not saved: {exc}", file=sys.stderr)
         return 1
-    print(f"{name}: flags saved to {path}")
+    print(f"{name}: flags saved to {saved}")
     return 0
