@@ -84,3 +84,17 @@ async def test_tab_then_a_digit_types_into_the_next_field(fake, app_factory):
         await eventually(pilot, lambda: app.focused is not box and getattr(app.focused, "value", None) == "7")
         assert box.value == "256"
         assert app.focused is not box and app.focused.value == "7"
+
+
+async def test_a_key_right_after_enter_does_not_change_the_path_being_saved(fake, app_factory, tmp_path):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("S")  # save as: a dialog with a path input
+        await eventually(pilot, lambda: bool(app.screen.query("#path-input")))
+        app.screen.query_one("#path-input").value = str(tmp_path / "burst.toml")
+        burst(app, "enter", "j")  # Textual alone would type the j first: burst.tomlj
+        await eventually(pilot, lambda: (tmp_path / "burst.toml").exists())
+        await settle(pilot)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["burst.toml"]
+        assert app.is_running

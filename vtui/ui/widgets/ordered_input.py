@@ -13,19 +13,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from textual import events
+from textual.dom import NoScreen
 from textual.screen import Screen
 from textual.widgets import Input
 
 
 class OrderedInput(Input):
     async def _on_key(self, event: events.Key) -> None:
-        if self.screen.focused is not self:  # an earlier key of the burst (tab…) moved the focus: the key goes there
+        try:
+            screen = self.screen
+        except NoScreen:  # an earlier key of the burst closed this input's dialog
+            screen = None
+        if screen is None or screen.focused is not self:  # or moved the focus (tab…): the key goes there
             event.stop()
             event.prevent_default()
             (self.app.focused or self.app.screen).post_message(events.Key(event.key, event.character))
             return
         if not event.is_printable:
-            active = self.screen.active_bindings.get(event.key)
+            active = screen.active_bindings.get(event.key)
             if active is not None and active.enabled and not active.binding.priority:
                 event.stop()
                 event.prevent_default()
