@@ -1,7 +1,8 @@
 """`vtui check [LAYOUT]`: validate a layout without starting anything.
 
 Prints every problem (`file:line: dotted.key: message`, one per line) and exits 2 when there is any;
-prints warnings (network-exposed host, literal secrets); exits 0 with a one-line summary when usable.
+prints warnings (network-exposed host, literal secrets) and the seeds' advice on the flags; exits 0 with
+a one-line summary when usable.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vtui.core.advice import flag_advice
 from vtui.core.layout import LayoutError, load_layout_with_warnings, resolve_layout_arg
 
 HELP = "validate a layout file: every problem with file:line and key (exit 2 on errors)"
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     for warning in warnings:
         print(f"warning: {warning}")
+    for spec in layout.instances:
+        for line in flag_advice(spec.flags):
+            print(f"advice: {spec.name}: {line}")
     instances = ", ".join(f"{s.name} ({s.engine} :{s.port}{' gpus ' + ','.join(map(str, s.gpus)) if s.gpus else ''})"
                           for s in layout.instances)
     count = len(layout.instances)

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import Footer, Input, Label, Static
 
+from vtui.core.advice import flag_advice
 from vtui.core.model import InstanceSpec
 from vtui.ui import fmt, planning
 from vtui.ui.adapters import BUILTIN_FLAGS, SEED_FLAGS, check_value
@@ -77,12 +78,14 @@ class FlagEditorScreen(Screen):
         yield Static(id="flag-plan")
         yield Static(id="flag-help")
         yield Static(id="flag-errors")
+        yield Static(id="flag-advice")
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one(TitleBar).refresh_from(self.app.store)
         self.query(".flag-value").first(Input).focus()
         self._replan()
+        self._show_errors()  # the advice on the flags as they are
 
     def refresh_view(self, store, names=None) -> None:
         self.query_one(TitleBar).refresh_from(store)
@@ -135,9 +138,14 @@ class FlagEditorScreen(Screen):
 
     def _show_errors(self) -> None:
         lines = [f"--{n}: {e}" for n, e in self.errors.items()]
-        if not self.errors and (problem := consistency_problem(self.spec, self.edited_flags())):
-            lines.append(problem)
+        advice = []
+        if not self.errors:
+            flags = self.edited_flags()
+            if problem := consistency_problem(self.spec, flags):
+                lines.append(problem)
+            advice = flag_advice(flags)
         self.query_one("#flag-errors", Static).update("\n".join(lines))
+        self.query_one("#flag-advice", Static).update("\n".join(advice))
 
     @on(Input.Submitted, "#add-name")
     def _add_flag(self, event: Input.Submitted) -> None:
