@@ -110,3 +110,14 @@ async def test_flag_history_is_persisted_loaded_and_shows_what_a_change_bought(f
     records = [FlagRecord({"max-num-seqs": i}, outcome="ready") for i in range(80)]
     history.save(path, history.dumps(records))
     assert len(history.load(path)) == history.FLAG_HISTORY
+
+
+def test_the_load_test_starts_at_the_logs_max_concurrency_capped_by_max_num_seqs():
+    from vtui.ui.screens.bench import starting_concurrency
+
+    assert starting_concurrency(106.8, 512) == 106  # Maximum concurrency for 8192 tokens: 106.80x
+    assert starting_concurrency(128.0, 8) == 8  # never above max-num-seqs
+    assert starting_concurrency(None, 256) == 8  # the log has not said yet
+    assert starting_concurrency(None, 4) == 4
+    assert starting_concurrency(0.5, None) == 8  # not even one full-length request fits: the default
+    assert starting_concurrency(3.2, None) == 3

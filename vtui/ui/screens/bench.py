@@ -23,13 +23,14 @@ from textual.widgets import Footer, Input, Label, Static
 from vtui.bench import BenchConfig, BenchProgress, BenchResult, StepResult, run_bench, write_results
 from vtui.core.paths import runs_dir
 from vtui.ui import fmt
+from vtui.ui.adapters import max_concurrency_of
 from vtui.ui.keymap import BENCH_BINDINGS
 from vtui.ui.messages import BenchRecorded
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
 FIELDS = (("mode", "fixed", "fixed | ramp (1, 2, 4, ... up to concurrency)"),
-          ("concurrency", "8", "requests in flight (the ramp's ceiling)"),
+          ("concurrency", "8", "requests in flight (the ramp's ceiling; from the log's max concurrency)"),
           ("requests", "32", "requests per step"),
           ("input-len", "128", "prompt tokens"),
           ("output-len", "64", "output tokens (ignore_eos)"))
@@ -49,6 +50,18 @@ class BenchDone(Message):
     def __init__(self, result: BenchResult | None, paths: tuple | None, error: str | None) -> None:
         super().__init__()
         self.result, self.paths, self.error = result, paths, error
+
+
+DEFAULT_CONCURRENCY = 8
+
+
+def starting_concurrency(max_concurrency: float | None, max_num_seqs: object) -> int:
+    """Where a load test starts (the seeds: the startup log's "Maximum concurrency" is the stress
+    test's starting point), never above max-num-seqs; 8 while the log has not said."""
+    level = int(max_concurrency) if max_concurrency and max_concurrency >= 1 else DEFAULT_CONCURRENCY
+    if isinstance(max_num_seqs, int) and not isinstance(max_num_seqs, bool) and max_num_seqs > 0:
+        level = min(level, max_num_seqs)
+    return max(1, level)
 
 
 def config_from(values: dict[str, str], base_url: str, api_key: str | None = None) -> BenchConfig:
@@ -127,7 +140,12 @@ class BenchScreen(Screen):
     def compose(self) -> ComposeResult:
         yield TitleBar(f"bench {self.instance}", help_hint=False)
         with Vertical(id="bench-form"):
+            view = self.app.store.views.get(self.instance)
+            seqs = view.spec.flags.get("max-num-seqs") if view and view.spec else None
+            start = starting_concurrency(max_concurrency_of(view.facts) if view else None, seqs)
             for key, default, hint in FIELDS:
+                if key == "concurrency":
+                    default = str(start)
                 with Horizontal(classes="flag-row"):
                     yield Label(key, classes="bench-label")
                     yield OrderedInput(default, name=key, id=f"bench-{key}", classes="flag-value bench-value")
