@@ -100,3 +100,13 @@ async def test_a_key_right_after_enter_does_not_change_the_path_being_saved(fake
         await settle(pilot)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["burst.toml"]
         assert app.is_running
+
+
+async def test_edit_review_and_confirm_in_one_burst_restarts_with_the_typed_value(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        box = await open_editor(app, pilot)
+        burst(app, "end", "ctrl+u", "4", "ctrl+r", "y")  # the y answers the diff opened by ctrl+r
+        await eventually(pilot, lambda: any(c[0] == "restart" for c in fake.calls), timeout=5)
+        restart = next(c for c in fake.calls if c[0] == "restart")
+        assert restart[2]["max-num-seqs"] == 4 and box.value == "4"

@@ -5,8 +5,9 @@ on a longer way, bubbling up to the app, which then runs the binding: when a pas
 `tmux send-keys` delivers `ctrl+u 6 4` at once, the 6 and 4 are typed first and then cleared. Here the
 Input runs the binding its key resolves to (its own, its screen's or the app's, as the app would) when
 the key reaches it, so each key acts after the ones before it; a key that finds the focus already moved
-on (by a tab earlier in the burst) is passed to the widget that has it now. Priority bindings are still run by the
-app on arrival; a screen action that reads the inputs waits for them with `after_typing`."""
+on (a tab, a dialog opened by an earlier key of the burst) is passed to the widget that has it now.
+Priority bindings are still run by the app on arrival; a screen action that reads the inputs waits for
+them with `after_typing`."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class OrderedInput(Input):
             screen = self.screen
         except NoScreen:  # an earlier key of the burst closed this input's dialog
             screen = None
-        if screen is None or screen.focused is not self:  # or moved the focus (tab…): the key goes there
+        # ... or moved the focus (tab…), or opened a dialog over it (ctrl+r's diff): the key goes there
+        if screen is None or screen is not self.app.screen or screen.focused is not self:
             event.stop()
             event.prevent_default()
             (self.app.focused or self.app.screen).post_message(events.Key(event.key, event.character))
