@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from _support.procs import alive, marked  # noqa: F401 (the tests import them from here)
 
-from vtui.core.launcher import MARKER
 from vtui.core.model import InstanceSpec, RestartPolicy
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
@@ -28,17 +28,6 @@ def fake_spec(name: str = "a", *, restart: RestartPolicy | None = None, gpus: tu
                         command=(sys.executable, str(FAKE_ENGINE)),
                         flags={k.replace("_", "-"): v for k, v in flags.items()},
                         restart=restart or RestartPolicy("on-failure", max_restarts=2, backoff_initial=0.2))
-
-
-def marked(prefix: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER, "").startswith(prefix):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 
-import psutil
 import pytest
 
 from vtui.core.events import Notice, PhaseChanged, StateChanged
@@ -23,7 +22,7 @@ from vtui.core.runstate import RunStore
 from vtui.core.state import Phase, State
 from vtui.core.supervisor import Supervisor
 
-from .conftest import fake_spec, marked
+from .conftest import alive, fake_spec, marked
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,11 +36,12 @@ def supervisor(lay: Layout, **kw) -> Supervisor:
     return Supervisor(lay, health_interval=0.1, poll_interval=0.05, **kw)
 
 
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+def b_started_after_a_allocated_kv(events) -> bool:
+    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
+                and e.phase is Phase.KV_CACHE)
+    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
+                   and e.new is State.STARTING)
+    return start_b >= kv_a
 
 
 async def until(predicate, timeout=10.0):
@@ -193,11 +193,7 @@ async def test_instances_sharing_a_gpu_start_one_after_another(session_name):
     sup.subscribe(events.append)
     await sup.start()
     await sup.wait_settled(timeout=15)
-    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
-                and e.phase is Phase.KV_CACHE)
-    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
-                   and e.new is State.STARTING)
-    assert start_b >= kv_a
+    assert b_started_after_a_allocated_kv(events)
     assert any(isinstance(e, Notice) and "waits for a" in e.text for e in events)
     await sup.close(stop_instances=True)
 
@@ -312,11 +308,7 @@ async def test_unpinned_instances_start_one_after_another_as_on_gpu_0(session_na
     sup.subscribe(events.append)
     await sup.start()
     await sup.wait_settled(timeout=15)
-    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
-                and e.phase is Phase.KV_CACHE)
-    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
-                   and e.new is State.STARTING)
-    assert start_b >= kv_a
+    assert b_started_after_a_allocated_kv(events)
     await sup.close(stop_instances=True)
 
 

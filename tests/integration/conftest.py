@@ -14,9 +14,10 @@ from typing import Any
 import psutil
 import pytest
 import tomli_w
+from _support.procs import alive, marked  # noqa: F401 (the tests import them from here)
 
 from vtui.core.events import Event, StateChanged
-from vtui.core.launcher import MARKER, OsLauncher
+from vtui.core.launcher import OsLauncher
 from vtui.core.model import Layout
 from vtui.core.state import TRANSITIONS, State
 from vtui.core.supervisor import Supervisor
@@ -49,25 +50,6 @@ def write_layout(folder: Path, session: str, instances: list[dict[str, Any]], *,
     data = {"session": {"name": session, "allow_gpu_sharing": sharing}, "instance": instances}
     path.write_text(tomli_w.dumps(data))
     return path
-
-
-def marked(prefix: str) -> list[psutil.Process]:
-    """Live processes whose VTUI_INSTANCE marker starts with `prefix`."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER, "").startswith(prefix):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.fixture
