@@ -58,7 +58,8 @@ SIM_NODELAY = (
     "    return sock\n"
     "cli._bind = _bind\n"
     "sys.argv = ['vtui.sim', *sys.argv[1:]]\n"
-    "runpy.run_module('vtui.sim', run_name='__main__')\n")
+    "runpy.run_module('vtui.sim', run_name='__main__')\n"
+)
 
 
 def free_port() -> int:
@@ -67,10 +68,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(engine: str, model: Path, port: int, log: Path, max_num_seqs: int,
-                 sim_nodelay: bool = False) -> subprocess.Popen:
-    common = [str(model), "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "512",
-              "--max-num-seqs", str(max_num_seqs), "--kv-cache-memory-bytes", "64M", "--enforce-eager"]
+def start_server(
+    engine: str, model: Path, port: int, log: Path, max_num_seqs: int, sim_nodelay: bool = False
+) -> subprocess.Popen:
+    common = [
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "512",
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--kv-cache-memory-bytes",
+        "64M",
+        "--enforce-eager",
+    ]
     if engine == "vllm":
         argv = [str(TEST_HOME / "venv" / "bin" / "vllm"), "serve", *common]
     else:
@@ -119,41 +135,102 @@ def server_hists(base: str) -> dict[str, tuple[float, float]]:
 def server_means(before: dict, after: dict) -> dict:
     def mean(name: str) -> float:
         return (after[name][0] - before[name][0]) / max(1.0, after[name][1] - before[name][1])
-    return {"server_ttft_mean_s": mean(TTFT), "server_e2e_mean_s": mean(E2E),
-            "server_requests": after[TTFT][1] - before[TTFT][1]}
+
+    return {
+        "server_ttft_mean_s": mean(TTFT),
+        "server_e2e_mean_s": mean(E2E),
+        "server_requests": after[TTFT][1] - before[TTFT][1],
+    }
 
 
 def run_vllm_bench(base: str, model: str, args: argparse.Namespace, workdir: Path, index: int) -> dict:
     name = f"vllm-{index}.json"
-    argv = [str(TEST_HOME / "venv" / "bin" / "vllm"), "bench", "serve", "--backend", "vllm", "--base-url", base,
-            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", str(args.model),
-            "--dataset-name", "random", "--random-input-len", str(args.input_len),
-            "--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--num-prompts",
-            str(args.num_requests), "--max-concurrency", str(args.concurrency), "--request-rate", "inf",
-            "--ignore-eos", "--num-warmups", "0", "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el", "--seed", str(index),
-            "--save-result", "--result-dir", str(workdir), "--result-filename", name]
+    argv = [
+        str(TEST_HOME / "venv" / "bin" / "vllm"),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        base,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        str(args.model),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(args.input_len),
+        "--random-output-len",
+        str(args.output_len),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(args.num_requests),
+        "--max-concurrency",
+        str(args.concurrency),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--num-warmups",
+        "0",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--seed",
+        str(index),
+        "--save-result",
+        "--result-dir",
+        str(workdir),
+        "--result-filename",
+        name,
+    ]
     before = server_hists(base)
     done = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
     after = server_hists(base)
     if done.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     data = json.loads((workdir / name).read_text())
-    return {"tool": "vllm bench serve", "completed": data.get("completed"), "failed": data.get("failed", 0),
-            "req_per_s": data["request_throughput"], "output_tok_per_s": data["output_throughput"],
-            "ttft_mean_s": data["mean_ttft_ms"] / 1000, "ttft_p50_s": data["median_ttft_ms"] / 1000,
-            "e2e_mean_s": data["mean_e2el_ms"] / 1000, **server_means(before, after)}
+    return {
+        "tool": "vllm bench serve",
+        "completed": data.get("completed"),
+        "failed": data.get("failed", 0),
+        "req_per_s": data["request_throughput"],
+        "output_tok_per_s": data["output_throughput"],
+        "ttft_mean_s": data["mean_ttft_ms"] / 1000,
+        "ttft_p50_s": data["median_ttft_ms"] / 1000,
+        "e2e_mean_s": data["mean_e2el_ms"] / 1000,
+        **server_means(before, after),
+    }
 
 
 def run_vtui(base: str, args: argparse.Namespace, index: int) -> dict:
-    config = BenchConfig(base, concurrency=args.concurrency, num_requests=args.num_requests,
-                         input_len=args.input_len, output_len=args.output_len, seed=index, scrape_metrics=False)
+    config = BenchConfig(
+        base,
+        concurrency=args.concurrency,
+        num_requests=args.num_requests,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        seed=index,
+        scrape_metrics=False,
+    )
     before = server_hists(base)
     result = asyncio.run(run_bench(config))
     after = server_hists(base)
     (step,) = result.steps
-    return {"tool": "vtui bench", "completed": step.completed, "failed": step.failed, "req_per_s": step.req_per_s,
-            "output_tok_per_s": step.output_tok_per_s, "ttft_mean_s": step.ttft.mean, "ttft_p50_s": step.ttft.p50,
-            "e2e_mean_s": step.e2e.mean, **server_means(before, after)}
+    return {
+        "tool": "vtui bench",
+        "completed": step.completed,
+        "failed": step.failed,
+        "req_per_s": step.req_per_s,
+        "output_tok_per_s": step.output_tok_per_s,
+        "ttft_mean_s": step.ttft.mean,
+        "ttft_p50_s": step.ttft.p50,
+        "e2e_mean_s": step.e2e.mean,
+        **server_means(before, after),
+    }
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -162,11 +239,17 @@ def summarize(runs: list[dict]) -> dict:
         mine = [r for r in runs if r["tool"] == tool]
         if not mine:
             continue
-        gaps = [(r["ttft_mean_s"] - r["server_ttft_mean_s"]) / r["server_ttft_mean_s"] for r in mine
-                if r["server_ttft_mean_s"]]
+        gaps = [
+            (r["ttft_mean_s"] - r["server_ttft_mean_s"]) / r["server_ttft_mean_s"]
+            for r in mine
+            if r["server_ttft_mean_s"]
+        ]
         frontend = [r["e2e_mean_s"] - r["server_e2e_mean_s"] for r in mine]
-        adjusted = [(r["ttft_mean_s"] - f - r["server_ttft_mean_s"]) / r["server_ttft_mean_s"]
-                    for r, f in zip(mine, frontend, strict=True) if r["server_ttft_mean_s"]]
+        adjusted = [
+            (r["ttft_mean_s"] - f - r["server_ttft_mean_s"]) / r["server_ttft_mean_s"]
+            for r, f in zip(mine, frontend, strict=True)
+            if r["server_ttft_mean_s"]
+        ]
         out[tool] = {
             "runs": len(mine),
             "req_per_s_median": statistics.median(r["req_per_s"] for r in mine),
@@ -178,10 +261,14 @@ def summarize(runs: list[dict]) -> dict:
             "client_e2e_mean_ms_median": 1000 * statistics.median(r["e2e_mean_s"] for r in mine),
             "server_e2e_mean_ms_median": 1000 * statistics.median(r["server_e2e_mean_s"] for r in mine),
             "frontend_ms_median": 1000 * statistics.median(frontend),
-            "client_ttft_minus_frontend_vs_server_ttft_median": statistics.median(adjusted) if adjusted else None,
+            "client_ttft_minus_frontend_vs_server_ttft_median": statistics.median(adjusted)
+            if adjusted
+            else None,
         }
     if len(out) == 2:
-        out["vtui_over_vllm_req_per_s"] = out["vtui bench"]["req_per_s_median"] / out["vllm bench serve"]["req_per_s_median"]
+        out["vtui_over_vllm_req_per_s"] = (
+            out["vtui bench"]["req_per_s_median"] / out["vllm bench serve"]["req_per_s_median"]
+        )
     return out
 
 
@@ -197,7 +284,9 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--max-num-seqs", type=int, default=8)
     parser.add_argument("--no-vllm-bench", action="store_true", help="only vtui bench (no vllm CLI needed)")
-    parser.add_argument("--sim-nodelay", action="store_true", help="start the sim with TCP_NODELAY (see the docstring)")
+    parser.add_argument(
+        "--sim-nodelay", action="store_true", help="start the sim with TCP_NODELAY (see the docstring)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -208,7 +297,9 @@ def main() -> int:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         started = time.monotonic()
-        proc = start_server(args.engine, args.model, port, workdir / "server.log", args.max_num_seqs, args.sim_nodelay)
+        proc = start_server(
+            args.engine, args.model, port, workdir / "server.log", args.max_num_seqs, args.sim_nodelay
+        )
     try:
         if proc is not None:
             wait_ready(base, proc)
@@ -219,15 +310,27 @@ def main() -> int:
         for r in range(args.rounds):
             order = ["vtui"] * 2 if args.no_vllm_bench else ["vllm", "vtui", "vtui", "vllm"]
             for i, tool in enumerate(order):
-                run = run_vllm_bench(base, model, args, workdir, r * 4 + i) if tool == "vllm" \
+                run = (
+                    run_vllm_bench(base, model, args, workdir, r * 4 + i)
+                    if tool == "vllm"
                     else run_vtui(base, args, r * 4 + i)
+                )
                 runs.append(run)
                 print(json.dumps(run), file=sys.stderr)
-        report = {"engine": args.engine if args.url is None else args.url, "sim_nodelay": args.sim_nodelay,
-                  "client_http": os.environ.get("VTUI_BENCH_HTTP") or "lean (http://)", "workload": {
-            "concurrency": args.concurrency, "num_requests": args.num_requests, "input_len": args.input_len,
-            "output_len": args.output_len, "max_num_seqs": args.max_num_seqs}, "runs": runs,
-            "summary": summarize(runs)}
+        report = {
+            "engine": args.engine if args.url is None else args.url,
+            "sim_nodelay": args.sim_nodelay,
+            "client_http": os.environ.get("VTUI_BENCH_HTTP") or "lean (http://)",
+            "workload": {
+                "concurrency": args.concurrency,
+                "num_requests": args.num_requests,
+                "input_len": args.input_len,
+                "output_len": args.output_len,
+                "max_num_seqs": args.max_num_seqs,
+            },
+            "runs": runs,
+            "summary": summarize(runs),
+        }
     finally:
         if proc is not None:
             stop(proc)

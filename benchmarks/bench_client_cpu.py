@@ -78,8 +78,12 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--sim-speed", type=float, default=20.0, help="lower: slower steps, ~1 token per read")
-    parser.add_argument("--tools", default="vtui,vtui-httpx,vllm", help="comma-separated: vtui, vtui-httpx, vllm")
+    parser.add_argument(
+        "--sim-speed", type=float, default=20.0, help="lower: slower steps, ~1 token per read"
+    )
+    parser.add_argument(
+        "--tools", default="vtui,vtui-httpx,vllm", help="comma-separated: vtui, vtui-httpx, vllm"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     tools = args.tools.split(",")
@@ -89,10 +93,29 @@ def main() -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "vtui.sim", str(TEST_HOME / "tiny-llama"), "--port", str(port),
-                               "--max-model-len", "512", "--max-num-seqs", str(args.concurrency),
-                               "--kv-cache-memory-bytes", "64M", "--sim-startup-scale", "0", "--sim-speed", str(args.sim_speed)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vtui.sim",
+            str(TEST_HOME / "tiny-llama"),
+            "--port",
+            str(port),
+            "--max-model-len",
+            "512",
+            "--max-num-seqs",
+            str(args.concurrency),
+            "--kv-cache-memory-bytes",
+            "64M",
+            "--sim-startup-scale",
+            "0",
+            "--sim-speed",
+            str(args.sim_speed),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     runs = []
     try:
         for _ in range(100):
@@ -101,15 +124,28 @@ def main() -> int:
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        sim_args = [base, str(args.requests), str(args.concurrency), str(args.output_len), str(args.input_len)]
-        clients = {"vtui": (sys.executable, VTUI_CLIENT, {}),
-                   "vtui-httpx": (sys.executable, VTUI_CLIENT, {"VTUI_BENCH_HTTP": "httpx"}),
-                   "vllm": (str(TEST_HOME / "venv" / "bin" / "python"), VLLM_CLIENT, {})}
+        sim_args = [
+            base,
+            str(args.requests),
+            str(args.concurrency),
+            str(args.output_len),
+            str(args.input_len),
+        ]
+        clients = {
+            "vtui": (sys.executable, VTUI_CLIENT, {}),
+            "vtui-httpx": (sys.executable, VTUI_CLIENT, {"VTUI_BENCH_HTTP": "httpx"}),
+            "vllm": (str(TEST_HOME / "venv" / "bin" / "python"), VLLM_CLIENT, {}),
+        }
         for _ in range(args.reps):
             for tool in tools:
                 python, code, env = clients[tool]
-                out = subprocess.run([python, "-c", code, *sim_args], capture_output=True, text=True, timeout=600,
-                                     env={**os.environ, **env})
+                out = subprocess.run(
+                    [python, "-c", code, *sim_args],
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    env={**os.environ, **env},
+                )
                 if out.returncode != 0:
                     raise RuntimeError(f"{tool}: {out.stderr[-1500:]}")
                 run = {"tool": tool, **json.loads(out.stdout.strip().splitlines()[-1])}
@@ -122,8 +158,10 @@ def main() -> int:
     summary = {}
     for tool in tools:
         mine = sorted(r["cpu_us_per_token"] for r in runs if r["tool"] == tool)
-        summary[tool] = {"cpu_us_per_token_median": mine[len(mine) // 2],
-                         "req_per_s_median": sorted(r["req_per_s"] for r in runs if r["tool"] == tool)[len(mine) // 2]}
+        summary[tool] = {
+            "cpu_us_per_token_median": mine[len(mine) // 2],
+            "req_per_s_median": sorted(r["req_per_s"] for r in runs if r["tool"] == tool)[len(mine) // 2],
+        }
     workload = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     text = json.dumps({"workload": workload, "runs": runs, "summary": summary}, indent=2)
     print(text)

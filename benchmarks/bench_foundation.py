@@ -31,9 +31,9 @@ import httpx
 import psutil
 
 from vtui.core.events import Event, StateChanged
-from vtui.core.layout import load_layout
 from vtui.core.state import State
 from vtui.core.supervisor import Supervisor
+from vtui.layouts import load_layout
 
 TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "vtui-test")))
 VLLM = Path(os.environ.get("VTUI_VLLM") or TEST_HOME / "venv" / "bin" / "vllm")
@@ -53,8 +53,10 @@ def free_ports(count: int) -> list[int]:
 
 
 def write_layout(folder: Path, session: str, ports: list[int], max_restarts: int = 3) -> Path:
-    instances = "".join(f'\n[[instance]]\nname = "{n}"\nport = {p}\nenv.VLLM_CPU_OMP_THREADS_BIND = "{i}"\n'
-                        for i, (n, p) in enumerate(zip(NAMES, ports, strict=True)))
+    instances = "".join(
+        f'\n[[instance]]\nname = "{n}"\nport = {p}\nenv.VLLM_CPU_OMP_THREADS_BIND = "{i}"\n'
+        for i, (n, p) in enumerate(zip(NAMES, ports, strict=True))
+    )
     path = folder / f"{session}.toml"
     path.write_text(f"""[session]
 name = "{session}"
@@ -98,8 +100,9 @@ def alive(pid: int) -> bool:
 
 
 def vtui(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vtui", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "vtui", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 # -- 1. startup: vtui up vs by hand -----------------------------------------------------------------------
@@ -119,9 +122,16 @@ def start_by_hand(folder: Path, index: int) -> tuple[list[subprocess.Popen], lis
     procs = []
     for spec in layout.instances:
         log = (folder / f"hand-{index}-{spec.name}.log").open("w")
-        procs.append(subprocess.Popen(spec.argv(), env={**os.environ, **spec.env, **OFFLINE}, stdout=log,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                spec.argv(),
+                env={**os.environ, **spec.env, **OFFLINE},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
     return procs, [spec.port for spec in layout.instances]
 
 
@@ -150,8 +160,11 @@ def time_by_hand(folder: Path, index: int, orphan_probe: bool) -> tuple[float, d
             os.kill(procs[0].pid, signal.SIGKILL)
             time.sleep(5.0)
             left = [pid for pid in children if alive(pid)]
-            probe = {"children_before": len(children), "alive_5s_after_kill9": len(left),
-                     "titles": sorted(psutil.Process(p).cmdline()[0] for p in left if alive(p))}
+            probe = {
+                "children_before": len(children),
+                "alive_5s_after_kill9": len(left),
+                "titles": sorted(psutil.Process(p).cmdline()[0] for p in left if alive(p)),
+            }
         return elapsed, probe
     finally:
         kill_groups(procs)
@@ -192,15 +205,27 @@ async def kill_cycles(folder: Path, cycles: int) -> dict[str, Any]:
                 await asyncio.sleep(0.2)
             back = time.monotonic() - killed
             orphans = [pid for pid in tree if alive(pid)]
-            rows.append({"cycle": cycle + 1, "instance": name, "detect_s": round(detect, 3),
-                         "ready_again_s": round(back, 1), "tree_size": len(tree), "orphans": len(orphans)})
+            rows.append(
+                {
+                    "cycle": cycle + 1,
+                    "instance": name,
+                    "detect_s": round(detect, 3),
+                    "ready_again_s": round(back, 1),
+                    "tree_size": len(tree),
+                    "orphans": len(orphans),
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     finally:
         await sup.close(stop_instances=True)
     detects = [r["detect_s"] for r in rows]
-    return {"cycles": rows, "detect_median_s": statistics.median(detects), "detect_max_s": max(detects),
-            "ready_again_median_s": statistics.median(r["ready_again_s"] for r in rows),
-            "orphans_total": sum(r["orphans"] for r in rows)}
+    return {
+        "cycles": rows,
+        "detect_median_s": statistics.median(detects),
+        "detect_max_s": max(detects),
+        "ready_again_median_s": statistics.median(r["ready_again_s"] for r in rows),
+        "orphans_total": sum(r["orphans"] for r in rows),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="vtui-bench-") as tmp:
         folder = Path(tmp)
-        os.environ.update({"VTUI_STATE_DIR": str(folder / "state"), "VTUI_CONFIG_DIR": str(folder / "config"),
-                           **OFFLINE})
+        os.environ.update(
+            {"VTUI_STATE_DIR": str(folder / "state"), "VTUI_CONFIG_DIR": str(folder / "config"), **OFFLINE}
+        )
         up, hand, probe = [], [], None
         for i in range(args.runs):
             order = ("vtui", "hand") if i % 2 == 0 else ("hand", "vtui")
@@ -226,13 +252,20 @@ def main(argv: list[str] | None = None) -> int:
                     elapsed, p = time_by_hand(folder, i, orphan_probe=probe is None)
                     hand.append(round(elapsed, 1))
                     probe = probe or p
-                print(f"{kind} run {i + 1}: {(up if kind == 'vtui' else hand)[-1]} s", file=sys.stderr, flush=True)
+                print(
+                    f"{kind} run {i + 1}: {(up if kind == 'vtui' else hand)[-1]} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         crash = asyncio.run(kill_cycles(folder, args.cycles)) if args.cycles else None
     summary = {
         "machine": f"{os.cpu_count()} CPUs, vllm-cpu 0.32.0, tiny LLaMA, 2 instances (1 core each)",
-        "startup_two_instances_s": {"vtui_up": up, "by_hand_poll_0.1s": hand,
-                                    "vtui_up_median": statistics.median(up),
-                                    "by_hand_median": statistics.median(hand)},
+        "startup_two_instances_s": {
+            "vtui_up": up,
+            "by_hand_poll_0.1s": hand,
+            "vtui_up_median": statistics.median(up),
+            "by_hand_median": statistics.median(hand),
+        },
         "by_hand_kill9_leftovers": probe,
         "kill9": crash,
     }

@@ -22,13 +22,20 @@ DEFAULT = Path(__file__).resolve().parent.parent / "tests" / "telemetry" / "fixt
 
 def ours_values(text: str) -> Counter:
     snap = parse_metrics(text)
-    return Counter((name, frozenset(labels.items()), value) for name in snap.series
-                   for labels, value in snap.labelled(name))
+    return Counter(
+        (name, frozenset(labels.items()), value)
+        for name in snap.series
+        for labels, value in snap.labelled(name)
+    )
 
 
 def reference_values(text: str) -> Counter:
-    return Counter((s.name, frozenset(s.labels.items()), s.value) for fam in text_string_to_metric_families(text)
-                   for s in fam.samples if s.name in WANTED)
+    return Counter(
+        (s.name, frozenset(s.labels.items()), s.value)
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name in WANTED
+    )
 
 
 def best_of(fn, repeat: int, number: int) -> float:
@@ -66,8 +73,11 @@ def main() -> int:
     print(f"payload: {args.payload.name}, {len(text) / 1024:.1f} KiB, {text.count(chr(10))} lines")
     print(f"{'parser':<44}{'ms/payload':>12}{'speed-up':>10}")
     print(f"{'prometheus_client text_string_to_metric_families':<44}{t_prom * 1e3:>12.3f}{'1.0x':>10}")
-    for label, t in (("vtui parse_metrics", t_parse), ("vtui parse_metrics + MetricsWindow.update", t_sample),
-                     ("  same, label cache cleared (first scrape)", t_cold)):
+    for label, t in (
+        ("vtui parse_metrics", t_parse),
+        ("vtui parse_metrics + MetricsWindow.update", t_sample),
+        ("  same, label cache cleared (first scrape)", t_cold),
+    ):
         print(f"{label:<44}{t * 1e3:>12.3f}{t_prom / t:>9.1f}x")
     print(f"samples compared: {sum(ours.values())}; identical values: {identical}")
     return 0 if identical else 1

@@ -26,11 +26,26 @@ def free_port() -> int:
 
 def start(*flags: str, core: int | None = None) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    cmd = [sys.executable, "-m", "vtui.sim", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", str(port),
-           "--disable-uvicorn-access-log", *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vtui.sim",
+        "Qwen/Qwen3-8B",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--disable-uvicorn-access-log",
+        *flags,
+    ]
     pre = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pre,
-                            env={**os.environ, "CUDA_VISIBLE_DEVICES": str(7 - (core or 0))})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=pre,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": str(7 - (core or 0))},
+    )
     return proc, port
 
 
@@ -57,10 +72,13 @@ def rss_mib(pid: int) -> float:
 
 async def client(port: int, max_tokens: int, deadline: float, counts: list[int]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = json.dumps({"prompt": "benchmark " * 20, "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True}).encode()
-    request = (f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-               f"content-length: {len(body)}\r\n\r\n").encode() + body
+    body = json.dumps(
+        {"prompt": "benchmark " * 20, "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+    ).encode()
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
     while time.monotonic() < deadline:
         writer.write(request)
         buf = bytearray()
@@ -97,14 +115,17 @@ def main() -> None:
             proc.terminate()
             proc.wait()
     multi = os.cpu_count() and os.cpu_count() >= 2
-    proc, port = start("--sim-startup-scale", "0", "--sim-speed", "1e6", "--max-num-seqs", "1024",
-                       core=0 if multi else None)
+    proc, port = start(
+        "--sim-startup-scale", "0", "--sim-speed", "1e6", "--max-num-seqs", "1024", core=0 if multi else None
+    )
     try:
         wait_health(port, proc)
         results["rss_idle_mib"] = round(rss_mib(proc.pid), 1)
         if multi:
             os.sched_setaffinity(0, {1})
-        results["tokens_per_s_one_core"] = round(asyncio.run(load(port, opts.clients, opts.seconds, opts.max_tokens)))
+        results["tokens_per_s_one_core"] = round(
+            asyncio.run(load(port, opts.clients, opts.seconds, opts.max_tokens))
+        )
         results["rss_after_load_mib"] = round(rss_mib(proc.pid), 1)
         results["clients"] = opts.clients
     finally:

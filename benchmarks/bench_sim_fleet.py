@@ -36,10 +36,13 @@ def layout_text(session: str, count: int, gpus: int, sim_load: int) -> str:
     per = 0.45 if gpus else round(0.9 / count, 3)
     lines = [f'[session]\nname = "{session}"\nallow_gpu_sharing = true\n']
     for i in range(count):
-        lines.append(f'[[instance]]\nname = "sim{i:02d}"\nengine = "sim"\nmodel = "Qwen/Qwen3-0.6B"\n'
-                     f"port = {free_port()}\n" + (f"gpus = [{i % gpus}]\n" if gpus else "")
-                     + f"\n[instance.flags]\ngpu-memory-utilization = {per}\nmax-model-len = 4096\n"
-                     f"sim-startup-scale = 0.0\nsim-load = {sim_load}\ndisable-uvicorn-access-log = true\n")
+        lines.append(
+            f'[[instance]]\nname = "sim{i:02d}"\nengine = "sim"\nmodel = "Qwen/Qwen3-0.6B"\n'
+            f"port = {free_port()}\n"
+            + (f"gpus = [{i % gpus}]\n" if gpus else "")
+            + f"\n[instance.flags]\ngpu-memory-utilization = {per}\nmax-model-len = 4096\n"
+            f"sim-startup-scale = 0.0\nsim-load = {sim_load}\ndisable-uvicorn-access-log = true\n"
+        )
     return "\n".join(lines)
 
 
@@ -73,9 +76,9 @@ def cpu_percent(procs: list[psutil.Process], seconds: float) -> float:
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     from vtui.core.launcher import MARKER
-    from vtui.core.layout import load_layout
     from vtui.core.state import State
     from vtui.core.supervisor import Supervisor
+    from vtui.layouts import load_layout
 
     session = f"fleet{uuid.uuid4().hex[:6]}"
     folder = Path(os.environ["VTUI_STATE_DIR"])
@@ -112,23 +115,33 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             pumps += [p for pid, p in tree.items() if pid == handle.pump_pid]
         await asyncio.sleep(1.0)  # let the servers settle after their first requests
         result: dict[str, object] = {
-            "instances": args.instances, "ready": args.instances - len(bad), "not_ready": bad, "errors": errors,
-            "gpus": args.gpus, "sim_load": args.sim_load, "health_interval_s": args.health_interval,
-            "spawned_s": round(spawned_s, 2), "all_ready_s": round(ready_s, 2),
+            "instances": args.instances,
+            "ready": args.instances - len(bad),
+            "not_ready": bad,
+            "errors": errors,
+            "gpus": args.gpus,
+            "sim_load": args.sim_load,
+            "health_interval_s": args.health_interval,
+            "spawned_s": round(spawned_s, 2),
+            "all_ready_s": round(ready_s, 2),
             "loop_max_lag_s": round(max(lags, default=0.0), 3),
             "loop_blocked_s": round(sum(lag for lag in lags if lag > 0.05), 2),
             "sims": {"processes": len(leaders), **memory(leaders)},
             "pumps": {"processes": len(pumps), **memory(pumps)},
             "per_sim_pss_mib": round(memory(leaders)["pss_mib"] / max(1, len(leaders)), 1),
             "available_mem_drop_mib": round((avail_before - psutil.virtual_memory().available) / 2**20, 1),
-            "machine": {"cpus": psutil.cpu_count(), "mem_total_mib": round(psutil.virtual_memory().total / 2**20),
-                        "mem_available_mib": round(psutil.virtual_memory().available / 2**20)},
+            "machine": {
+                "cpus": psutil.cpu_count(),
+                "mem_total_mib": round(psutil.virtual_memory().total / 2**20),
+                "mem_available_mib": round(psutil.virtual_memory().available / 2**20),
+            },
         }
         result["fleet_cpu_percent"] = await asyncio.to_thread(cpu_percent, leaders + pumps, args.cpu_seconds)
         supervisor_proc = psutil.Process()
-        result["supervisor"] = {"rss_mib": round(supervisor_proc.memory_info().rss / 2**20, 1),
-                                "cpu_percent": await asyncio.to_thread(cpu_percent, [supervisor_proc],
-                                                                       args.cpu_seconds)}
+        result["supervisor"] = {
+            "rss_mib": round(supervisor_proc.memory_info().rss / 2**20, 1),
+            "cpu_percent": await asyncio.to_thread(cpu_percent, [supervisor_proc], args.cpu_seconds),
+        }
     finally:
         t1 = time.monotonic()
         await sup.close(stop_instances=True)
@@ -136,7 +149,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     left = []
     for proc in psutil.process_iter():
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER, "").startswith(session + "/"):
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER, "").startswith(
+                session + "/"
+            ):
                 left.append(proc.pid)
         except psutil.Error:
             pass

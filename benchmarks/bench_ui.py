@@ -30,31 +30,63 @@ GIB = 2**30
 
 
 # -- the child: the app under a synthetic 1 Hz load ---------------------------------------------------
-def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 20.0, up_for: float = 0.0) -> int:
+def child(
+    n: int, pidfile: str, profile: str | None = None, profile_s: float = 20.0, up_for: float = 0.0
+) -> int:
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.testing.fake_supervisor import FakeSupervisor
     from vtui.ui.adapters import GpuInfo, GpuProcess, GpuSample, MetricsSample, Percentiles
     from vtui.ui.app import make_app
-    from vtui.ui.fake import FakeSupervisor
 
     Path(pidfile).write_text(str(os.getpid()))
     hooks: list = []
-    specs = tuple(InstanceSpec(f"inst{i:02d}", "Qwen/Qwen3-8B", 9000 + i, engine="sim", gpus=(i % 8,),
-                               flags={"max-num-seqs": 256, "max-model-len": 8192}) for i in range(n))
+    specs = tuple(
+        InstanceSpec(
+            f"inst{i:02d}",
+            "Qwen/Qwen3-8B",
+            9000 + i,
+            engine="sim",
+            gpus=(i % 8,),
+            flags={"max-num-seqs": 256, "max-model-len": 8192},
+        )
+        for i in range(n)
+    )
     layout = Layout(SessionSpec(f"bench{n}"), specs)
 
     def _samples(name: str, count: int = 60) -> list:
         """`count` distinct samples (every value moves every second, the worst case for drawing)."""
         rng = random.Random(name)
-        return [MetricsSample(
-            instance=name, at=time.time(), running=float(rng.randint(0, 256)),
-            waiting=float(rng.randint(0, 9)), waiting_by_reason={}, kv_usage=rng.random(),
-            kv_capacity_tokens=200_000, block_size=16, prompt_tps=rng.uniform(0, 5000),
-            generation_tps=rng.uniform(0, 2000), ttft=Percentiles(0.1, 0.4, 0.9),
-            itl=Percentiles(0.02, 0.04, 0.06), e2e=Percentiles(1, 2, 3), queue=Percentiles(0, 0.1, 0.2),
-            preemptions_per_s=0.0, prefix_hit_rate=rng.random(), success_per_s=3.0, abort_per_s=0.0,
-            error_per_s=0.0, prompt_tokens_total=None, generation_tokens_total=None,
-            preemptions_total=None, prefix_cache_queries_total=None, prefix_cache_hits_total=None,
-            counter_reset=False, vllm_names="v1") for _ in range(count)]
+        return [
+            MetricsSample(
+                instance=name,
+                at=time.time(),
+                running=float(rng.randint(0, 256)),
+                waiting=float(rng.randint(0, 9)),
+                waiting_by_reason={},
+                kv_usage=rng.random(),
+                kv_capacity_tokens=200_000,
+                block_size=16,
+                prompt_tps=rng.uniform(0, 5000),
+                generation_tps=rng.uniform(0, 2000),
+                ttft=Percentiles(0.1, 0.4, 0.9),
+                itl=Percentiles(0.02, 0.04, 0.06),
+                e2e=Percentiles(1, 2, 3),
+                queue=Percentiles(0, 0.1, 0.2),
+                preemptions_per_s=0.0,
+                prefix_hit_rate=rng.random(),
+                success_per_s=3.0,
+                abort_per_s=0.0,
+                error_per_s=0.0,
+                prompt_tokens_total=None,
+                generation_tokens_total=None,
+                preemptions_total=None,
+                prefix_cache_queries_total=None,
+                prefix_cache_hits_total=None,
+                counter_reset=False,
+                vllm_names="v1",
+            )
+            for _ in range(count)
+        ]
 
     class Scraper:
         def __init__(self, name, base_url, on_sample):
@@ -81,19 +113,25 @@ def child(n: int, pidfile: str, profile: str | None = None, profile_s: float = 2
             threading.Thread(target=self._loop, daemon=True).start()
 
         def _loop(self):
-            gpus = tuple(GpuInfo(i, "NVIDIA H200", 100 * GIB, 141 * GIB, 80.0, 60.0, 400.0, 700.0)
-                         for i in range(8))
+            gpus = tuple(
+                GpuInfo(i, "NVIDIA H200", 100 * GIB, 141 * GIB, 80.0, 60.0, 400.0, 700.0) for i in range(8)
+            )
             while not self.stop_event.wait(1.0):
                 owners = self.pid_owner()
-                procs = tuple(GpuProcess(i % 8, pid, 12 * GIB, name) for i, (pid, name) in enumerate(owners.items()))
+                procs = tuple(
+                    GpuProcess(i % 8, pid, 12 * GIB, name) for i, (pid, name) in enumerate(owners.items())
+                )
                 self.on_sample(GpuSample(True, None, gpus, procs, time.time()))
 
         def stop(self):
             self.stop_event.set()
 
     # up_for: the instances started that long ago (an uptime under a minute is redrawn every second)
-    app = make_app(supervisor=FakeSupervisor(layout, clock=lambda: time.time() - up_for), scraper=Scraper,
-                   gpu_sampler=Gpus)
+    app = make_app(
+        supervisor=FakeSupervisor(layout, clock=lambda: time.time() - up_for),
+        scraper=Scraper,
+        gpu_sampler=Gpus,
+    )
     if profile:  # cProfile the steady state (after a 3 s warm-up), then exit
         import cProfile
 
@@ -118,7 +156,9 @@ class Tmux:
         self.sock, self.cols, self.rows = f"vtui-bench-{uuid.uuid4().hex[:6]}", cols, rows
 
     def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.sock, *args], check=True, capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.sock, *args], check=True, capture_output=True, text=True
+        ).stdout
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "b")
@@ -137,15 +177,33 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="vtui-bench-"))
     pidfile = tmp / "pid"
-    env = dict(os.environ, VTUI_STATE_DIR=str(tmp / "state"), VTUI_CONFIG_DIR=str(tmp / "config"),
-               XDG_CACHE_HOME=str(tmp / "cache"), TERM="xterm-256color")
+    env = dict(
+        os.environ,
+        VTUI_STATE_DIR=str(tmp / "state"),
+        VTUI_CONFIG_DIR=str(tmp / "config"),
+        XDG_CACHE_HOME=str(tmp / "cache"),
+        TERM="xterm-256color",
+    )
     tmux = Tmux(120, 40)
     cmd = f"{sys.executable} {Path(__file__).resolve()} --child {n} --pidfile {pidfile} --up-for {up_for}"
     try:
         t0 = time.perf_counter()
-        tmux("new-session", "-d", "-s", "b", "-x", "120", "-y", "40",
-             *[a for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "TERM", "PATH")
-               for a in ("-e", f"{k}={env[k]}")], cmd)
+        tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "b",
+            "-x",
+            "120",
+            "-y",
+            "40",
+            *[
+                a
+                for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "TERM", "PATH")
+                for a in ("-e", f"{k}={env[k]}")
+            ],
+            cmd,
+        )
         tmux.wait(lambda s: "inst00" in s and "GPU0" in s)
         first_frame = time.perf_counter() - t0
         proc = psutil.Process(int(pidfile.read_text()))
@@ -164,10 +222,16 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
             tmux("send-keys", "-t", "b", "?")  # `?` closes help too (a lone Escape waits for the next byte)
             latencies.append(tmux.wait(lambda s: "Keys (greyed" not in s))
             time.sleep(0.05)
-        return {"instances": n, "up_for_s": up_for, "cpu_percent_of_one_core": round(cpu_pct, 2), "rss_mb": round(rss / 2**20, 1),
-                "key_to_screen_ms_p50": round(statistics.median(latencies) * 1000, 1),
-                "key_to_screen_ms_p95": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
-                "first_frame_s": round(first_frame, 2), "measured_s": seconds}
+        return {
+            "instances": n,
+            "up_for_s": up_for,
+            "cpu_percent_of_one_core": round(cpu_pct, 2),
+            "rss_mb": round(rss / 2**20, 1),
+            "key_to_screen_ms_p50": round(statistics.median(latencies) * 1000, 1),
+            "key_to_screen_ms_p95": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
+            "first_frame_s": round(first_frame, 2),
+            "measured_s": seconds,
+        }
     finally:
         subprocess.run(["tmux", "-L", tmux.sock, "kill-server"], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -181,20 +245,30 @@ def main() -> int:
     parser.add_argument("--sizes", default="8,32")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--presses", type=int, default=15)
-    parser.add_argument("--up-for", default="0,600",
-                        help="comma list: how long the instances have been up when measuring starts (s)")
+    parser.add_argument(
+        "--up-for",
+        default="0,600",
+        help="comma list: how long the instances have been up when measuring starts (s)",
+    )
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.pidfile, args.profile, args.seconds, float(args.up_for))
     if not shutil.which("tmux"):
         print("bench_ui needs tmux", file=sys.stderr)
         return 2
-    results = [measure(int(n), args.seconds, args.presses, float(up)) for n in args.sizes.split(",")
-               for up in args.up_for.split(",")]
-    print(f"{'instances':>9} {'up for s':>8} {'CPU % core':>10} {'RSS MB':>7} {'key p50 ms':>10} {'key p95 ms':>10} {'1st frame s':>11}")
+    results = [
+        measure(int(n), args.seconds, args.presses, float(up))
+        for n in args.sizes.split(",")
+        for up in args.up_for.split(",")
+    ]
+    print(
+        f"{'instances':>9} {'up for s':>8} {'CPU % core':>10} {'RSS MB':>7} {'key p50 ms':>10} {'key p95 ms':>10} {'1st frame s':>11}"
+    )
     for r in results:
-        print(f"{r['instances']:>9} {r['up_for_s']:>8.0f} {r['cpu_percent_of_one_core']:>10} {r['rss_mb']:>7} {r['key_to_screen_ms_p50']:>10} "
-              f"{r['key_to_screen_ms_p95']:>10} {r['first_frame_s']:>11}")
+        print(
+            f"{r['instances']:>9} {r['up_for_s']:>8.0f} {r['cpu_percent_of_one_core']:>10} {r['rss_mb']:>7} {r['key_to_screen_ms_p50']:>10} "
+            f"{r['key_to_screen_ms_p95']:>10} {r['first_frame_s']:>11}"
+        )
     print(json.dumps(results))
     return 0
 

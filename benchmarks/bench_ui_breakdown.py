@@ -103,11 +103,17 @@ def main() -> int:
         time.sleep(args.seconds)
         armed.clear()
         main_thread = next(t for t in proc.threads() if t.id == proc.pid)
-        result = {"instances": args.instances, "up_for_s": args.up_for, "seconds": args.seconds,
-                  "main_thread_ms_per_s": round((main_thread.user_time + main_thread.system_time - before)
-                                                / args.seconds * 1000, 2),
-                  "ms_per_s": {k: round(v / args.seconds * 1000, 2)
-                               for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}}
+        result = {
+            "instances": args.instances,
+            "up_for_s": args.up_for,
+            "seconds": args.seconds,
+            "main_thread_ms_per_s": round(
+                (main_thread.user_time + main_thread.system_time - before) / args.seconds * 1000, 2
+            ),
+            "ms_per_s": {
+                k: round(v / args.seconds * 1000, 2) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])
+            },
+        }
         Path(args.out).write_text(json.dumps(result, indent=1))
 
     threading.Thread(target=measure, daemon=True).start()

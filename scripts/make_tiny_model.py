@@ -160,8 +160,14 @@ def build_files() -> dict[str, bytes]:
         "use_cache": True,
     }
     added = {
-        str(ids[t]): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                      "single_word": False, "special": True}
+        str(ids[t]): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for t in SPECIAL_TOKENS
     }
     tokenizer_config = {
@@ -177,8 +183,11 @@ def build_files() -> dict[str, bytes]:
         "model_max_length": MAX_POSITIONS,
         "errors": "replace",
     }
-    special_tokens_map = {"additional_special_tokens": [IM_START, IM_END], "eos_token": IM_END,
-                          "pad_token": ENDOFTEXT}
+    special_tokens_map = {
+        "additional_special_tokens": [IM_START, IM_END],
+        "eos_token": IM_END,
+        "pad_token": ENDOFTEXT,
+    }
     generation_config = {
         "bos_token_id": ids[ENDOFTEXT],
         "eos_token_id": [ids[IM_END], ids[ENDOFTEXT]],

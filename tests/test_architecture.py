@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NON_UI = ["vtui/core", "vtui/telemetry", "vtui/sim", "vtui/bench", "vtui/planner", "vtui/planner.py"]
+NON_UI = [
+    "vtui/core",
+    "vtui/layouts",
+    "vtui/testing",
+    "vtui/telemetry",
+    "vtui/sim",
+    "vtui/bench",
+    "vtui/planner",
+    "vtui/planner.py",
+]
 
 
 def _modules() -> list[Path]:
@@ -41,7 +50,12 @@ def test_non_ui_packages_never_import_textual_or_ui() -> None:
     offenders = []
     for path in _modules():
         for name in _imported_names(path):
-            if name == "textual" or name.startswith("textual.") or name == "vtui.ui" or name.startswith("vtui.ui."):
+            if (
+                name == "textual"
+                or name.startswith("textual.")
+                or name == "vtui.ui"
+                or name.startswith("vtui.ui.")
+            ):
                 offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert _modules(), "no non-UI modules found: the scan would pass vacuously"
     assert offenders == []
@@ -55,6 +69,12 @@ def test_scan_catches_a_violation(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed")
 def test_import_linter_contract() -> None:
-    result = subprocess.run(["lint-imports"], cwd=ROOT, capture_output=True, text=True, check=False,
-                            env={"PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"})
+    result = subprocess.run(
+        ["lint-imports"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -31,8 +31,12 @@ COMMANDS: dict[str, str] = {
 
 
 def _usage() -> str:
-    lines = ["usage: vtui [LAYOUT]            open the dashboard (default: the last session, else the demo)",
-             "       vtui COMMAND [ARGS…]     run a headless command", "", "commands:"]
+    lines = [
+        "usage: vtui [LAYOUT]            open the dashboard (default: the last session, else the demo)",
+        "       vtui COMMAND [ARGS…]     run a headless command",
+        "",
+        "commands:",
+    ]
     for name, module in COMMANDS.items():
         try:
             help_text = importlib.import_module(module).HELP

@@ -18,8 +18,9 @@ class Tmux:
         self.last = ""
 
     def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True,
-                              text=True, timeout=10).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True, timeout=10
+        ).stdout
 
     def keys(self, *keys: str) -> None:
         self.run("send-keys", "-t", self.session, *keys)

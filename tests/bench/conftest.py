@@ -43,8 +43,10 @@ class FakeServer:
         ]
         for b in BOUNDS:
             le = "+Inf" if b == float("inf") else repr(b)
-            lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="{le}"}} '
-                         f"{sum(1 for t in self.ttft_obs if t <= b)}")
+            lines.append(
+                f'vllm:time_to_first_token_seconds_bucket{{{lab},le="{le}"}} '
+                f"{sum(1 for t in self.ttft_obs if t <= b)}"
+            )
         lines.append(f"vllm:time_to_first_token_seconds_count{{{lab}}} {len(self.ttft_obs)}")
         lines.append(f"vllm:time_to_first_token_seconds_sum{{{lab}}} {sum(self.ttft_obs)}")
         return "\n".join(lines) + "\n"
@@ -76,9 +78,13 @@ class FakeServer:
             writer.close()
 
     @staticmethod
-    def _send(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> None:
-        writer.write(f"HTTP/1.1 {status} X\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
-                     + body)
+    def _send(
+        writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json"
+    ) -> None:
+        writer.write(
+            f"HTTP/1.1 {status} X\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
 
     async def _generate(self, payload: dict, writer: asyncio.StreamWriter) -> None:
         self.in_flight += 1
@@ -90,15 +96,19 @@ class FakeServer:
                 return
             prompt = payload.get("prompt") or []
             n = int(payload.get("max_tokens", 16))
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
             ttft = self.ttft_per_inflight * self.in_flight
             await asyncio.sleep(ttft)
             self.ttft_obs.append(ttft)
             for i in range(n):
                 if i:
                     await asyncio.sleep(self.token_delay)
-                self._chunk(writer, {"id": "x", "choices": [{"index": 0, "text": "a", "finish_reason": None}],
-                                     "usage": None})
+                self._chunk(
+                    writer,
+                    {"id": "x", "choices": [{"index": 0, "text": "a", "finish_reason": None}], "usage": None},
+                )
                 await writer.drain()
             usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
             self._chunk(writer, {"id": "x", "choices": [], "usage": usage})

@@ -58,12 +58,29 @@ tensor-parallel-size = 2
 """)
     base = tmp_path / "base.json"
     out = tmp_path / "out"
-    argv = ["bench", "a", "--layout", str(layout), "-c", "2", "-n", "6", "--output-len", "4", "--out", str(out)]
+    argv = [
+        "bench",
+        "a",
+        "--layout",
+        str(layout),
+        "-c",
+        "2",
+        "-n",
+        "6",
+        "--output-len",
+        "4",
+        "--out",
+        str(out),
+    ]
     assert main([*argv, "--save-baseline", str(base)]) == 0
     text = capsys.readouterr().out
     assert "c=2" in text and "/M out" in text  # cost shown from the layout's gpu_hour_price
     saved = json.loads(base.read_text())
-    assert saved["flags"] == {"max-num-seqs": 8, "tensor-parallel-size": 2} and saved["model"] == "org/m" and saved["gpus"] == 2
+    assert (
+        saved["flags"] == {"max-num-seqs": 8, "tensor-parallel-size": 2}
+        and saved["model"] == "org/m"
+        and saved["gpus"] == 2
+    )
     assert saved["vllm_version"] == "fake-1" and saved["gpu_hour_price"] == 2.0
     assert len(list(out.glob("*.json"))) == 1 and len(list(out.glob("*.csv"))) == 1
     # Comparing against a baseline 10× faster than anything possible: a regression, exit code 1.

@@ -96,14 +96,17 @@ async def stream_server(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
 def test_chunked_decoder_at_every_split_with_extensions_and_trailers():
     payload = [b"hello ", b"chunked", b" world" * 50]
-    wire = (b"6;ext=1\r\nhello \r\n" + b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in payload[1:])
-            + b"0\r\nX-Trailer: yes\r\n\r\n")
+    wire = (
+        b"6;ext=1\r\nhello \r\n"
+        + b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in payload[1:])
+        + b"0\r\nX-Trailer: yes\r\n\r\n"
+    )
     for split in range(1, len(wire)):
         decoder = ChunkedDecoder()
         out = decoder.feed(wire[:split]) + decoder.feed(wire[split:])
         assert out == b"".join(payload) and decoder.done and decoder.extra == b"", split
     decoder = ChunkedDecoder()
-    assert b"".join(decoder.feed(wire[i:i + 1]) for i in range(len(wire))) == b"".join(payload)
+    assert b"".join(decoder.feed(wire[i : i + 1]) for i in range(len(wire))) == b"".join(payload)
     decoder = ChunkedDecoder()
     decoder.feed(chunked(b"ab") + b"EXTRA")
     assert decoder.done and decoder.extra == b"EXTRA"
@@ -131,7 +134,9 @@ async def test_content_length_and_until_eof_bodies():
         while True:
             line, _ = await read_request(reader)
             if "length" in line:
-                writer.write(b'HTTP/1.1 500 Internal Server Error\r\nContent-Length: 18\r\n\r\n{"message":"boom"}')
+                writer.write(
+                    b'HTTP/1.1 500 Internal Server Error\r\nContent-Length: 18\r\n\r\n{"message":"boom"}'
+                )
             elif "empty" in line:
                 writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
             else:
@@ -176,7 +181,7 @@ async def test_server_closing_idle_or_with_connection_close_gets_a_fresh_connect
 async def test_close_mid_body_and_refused_connection_raise():
     async def handler(reader, writer):
         await read_request(reader)
-        writer.write(SSE_HEAD + b"40\r\ndata: {\"choices\":[{\"text\":\"x\"}]}\n\n")
+        writer.write(SSE_HEAD + b'40\r\ndata: {"choices":[{"text":"x"}]}\n\n')
         await writer.drain()
 
     async with Scripted(handler) as server:
@@ -216,7 +221,9 @@ async def test_bench_counts_errors_through_the_lean_client():
             kind, count = count % 4, count + 1
             if kind == 1:
                 body = b'{"error":{"message":"server busy"}}'
-                writer.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body))
+                writer.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+                )
             elif kind == 2:
                 writer.write(SSE_HEAD + chunked(b'data: {"error":{"message":"engine died"}}\n\n'))
             elif kind == 3:
@@ -228,8 +235,11 @@ async def test_bench_counts_errors_through_the_lean_client():
             await writer.drain()
 
     async with Scripted(handler) as server:
-        result = await run_bench(BenchConfig(server.url, model="m", concurrency=1, num_requests=8, output_len=3,
-                                             scrape_metrics=False))
+        result = await run_bench(
+            BenchConfig(
+                server.url, model="m", concurrency=1, num_requests=8, output_len=3, scrape_metrics=False
+            )
+        )
     (step,) = result.steps
     assert (step.requests, step.completed, step.failed) == (8, 2, 6)
     errors = dict(step.errors)
@@ -272,7 +282,7 @@ class _PerLine(_Stream):
         if end < 0:
             self._buf = buf
             return
-        self._buf = buf[end + 2:]
+        self._buf = buf[end + 2 :]
         for line in buf[:end].split(b"\n"):
             if line.startswith(b"data:"):
                 self._event(line[5:].strip(), now)
@@ -286,7 +296,12 @@ def test_sse_fast_path_matches_the_per_line_path():
             for i, piece in enumerate((wire[:first], wire[first:second], wire[second:])):
                 fast.feed(piece, 1.0 + i)
                 slow.feed(piece, 1.0 + i)
-            assert (fast.first, fast.chunks, fast.gaps, fast.usage) == (slow.first, slow.chunks, slow.gaps, slow.usage)
+            assert (fast.first, fast.chunks, fast.gaps, fast.usage) == (
+                slow.first,
+                slow.chunks,
+                slow.gaps,
+                slow.usage,
+            )
             assert fast.chunks == 6 and fast.usage == {"prompt_tokens": 3, "completion_tokens": 6}
     text = json.dumps({"choices": [{"text": "data: [DONE]\n\ndata:"}]}).encode()
     stream = _Stream(False, 0.0)

@@ -17,8 +17,11 @@ def test_a_local_folder_is_hashed_by_content(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"weights-1")
     fp = weights_fingerprint(str(tmp_path))
-    assert fp == {"sha256": _combined({"model.safetensors": hashlib.sha256(b"weights-1").hexdigest()}),
-                  "files": 1, "method": "content"}
+    assert fp == {
+        "sha256": _combined({"model.safetensors": hashlib.sha256(b"weights-1").hexdigest()}),
+        "files": 1,
+        "method": "content",
+    }
     (tmp_path / "model.safetensors").write_bytes(b"weights-2")
     assert weights_fingerprint(str(tmp_path))["sha256"] != fp["sha256"]  # other weights, other hash
 
@@ -45,12 +48,21 @@ def test_no_hash_for_hub_names_empty_folders_or_too_much_to_read(tmp_path):
 
 
 def test_context_differences_name_weights_version_and_flags():
-    base = {"model": "/m", "weights_sha256": "aa", "vllm_version": "0.32.0",
-            "flags": {"max-num-seqs": 8, "enforce-eager": True}}
-    now = {"model": "/m", "weights_sha256": "bb", "vllm_version": "0.32.0",
-           "flags": {"max-num-seqs": 4, "max-model-len": 512, "enforce-eager": True}}
+    base = {
+        "model": "/m",
+        "weights_sha256": "aa",
+        "vllm_version": "0.32.0",
+        "flags": {"max-num-seqs": 8, "enforce-eager": True},
+    }
+    now = {
+        "model": "/m",
+        "weights_sha256": "bb",
+        "vllm_version": "0.32.0",
+        "flags": {"max-num-seqs": 4, "max-model-len": 512, "enforce-eager": True},
+    }
     assert context_differences(now, base) == [
         "weights (sha256): baseline aa, now bb",
-        "flags: max-model-len (unset) -> 512, max-num-seqs 8 -> 4"]
+        "flags: max-model-len (unset) -> 512, max-num-seqs 8 -> 4",
+    ]
     assert context_differences(base, base) == []
     assert context_differences({"flags": {}}, {"weights_sha256": "aa", "flags": {}}) == []  # unknown: no note

@@ -22,12 +22,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def fake_spec(name: str = "a", *, restart: RestartPolicy | None = None, gpus: tuple[int, ...] = (),
-              port: int | None = None, **flags: object) -> InstanceSpec:
-    return InstanceSpec(name=name, model="fake-model", port=port or free_port(), gpus=gpus,
-                        command=(sys.executable, str(FAKE_ENGINE)),
-                        flags={k.replace("_", "-"): v for k, v in flags.items()},
-                        restart=restart or RestartPolicy("on-failure", max_restarts=2, backoff_initial=0.2))
+def fake_spec(
+    name: str = "a",
+    *,
+    restart: RestartPolicy | None = None,
+    gpus: tuple[int, ...] = (),
+    port: int | None = None,
+    **flags: object,
+) -> InstanceSpec:
+    return InstanceSpec(
+        name=name,
+        model="fake-model",
+        port=port or free_port(),
+        gpus=gpus,
+        command=(sys.executable, str(FAKE_ENGINE)),
+        flags={k.replace("_", "-"): v for k, v in flags.items()},
+        restart=restart or RestartPolicy("on-failure", max_restarts=2, backoff_initial=0.2),
+    )
 
 
 @pytest.fixture

@@ -61,8 +61,10 @@ def main() -> None:
     args.fail_startup = env.get("FAKE_FAIL_STARTUP", args.fail_startup)
     args.ignore_sigterm = args.ignore_sigterm or env.get("FAKE_IGNORE_SIGTERM") == "1"
     args.spawn_child = args.spawn_child or env.get("FAKE_SPAWN_CHILD") == "1"
-    print(f"(APIServer pid={os.getpid()}) INFO non-default args: model={args.model} {' '.join(extra)}",
-          flush=True)
+    print(
+        f"(APIServer pid={os.getpid()}) INFO non-default args: model={args.model} {' '.join(extra)}",
+        flush=True,
+    )
     if args.chatty:
         line = "x" * 99 + "\n"
         for _ in range(args.chatty // 100):
@@ -72,17 +74,22 @@ def main() -> None:
     if args.spawn_child:
         # FAKE_CHILD_NO_ENV=1: an empty environ, as vLLM's setproctitle leaves /proc/PID/environ.
         child_env = {} if env.get("FAKE_CHILD_NO_ENV") == "1" else None
-        child = subprocess.Popen(["VLLM::EngineCore", os.path.abspath(__file__), "--child"],
-                                 executable=sys.executable, env=child_env)
+        child = subprocess.Popen(
+            ["VLLM::EngineCore", os.path.abspath(__file__), "--child"],
+            executable=sys.executable,
+            env=child_env,
+        )
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
+
         def on_term(*_: object) -> None:
             if child is not None:
                 child.terminate()
                 child.wait()
             print("INFO Shutting down", flush=True)
             os._exit(0)
+
         signal.signal(signal.SIGTERM, on_term)
     print("INFO Loading weights took 0.01 GiB", flush=True)
     time.sleep(args.startup_delay)

@@ -16,8 +16,11 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def write_layout(tmp_path, session: str, *, fail_b: bool = False, port_a: int | None = None):
-    env_b = '{ FAKE_FAIL_STARTUP = "User-specified max_model_len (4096) is greater than the derived" }' \
-        if fail_b else "{}"
+    env_b = (
+        '{ FAKE_FAIL_STARTUP = "User-specified max_model_len (4096) is greater than the derived" }'
+        if fail_b
+        else "{}"
+    )
     text = f'''
 [session]
 name = "{session}"

@@ -108,8 +108,11 @@ def test_crash_goes_through_backoff_with_doubling_delays_then_fails(ready_first)
     assert len(launcher.spawned) == 4 and inst.restarts == 3
     first = S.READY if ready_first else S.STARTING
     crash = edges(events).index((first, S.CRASHED))
-    assert edges(events)[crash:crash + 3] == [(first, S.CRASHED), (S.CRASHED, S.BACKOFF),
-                                              (S.BACKOFF, S.STARTING)]
+    assert edges(events)[crash : crash + 3] == [
+        (first, S.CRASHED),
+        (S.CRASHED, S.BACKOFF),
+        (S.BACKOFF, S.STARTING),
+    ]
 
 
 def test_backoff_is_capped():
@@ -267,11 +270,18 @@ def test_stop_while_spawning_without_a_handle_ends_stopped():
 
 
 def test_a_start_with_no_health_answer_times_out_into_the_restart_policy():
-    inst, clock, launcher, events = make(RestartPolicy("on-failure", max_restarts=1, backoff_initial=2,
-                                                       start_timeout=60))
+    inst, clock, launcher, events = make(
+        RestartPolicy("on-failure", max_restarts=1, backoff_initial=2, start_timeout=60)
+    )
     inst.launch()
-    inst.on_lines(["INFO Loading weights took 3 s", "INFO GPU KV cache size: 100 tokens",
-                   "INFO Capturing CUDA graphs 12/67", "  "])
+    inst.on_lines(
+        [
+            "INFO Loading weights took 3 s",
+            "INFO GPU KV cache size: 100 tokens",
+            "INFO Capturing CUDA graphs 12/67",
+            "  ",
+        ]
+    )
     inst.on_health(False)
     clock.t += 59.9
     assert not inst.start_overdue() and inst.on_start_timeout() is None
@@ -280,11 +290,15 @@ def test_a_start_with_no_health_answer_times_out_into_the_restart_policy():
     assert inst.start_overdue()
     assert inst.on_start_timeout() is handle  # handed over to be stopped; no longer this instance's
     assert inst.handle is None and inst.state is S.BACKOFF and not inst.start_overdue()
-    reason = ("no /health answer after 60 s (start_timeout), stuck in phase 'capturing graphs'; "
-              "last log line: INFO Capturing CUDA graphs 12/67")
+    reason = (
+        "no /health answer after 60 s (start_timeout), stuck in phase 'capturing graphs'; "
+        "last log line: INFO Capturing CUDA graphs 12/67"
+    )
     assert inst.last_error == reason
     assert [(e.old, e.new, e.reason) for e in events if isinstance(e, StateChanged)][-2:] == [
-        (S.STARTING, S.CRASHED, reason), (S.CRASHED, S.BACKOFF, "restart 1/1 in 2s")]
+        (S.STARTING, S.CRASHED, reason),
+        (S.CRASHED, S.BACKOFF, "restart 1/1 in 2s"),
+    ]
     clock.t = inst.next_restart_at
     inst.relaunch()
     assert inst.state is S.STARTING and inst.last_error == reason  # kept until a new verdict
@@ -298,7 +312,7 @@ def test_a_start_with_no_health_answer_times_out_into_the_restart_policy():
 def test_start_timeout_zero_never_fires_and_ready_or_spawning_never_times_out():
     inst, clock, _, _ = make(RestartPolicy(start_timeout=0))
     inst.launch()
-    clock.t += 10 ** 6
+    clock.t += 10**6
     assert not inst.start_overdue() and inst.state is S.STARTING
     inst, clock, _, _ = make(RestartPolicy(start_timeout=5))
     inst.launch()

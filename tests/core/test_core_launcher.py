@@ -35,7 +35,9 @@ def test_spawn_health_and_graceful_stop(tmp_path, session_name):
     assert wait_for(lambda: psutil.Process(handle.pid).environ().get("VLLM_API_KEY") == "s3cret", 2)
     assert os.getsid(handle.pid) == handle.sid != os.getsid(0)
     assert wait_for(lambda: launcher.health_sync(spec))
-    assert wait_for(lambda: any(p.name().startswith("VLLM::EngineCor") for p in launcher.tree(handle).values()))
+    assert wait_for(
+        lambda: any(p.name().startswith("VLLM::EngineCor") for p in launcher.tree(handle).values())
+    )
     report = launcher.stop(handle)
     assert report.graceful and report.leftovers == ()
     assert marked(session_name) == []
@@ -50,6 +52,7 @@ def test_kill9_leader_leaves_orphan_that_stop_sweeps(tmp_path, session_name):
     spec = fake_spec(spawn_child=True)
     handle = launcher.spawn(spec, log_path=tmp_path / "a.log", session=session_name)
     assert wait_for(lambda: launcher.health_sync(spec))
+
     def engine_core():
         return next((p for p in launcher.tree(handle).values() if p.name().startswith("VLLM")), None)
 

@@ -24,15 +24,19 @@ class FakeNvml:
 
 
 def lay(*gpu_sets, share=False, host="127.0.0.1", engine="vllm") -> Layout:
-    specs = [InstanceSpec(name=f"i{n}", model="m", port=free_port(), gpus=g, host=host, engine=engine)
-             for n, g in enumerate(gpu_sets)]
+    specs = [
+        InstanceSpec(name=f"i{n}", model="m", port=free_port(), gpus=g, host=host, engine=engine)
+        for n, g in enumerate(gpu_sets)
+    ]
     return Layout(SessionSpec(name="s", allow_gpu_sharing=share), tuple(specs))
 
 
 def test_missing_gpu_and_overlap_are_refused():
     result = preflight(lay((0, 1), (1,), (4,)), nvml=FakeNvml(2), cpu_count=64)
-    assert result.problems == ['instance "i2": GPU 4 not present (this machine has GPUs 0-1)',
-                               'instances "i0" and "i1" both use GPU 1 (set session.allow_gpu_sharing = true to share)']
+    assert result.problems == [
+        'instance "i2": GPU 4 not present (this machine has GPUs 0-1)',
+        'instances "i0" and "i1" both use GPU 1 (set session.allow_gpu_sharing = true to share)',
+    ]
 
 
 def test_sharing_allowed_and_no_nvml_is_only_a_note():
@@ -55,11 +59,16 @@ def test_public_bind_is_a_warning_and_running_instances_are_not_rechecked():
 
 def test_sim_instances_ask_no_cores_of_their_own():
     assert not [w for w in preflight(lay((0,), (1,), engine="sim"), cpu_count=2).warnings if "CPU" in w]
-    mixed = Layout(SessionSpec(name="s"), (InstanceSpec(name="v", model="m", port=free_port(), gpus=(0,)),
-                                           InstanceSpec(name="sim", model="m", port=free_port(), gpus=(1,),
-                                                        engine="sim")))
+    mixed = Layout(
+        SessionSpec(name="s"),
+        (
+            InstanceSpec(name="v", model="m", port=free_port(), gpus=(0,)),
+            InstanceSpec(name="sim", model="m", port=free_port(), gpus=(1,), engine="sim"),
+        ),
+    )
     assert preflight(mixed, nvml=FakeNvml(2), cpu_count=2).warnings == [
-        "too few CPU cores: 1 instance(s) want 3 (2 + GPUs each), this machine has 2"]
+        "too few CPU cores: 1 instance(s) want 3 (2 + GPUs each), this machine has 2"
+    ]
 
 
 def test_unpinned_instances_warn_that_they_share_gpu_0():
@@ -69,13 +78,20 @@ def test_unpinned_instances_warn_that_they_share_gpu_0():
     # Real vLLM: only on a machine with GPUs (a CPU build has none to share).
     assert unpinned(preflight(lay((), ()), nvml=FakeNvml(2), cpu_count=64)) == [
         'instances "i0", "i1" set no gpus, so all run on GPU 0 (vLLM and the sim take the first visible GPU) '
-        "and start one after another; give each its own gpus = [N] to spread them"]
+        "and start one after another; give each its own gpus = [N] to spread them"
+    ]
     assert unpinned(preflight(lay((), ()), nvml=FakeNvml(None), cpu_count=64)) == []
     assert unpinned(preflight(lay((), ()), nvml=FakeNvml(0), cpu_count=64)) == []
     # Sims: always (the simulated GPU 0), with no NVML at all.
     assert len(unpinned(preflight(lay((), (), engine="sim"), nvml=FakeNvml(None), cpu_count=64))) == 1
     # One unpinned instance, or unpinned ones all already running: nothing to say.
     assert unpinned(preflight(lay((), (1,), engine="sim"), nvml=FakeNvml(2), cpu_count=64)) == []
-    assert unpinned(preflight(lay((), (), (1,), engine="sim"), ["i2"], running=["i0", "i1"],
-                              nvml=FakeNvml(2), cpu_count=64)) == []
+    assert (
+        unpinned(
+            preflight(
+                lay((), (), (1,), engine="sim"), ["i2"], running=["i0", "i1"], nvml=FakeNvml(2), cpu_count=64
+            )
+        )
+        == []
+    )
     assert preflight(lay((), ()), nvml=FakeNvml(None), cpu_count=64).notes == []  # no note without pinning

@@ -8,14 +8,27 @@ from vtui.commands.ps import table
 
 
 def row(name: str, **kw) -> dict:
-    base = {"name": name, "state": "ready", "pid": 12345, "port": 8001, "gpus": [0], "restarts": 0,
-            "uptime_s": 65.0, "model": "Qwen/Qwen3-32B", "last_error": None}
+    base = {
+        "name": name,
+        "state": "ready",
+        "pid": 12345,
+        "port": 8001,
+        "gpus": [0],
+        "restarts": 0,
+        "uptime_s": 65.0,
+        "model": "Qwen/Qwen3-32B",
+        "last_error": None,
+    }
     return {**base, **kw}
 
 
 def test_columns_stay_aligned_with_a_long_name_and_errors_go_under_the_row():
-    lines = table([row("qwen3-32b-throughput"), row("a", state="failed", pid=None, gpus=[], port=9,
-                                                     last_error="CUDA out of memory")])
+    lines = table(
+        [
+            row("qwen3-32b-throughput"),
+            row("a", state="failed", pid=None, gpus=[], port=9, last_error="CUDA out of memory"),
+        ]
+    )
     header, first, second, error = lines
     right = {"PID", "PORT", "RESTARTS", "UP"}
 
@@ -23,9 +36,10 @@ def test_columns_stay_aligned_with_a_long_name_and_errors_go_under_the_row():
         return [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", line)]
 
     titles = spans(header)
-    for line, expected in ((first, ["qwen3-32b-throughput", "ready", "12345", "8001", "0", "0", "00:01:05",
-                                    "Qwen/Qwen3-32B"]),
-                           (second, ["a", "failed", "-", "9", "-", "0", "00:01:05", "Qwen/Qwen3-32B"])):
+    for line, expected in (
+        (first, ["qwen3-32b-throughput", "ready", "12345", "8001", "0", "0", "00:01:05", "Qwen/Qwen3-32B"]),
+        (second, ["a", "failed", "-", "9", "-", "0", "00:01:05", "Qwen/Qwen3-32B"]),
+    ):
         tokens = spans(line)
         assert [t for t, _, _ in tokens] == expected
         for (title, t_start, t_end), (_, start, end) in zip(titles, tokens, strict=True):

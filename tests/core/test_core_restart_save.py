@@ -33,13 +33,26 @@ enable-prefix-caching = true
 '''
     path.write_text(original, encoding="utf-8")
     assert main(["up", str(path)]) == 0
-    code = main(["restart", str(path), "a", "--set", "max-num-seqs=8", "--set", "block-size=32",
-                 "--unset", "enable-prefix-caching", "--save"])
+    code = main(
+        [
+            "restart",
+            str(path),
+            "a",
+            "--set",
+            "max-num-seqs=8",
+            "--set",
+            "block-size=32",
+            "--unset",
+            "enable-prefix-caching",
+            "--save",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and f"a: flags saved to {path}" in out
     assert path.read_text(encoding="utf-8") == original.replace(
         "max-num-seqs = 4   # start small\nenable-prefix-caching = true\n",
-        "max-num-seqs = 8   # start small\nblock-size = 32\n")
+        "max-num-seqs = 8   # start small\nblock-size = 32\n",
+    )
     assert main(["ps", str(path), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["flags"] == {"max-num-seqs": 8, "block-size": 32}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vtui.commands import restart
-from vtui.core.layout import load_layout
+from vtui.layouts import load_layout
 
 BEFORE = """\
 [[instance]]

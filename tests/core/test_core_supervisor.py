@@ -37,10 +37,14 @@ def supervisor(lay: Layout, **kw) -> Supervisor:
 
 
 def b_started_after_a_allocated_kv(events) -> bool:
-    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
-                and e.phase is Phase.KV_CACHE)
-    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
-                   and e.new is State.STARTING)
+    kv_a = next(
+        e.at
+        for e in events
+        if isinstance(e, PhaseChanged) and e.instance == "a" and e.phase is Phase.KV_CACHE
+    )
+    start_b = next(
+        e.at for e in events if isinstance(e, StateChanged) and e.instance == "b" and e.new is State.STARTING
+    )
     return start_b >= kv_a
 
 
@@ -94,8 +98,11 @@ async def test_kill9_is_a_crash_then_restart_and_the_orphan_is_swept(session_nam
 
 
 async def test_failing_start_exhausts_restarts_and_keeps_the_error(session_name):
-    spec = fake_spec("a", fail_startup="max_model_len 4096 is too large",
-                     restart=RestartPolicy("on-failure", max_restarts=2, backoff_initial=0.05))
+    spec = fake_spec(
+        "a",
+        fail_startup="max_model_len 4096 is too large",
+        restart=RestartPolicy("on-failure", max_restarts=2, backoff_initial=0.05),
+    )
     sup = supervisor(layout(session_name, spec))
     await sup.start()
     result = await sup.wait_settled(timeout=20)
@@ -115,8 +122,9 @@ async def test_second_supervisor_adopts_and_launches_nothing(session_name):
     await sup1.close()  # instances outlive their supervisor
     sup2 = supervisor(lay)
     await sup2.start()  # adopts first: no duplicate
-    assert {s.name: (s.pid, s.state, s.adopted) for s in sup2.status()} == \
-        {n: (p, State.READY, True) for n, p in pids.items()}
+    assert {s.name: (s.pid, s.state, s.adopted) for s in sup2.status()} == {
+        n: (p, State.READY, True) for n, p in pids.items()
+    }
     assert len(marked(session_name)) == 4  # two pumps, two servers: nothing new
     await sup2.stop(["a"])
     assert not alive(pids["a"]) and alive(pids["b"])
@@ -165,8 +173,12 @@ async def test_an_unsupervised_crash_restarts_from_the_layout_and_says_which_fla
     await sup2.start()
     assert (await sup2.wait_settled(timeout=10)) == {"a": State.READY}
     assert sup2.status()[0].spec.flags == {}
-    assert any(n.level == "warning" and f"last run (pid {pid}) ended unsupervised with startup-delay=0.1"
-               in n.text and "startup-delay=(unset)" in n.text for n in notes), [n.text for n in notes]
+    assert any(
+        n.level == "warning"
+        and f"last run (pid {pid}) ended unsupervised with startup-delay=0.1" in n.text
+        and "startup-delay=(unset)" in n.text
+        for n in notes
+    ), [n.text for n in notes]
     await sup2.close(stop_instances=True)
 
 
@@ -180,7 +192,8 @@ async def test_preflight_names_the_port_holder_and_launches_nothing(session_name
             await sup.start()
         assert len(err.value.problems) == 1
         assert err.value.problems[0].startswith(
-            f'instance "a": port {port} is already in use by pid {os.getpid()} (')
+            f'instance "a": port {port} is already in use by pid {os.getpid()} ('
+        )
         assert marked(session_name) == [] and all(s.state is State.STOPPED for s in sup.status())
         await sup.close()
 
@@ -220,7 +233,9 @@ async def test_restart_with_new_flags_keeps_the_last_good_spec(session_name):
 
 async def test_a_start_that_never_answers_health_is_stopped_and_retried_then_fails(session_name):
     policy = RestartPolicy("on-failure", max_restarts=1, backoff_initial=0.05, start_timeout=0.8)
-    sup = supervisor(layout(session_name, fake_spec("a", spawn_child=True, startup_delay=120, restart=policy)))
+    sup = supervisor(
+        layout(session_name, fake_spec("a", spawn_child=True, startup_delay=120, restart=policy))
+    )
     events = []
     sup.subscribe(events.append)
     await sup.start()
@@ -268,7 +283,10 @@ async def test_a_stop_during_the_spawn_ends_the_process_it_spawned(session_name)
     assert sup.status()[0].state is State.STOPPED and marked(session_name) == []
     assert RunStore().load(session_name, "a") is None
     assert [(e.old, e.new) for e in events if isinstance(e, StateChanged)] == [
-        (State.STOPPED, State.STARTING), (State.STARTING, State.STOPPING), (State.STOPPING, State.STOPPED)]
+        (State.STOPPED, State.STARTING),
+        (State.STARTING, State.STOPPING),
+        (State.STOPPING, State.STOPPED),
+    ]
     await sup.close()
 
 
@@ -333,9 +351,13 @@ async def test_unpinned_vllm_instances_on_a_cpu_only_machine_start_together(sess
     sup.subscribe(events.append)
     await sup.start()
     await sup.wait_settled(timeout=15)
-    kv_a = next(e.at for e in events if isinstance(e, PhaseChanged) and e.instance == "a"
-                and e.phase is Phase.KV_CACHE)
-    start_b = next(e.at for e in events if isinstance(e, StateChanged) and e.instance == "b"
-                   and e.new is State.STARTING)
+    kv_a = next(
+        e.at
+        for e in events
+        if isinstance(e, PhaseChanged) and e.instance == "a" and e.phase is Phase.KV_CACHE
+    )
+    start_b = next(
+        e.at for e in events if isinstance(e, StateChanged) and e.instance == "b" and e.new is State.STARTING
+    )
     assert start_b < kv_a
     await sup.close(stop_instances=True)

@@ -55,14 +55,31 @@ def _serve_until_kv_logged(argv: list[str], log: Path, timeout: float) -> list[s
 
 
 def _planned(model: Path, device: str, max_len: int = MAX_LEN) -> object:
-    return plan(load_model_config(model), PlanParams(device=device, dtype="float32", max_model_len=max_len,
-                                                     kv_memory_bytes=64 << 20))
+    return plan(
+        load_model_config(model),
+        PlanParams(device=device, dtype="float32", max_model_len=max_len, kv_memory_bytes=64 << 20),
+    )
 
 
 def test_planner_matches_real_vllm_cpu(vllm_bin, tiny_model, tmp_path):
-    argv = [str(vllm_bin), "serve", str(tiny_model), "--host", "127.0.0.1", "--port", str(_free_port()),
-            "--dtype", "float32", "--max-model-len", str(MAX_LEN), "--max-num-seqs", "8", "--enforce-eager",
-            "--kv-cache-memory-bytes", BUDGET]
+    argv = [
+        str(vllm_bin),
+        "serve",
+        str(tiny_model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(_free_port()),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(MAX_LEN),
+        "--max-num-seqs",
+        "8",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        BUDGET,
+    ]
     lines = _serve_until_kv_logged(argv, tmp_path / "vllm.log", timeout=300)
     facts = read_log_facts(lines)
     assert facts.reported_tokens is not None, "\n".join(lines[-30:])
@@ -72,14 +89,31 @@ def test_planner_matches_real_vllm_cpu(vllm_bin, tiny_model, tmp_path):
     assert round(planned.max_concurrency, 2) == facts.reported_concurrency == 128.0
 
 
-@pytest.mark.parametrize("max_len", [
-    512,
-    MAX_LEN,
-])
+@pytest.mark.parametrize(
+    "max_len",
+    [
+        512,
+        MAX_LEN,
+    ],
+)
 def test_planner_matches_sim(tiny_model, tmp_path, max_len):
     port = _free_port()
-    argv = [sys.executable, "-m", "vtui.sim", str(tiny_model), "--port", str(port), "--dtype", "float32",
-            "--max-model-len", str(max_len), "--kv-cache-memory-bytes", BUDGET, "--sim-startup-scale", "0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "vtui.sim",
+        str(tiny_model),
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(max_len),
+        "--kv-cache-memory-bytes",
+        BUDGET,
+        "--sim-startup-scale",
+        "0",
+    ]
     lines = _serve_until_kv_logged(argv, tmp_path / "sim.log", timeout=60)
     facts = read_log_facts(lines)
     assert facts.reported_tokens is not None, "\n".join(lines[-30:])

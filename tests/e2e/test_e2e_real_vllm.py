@@ -31,9 +31,9 @@ import psutil
 import pytest
 
 from vtui.core.events import Event, StateChanged
-from vtui.core.layout import load_layout
 from vtui.core.state import State
 from vtui.core.supervisor import InstanceStatus, Supervisor
+from vtui.layouts import load_layout
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -169,8 +169,9 @@ def log_text(status: InstanceStatus) -> str:
 
 
 def vtui(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vtui", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "vtui", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def ps_json(layout: Path) -> dict[str, dict[str, Any]]:
@@ -214,12 +215,15 @@ def world(e2e_home: Path, vllm_bin: Path, tiny_model: Path) -> Iterator[dict[str
     """The layout file (two instances, one core each) and the shared state of the story."""
     session = f"e2e-{uuid.uuid4().hex[:8]}"
     ports = free_ports(2)
-    instances = "".join(f"""
+    instances = "".join(
+        f"""
 [[instance]]
 name = "{name}"
 port = {port}
 env.VLLM_CPU_OMP_THREADS_BIND = "{core}"
-""" for core, (name, port) in enumerate(zip(NAMES, ports, strict=True)))
+"""
+        for core, (name, port) in enumerate(zip(NAMES, ports, strict=True))
+    )
     layout = e2e_home / "real.toml"
     layout.write_text(f"""\
 [session]
@@ -246,8 +250,15 @@ max-num-seqs = 8
 dtype = "float32"
 enforce-eager = true
 {instances}""")
-    state: dict[str, Any] = {"session": session, "layout": layout, "ports": dict(zip(NAMES, ports, strict=True)),
-                             "harness": None, "watch": None, "sids": {}, "t0": time.time() - 1}
+    state: dict[str, Any] = {
+        "session": session,
+        "layout": layout,
+        "ports": dict(zip(NAMES, ports, strict=True)),
+        "harness": None,
+        "watch": None,
+        "sids": {},
+        "t0": time.time() - 1,
+    }
     try:
         yield state
     finally:
@@ -271,8 +282,11 @@ def harness(world: dict[str, Any]) -> Harness:
 
 
 def _tails(h: Harness) -> str:
-    return "\n".join(f"--- {s.name} ({s.state.value}): {s.last_error}\n" + log_text(s)[-3000:]
-                     for s in h.sup.status() if s.log_path and s.log_path.exists())
+    return "\n".join(
+        f"--- {s.name} ({s.state.value}): {s.last_error}\n" + log_text(s)[-3000:]
+        for s in h.sup.status()
+        if s.log_path and s.log_path.exists()
+    )
 
 
 # -- the story -----------------------------------------------------------------------------------------
@@ -292,8 +306,9 @@ def test_restart_with_changed_flag_runs_with_it(world: dict[str, Any], harness: 
     old = harness.status("cpu-b")
     assert "'max_num_seqs': 8" in log_text(old).split("non-default args:")[-1].splitlines()[0]
     harness.loop.call(harness.sup.restart("cpu-b", old.spec.with_flags({"max-num-seqs": 4})), timeout=120)
-    states = harness.loop.call(harness.sup.wait_settled(["cpu-b"], timeout=RESTART_TIMEOUT),
-                               timeout=RESTART_TIMEOUT + 30)
+    states = harness.loop.call(
+        harness.sup.wait_settled(["cpu-b"], timeout=RESTART_TIMEOUT), timeout=RESTART_TIMEOUT + 30
+    )
     assert states == {"cpu-b": State.READY}, _tails(harness)
     new = harness.status("cpu-b")
     track(world, "cpu-b", new.pid)
@@ -306,8 +321,9 @@ def test_restart_with_changed_flag_runs_with_it(world: dict[str, Any], harness: 
     assert not psutil.pid_exists(old.pid) or not _alive(psutil.Process(old.pid))
 
 
-def test_kill9_api_server_is_detected_restarted_and_leaves_no_orphan(world: dict[str, Any],
-                                                                     harness: Harness) -> None:
+def test_kill9_api_server_is_detected_restarted_and_leaves_no_orphan(
+    world: dict[str, Any], harness: Harness
+) -> None:
     mark = len(harness.events)
     old = harness.status("cpu-a")
     old_tree = {pid for pid, (name, _) in owned(world).items() if name == "cpu-a"}
@@ -316,8 +332,11 @@ def test_kill9_api_server_is_detected_restarted_and_leaves_no_orphan(world: dict
     os.kill(old.pid, signal.SIGKILL)
     wait_until(lambda: State.CRASHED in harness.states("cpu-a", mark), 30, "CRASHED")
     detection = time.monotonic() - killed_at
-    wait_until(lambda: harness.status("cpu-a").state is State.READY and harness.status("cpu-a").pid != old.pid,
-               RESTART_TIMEOUT, "cpu-a READY again")
+    wait_until(
+        lambda: harness.status("cpu-a").state is State.READY and harness.status("cpu-a").pid != old.pid,
+        RESTART_TIMEOUT,
+        "cpu-a READY again",
+    )
     history = harness.states("cpu-a", mark)
     assert history[:3] == [State.CRASHED, State.BACKOFF, State.STARTING], history
     assert history[-1] is State.READY, history
@@ -330,7 +349,9 @@ def test_kill9_api_server_is_detected_restarted_and_leaves_no_orphan(world: dict
     assert detection < 5.0, f"crash detected after {detection:.1f}s"
 
 
-def test_instances_outlive_a_killed_supervisor_and_are_adopted(world: dict[str, Any], harness: Harness) -> None:
+def test_instances_outlive_a_killed_supervisor_and_are_adopted(
+    world: dict[str, Any], harness: Harness
+) -> None:
     layout, ports = world["layout"], world["ports"]
     harness.close()  # this vtui exits; its instances keep running
     world["harness"] = None
@@ -338,9 +359,13 @@ def test_instances_outlive_a_killed_supervisor_and_are_adopted(world: dict[str, 
     assert all(healthy(ports[n]) for n in NAMES)
 
     log = (layout.parent / "watch.log").open("w")
-    watch = subprocess.Popen([sys.executable, "-m", "vtui", "up", str(layout), "--watch"],
-                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "vtui", "up", str(layout), "--watch"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     world["watch"] = watch
 
     def ready_rows() -> dict[str, dict[str, Any]] | None:
@@ -364,9 +389,16 @@ def test_instances_outlive_a_killed_supervisor_and_are_adopted(world: dict[str, 
 
     # The watching process restarts a crashed instance itself, so it is the parent of a live one ...
     os.kill(pids["cpu-b"], signal.SIGKILL)
-    rows = wait_until(lambda: (r := ps_json(layout)).get("cpu-b", {}).get("state") == "ready"
-                      and r["cpu-b"]["pid"] != pids["cpu-b"] and r, RESTART_TIMEOUT,
-                      "`vtui up --watch` to restart cpu-b", interval=2)
+    rows = wait_until(
+        lambda: (
+            (r := ps_json(layout)).get("cpu-b", {}).get("state") == "ready"
+            and r["cpu-b"]["pid"] != pids["cpu-b"]
+            and r
+        ),
+        RESTART_TIMEOUT,
+        "`vtui up --watch` to restart cpu-b",
+        interval=2,
+    )
     pids["cpu-b"] = rows["cpu-b"]["pid"]
     track(world, "cpu-b", pids["cpu-b"])
     assert watch.poll() is None, (layout.parent / "watch.log").read_text()

@@ -28,8 +28,12 @@ import psutil
 import pytest
 from _support.tmux import Tmux
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(420),
-              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.timeout(420),
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
+]
 
 READY_TIMEOUT = 240.0  # a cold vLLM start on a busy 2-core machine takes 30-100 s
 NAME = "tui"
@@ -44,8 +48,9 @@ def free_port() -> int:
 
 
 def vtui(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vtui", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "vtui", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def ps_row(layout: Path) -> dict:
@@ -78,15 +83,22 @@ def log_tail(state_dir: Path, lines: int = 40) -> str:
     path = instance_log(state_dir)
     if path is None:
         return "(no instance log)"
-    kept = [line for line in path.read_text(errors="replace").splitlines()
-            if "GET /health" not in line and "GET /metrics" not in line]
+    kept = [
+        line
+        for line in path.read_text(errors="replace").splitlines()
+        if "GET /health" not in line and "GET /metrics" not in line
+    ]
     return "\n".join(kept[-lines:])
 
 
 def complete(port: int, model: str, n: int = 3) -> None:
     for i in range(n):
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", trust_env=False, timeout=60,
-                       json={"model": model, "prompt": f"Hello number {i}", "max_tokens": 16})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/completions",
+            trust_env=False,
+            timeout=60,
+            json={"model": model, "prompt": f"Hello number {i}", "max_tokens": 16},
+        )
         assert r.status_code == 200, r.text
 
 
@@ -126,15 +138,27 @@ enforce-eager = true
 def test_vtui_in_tmux_drives_real_vllm(layout: tuple[Path, str, int], tiny_model: Path) -> None:
     path, session, port = layout
     state_dir = Path(os.environ["VTUI_STATE_DIR"])  # tests/conftest.py isolates it per test
-    env = {k: os.environ[k] for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "PATH", "HOME")
-           if k in os.environ}
+    env = {
+        k: os.environ[k]
+        for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "PATH", "HOME")
+        if k in os.environ
+    }
     env.update(TERM="xterm-256color", COLUMNS="120", LINES="40")
     tmux = Tmux()
     since, sids = time.time() - 1, set()
     try:
-        tmux.run("new-session", "-d", "-s", tmux.session, "-x", "120", "-y", "40",
-                 *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
-                 " ".join([sys.executable, "-m", "vtui", str(path)]))
+        tmux.run(
+            "new-session",
+            "-d",
+            "-s",
+            tmux.session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
+            " ".join([sys.executable, "-m", "vtui", str(path)]),
+        )
         tmux.run("set-option", "-s", "escape-time", "10")
 
         # 1. The dashboard shows the real instance READY.
@@ -203,8 +227,9 @@ def test_vtui_in_tmux_drives_real_vllm(layout: tuple[Path, str, int], tiny_model
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=3, trust_env=False)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- last screen ---\n{tmux.last}\n--- instance log tail ---\n"
-                             f"{log_tail(state_dir)}") from None
+        raise AssertionError(
+            f"{exc}\n--- last screen ---\n{tmux.last}\n--- instance log tail ---\n{log_tail(state_dir)}"
+        ) from None
     finally:
         tmux.kill()
         vtui("down", str(path), timeout=120)

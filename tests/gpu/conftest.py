@@ -44,8 +44,16 @@ def _nvml_count() -> int:
 def _torch_cuda_count() -> int:
     """torch's CUDA device count, asked in a child so this process never makes a CUDA context."""
     try:
-        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count() "
-                              "if torch.cuda.is_available() else 0)"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
@@ -78,18 +86,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sim(name: str, gpus: tuple[int, ...], util: float, *, model: str = MODEL, child: bool = True,
-        scale: float = 0.5, **flags: object) -> InstanceSpec:
+def sim(
+    name: str,
+    gpus: tuple[int, ...],
+    util: float,
+    *,
+    model: str = MODEL,
+    child: bool = True,
+    scale: float = 0.5,
+    **flags: object,
+) -> InstanceSpec:
     """A sim instance holding real CUDA memory; never restarted (a failure stays visible)."""
-    all_flags: dict[str, object] = {"gpu-memory-utilization": util, "max-model-len": 8192, "sim-device": "cuda",
-                                    "sim-startup-scale": scale, "sim-stats-interval": 3600.0}
+    all_flags: dict[str, object] = {
+        "gpu-memory-utilization": util,
+        "max-model-len": 8192,
+        "sim-device": "cuda",
+        "sim-startup-scale": scale,
+        "sim-stats-interval": 3600.0,
+    }
     if child:
         all_flags["sim-engine-child"] = True
     all_flags.update({k.replace("_", "-"): v for k, v in flags.items()})
     if "tensor-parallel-size" not in all_flags and len(gpus) > 1:
         all_flags["tensor-parallel-size"] = len(gpus)
-    return InstanceSpec(name, model, free_port(), engine="sim", gpus=gpus, flags=all_flags,
-                        restart=RestartPolicy(mode="never"))
+    return InstanceSpec(
+        name,
+        model,
+        free_port(),
+        engine="sim",
+        gpus=gpus,
+        flags=all_flags,
+        restart=RestartPolicy(mode="never"),
+    )
 
 
 def layout(session: str, *specs: InstanceSpec, share: bool = False) -> Layout:
@@ -129,8 +157,11 @@ def sample(*sups: Supervisor) -> GpuSample:
 
 def held_by(got: GpuSample, instance: str, gpu: int | None = None) -> dict[int, int]:
     """pid -> bytes that NVML shows for `instance` (on `gpu`, or anywhere)."""
-    return {p.pid: p.used_memory or 0 for p in got.processes
-            if p.instance == instance and (gpu is None or p.gpu_index == gpu)}
+    return {
+        p.pid: p.used_memory or 0
+        for p in got.processes
+        if p.instance == instance and (gpu is None or p.gpu_index == gpu)
+    }
 
 
 def kv_gib(lines: Iterable[str]) -> float | None:

@@ -27,11 +27,15 @@ def _lost(app) -> bool:
 
 
 async def test_dashboard_shows_each_gpu_split_by_instance(gpu_count, gh, figures, tmp_path):
-    specs = [gh.sim("chat", (0,), 0.45, sim_load=6),
-             gh.sim("batch", (0,), 0.35, model="meta-llama/Llama-3.1-8B-Instruct", sim_load=12)]
+    specs = [
+        gh.sim("chat", (0,), 0.45, sim_load=6),
+        gh.sim("batch", (0,), 0.35, model="meta-llama/Llama-3.1-8B-Instruct", sim_load=12),
+    ]
     if gpu_count >= 2:
-        specs += [gh.sim("embed", (1,), 0.25, model="Qwen/Qwen3-0.6B", sim_load=4),
-                  gh.sim("long", (1,), 0.55, max_model_len=32768, sim_load=2)]
+        specs += [
+            gh.sim("embed", (1,), 0.25, model="Qwen/Qwen3-0.6B", sim_load=4),
+            gh.sim("long", (1,), 0.55, max_model_len=32768, sim_load=2),
+        ]
     names = [s.name for s in specs]
     app = make_app(gh.layout("gpu-demo", *specs, share=True), autostart=True)
     out = gh.artifacts_dir(tmp_path)

@@ -50,15 +50,27 @@ async def test_kill_9_of_the_leader_is_swept_and_the_memory_comes_back(gpu_count
             await asyncio.sleep(0.05)
         after = gh.sample()
         left = [p for p in tree if _alive(p)]
-        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout
+        apps = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         on_gpu = [int(line.split(",")[0]) for line in apps.strip().splitlines() if line.strip()]
         state = sup.status()[0].state
-        figures.record("kill_9", held_gib=round(held / gh.GIB, 2), leader_pid=leader, holder_pids=sorted(holders),
-                       orphan_alive_after_kill=bool(orphans_alive), freed_after_s=freed_after,
-                       baseline_used_mib=round(base_used / 2**20), after_used_mib=round(after.gpus[0].memory_used / 2**20),
-                       processes_left=left, state=state.value,
-                       smi_compute_apps_after=on_gpu)
+        figures.record(
+            "kill_9",
+            held_gib=round(held / gh.GIB, 2),
+            leader_pid=leader,
+            holder_pids=sorted(holders),
+            orphan_alive_after_kill=bool(orphans_alive),
+            freed_after_s=freed_after,
+            baseline_used_mib=round(base_used / 2**20),
+            after_used_mib=round(after.gpus[0].memory_used / 2**20),
+            processes_left=left,
+            state=state.value,
+            smi_compute_apps_after=on_gpu,
+        )
         assert orphans_alive, "the engine-core child should outlive its SIGKILLed leader"
         assert freed_after is not None and freed_after <= 5.0, freed_after
         assert not left and not set(on_gpu) & tree, (left, on_gpu)

@@ -15,13 +15,24 @@ from vtui.core.state import State
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(600)]
 
-LOAD = ("import time, torch; a = torch.randn(8192, 8192, device='cuda'); end = time.time() + {secs}\n"
-        "while time.time() < end:\n    a = (a @ a).clamp_(-1, 1)\n    torch.cuda.synchronize()\n")
+LOAD = (
+    "import time, torch; a = torch.randn(8192, 8192, device='cuda'); end = time.time() + {secs}\n"
+    "while time.time() < end:\n    a = (a @ a).clamp_(-1, 1)\n    torch.cuda.synchronize()\n"
+)
 
 
 def _smi() -> list[tuple[float, float, float]]:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total,utilization.gpu",
-                          "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=True)
+    out = subprocess.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=memory.used,memory.total,utilization.gpu",
+            "--format=csv,noheader,nounits",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return [tuple(float(x) for x in line.split(",")) for line in out.stdout.strip().splitlines()]
 
 
@@ -34,7 +45,11 @@ async def test_pinned_instances_are_attributed_on_their_own_gpu_and_match_nvidia
     async with gh.supervising(lay) as sup:
         await sup.start()
         states = await gh.settle(sup)
-        assert states == {"a": State.READY, "b": State.READY}, (states, _lines_tail(sup, "a"), _lines_tail(sup, "b"))
+        assert states == {"a": State.READY, "b": State.READY}, (
+            states,
+            _lines_tail(sup, "a"),
+            _lines_tail(sup, "b"),
+        )
         got = gh.sample(sup)
         leaders = {st.name: st.pid for st in sup.status()}
         for name, mine, other in (("a", 0, 1), ("b", 1, 0)):
@@ -45,11 +60,17 @@ async def test_pinned_instances_are_attributed_on_their_own_gpu_and_match_nvidia
             total = got.gpus[mine].memory_total
             share = sum(on_mine.values()) / total
             assert 0.40 <= share <= 0.47, (name, share)
-            figures.record("pinning", **{f"{name}_gpu": mine, f"{name}_leader_pid": leaders[name],
-                                         f"{name}_holder_pids": sorted(on_mine),
-                                         f"{name}_held_gib": round(sum(on_mine.values()) / gh.GIB, 2),
-                                         f"{name}_share_of_total": round(share, 4),
-                                         f"{name}_on_other_gpu_gib": sum(on_other.values()) / gh.GIB})
+            figures.record(
+                "pinning",
+                **{
+                    f"{name}_gpu": mine,
+                    f"{name}_leader_pid": leaders[name],
+                    f"{name}_holder_pids": sorted(on_mine),
+                    f"{name}_held_gib": round(sum(on_mine.values()) / gh.GIB, 2),
+                    f"{name}_share_of_total": round(share, 4),
+                    f"{name}_on_other_gpu_gib": sum(on_other.values()) / gh.GIB,
+                },
+            )
         unattributed = [p for p in got.processes if p.instance is None]
         figures.record("pinning", unattributed=[(p.gpu_index, p.pid, p.used_memory) for p in unattributed])
 
@@ -72,8 +93,12 @@ async def test_pinned_instances_are_attributed_on_their_own_gpu_and_match_nvidia
         for mine, smi in pairs:
             for gpu, (used, total, util) in zip(mine.gpus, smi, strict=True):
                 used_mib, total_mib = gpu.memory_used / 2**20, gpu.memory_total / 2**20
-                rows.append((gpu.index, round(used_mib, 1), used, round(total_mib, 1), total, gpu.utilization, util))
-                worst["memory_used_rel"] = max(worst["memory_used_rel"], abs(used_mib - used) / max(used, 1.0))
+                rows.append(
+                    (gpu.index, round(used_mib, 1), used, round(total_mib, 1), total, gpu.utilization, util)
+                )
+                worst["memory_used_rel"] = max(
+                    worst["memory_used_rel"], abs(used_mib - used) / max(used, 1.0)
+                )
                 worst["memory_total_rel"] = max(worst["memory_total_rel"], abs(total_mib - total) / total)
                 worst["utilization_points"] = max(worst["utilization_points"], abs(gpu.utilization - util))
         figures.record("nvidia_smi", worst=worst, rows_vtui_vs_smi=rows)
@@ -93,5 +118,8 @@ async def test_tensor_parallel_instance_holds_its_share_on_each_gpu(two_gpus, gh
         per_gpu = [sum(gh.held_by(got, "tp", g).values()) for g in (0, 1)]
         assert all(per_gpu), got.processes
         assert abs(per_gpu[0] - per_gpu[1]) / max(per_gpu) < 0.02, per_gpu
-        figures.record("tensor_parallel", held_gib=[round(b / gh.GIB, 2) for b in per_gpu],
-                       holder_pids=sorted(gh.held_by(got, "tp")))
+        figures.record(
+            "tensor_parallel",
+            held_gib=[round(b / gh.GIB, 2) for b in per_gpu],
+            holder_pids=sorted(gh.held_by(got, "tp")),
+        )

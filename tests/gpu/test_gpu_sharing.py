@@ -35,25 +35,36 @@ async def test_staggered_pair_fits_and_a_greedy_neighbour_is_diagnosed(gpu_count
         kv = {n: gh.kv_gib(sup.recent_lines(n)) for n in ("a", "b")}
         # staggered, b's profile saw no growth from a: the same KV budget (within allocator rounding)
         assert kv["a"] and kv["b"] and abs(kv["a"] - kv["b"]) < 0.5, kv
-        figures.record("shared_staggered", held_gib={n: round(v / gh.GIB, 2) for n, v in held.items()},
-                       kv_gib=kv, gpu0_used_gib=round(got.gpus[0].memory_used / gh.GIB, 2),
-                       gpu0_total_gib=round(got.gpus[0].memory_total / gh.GIB, 2))
+        figures.record(
+            "shared_staggered",
+            held_gib={n: round(v / gh.GIB, 2) for n, v in held.items()},
+            kv_gib=kv,
+            gpu0_used_gib=round(got.gpus[0].memory_used / gh.GIB, 2),
+            gpu0_total_gib=round(got.gpus[0].memory_total / gh.GIB, 2),
+        )
 
         # b again, now asking 0.6 of the GPU while a holds 0.45: vLLM's start check fails it
         await sup.restart("b", sup.layout.instance("b").with_flags({"gpu-memory-utilization": 0.6}))
         states = await gh.settle(sup)
         assert states["a"] is State.READY and states["b"] in (State.CRASHED, State.FAILED), _tail(sup, "b")
         got = gh.sample(sup)
-        problems = diagnose(sup.recent_lines("b"), gpu=got, gpu_indices=[0], instance="b",
-                            own_pids=sup.pids_of("b"))
+        problems = diagnose(
+            sup.recent_lines("b"), gpu=got, gpu_indices=[0], instance="b", own_pids=sup.pids_of("b")
+        )
         kinds = [p.kind for p in problems]
         assert "free_memory_below_utilization" in kinds, (kinds, _tail(sup, "b"))
         problem = problems[kinds.index("free_memory_below_utilization")]
         a_pids = set(gh.held_by(got, "a", 0))
         assert a_pids and a_pids <= set(problem.pids), (problem.pids, a_pids)
         assert "instance 'a'" in problem.explanation
-        figures.record("shared_greedy_neighbour", message=problem.message, explanation=problem.explanation,
-                       named_pids=list(problem.pids), a_holder_pids=sorted(a_pids), fix=dict(problem.fix or {}))
+        figures.record(
+            "shared_greedy_neighbour",
+            message=problem.message,
+            explanation=problem.explanation,
+            named_pids=list(problem.pids),
+            a_holder_pids=sorted(a_pids),
+            fix=dict(problem.fix or {}),
+        )
 
 
 async def test_started_at_once_one_loses_and_is_diagnosed_with_the_holder_named(gpu_count, gh, figures):
@@ -66,20 +77,30 @@ async def test_started_at_once_one_loses_and_is_diagnosed_with_the_holder_named(
         states = {**await gh.settle(s1), **await gh.settle(s2)}
         ready = [n for n, s in states.items() if s is State.READY]
         lost = [n for n, s in states.items() if s in (State.CRASHED, State.FAILED)]
-        figures.record("shared_at_once", states={n: s.value for n, s in states.items()},
-                       kv_gib={"x": gh.kv_gib(s1.recent_lines("x")), "y": gh.kv_gib(s2.recent_lines("y"))})
+        figures.record(
+            "shared_at_once",
+            states={n: s.value for n, s in states.items()},
+            kv_gib={"x": gh.kv_gib(s1.recent_lines("x")), "y": gh.kv_gib(s2.recent_lines("y"))},
+        )
         assert len(ready) == 1 and len(lost) == 1, (states, _tail(s1, "x"), _tail(s2, "y"))
         winner, loser = ready[0], lost[0]
         wsup, lsup = (s1, s2) if winner == "x" else (s2, s1)
         got = gh.sample(s1, s2)
-        problems = diagnose(lsup.recent_lines(loser), gpu=got, gpu_indices=[0], instance=loser,
-                            own_pids=lsup.pids_of(loser))
+        problems = diagnose(
+            lsup.recent_lines(loser), gpu=got, gpu_indices=[0], instance=loser, own_pids=lsup.pids_of(loser)
+        )
         kinds = [p.kind for p in problems]
         assert MEMORY_KINDS & set(kinds), (kinds, _tail(lsup, loser))
         holders = gpu_holders(got, [0], instance=loser)
         winner_pids = set(gh.held_by(got, winner, 0))
         assert winner_pids and winner_pids <= {p.pid for p in holders if p.instance == winner}, holders
         assert winner_pids <= wsup.pids_of(winner)
-        figures.record("shared_at_once", winner=winner, loser=loser, diagnosis=kinds,
-                       messages=[p.message for p in problems], named_holders=[(p.pid, p.instance) for p in holders],
-                       loser_log_tail=lsup.recent_lines(loser)[-6:])
+        figures.record(
+            "shared_at_once",
+            winner=winner,
+            loser=loser,
+            diagnosis=kinds,
+            messages=[p.message for p in problems],
+            named_holders=[(p.pid, p.instance) for p in holders],
+            loser_log_tail=lsup.recent_lines(loser)[-6:],
+        )

@@ -31,21 +31,45 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def sim_instance(name: str, *, gpus: tuple[int, ...] = (), model: str = SMALL_MODEL, port: int | None = None,
-                 restart: str = "on-failure", max_restarts: int = 0, backoff: float = 0.2,
-                 **flags: Any) -> dict[str, Any]:
+def sim_instance(
+    name: str,
+    *,
+    gpus: tuple[int, ...] = (),
+    model: str = SMALL_MODEL,
+    port: int | None = None,
+    restart: str = "on-failure",
+    max_restarts: int = 0,
+    backoff: float = 0.2,
+    **flags: Any,
+) -> dict[str, Any]:
     """One `[[instance]]` table of engine sim, starting instantly (sim-startup-scale 0)."""
-    table: dict[str, Any] = {"name": name, "engine": "sim", "model": model, "port": port or free_port(),
-                             "restart": restart, "max_restarts": max_restarts, "backoff": backoff}
+    table: dict[str, Any] = {
+        "name": name,
+        "engine": "sim",
+        "model": model,
+        "port": port or free_port(),
+        "restart": restart,
+        "max_restarts": max_restarts,
+        "backoff": backoff,
+    }
     if gpus:
         table["gpus"] = list(gpus)
-    table["flags"] = {"max-model-len": 4096, "sim-startup-scale": 0.0,
-                      **{k.replace("_", "-"): v for k, v in flags.items()}}
+    table["flags"] = {
+        "max-model-len": 4096,
+        "sim-startup-scale": 0.0,
+        **{k.replace("_", "-"): v for k, v in flags.items()},
+    }
     return table
 
 
-def write_layout(folder: Path, session: str, instances: list[dict[str, Any]], *, sharing: bool = False,
-                 file: str = "layout.toml") -> Path:
+def write_layout(
+    folder: Path,
+    session: str,
+    instances: list[dict[str, Any]],
+    *,
+    sharing: bool = False,
+    file: str = "layout.toml",
+) -> Path:
     path = folder / file
     data = {"session": {"name": session, "allow_gpu_sharing": sharing}, "instance": instances}
     path.write_text(tomli_w.dumps(data))

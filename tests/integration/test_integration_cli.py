@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from vtui.core.events import StateChanged
-from vtui.core.layout import load_layout
 from vtui.core.runstate import RunStore
 from vtui.core.state import State
+from vtui.layouts import load_layout
 
 from .conftest import Recorder, alive, marked, sim_instance, supervisor, write_layout
 
@@ -27,8 +27,14 @@ pytestmark = pytest.mark.timeout(60)
 
 def vtui(*args: str, timeout: float = 45) -> subprocess.CompletedProcess[str]:
     """`vtui ARGS` in a child process (the test's isolated VTUI_STATE_DIR is in os.environ)."""
-    return subprocess.run([sys.executable, "-m", "vtui", *args], capture_output=True, text=True,
-                          timeout=timeout, env=os.environ.copy(), stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "vtui", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def ps_rows(path: Path) -> dict[str, dict]:
@@ -96,10 +102,14 @@ def test_check_on_a_broken_layout_exits_2(tmp_path: Path, session: str) -> None:
     assert not marked(session + "/")
 
 
-def test_cli_restart_with_flags_then_a_crash_with_no_supervisor_then_down_sweeps(tmp_path: Path,
-                                                                                   session: str) -> None:
-    path = write_layout(tmp_path, session, [
-        sim_instance("core", gpus=(0,), sim_engine_child=True, gpu_memory_utilization=0.45)])
+def test_cli_restart_with_flags_then_a_crash_with_no_supervisor_then_down_sweeps(
+    tmp_path: Path, session: str
+) -> None:
+    path = write_layout(
+        tmp_path,
+        session,
+        [sim_instance("core", gpus=(0,), sim_engine_child=True, gpu_memory_utilization=0.45)],
+    )
     assert vtui("up", str(path)).returncode == 0
     restart = vtui("restart", str(path), "core", "--set", "max-num-seqs=3")
     assert restart.returncode == 0, restart.stdout + restart.stderr

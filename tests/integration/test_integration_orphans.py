@@ -16,8 +16,8 @@ import pytest
 
 from vtui.core.events import Notice, StateChanged
 from vtui.core.launcher import MARKER
-from vtui.core.layout import load_layout
 from vtui.core.state import State
+from vtui.layouts import load_layout
 from vtui.sim.memory import GpuRegistry
 
 from .conftest import (
@@ -54,8 +54,11 @@ def _vllm_named(key: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if "VLLM::" in _title(proc) and proc.status() != psutil.STATUS_ZOMBIE \
-                    and proc.environ().get(MARKER) == key:
+            if (
+                "VLLM::" in _title(proc)
+                and proc.status() != psutil.STATUS_ZOMBIE
+                and proc.environ().get(MARKER) == key
+            ):
                 found.append(proc)
         except psutil.Error:
             pass
@@ -63,11 +66,24 @@ def _vllm_named(key: str) -> list[psutil.Process]:
 
 
 async def test_kill9_leaves_an_orphan_that_is_swept_before_the_restart(tmp_path: Path, session: str) -> None:
-    layout = load_layout(write_layout(tmp_path, session, [
-        # 0.45: the swept orphan may linger as a zombie (PID 1 here reaps late); the sim's registry no
-        # longer counts a zombie's memory (test below), and two halves would fit either way.
-        sim_instance("engine", gpus=(0,), max_restarts=2, backoff=0.2, sim_engine_child=True,
-                     gpu_memory_utilization=0.45)]))
+    layout = load_layout(
+        write_layout(
+            tmp_path,
+            session,
+            [
+                # 0.45: the swept orphan may linger as a zombie (PID 1 here reaps late); the sim's registry no
+                # longer counts a zombie's memory (test below), and two halves would fit either way.
+                sim_instance(
+                    "engine",
+                    gpus=(0,),
+                    max_restarts=2,
+                    backoff=0.2,
+                    sim_engine_child=True,
+                    gpu_memory_utilization=0.45,
+                )
+            ],
+        )
+    )
     assert layout.instance("engine").flags["sim-engine-child"] is True
     sup = supervisor(layout)
     rec = Recorder(sup)
@@ -81,8 +97,13 @@ async def test_kill9_leaves_an_orphan_that_is_swept_before_the_restart(tmp_path:
         child = children[0]
         assert child.pid in sup.pids_of("engine")
         orphan_alive_at_relaunch: list[bool] = []
-        sup.subscribe(lambda e: orphan_alive_at_relaunch.append(alive(child.pid))
-                      if isinstance(e, StateChanged) and e.new is State.STARTING else None)
+        sup.subscribe(
+            lambda e: (
+                orphan_alive_at_relaunch.append(alive(child.pid))
+                if isinstance(e, StateChanged) and e.new is State.STARTING
+                else None
+            )
+        )
 
         os.kill(leader, signal.SIGKILL)
         # Synchronous on purpose: the supervisor's loop cannot run (and sweep) until we await.
@@ -96,15 +117,24 @@ async def test_kill9_leaves_an_orphan_that_is_swept_before_the_restart(tmp_path:
         crashed = next(e for e in rec.states("engine") if e.new is State.CRASHED)
         assert crashed.reason is not None and "SIGKILL" in crashed.reason
         await until(lambda: not alive(child.pid), 10, "the orphan sweep")
-        await until(lambda: sup.status()[0].state is State.READY and sup.status()[0].pid not in (None, leader),
-                    20, "the policy restart")
+        await until(
+            lambda: sup.status()[0].state is State.READY and sup.status()[0].pid not in (None, leader),
+            20,
+            "the policy restart",
+        )
         status = sup.status()[0]
         assert status.restarts == 1, [(e.new, e.reason) for e in rec.states("engine")]
         new_children = _engine_cores(status.pid)
         assert len(new_children) == 1 and new_children[0].pid != child.pid
         assert orphan_alive_at_relaunch == [False], "the relaunch did not wait for the orphan sweep"
         assert [e.new for e in rec.states("engine")] == [
-            State.STARTING, State.READY, State.CRASHED, State.BACKOFF, State.STARTING, State.READY]
+            State.STARTING,
+            State.READY,
+            State.CRASHED,
+            State.BACKOFF,
+            State.STARTING,
+            State.READY,
+        ]
         assert_valid_path(rec.states("engine"))
     finally:
         await sup.close(stop_instances=True)
@@ -117,7 +147,9 @@ def test_sim_registry_forgets_a_zombie_holder(tmp_path: Path) -> None:
     """A killed orphan whose parent is PID 1 stays a zombie until PID 1 reaps it (late, in a container):
     it holds no GPU memory, so a relaunch after the sweep must not see its claim."""
     env = {**os.environ, "VTUI_SIM_GPU_DIR": str(tmp_path)}
-    code = "import os; from vtui.sim.memory import GpuRegistry; GpuRegistry().claim(os.getpid(), [0], 10 << 30)"
+    code = (
+        "import os; from vtui.sim.memory import GpuRegistry; GpuRegistry().claim(os.getpid(), [0], 10 << 30)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)  # not reaped until the end: a zombie
     try:
         end = time.monotonic() + 10
@@ -131,8 +163,17 @@ def test_sim_registry_forgets_a_zombie_holder(tmp_path: Path) -> None:
 
 
 async def test_sweep_notices_name_the_orphans_they_ended(tmp_path: Path, session: str) -> None:
-    layout = load_layout(write_layout(tmp_path, session, [
-        sim_instance("engine", gpus=(0,), restart="never", sim_engine_child=True, gpu_memory_utilization=0.45)]))
+    layout = load_layout(
+        write_layout(
+            tmp_path,
+            session,
+            [
+                sim_instance(
+                    "engine", gpus=(0,), restart="never", sim_engine_child=True, gpu_memory_utilization=0.45
+                )
+            ],
+        )
+    )
     sup = supervisor(layout)
     notices: list[str] = []
     sup.subscribe(lambda e: notices.append(e.text) if isinstance(e, Notice) else None)
@@ -144,7 +185,10 @@ async def test_sweep_notices_name_the_orphans_they_ended(tmp_path: Path, session
         child = _engine_cores(leader)[0]
         os.kill(leader, signal.SIGKILL)
         await until(lambda: not alive(child.pid), 10, "the orphan sweep")
-        await until(lambda: any(str(child.pid) in text for text in notices), 2,
-                    f"a notice naming orphan {child.pid} (got {notices})")
+        await until(
+            lambda: any(str(child.pid) in text for text in notices),
+            2,
+            f"a notice naming orphan {child.pid} (got {notices})",
+        )
     finally:
         await sup.close(stop_instances=True)

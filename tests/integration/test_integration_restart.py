@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.layout import load_layout
 from vtui.core.runstate import RunStore
 from vtui.core.state import State
+from vtui.layouts import load_layout
 from vtui.telemetry.diagnosis import diagnose
 from vtui.telemetry.startup_log import parse_startup
 
@@ -38,7 +38,9 @@ async def test_flag_change_then_bad_flag_then_rollback(tmp_path: Path, session: 
         assert (await sup.wait_settled(["knob"], timeout=30))["knob"] is State.READY
         status = _status(sup, "knob")
         assert status.pid != first_pid
-        assert status.spec.flags["max-num-seqs"] == 3 and sup.layout.instance("knob").flags["max-num-seqs"] == 3
+        assert (
+            status.spec.flags["max-num-seqs"] == 3 and sup.layout.instance("knob").flags["max-num-seqs"] == 3
+        )
         assert status.last_good_spec is not None and status.last_good_spec.flags["max-num-seqs"] == 3
         facts = parse_startup(sup.recent_lines("knob"))
         assert facts.arg("max_num_seqs") == 3  # the last run's non-default args (the lines are in order)
@@ -52,8 +54,10 @@ async def test_flag_change_then_bad_flag_then_rollback(tmp_path: Path, session: 
         assert state in (State.FAILED, State.CRASHED)
         status = _status(sup, "knob")
         assert status.last_error is not None
-        assert "User-specified max_model_len (1000000) is greater than the derived max_model_len" \
+        assert (
+            "User-specified max_model_len (1000000) is greater than the derived max_model_len"
             in status.last_error
+        )
         assert status.last_good_spec is not None and status.last_good_spec.flags["max-model-len"] == 4096
         problems = diagnose(sup.recent_lines("knob"))
         kinds = [p.kind for p in problems]

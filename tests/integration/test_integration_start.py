@@ -14,9 +14,9 @@ import pytest
 
 from vtui.core.events import PhaseChanged, StateChanged
 from vtui.core.launcher import OsLauncher
-from vtui.core.layout import load_layout
 from vtui.core.preflight import preflight
 from vtui.core.state import Phase, State
+from vtui.layouts import load_layout
 from vtui.telemetry.diagnosis import diagnose
 
 from .conftest import Recorder, assert_valid_path, marked, sim_instance, supervisor, write_layout
@@ -25,11 +25,16 @@ pytestmark = pytest.mark.timeout(60)
 
 
 async def test_three_sims_ready_and_the_shared_gpu_pair_starts_in_turn(tmp_path: Path, session: str) -> None:
-    path = write_layout(tmp_path, session, [
-        sim_instance("first", gpus=(0,), gpu_memory_utilization=0.45),
-        sim_instance("second", gpus=(0,), gpu_memory_utilization=0.45),
-        sim_instance("other", gpus=(1,)),
-    ], sharing=True)
+    path = write_layout(
+        tmp_path,
+        session,
+        [
+            sim_instance("first", gpus=(0,), gpu_memory_utilization=0.45),
+            sim_instance("second", gpus=(0,), gpu_memory_utilization=0.45),
+            sim_instance("other", gpus=(1,)),
+        ],
+        sharing=True,
+    )
     layout = load_layout(path)
     assert layout.session.allow_gpu_sharing and [s.engine for s in layout.instances] == ["sim"] * 3
     sup = supervisor(layout)
@@ -37,17 +42,23 @@ async def test_three_sims_ready_and_the_shared_gpu_pair_starts_in_turn(tmp_path:
     try:
         await sup.start()
         states = await sup.wait_settled(timeout=30)
-        assert states == {"first": State.READY, "second": State.READY, "other": State.READY}, \
-            {s.name: s.last_error for s in sup.status()}
+        assert states == {"first": State.READY, "second": State.READY, "other": State.READY}, {
+            s.name: s.last_error for s in sup.status()
+        }
         pids = {s.name: s.pid for s in sup.status()}
         assert all(pids.values()) and len(set(pids.values())) == 3
 
         # The first's KV cache is allocated (its KV_CACHE phase) before the second starts.
-        kv_first = rec.index(lambda e: e.instance == "first" and isinstance(e, PhaseChanged)
-                             and e.phase is Phase.KV_CACHE, "first's KV_CACHE phase")
-        start_second = rec.index(lambda e: isinstance(e, StateChanged) and e.instance == "second"
-                                 and e.new is State.STARTING)
-        assert kv_first < start_second, "the second instance on GPU 0 started before the first allocated its KV cache"
+        kv_first = rec.index(
+            lambda e: e.instance == "first" and isinstance(e, PhaseChanged) and e.phase is Phase.KV_CACHE,
+            "first's KV_CACHE phase",
+        )
+        start_second = rec.index(
+            lambda e: isinstance(e, StateChanged) and e.instance == "second" and e.new is State.STARTING
+        )
+        assert kv_first < start_second, (
+            "the second instance on GPU 0 started before the first allocated its KV cache"
+        )
         for name in ("first", "second", "other"):
             changes = rec.states(name)
             assert_valid_path(changes)
@@ -58,10 +69,15 @@ async def test_three_sims_ready_and_the_shared_gpu_pair_starts_in_turn(tmp_path:
 
 
 async def test_oversubscribed_shared_gpu_fails_with_free_memory_wording(tmp_path: Path, session: str) -> None:
-    path = write_layout(tmp_path, session, [
-        sim_instance("big-a", gpus=(3,), gpu_memory_utilization=0.6),
-        sim_instance("big-b", gpus=(3,), gpu_memory_utilization=0.6),
-    ], sharing=True)
+    path = write_layout(
+        tmp_path,
+        session,
+        [
+            sim_instance("big-a", gpus=(3,), gpu_memory_utilization=0.6),
+            sim_instance("big-b", gpus=(3,), gpu_memory_utilization=0.6),
+        ],
+        sharing=True,
+    )
     sup = supervisor(load_layout(path))
     rec = Recorder(sup)
     try:
@@ -116,7 +132,9 @@ class SlowSpawnLauncher(OsLauncher):
 
 
 async def test_event_loop_stays_responsive_while_instances_spawn(tmp_path: Path, session: str) -> None:
-    layout = load_layout(write_layout(tmp_path, session, [sim_instance(f"s{i}", gpus=(i,)) for i in range(4)]))
+    layout = load_layout(
+        write_layout(tmp_path, session, [sim_instance(f"s{i}", gpus=(i,)) for i in range(4)])
+    )
     # health_interval 30: no probe runs during start(), so only the spawns can hold the loop.
     sup = supervisor(layout, launcher=SlowSpawnLauncher(grace=3), health_interval=30)
     lags: list[float] = []
@@ -139,8 +157,9 @@ async def test_event_loop_stays_responsive_while_instances_spawn(tmp_path: Path,
         await sup.close(stop_instances=True)
 
 
-async def test_health_probes_do_not_rebuild_tls_state(tmp_path: Path, session: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_health_probes_do_not_rebuild_tls_state(
+    tmp_path: Path, session: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     layout = load_layout(write_layout(tmp_path, session, [sim_instance("probed", gpus=(0,))]))
     sup = supervisor(layout)
     try:
@@ -159,22 +178,29 @@ async def test_health_probes_do_not_rebuild_tls_state(tmp_path: Path, session: s
         results = [await sup.launcher.health(spec) for _ in range(10)]
         per_probe = (time.perf_counter() - started) / 10
         assert all(results)
-        assert len(loads) <= 1, f"10 plain-http probes loaded the CA bundle {len(loads)} times " \
-                                f"({per_probe * 1000:.0f} ms a probe)"
+        assert len(loads) <= 1, (
+            f"10 plain-http probes loaded the CA bundle {len(loads)} times "
+            f"({per_probe * 1000:.0f} ms a probe)"
+        )
     finally:
         await sup.close(stop_instances=True)
 
 
 def test_preflight_does_not_ask_cores_for_sim_instances(tmp_path: Path, session: str) -> None:
-    layout = load_layout(write_layout(tmp_path, session, [sim_instance("a", gpus=(0,)), sim_instance("b", gpus=(1,))]))
+    layout = load_layout(
+        write_layout(tmp_path, session, [sim_instance("a", gpus=(0,)), sim_instance("b", gpus=(1,))])
+    )
     result = preflight(layout, cpu_count=2)
     assert not result.problems
     assert not [w for w in result.warnings if "CPU cores" in w], result.warnings
 
 
 async def test_session_gpu_memory_sizes_the_simulated_gpu(tmp_path: Path, session: str) -> None:
-    path = write_layout(tmp_path, session, [sim_instance("small", gpus=(0,)),
-                                            sim_instance("own", gpus=(1,), sim_gpu_memory_gib=40)])
+    path = write_layout(
+        tmp_path,
+        session,
+        [sim_instance("small", gpus=(0,)), sim_instance("own", gpus=(1,), sim_gpu_memory_gib=40)],
+    )
     path.write_text(path.read_text().replace("[session]\n", "[session]\ngpu_memory_gib = 16\n", 1))
     layout = load_layout(path)
     sup = supervisor(layout)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.layout import load_layout
 from vtui.core.state import State
+from vtui.layouts import load_layout
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.scrape import ScrapeLoop
 from vtui.telemetry.startup_log import parse_startup
@@ -20,8 +20,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _busy(sample: MetricsSample) -> bool:
-    return bool(sample.running and sample.generation_tps and sample.ttft.p50 is not None
-                and sample.kv_usage)
+    return bool(sample.running and sample.generation_tps and sample.ttft.p50 is not None and sample.kv_usage)
 
 
 async def test_scrape_of_a_loaded_sim_matches_its_startup_log(tmp_path: Path, session: str) -> None:
@@ -33,11 +32,14 @@ async def test_scrape_of_a_loaded_sim_matches_its_startup_log(tmp_path: Path, se
         await sup.start()
         assert (await sup.wait_settled(timeout=30))["loaded"] is State.READY
         spec = sup.layout.instance("loaded")
-        loop = ScrapeLoop("loaded", spec.base_url, samples.append, interval=0.2, timeout=3.0,
-                          on_error=errors.append)
+        loop = ScrapeLoop(
+            "loaded", spec.base_url, samples.append, interval=0.2, timeout=3.0, on_error=errors.append
+        )
         task = asyncio.create_task(loop.run())
         try:
-            await until(lambda: len(samples) >= 3 and _busy(samples[-1]), 20, f"a busy sample ({errors[-1:]})")
+            await until(
+                lambda: len(samples) >= 3 and _busy(samples[-1]), 20, f"a busy sample ({errors[-1:]})"
+            )
         finally:
             loop.stop()
             await asyncio.wait_for(task, 5)

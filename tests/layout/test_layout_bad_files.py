@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.layout import LayoutError, load_layout
+from vtui.layouts import LayoutError, load_layout
 
 BAD = Path(__file__).with_name("bad")
 _EXPECT = re.compile(r"^# expect: (\d+|-) (\S+): (.*)$")

@@ -29,22 +29,25 @@ def test_data_file_is_regenerated_from_the_bundled_help() -> None:
     assert module.main(["--check"]) == 0, "vllm_serve_flags.json is stale: run scripts/gen_flagspec.py"
 
 
-@pytest.mark.parametrize(("name", "kind", "default", "aliases"), [
-    ("tensor-parallel-size", "int", 1, ("-tp",)),
-    ("pipeline-parallel-size", "int", 1, ("-pp",)),
-    ("gpu-memory-utilization", "float", 0.92, ("--device-memory-utilization",)),
-    ("max-num-seqs", "int", None, ()),
-    ("max-model-len", "int", None, ()),
-    ("enforce-eager", "bool", False, ()),
-    ("enable-prefix-caching", "bool", None, ()),
-    ("data-parallel-multi-port-external-lb", "bool", False, ("-dpm",)),
-    ("served-model-name", "list", None, ()),
-    ("api-key", "list", None, ()),
-    ("compilation-config", "json", None, ("-cc",)),
-    ("allowed-origins", "json", [], ()),
-    ("quantization", "str", None, ("-q",)),
-    ("port", "int", 8000, ()),
-])
+@pytest.mark.parametrize(
+    ("name", "kind", "default", "aliases"),
+    [
+        ("tensor-parallel-size", "int", 1, ("-tp",)),
+        ("pipeline-parallel-size", "int", 1, ("-pp",)),
+        ("gpu-memory-utilization", "float", 0.92, ("--device-memory-utilization",)),
+        ("max-num-seqs", "int", None, ()),
+        ("max-model-len", "int", None, ()),
+        ("enforce-eager", "bool", False, ()),
+        ("enable-prefix-caching", "bool", None, ()),
+        ("data-parallel-multi-port-external-lb", "bool", False, ("-dpm",)),
+        ("served-model-name", "list", None, ()),
+        ("api-key", "list", None, ()),
+        ("compilation-config", "json", None, ("-cc",)),
+        ("allowed-origins", "json", [], ()),
+        ("quantization", "str", None, ("-q",)),
+        ("port", "int", 8000, ()),
+    ],
+)
 def test_types_defaults_and_aliases(name: str, kind: str, default: object, aliases: tuple) -> None:
     spec = BUILTIN_FLAGS[name]
     assert spec.type == kind
@@ -65,43 +68,67 @@ def test_choices_and_human_sizes() -> None:
 
 
 def test_seed_flags_are_real_flags() -> None:
-    assert SEED_FLAGS[:4] == ("gpu-memory-utilization", "max-model-len", "max-num-seqs",
-                              "max-num-batched-tokens")
+    assert SEED_FLAGS[:4] == (
+        "gpu-memory-utilization",
+        "max-model-len",
+        "max-num-seqs",
+        "max-num-batched-tokens",
+    )
     assert "kv-cache-memory-bytes" in SEED_FLAGS
     assert "swap-space" not in SEED_FLAGS  # gone from vLLM 0.32
     assert all(name in BUILTIN_FLAGS for name in SEED_FLAGS)
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("max-num-seqs", "many", 'expected an integer, got "many"'),
-    ("max-num-seqs", 8.5, "expected an integer, got 8.5"),
-    ("max-num-seqs", True, "expected an integer, got true"),
-    ("max-num-seqs", 0, "must be at least 1, got 0"),
-    ("gpu-memory-utilization", 0, "must be a fraction in (0, 1], got 0"),
-    ("gpu-memory-utilization", 1.01, "must be a fraction in (0, 1], got 1.01"),
-    ("gpu-memory-utilization", "0.9", 'expected a number, got "0.9"'),
-    ("enforce-eager", 1, "expected true or false, got 1"),
-    ("dtype", "fp32", "expected one of auto, bfloat16, float, float16, float32, half"),
-    ("kv-cache-memory-bytes", "lots", 'expected an integer or a size like "64M", got "lots"'),
-    ("max-model-len", -2, "must be a positive length (or -1 for auto), got -2"),
-    ("quantization", False, "expected a string, got false"),
-    ("collect-detailed-traces", ["all", "nope"], "expected one of all, model, worker, None"),
-    ("compilation-config", "{oops", "invalid JSON"),
-    ("max-num-sqes", 8, 'unknown flag; did you mean "max-num-seqs"?'),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("max-num-seqs", "many", 'expected an integer, got "many"'),
+        ("max-num-seqs", 8.5, "expected an integer, got 8.5"),
+        ("max-num-seqs", True, "expected an integer, got true"),
+        ("max-num-seqs", 0, "must be at least 1, got 0"),
+        ("gpu-memory-utilization", 0, "must be a fraction in (0, 1], got 0"),
+        ("gpu-memory-utilization", 1.01, "must be a fraction in (0, 1], got 1.01"),
+        ("gpu-memory-utilization", "0.9", 'expected a number, got "0.9"'),
+        ("enforce-eager", 1, "expected true or false, got 1"),
+        ("dtype", "fp32", "expected one of auto, bfloat16, float, float16, float32, half"),
+        ("kv-cache-memory-bytes", "lots", 'expected an integer or a size like "64M", got "lots"'),
+        ("max-model-len", -2, "must be a positive length (or -1 for auto), got -2"),
+        ("quantization", False, "expected a string, got false"),
+        ("collect-detailed-traces", ["all", "nope"], "expected one of all, model, worker, None"),
+        ("compilation-config", "{oops", "invalid JSON"),
+        ("max-num-sqes", 8, 'unknown flag; did you mean "max-num-seqs"?'),
+    ],
+)
 def test_validate_flag_rejects(name: str, value: object, message: str) -> None:
     problem = validate_flag(name, value)
     assert problem is not None and message in problem, problem
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("max-num-seqs", 256), ("gpu-memory-utilization", 1), ("gpu-memory-utilization", 0.92),
-    ("kv-cache-memory-bytes", "64M"), ("kv-cache-memory-bytes", 1 << 30), ("kv-cache-memory-bytes", "25.6k"),
-    ("max-model-len", "auto"), ("max-model-len", -1), ("max-model-len", "8k"), ("enforce-eager", False),
-    ("served-model-name", "qwen3"), ("served-model-name", ["a", "b"]), ("api-key", "${KEY}"),
-    ("compilation-config", {"mode": 3}), ("compilation-config", '{"mode": 3}'), ("dtype", "float32"),
-    ("max-lora-rank", 64), ("hf-token", True), ("hf-token", "hf_x"), ("seed", 7),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("max-num-seqs", 256),
+        ("gpu-memory-utilization", 1),
+        ("gpu-memory-utilization", 0.92),
+        ("kv-cache-memory-bytes", "64M"),
+        ("kv-cache-memory-bytes", 1 << 30),
+        ("kv-cache-memory-bytes", "25.6k"),
+        ("max-model-len", "auto"),
+        ("max-model-len", -1),
+        ("max-model-len", "8k"),
+        ("enforce-eager", False),
+        ("served-model-name", "qwen3"),
+        ("served-model-name", ["a", "b"]),
+        ("api-key", "${KEY}"),
+        ("compilation-config", {"mode": 3}),
+        ("compilation-config", '{"mode": 3}'),
+        ("dtype", "float32"),
+        ("max-lora-rank", 64),
+        ("hf-token", True),
+        ("hf-token", "hf_x"),
+        ("seed", 7),
+    ],
+)
 def test_validate_flag_accepts(name: str, value: object) -> None:
     assert validate_flag(name, value) is None
 
@@ -114,11 +141,20 @@ def test_human_int_follows_vllm() -> None:
     assert flagspec.human_int("64Q") is None
 
 
-@pytest.mark.parametrize(("text_name", "text", "expected"), [
-    ("max-num-seqs", "128", 128), ("gpu-memory-utilization", "0.9", 0.9), ("enforce-eager", "true", True),
-    ("enforce-eager", "off", False), ("kv-cache-memory-bytes", "64M", "64M"), ("dtype", "half", "half"),
-    ("served-model-name", "a, b", ["a", "b"]), ("tp", "2", 2), ("--max-model-len", "auto", "auto"),
-])
+@pytest.mark.parametrize(
+    ("text_name", "text", "expected"),
+    [
+        ("max-num-seqs", "128", 128),
+        ("gpu-memory-utilization", "0.9", 0.9),
+        ("enforce-eager", "true", True),
+        ("enforce-eager", "off", False),
+        ("kv-cache-memory-bytes", "64M", "64M"),
+        ("dtype", "half", "half"),
+        ("served-model-name", "a, b", ["a", "b"]),
+        ("tp", "2", 2),
+        ("--max-model-len", "auto", "auto"),
+    ],
+)
 def test_parse_flag_value(text_name: str, text: str, expected: object) -> None:
     assert parse_flag_value(text_name, text) == expected
 
@@ -130,11 +166,17 @@ def test_parse_flag_value_errors_name_the_problem() -> None:
         parse_flag_value("max-num-sqes", "8")
 
 
-@pytest.mark.parametrize(("typed", "expected"), [
-    ("max_num_seqs", "max-num-seqs"), ("gpu-memory-utilisation", "gpu-memory-utilization"),
-    ("tp", "tensor-parallel-size"), ("no-enforce-eager", "enforce-eager"), ("enforce-eagre", "enforce-eager"),
-    ("zzzzzz", None),
-])
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("max_num_seqs", "max-num-seqs"),
+        ("gpu-memory-utilisation", "gpu-memory-utilization"),
+        ("tp", "tensor-parallel-size"),
+        ("no-enforce-eager", "enforce-eager"),
+        ("enforce-eagre", "enforce-eager"),
+        ("zzzzzz", None),
+    ],
+)
 def test_suggest(typed: str, expected: str | None) -> None:
     assert suggest(typed) == expected
 
@@ -169,8 +211,11 @@ def test_sim_flags_agree_with_the_sim_parser() -> None:
     sim_args = pytest.importorskip("vtui.sim.args")
     parser = sim_args.build_parser()
     kinds = {int: "int", float: "float", None: "str", str: "str"}
-    sim_actions = {a.option_strings[0][2:]: a for a in parser._actions
-                   if a.option_strings and a.option_strings[0].startswith("--sim-")}
+    sim_actions = {
+        a.option_strings[0][2:]: a
+        for a in parser._actions
+        if a.option_strings and a.option_strings[0].startswith("--sim-")
+    }
     assert set(sim_actions) == set(flagspec.SIM_FLAGS)
     for name, action in sim_actions.items():
         spec = flagspec.SIM_FLAGS[name]

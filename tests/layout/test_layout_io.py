@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.layout import (
+from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
+from vtui.layouts import (
     LayoutError,
     NoLayoutError,
     dump_layout,
@@ -21,7 +22,6 @@ from vtui.core.layout import (
     save_layout,
     split_layout_args,
 )
-from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 
 FULL = """\
 [session]
@@ -141,16 +141,30 @@ def _random_layout(rng: random.Random) -> Layout:
         if rng.random() < 0.4:
             flags["served-model-name"] = [rng.choice(words[:2]) + str(i), "alias"]
         env = {f"V{j}": rng.choice(words) for j in range(rng.randint(0, 3))}
-        instances.append(InstanceSpec(
-            name=f"inst-{i}", model=rng.choice(words[:5]) or "m", port=9000 + i, engine=rng.choice(["vllm", "sim"]),
-            gpus=(i,) if rng.random() < 0.5 else (), host=rng.choice(["127.0.0.1", "localhost"]), env=env,
-            flags=flags, command=("python", "-m", "x") if rng.random() < 0.3 else None,
-            restart=RestartPolicy(rng.choice(["never", "on-failure", "always"]), rng.randint(0, 9),
-                                  rng.choice([0.5, 2.0]), rng.choice([60.0, 120.0])),
-            start_stagger=rng.choice([0.0, 1.5]),
-        ))
-    return Layout(session=SessionSpec(name="s" + str(rng.randint(0, 9)), gpu_memory_gib=rng.choice([None, 80.0])),
-                  instances=tuple(instances))
+        instances.append(
+            InstanceSpec(
+                name=f"inst-{i}",
+                model=rng.choice(words[:5]) or "m",
+                port=9000 + i,
+                engine=rng.choice(["vllm", "sim"]),
+                gpus=(i,) if rng.random() < 0.5 else (),
+                host=rng.choice(["127.0.0.1", "localhost"]),
+                env=env,
+                flags=flags,
+                command=("python", "-m", "x") if rng.random() < 0.3 else None,
+                restart=RestartPolicy(
+                    rng.choice(["never", "on-failure", "always"]),
+                    rng.randint(0, 9),
+                    rng.choice([0.5, 2.0]),
+                    rng.choice([60.0, 120.0]),
+                ),
+                start_stagger=rng.choice([0.0, 1.5]),
+            )
+        )
+    return Layout(
+        session=SessionSpec(name="s" + str(rng.randint(0, 9)), gpu_memory_gib=rng.choice([None, 80.0])),
+        instances=tuple(instances),
+    )
 
 
 def test_dump_then_load_is_identity_for_generated_layouts(tmp_path: Path) -> None:
@@ -194,19 +208,24 @@ def test_failed_fsync_leaves_the_old_file_whole(full: Path, monkeypatch: pytest.
 def test_undefined_variable_names_key_and_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VTUI_TEST_NOT_SET", raising=False)
     path = tmp_path / "v.toml"
-    path.write_text('[[instance]]\nname = "a"\nmodel = "m"\nport = 1\n'
-                    'command = ["${VTUI_TEST_NOT_SET}/vllm", "serve"]\n', encoding="utf-8")
+    path.write_text(
+        '[[instance]]\nname = "a"\nmodel = "m"\nport = 1\ncommand = ["${VTUI_TEST_NOT_SET}/vllm", "serve"]\n',
+        encoding="utf-8",
+    )
     with pytest.raises(LayoutError) as caught:
         load_layout(path)
-    assert str(caught.value) == (f"{path}:5: instance[0].command: undefined environment variable "
-                                 "${VTUI_TEST_NOT_SET} (export it before running vtui)")
+    assert str(caught.value) == (
+        f"{path}:5: instance[0].command: undefined environment variable "
+        "${VTUI_TEST_NOT_SET} (export it before running vtui)"
+    )
 
 
 def test_var_default_syntax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VTUI_TEST_NOT_SET", raising=False)
     path = tmp_path / "v.toml"
-    path.write_text('[[instance]]\nname = "a"\nmodel = "${VTUI_TEST_NOT_SET:-org/m}"\nport = 1\n',
-                    encoding="utf-8")
+    path.write_text(
+        '[[instance]]\nname = "a"\nmodel = "${VTUI_TEST_NOT_SET:-org/m}"\nport = 1\n', encoding="utf-8"
+    )
     layout = load_layout(path)
     assert layout.instances[0].model == "org/m"
     assert 'model = "${VTUI_TEST_NOT_SET:-org/m}"' in dump_layout(layout)
@@ -214,8 +233,11 @@ def test_var_default_syntax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_warnings_for_exposed_host_and_literal_secrets(tmp_path: Path) -> None:
     path = tmp_path / "w.toml"
-    path.write_text('[[instance]]\nname = "a"\nmodel = "m"\nport = 1\nhost = "0.0.0.0"\n'
-                    'env.HF_TOKEN = "hf_abc"\nflags.api-key = "sk-1"\n', encoding="utf-8")
+    path.write_text(
+        '[[instance]]\nname = "a"\nmodel = "m"\nport = 1\nhost = "0.0.0.0"\n'
+        'env.HF_TOKEN = "hf_abc"\nflags.api-key = "sk-1"\n',
+        encoding="utf-8",
+    )
     layout, warnings = load_layout_with_warnings(path)
     assert layout.instances[0].host == "0.0.0.0"
     assert warnings == [

@@ -18,12 +18,16 @@ from unittest import mock
 
 import pytest
 
-from vtui.core.layout import LayoutError, load_layout, save_layout
-from vtui.core.layout_dump import dump_layout, shared_defaults
 from vtui.core.model import InstanceSpec, Layout
+from vtui.layouts import LayoutError, load_layout, save_layout
+from vtui.layouts.dump import dump_layout, shared_defaults
 
-SECRETS = {"VTUI_FZ_KEY": "sk-fz-key-0d1e", "VTUI_FZ_KEY2": "sk-fz-key2-77aa",
-           "VTUI_FZ_TOKEN": "hf-fz-token-9b2c", "VTUI_FZ_MODEL": "org/fz-model-from-env"}
+SECRETS = {
+    "VTUI_FZ_KEY": "sk-fz-key-0d1e",
+    "VTUI_FZ_KEY2": "sk-fz-key2-77aa",
+    "VTUI_FZ_TOKEN": "hf-fz-token-9b2c",
+    "VTUI_FZ_MODEL": "org/fz-model-from-env",
+}
 
 FLAGS: dict[str, Callable[[random.Random], object]] = {
     "max-num-seqs": lambda r: r.randint(1, 512),
@@ -86,7 +90,9 @@ class Gen:
         self.maybe_lines(owner, 0.5)
         self.lines.append(text + ("   " + self.comment(owner) if self.rng.random() < 0.3 else ""))
 
-    def sub(self, scope: str, table: str, key: str, values: dict[str, object], style: str, owner: tuple) -> None:
+    def sub(
+        self, scope: str, table: str, key: str, values: dict[str, object], style: str, owner: tuple
+    ) -> None:
         """env/flags of [defaults] (scope "") or an [[instance]] in one of the styles."""
         if style == "inline" and values:
             inline = "{ " + ", ".join(f"{k} = {toml(v, self.rng)}" for k, v in values.items()) + " }"
@@ -115,14 +121,21 @@ def random_env(rng: random.Random) -> dict[str, str]:
     return {name: make(rng) for name, make in ENV_VALUES.items() if rng.random() < 0.4}
 
 
-def write_layout(rng: random.Random, crlf: bool = False, bom: bool = False) -> tuple[str, list[tuple[str, tuple]]]:
+def write_layout(
+    rng: random.Random, crlf: bool = False, bom: bool = False
+) -> tuple[str, list[tuple[str, tuple]]]:
     g = Gen(rng)
     g.maybe_lines(("file",), 0.7)
     if rng.random() < 0.6:
         g.header("[session]", ("session",))
         g.kv("name", f"fz{rng.randint(0, 99)}", ("session",), ("session",))
         if rng.random() < 0.5:
-            g.kv("gpu_hour_price", rng.choice([1.5, 2, 3.25]), ("eol", "session", ("gpu_hour_price",)), ("session",))
+            g.kv(
+                "gpu_hour_price",
+                rng.choice([1.5, 2, 3.25]),
+                ("eol", "session", ("gpu_hour_price",)),
+                ("session",),
+            )
     default_model = rng.random() < 0.6
     sub_keys: list[tuple[str, dict, str]] = []
     if default_model or rng.random() < 0.5:
@@ -134,7 +147,9 @@ def write_layout(rng: random.Random, crlf: bool = False, bom: bool = False) -> t
         if rng.random() < 0.3:
             g.kv("restart", rng.choice(["never", "always"]), ("defaults",), ("defaults",))
         for key, values in (("env", random_env(rng)), ("flags", random_flags(rng, 3))):
-            sub_keys.append((key, values, rng.choice(STYLES[:4]) if values else rng.choice(("none", "empty"))))
+            sub_keys.append(
+                (key, values, rng.choice(STYLES[:4]) if values else rng.choice(("none", "empty")))
+            )
         for key, values, style in sorted(sub_keys, key=lambda s: s[2] in ("table", "empty")):
             g.sub("", "defaults", key, values, style, ("defaults",))
     for i in range(rng.randint(1, 4)):
@@ -153,8 +168,10 @@ def write_layout(rng: random.Random, crlf: bool = False, bom: bool = False) -> t
             g.kv("start_stagger", rng.choice([0, 1.5, 3]), ("eol", name, ("start_stagger",)), owner)
         subs = [("env", random_env(rng)), ("flags", random_flags(rng, 4))]
         rng.shuffle(subs)
-        chosen = [(key, values, rng.choice(STYLES) if values else rng.choice(("none", "empty")))
-                  for key, values in subs]
+        chosen = [
+            (key, values, rng.choice(STYLES) if values else rng.choice(("none", "empty")))
+            for key, values in subs
+        ]
         for key, values, style in sorted(chosen, key=lambda s: s[2] in ("table", "empty")):
             g.sub(name, "instance", key, values, style, owner)
         g.maybe_lines(owner, 0.3)
@@ -166,6 +183,7 @@ def write_layout(rng: random.Random, crlf: bool = False, bom: bool = False) -> t
 
 
 # -- edits --------------------------------------------------------------------------------------
+
 
 def edit_instance(rng: random.Random, layout: Layout, spec: InstanceSpec) -> Layout:
     roll = rng.random()
@@ -185,8 +203,14 @@ def edit_instance(rng: random.Random, layout: Layout, spec: InstanceSpec) -> Lay
             env[name] = ENV_VALUES[name](rng) if name != "HF_TOKEN" else "typed-in-token"
         new = replace(spec, env=env)
     elif roll < 0.85:
-        new = replace(spec, restart=replace(spec.restart, max_restarts=rng.randint(0, 9),
-                                            mode=rng.choice(["never", "on-failure", "always"])))
+        new = replace(
+            spec,
+            restart=replace(
+                spec.restart,
+                max_restarts=rng.randint(0, 9),
+                mode=rng.choice(["never", "on-failure", "always"]),
+            ),
+        )
     elif roll < 0.9:
         new = replace(spec, start_stagger=rng.choice([0.0, 2.0]))
     elif roll < 0.95:
@@ -215,15 +239,17 @@ def random_edit(rng: random.Random, layout: Layout) -> Layout:
 
 def invalid_edit(rng: random.Random, layout: Layout) -> Layout:
     spec = rng.choice(layout.instances)
-    bad = rng.choice([
-        lambda: spec.with_flags({"max-num-seqs": "many"}),
-        lambda: spec.with_flags({"gpu-memory-utilization": 5.0}),
-        lambda: spec.with_flags({"no-such-flag": 1}),
-        lambda: spec.with_flags({"sim-speed": 2.0}),  # a sim flag on a vllm instance
-        lambda: replace(spec, restart=replace(spec.restart, backoff_initial=10.0, backoff_max=1.0)),
-        lambda: replace(spec, port=0),
-        lambda: replace(spec, env={**spec.env, "N": 3}),  # type: ignore[dict-item]
-    ])()
+    bad = rng.choice(
+        [
+            lambda: spec.with_flags({"max-num-seqs": "many"}),
+            lambda: spec.with_flags({"gpu-memory-utilization": 5.0}),
+            lambda: spec.with_flags({"no-such-flag": 1}),
+            lambda: spec.with_flags({"sim-speed": 2.0}),  # a sim flag on a vllm instance
+            lambda: replace(spec, restart=replace(spec.restart, backoff_initial=10.0, backoff_max=1.0)),
+            lambda: replace(spec, port=0),
+            lambda: replace(spec, env={**spec.env, "N": 3}),  # type: ignore[dict-item]
+        ]
+    )()
     if rng.random() < 0.3 and len(layout.instances) > 1:
         other = next(s for s in layout.instances if s.name != spec.name)
         bad = replace(spec, port=other.port)
@@ -231,6 +257,7 @@ def invalid_edit(rng: random.Random, layout: Layout) -> Layout:
 
 
 # -- checks -------------------------------------------------------------------------------------
+
 
 def may_lose(owner: tuple, old: Layout, new: Layout) -> bool:
     """Whether the edit from `old` to `new` may take away a comment that belongs to `owner`."""
@@ -255,7 +282,7 @@ def same(a: Layout, b: Layout) -> bool:
 
 def check_save(path: Path, edited: Layout, comments: list[tuple[str, tuple]], in_place: bool) -> str:
     before = load_layout(path)
-    with mock.patch("vtui.core.layout.dump_layout", wraps=dump_layout) as full_rewrite:
+    with mock.patch("vtui.layouts.files.dump_layout", wraps=dump_layout) as full_rewrite:
         save_layout(edited)
     assert full_rewrite.called is not in_place, "saved in place" if in_place else "fell back"
     text = path.read_bytes().decode("utf-8")
@@ -361,7 +388,7 @@ block-size = 16   # table
 
 
 def saved_in_place(path: Path, layout: Layout) -> str:
-    with mock.patch("vtui.core.layout.dump_layout", wraps=dump_layout) as full_rewrite:
+    with mock.patch("vtui.layouts.files.dump_layout", wraps=dump_layout) as full_rewrite:
         save_layout(layout)
     assert not full_rewrite.called
     assert same(load_layout(path), layout)
@@ -379,16 +406,20 @@ def three(tmp_path: Path, secrets: None) -> Path:
 def test_removing_an_instance_keeps_the_comments_that_lead_into_the_next_one(three: Path) -> None:
     layout = load_layout(three)
     text = saved_in_place(three, replace(layout, instances=layout.instances[1:]))  # was: lost "# --- b"
-    assert "# --- b: the dotted one ---\n[[instance]]\nname = \"b\"" in text and 'name = "a"' not in text
+    assert '# --- b: the dotted one ---\n[[instance]]\nname = "b"' in text and 'name = "a"' not in text
     layout = load_layout(three)
-    text = saved_in_place(three, replace(layout, instances=layout.instances[:1]))  # the file's last lines stay
+    text = saved_in_place(
+        three, replace(layout, instances=layout.instances[:1])
+    )  # the file's last lines stay
     assert text.endswith("# --- end of file: keep me ---\n") and 'name = "c"' not in text
 
 
 @pytest.mark.parametrize("name", ["a", "b", "c"])  # inline, dotted, [instance.flags]
 def test_removing_an_instances_last_own_flag_in_each_style(three: Path, name: str) -> None:
     layout = load_layout(three)
-    text = saved_in_place(three, layout.replace_instance(layout.instance(name).with_flags(unset=["block-size"])))
+    text = saved_in_place(
+        three, layout.replace_instance(layout.instance(name).with_flags(unset=["block-size"]))
+    )
     assert text.count("block-size") == 2
     for line in THREE.splitlines():
         if "block-size" not in line and (line.startswith(("#", "flags.", "[")) or "name =" in line):
@@ -399,8 +430,10 @@ def test_dropping_dotted_default_flags_split_by_a_comment_stays_in_place(three: 
     """Was: tomlkit's view of `flags.x` keys split by a comment went stale after one delete, the edit
     raised and the save fell back to the full rewrite, losing every comment."""
     layout = load_layout(three)
-    text = saved_in_place(three, layout.replace_instance(
-        layout.instance("a").with_flags(unset=["max-num-seqs", "enforce-eager"])))
+    text = saved_in_place(
+        three,
+        layout.replace_instance(layout.instance("a").with_flags(unset=["max-num-seqs", "enforce-eager"])),
+    )
     assert "# shared, keep this note" in text and "# --- end of file: keep me ---" in text
     assert load_layout(three).instance("b").flags["max-num-seqs"] == 30
     assert "flags.seed = 1" in text
@@ -416,21 +449,28 @@ def test_a_flags_table_added_to_an_instance_goes_above_the_next_ones_heading_com
 
 def test_an_empty_flags_table_gets_the_new_flag_under_its_header(tmp_path: Path, secrets: None) -> None:
     path = tmp_path / "empty.toml"
-    path.write_text('[[instance]]\nname = "a"\nmodel = "m"\nport = 9001\n[instance.flags]\n'
-                    '# --- b ---\n[[instance]]\nname = "b"\nmodel = "m"\nport = 9002\n', encoding="utf-8")
+    path.write_text(
+        '[[instance]]\nname = "a"\nmodel = "m"\nport = 9001\n[instance.flags]\n'
+        '# --- b ---\n[[instance]]\nname = "b"\nmodel = "m"\nport = 9002\n',
+        encoding="utf-8",
+    )
     layout = load_layout(path)
     text = saved_in_place(path, layout.replace_instance(layout.instance("a").with_flags({"seed": 3})))
     assert "[instance.flags]\nseed = 3\n# --- b ---\n[[instance]]" in text
 
 
-def test_secrets_moved_or_copied_to_another_instance_are_written_as_references(tmp_path: Path,
-                                                                                 secrets: None) -> None:
+def test_secrets_moved_or_copied_to_another_instance_are_written_as_references(
+    tmp_path: Path, secrets: None
+) -> None:
     """Was: a `${VAR}` value taken from [defaults] into an instance, or copied into an added instance,
     was written as the secret itself."""
     path = tmp_path / "keys.toml"
-    path.write_text('[defaults]\nmodel = "m"\nflags.api-key = "${VTUI_FZ_KEY}"\n\n'
-                    '[[instance]]\nname = "a"\nport = 9001\nenv = { HF_TOKEN = "${VTUI_FZ_TOKEN}" }\n\n'
-                    '[[instance]]\nname = "b"\nport = 9002\n', encoding="utf-8")
+    path.write_text(
+        '[defaults]\nmodel = "m"\nflags.api-key = "${VTUI_FZ_KEY}"\n\n'
+        '[[instance]]\nname = "a"\nport = 9001\nenv = { HF_TOKEN = "${VTUI_FZ_TOKEN}" }\n\n'
+        '[[instance]]\nname = "b"\nport = 9002\n',
+        encoding="utf-8",
+    )
     layout = load_layout(path)
     text = saved_in_place(path, layout.replace_instance(layout.instance("b").with_flags(unset=["api-key"])))
     assert 'api-key = "${VTUI_FZ_KEY}"' in text

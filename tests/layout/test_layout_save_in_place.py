@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.layout import LayoutError, load_layout, render_layout, save_layout
 from vtui.core.model import InstanceSpec
+from vtui.layouts import LayoutError, load_layout, render_layout, save_layout
 
 COMMENTED = """\
 # Two models on one box. Keep this header!
@@ -75,8 +75,10 @@ def test_a_flag_change_rewrites_only_that_value_and_keeps_its_comment(commented:
     layout = load_layout(commented)
     edited = layout.replace_instance(layout.instance("big").with_flags({"max-num-seqs": 64}))
     text = saved(commented, edited)
-    assert changed_lines(COMMENTED, text) == (["max-num-seqs = 128   # more OOMs at 256"],
-                                              ["max-num-seqs = 64   # more OOMs at 256"])
+    assert changed_lines(COMMENTED, text) == (
+        ["max-num-seqs = 128   # more OOMs at 256"],
+        ["max-num-seqs = 64   # more OOMs at 256"],
+    )
 
 
 def test_removed_and_added_flags_touch_only_their_lines(commented: Path) -> None:
@@ -85,10 +87,12 @@ def test_removed_and_added_flags_touch_only_their_lines(commented: Path) -> None
     small = layout.instance("small").with_flags({"max-num-seqs": 32}, unset=["seed"])
     text = saved(commented, layout.replace_instance(big).replace_instance(small))
     removed, added = changed_lines(COMMENTED, text)
-    assert sorted(removed) == sorted(["enforce-eager = true", "flags.max-num-seqs = 16   # dotted keys stay dotted",
-                                      "flags.seed = 7"])
-    assert sorted(added) == sorted(["gpu-memory-utilization = 0.85",
-                                    "flags.max-num-seqs = 32   # dotted keys stay dotted"])
+    assert sorted(removed) == sorted(
+        ["enforce-eager = true", "flags.max-num-seqs = 16   # dotted keys stay dotted", "flags.seed = 7"]
+    )
+    assert sorted(added) == sorted(
+        ["gpu-memory-utilization = 0.85", "flags.max-num-seqs = 32   # dotted keys stay dotted"]
+    )
 
 
 def test_var_references_survive_and_secrets_are_never_written(commented: Path) -> None:
@@ -98,11 +102,16 @@ def test_var_references_survive_and_secrets_are_never_written(commented: Path) -
     text = saved(commented, layout.replace_instance(big.with_flags({"max-num-seqs": 1})))
     for secret in ENV.values():
         assert secret not in text
-    for line in ('model = "${VTUI_TEST_MODEL}"   # exported by the launcher script',
-                 'env = { HF_TOKEN = "${VTUI_TEST_TOKEN}" }', 'api-key = "${VTUI_TEST_KEY}"'):
+    for line in (
+        'model = "${VTUI_TEST_MODEL}"   # exported by the launcher script',
+        'env = { HF_TOKEN = "${VTUI_TEST_TOKEN}" }',
+        'api-key = "${VTUI_TEST_KEY}"',
+    ):
         assert line in text.splitlines()
     # A new value for a ${VAR} key is written as given; the other references stay.
-    text = saved(commented, load_layout(commented).replace_instance(big.with_flags({"api-key": "sk-typed-in"})))
+    text = saved(
+        commented, load_layout(commented).replace_instance(big.with_flags({"api-key": "sk-typed-in"}))
+    )
     assert 'api-key = "sk-typed-in"' in text and 'env = { HF_TOKEN = "${VTUI_TEST_TOKEN}" }' in text
     assert 'model = "${VTUI_TEST_MODEL}"   # exported by the launcher script' in text
 
@@ -114,19 +123,30 @@ def test_dropping_a_shared_default_flag_moves_it_to_the_instances_that_keep_it(c
     assert "max-model-len = 4096   # both fit in 4k" not in text
     assert load_layout(commented).instance("big").flags["max-model-len"] == 4096
     assert "max-model-len" not in load_layout(commented).instance("small").flags
-    for keep in ("# Two models on one box. Keep this header!", "# --- the big one ---", "# --- the small one ---",
-                 "# tuned on 2025-01-02, see notes", 'name = "box"   # shown in the title bar'):
+    for keep in (
+        "# Two models on one box. Keep this header!",
+        "# --- the big one ---",
+        "# --- the small one ---",
+        "# tuned on 2025-01-02, see notes",
+        'name = "box"   # shown in the title bar',
+    ):
         assert keep in text
 
 
 def test_an_added_instance_is_appended_and_a_removed_one_goes_alone(commented: Path) -> None:
     layout = load_layout(commented)
-    extra = InstanceSpec(name="extra", model="org/model-8b", port=8003, engine="sim", gpus=(3,),
-                         flags={"max-model-len": 4096, "max-num-seqs": 8})
+    extra = InstanceSpec(
+        name="extra",
+        model="org/model-8b",
+        port=8003,
+        engine="sim",
+        gpus=(3,),
+        flags={"max-model-len": 4096, "max-num-seqs": 8},
+    )
     grown = replace(layout, instances=(*layout.instances, extra))
     text = saved(commented, grown)
     assert text.startswith(COMMENTED.rstrip("\n"))  # everything before is byte for byte the same
-    assert text[len(COMMENTED.rstrip("\n")):].lstrip("\n").startswith('[[instance]]\nname = "extra"')
+    assert text[len(COMMENTED.rstrip("\n")) :].lstrip("\n").startswith('[[instance]]\nname = "extra"')
     shrunk = replace(grown, instances=tuple(s for s in grown.instances if s.name != "small"))
     text = saved(commented, shrunk)
     assert 'name = "small"' not in text and "flags.seed" not in text
@@ -170,8 +190,14 @@ def test_a_result_that_would_not_load_is_never_written(commented: Path, tmp_path
 
 def test_random_flag_edits_round_trip_and_keep_every_comment(commented: Path) -> None:
     rng = random.Random(7)
-    comments = [line for line in COMMENTED.splitlines() if "#" in line and "max-num-seqs" not in line
-                and "flags.seed" not in line and "enforce-eager" not in line]
+    comments = [
+        line
+        for line in COMMENTED.splitlines()
+        if "#" in line
+        and "max-num-seqs" not in line
+        and "flags.seed" not in line
+        and "enforce-eager" not in line
+    ]
     for _ in range(25):
         layout = load_layout(commented)
         name = rng.choice(layout.names())

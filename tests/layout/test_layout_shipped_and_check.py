@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from vtui.cli import main
-from vtui.core.layout import load_layout_with_warnings
-from vtui.core.layout_text import VAR_REF, LineIndex
+from vtui.layouts import load_layout_with_warnings
+from vtui.layouts.text import VAR_REF, LineIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "layouts").glob("*.toml"))
@@ -47,18 +47,40 @@ def test_vllm_cpu_layout_matches_the_reference_recipe(monkeypatch: pytest.Monkey
         argv = spec.argv()
         assert argv[:3] == ["vllm", "serve", "/models/tiny"]
         for pair in (["--kv-cache-memory-bytes", "64M"], ["--max-model-len", "512"], ["--dtype", "float32"]):
-            assert any(argv[i:i + 2] == pair for i in range(len(argv))), argv
+            assert any(argv[i : i + 2] == pair for i in range(len(argv))), argv
         assert "--enforce-eager" in argv
 
 
-@pytest.mark.parametrize(("name", "tp", "gpus", "flags"), [
-    ("throughput.toml", 4, (0, 1, 2, 3), {"gpu-memory-utilization": 0.92, "max-model-len": 8192,
-                                          "max-num-batched-tokens": 65536, "max-num-seqs": 512,
-                                          "enable-chunked-prefill": True, "served-model-name": "qwen3"}),
-    ("latency.toml", 2, (0, 1), {"gpu-memory-utilization": 0.88, "max-model-len": 8192,
-                                 "max-num-batched-tokens": 4096, "max-num-seqs": 128,
-                                 "served-model-name": "qwen3"}),
-])
+@pytest.mark.parametrize(
+    ("name", "tp", "gpus", "flags"),
+    [
+        (
+            "throughput.toml",
+            4,
+            (0, 1, 2, 3),
+            {
+                "gpu-memory-utilization": 0.92,
+                "max-model-len": 8192,
+                "max-num-batched-tokens": 65536,
+                "max-num-seqs": 512,
+                "enable-chunked-prefill": True,
+                "served-model-name": "qwen3",
+            },
+        ),
+        (
+            "latency.toml",
+            2,
+            (0, 1),
+            {
+                "gpu-memory-utilization": 0.88,
+                "max-model-len": 8192,
+                "max-num-batched-tokens": 4096,
+                "max-num-seqs": 128,
+                "served-model-name": "qwen3",
+            },
+        ),
+    ],
+)
 def test_seed_presets(name: str, tp: int, gpus: tuple, flags: dict) -> None:
     layout, _ = load_layout_with_warnings(ROOT / "layouts" / name)
     (spec,) = layout.instances
@@ -87,7 +109,9 @@ def test_check_prints_every_problem_and_exits_2(capsys: pytest.CaptureFixture[st
 
 def test_check_prints_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "open.toml"
-    path.write_text('[[instance]]\nname = "a"\nmodel = "m"\nport = 8000\nhost = "0.0.0.0"\n', encoding="utf-8")
+    path.write_text(
+        '[[instance]]\nname = "a"\nmodel = "m"\nport = 8000\nhost = "0.0.0.0"\n', encoding="utf-8"
+    )
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"warning: {path}:5: instance[0].host:")

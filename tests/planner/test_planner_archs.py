@@ -16,45 +16,109 @@ from vtui.planner import PlanParams, from_dict, load_model_config, plan
 GiB = 1024**3
 
 LLAMA31_8B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
     "rope_scaling": {"factor": 8.0, "rope_type": "llama3", "original_max_position_embeddings": 8192},
 }
-LLAMA31_70B = {**LLAMA31_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
-               "num_attention_heads": 64}
+LLAMA31_70B = {
+    **LLAMA31_8B,
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+}
 QWEN3_32B = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120, "head_dim": 128,
-    "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
-    "vocab_size": 151936, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
-    "sliding_window": None, "use_sliding_window": False, "max_window_layers": 64,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 5120,
+    "head_dim": 128,
+    "intermediate_size": 25600,
+    "num_hidden_layers": 64,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "torch_dtype": "bfloat16",
+    "sliding_window": None,
+    "use_sliding_window": False,
+    "max_window_layers": 64,
 }
 MIXTRAL_8X7B = {
-    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 32768,
-    "sliding_window": None, "torch_dtype": "bfloat16",
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "sliding_window": None,
+    "torch_dtype": "bfloat16",
 }
 DEEPSEEK_V3 = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
-    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
-    "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512, "q_lora_rank": 1536,
-    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": 256,
-    "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "vocab_size": 129280,
-    "max_position_embeddings": 163840, "torch_dtype": "bfloat16",
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "torch_dtype": "bfloat16",
     "rope_scaling": {"factor": 40, "type": "yarn", "original_max_position_embeddings": 4096},
 }
 GEMMA2_9B = {
-    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 3584, "head_dim": 256,
-    "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
-    "sliding_window": 4096, "vocab_size": 256000, "max_position_embeddings": 8192, "torch_dtype": "float32",
+    "architectures": ["Gemma2ForCausalLM"],
+    "model_type": "gemma2",
+    "hidden_size": 3584,
+    "head_dim": 256,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 42,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "sliding_window": 4096,
+    "vocab_size": 256000,
+    "max_position_embeddings": 8192,
+    "torch_dtype": "float32",
 }
 GEMMA3_27B = {
-    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "torch_dtype": "bfloat16",
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3",
+    "torch_dtype": "bfloat16",
     "text_config": {
-        "model_type": "gemma3_text", "hidden_size": 5376, "head_dim": 128, "intermediate_size": 21504,
-        "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16, "sliding_window": 1024,
-        "sliding_window_pattern": 6, "vocab_size": 262208, "max_position_embeddings": 131072,
+        "model_type": "gemma3_text",
+        "hidden_size": 5376,
+        "head_dim": 128,
+        "intermediate_size": 21504,
+        "num_hidden_layers": 62,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
         "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
     },
 }
@@ -71,7 +135,12 @@ def test_llama31_8b_gqa():
     p = _plan(LLAMA31_8B, kv_memory_bytes=10 * GiB, max_model_len=8192)
     assert p.kv_bytes_per_token == 131072
     assert p.bytes_per_block == 2 * 1024**2
-    assert (p.num_gpu_blocks, p.blocks_per_request, p.max_concurrency, p.kv_cache_tokens) == (5120, 512, 10.0, 81920)
+    assert (p.num_gpu_blocks, p.blocks_per_request, p.max_concurrency, p.kv_cache_tokens) == (
+        5120,
+        512,
+        10.0,
+        81920,
+    )
     assert p.max_model_len_fits is True
     # llama3 rope scaling: max_position_embeddings already states 131,072.
     # 5,119 usable blocks (one is the null block) × 16 = 81,904 tokens ≤ 131,072, so 81,904 is the longest.
@@ -84,8 +153,9 @@ def test_llama31_8b_weights_estimate():
     p = _plan(LLAMA31_8B, kv_memory_bytes=GiB)
     assert p.weights_source == "estimate"
     assert p.weights_gib_per_gpu == pytest.approx(14.96, abs=0.01)
-    assert _plan(LLAMA31_8B, kv_memory_bytes=GiB, tensor_parallel_size=2).weights_gib_per_gpu == \
-        pytest.approx(7.48, abs=0.01)
+    assert _plan(
+        LLAMA31_8B, kv_memory_bytes=GiB, tensor_parallel_size=2
+    ).weights_gib_per_gpu == pytest.approx(7.48, abs=0.01)
 
 
 def test_llama31_8b_tp_splits_kv_heads_then_replicates():
@@ -163,8 +233,12 @@ def test_gemma3_nested_text_config_5_to_1():
     # per request = 2,048 + 6 × 193 = 3,206 → int(16,384 × 32,768 / 3,206) = 167,458 tokens.
     cfg = from_dict(GEMMA3_27B, "gemma3")
     assert cfg.num_layers == 62 and cfg.max_position_embeddings == 131072 and cfg.sliding_layers == 52
-    p = plan(cfg, PlanParams(kv_memory_bytes=20 * GiB, max_model_len=32768, max_num_batched_tokens=2048,
-                             async_scheduling=False))
+    p = plan(
+        cfg,
+        PlanParams(
+            kv_memory_bytes=20 * GiB, max_model_len=32768, max_num_batched_tokens=2048, async_scheduling=False
+        ),
+    )
     # layers[i::6] of the 52 sliding ones: 9, 9, 9, 9, 8, 8 real layers (padded to 10 in vLLM's table).
     assert p.kv_groups == ("sliding:9",) * 4 + ("sliding:8",) * 2 + ("full:10",)
     assert (p.num_gpu_blocks, p.blocks_per_request, p.kv_cache_tokens) == (16384, 3206, 167458)

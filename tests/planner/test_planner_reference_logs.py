@@ -17,9 +17,18 @@ from vtui.commands import plan as plan_cmd
 from vtui.planner import PlanParams, from_dict, plan, read_log_facts
 
 REFERENCE = Path("/work/shared/vllm-reference")
-TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-        "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "max_position_embeddings": 2048, "torch_dtype": "float32", "vocab_size": 1300}
+TINY = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "torch_dtype": "float32",
+    "vocab_size": 1300,
+}
 
 # The lines that matter, verbatim from the two reference logs.
 STARTUP = [
@@ -41,16 +50,33 @@ PREEMPT = [
 ]
 
 
-@pytest.mark.parametrize(("lines", "budget", "exact", "tokens", "conc"), [
-    (STARTUP, 1 << 30, False, 1_048_576, 2048.0),  # "1.0" GiB is rounded in the log, but exactly 1 GiB here
-    (PREEMPT, 1 << 20, True, 1_024, 2.0),  # the args carry the exact byte count; "0.0 GiB" must be ignored
-])
+@pytest.mark.parametrize(
+    ("lines", "budget", "exact", "tokens", "conc"),
+    [
+        (
+            STARTUP,
+            1 << 30,
+            False,
+            1_048_576,
+            2048.0,
+        ),  # "1.0" GiB is rounded in the log, but exactly 1 GiB here
+        (
+            PREEMPT,
+            1 << 20,
+            True,
+            1_024,
+            2.0,
+        ),  # the args carry the exact byte count; "0.0 GiB" must be ignored
+    ],
+)
 def test_reproduces_reference_logs(lines, budget, exact, tokens, conc):
     facts = read_log_facts(lines)
     assert (facts.kv_memory_bytes, facts.exact, facts.max_model_len) == (budget, exact, 512)
     assert (facts.reported_tokens, facts.reported_concurrency) == (tokens, conc)
-    p = plan(from_dict(TINY, "tiny"), PlanParams(device="cpu", dtype="float32", max_model_len=512,
-                                                kv_memory_bytes=facts.kv_memory_bytes))
+    p = plan(
+        from_dict(TINY, "tiny"),
+        PlanParams(device="cpu", dtype="float32", max_model_len=512, kv_memory_bytes=facts.kv_memory_bytes),
+    )
     assert p.block_size == 128 and p.kv_bytes_per_token == 1024 and p.bytes_per_block == 131072
     assert p.kv_cache_tokens == tokens
     assert round(p.max_concurrency, 2) == conc
@@ -71,8 +97,17 @@ def test_plan_command_from_real_log(name, tmp_path, capsys):
     reported = read_log_facts((REFERENCE / name).read_text().splitlines())
     assert out["kv_cache_tokens"] == reported.reported_tokens
     assert out["block_size"] == 128 and out["model_dtype"] == "float32"
-    for key in ("kv_bytes_per_token", "kv_cache_tokens", "num_gpu_blocks", "max_concurrency", "weights_gib_per_gpu",
-                "available_kv_gib", "max_model_len_fits", "estimated_max_model_len", "assumptions"):
+    for key in (
+        "kv_bytes_per_token",
+        "kv_cache_tokens",
+        "num_gpu_blocks",
+        "max_concurrency",
+        "weights_gib_per_gpu",
+        "available_kv_gib",
+        "max_model_len_fits",
+        "estimated_max_model_len",
+        "assumptions",
+    ):
         assert key in out
 
 

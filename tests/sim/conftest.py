@@ -43,8 +43,12 @@ class Sim:
             return exc.code, exc.read()
 
     def post(self, path: str, body: bytes, headers: dict | None = None) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.url + path, data=body, method="POST",
-                                     headers={"content-type": "application/json", **(headers or {})})
+        req = urllib.request.Request(
+            self.url + path,
+            data=body,
+            method="POST",
+            headers={"content-type": "application/json", **(headers or {})},
+        )
         try:
             with urllib.request.urlopen(req, timeout=20) as resp:
                 return resp.status, resp.read()
@@ -59,10 +63,22 @@ def launch(tmp_path: Path, model: str, *flags: str, env: dict | None = None, por
     port = port or free_port()
     log = tmp_path / f"sim-{port}.log"
     fh = open(log, "wb")
-    cmd = [sys.executable, "-m", "vtui.sim", model, "--host", "127.0.0.1", "--port", str(port),
-           "--sim-startup-scale", "0", *flags]
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, **(env or {})})
+    cmd = [
+        sys.executable,
+        "-m",
+        "vtui.sim",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--sim-startup-scale",
+        "0",
+        *flags,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+    )
     fh.close()
     return Sim(proc, port, log)
 

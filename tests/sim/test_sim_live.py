@@ -22,12 +22,24 @@ from .conftest import REFERENCE, free_port, launch
 try:
     from vtui.telemetry.promtext import HISTOGRAMS, SCALARS
 except ImportError:  # telemetry not built yet: the families the issue names
-    HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-                  "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds")
-    SCALARS = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-               "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
-               "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:request_success_total",
-               "vllm:cache_config_info")
+    HISTOGRAMS = (
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+    )
+    SCALARS = (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:num_preemptions_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:request_success_total",
+        "vllm:cache_config_info",
+    )
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$")
 
@@ -112,17 +124,32 @@ def test_startup_log_matches_real_phases_and_kv_line(start_sim):
     assert [p for p in phases(ours) if p in real] == real
     assert phases(ours) == [Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE, Phase.API_UP]
     graphs = start_sim("Qwen/Qwen3-8B", "--max-model-len", "4096", env={"CUDA_VISIBLE_DEVICES": "1"})
-    assert phases(graphs.text()) == [Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE,
-                                     Phase.CAPTURING_GRAPHS, Phase.API_UP]
-    kv_line = re.compile(r"^\(EngineCore pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[kv_cache_utils\.py:\d+\] "
-                         r"[GC]PU KV cache size: [\d,]+ tokens, Maximum concurrency for [\d,]+ tokens per request: "
-                         r"[\d.]+x$", re.M)
+    assert phases(graphs.text()) == [
+        Phase.LOADING_WEIGHTS,
+        Phase.PROFILING,
+        Phase.KV_CACHE,
+        Phase.CAPTURING_GRAPHS,
+        Phase.API_UP,
+    ]
+    kv_line = re.compile(
+        r"^\(EngineCore pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d \[kv_cache_utils\.py:\d+\] "
+        r"[GC]PU KV cache size: [\d,]+ tokens, Maximum concurrency for [\d,]+ tokens per request: "
+        r"[\d.]+x$",
+        re.M,
+    )
     assert kv_line.search(reference("startup.log")) and kv_line.search(ours)
-    for shape in (r"non-default args: \{'model_tag': ", r"Using max model len \d+", r"Starting vLLM server on http://"):
+    for shape in (
+        r"non-default args: \{'model_tag': ",
+        r"Using max model len \d+",
+        r"Starting vLLM server on http://",
+    ):
         assert re.search(shape, ours), shape
     from vtui.telemetry.startup_log import parse_startup
 
-    facts_real, facts_ours = parse_startup(reference("startup.log").splitlines()), parse_startup(ours.splitlines())
+    facts_real, facts_ours = (
+        parse_startup(reference("startup.log").splitlines()),
+        parse_startup(ours.splitlines()),
+    )
     for key in ("kv_cache_tokens", "max_model_len", "max_concurrency"):
         if getattr(facts_real, key, None) is not None:
             assert getattr(facts_ours, key) is not None, key
@@ -130,8 +157,14 @@ def test_startup_log_matches_real_phases_and_kv_line(start_sim):
 
 def test_streaming_chat_with_usage_and_api_key(start_sim):
     sim = start_sim("Qwen/Qwen3-8B", env={"VLLM_API_KEY": "s3cret"})
-    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
+    body = json.dumps(
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 6,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     assert sim.post("/v1/chat/completions", body)[0] == 401
     assert sim.get("/health")[0] == 200
     status, raw = sim.post("/v1/chat/completions", body, {"authorization": "Bearer s3cret"})
@@ -141,7 +174,10 @@ def test_streaming_chat_with_usage_and_api_key(start_sim):
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")) == 6
-    assert chunks[-1]["usage"]["completion_tokens"] == 6 and chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert (
+        chunks[-1]["usage"]["completion_tokens"] == 6
+        and chunks[-2]["choices"][0]["finish_reason"] == "length"
+    )
 
 
 def test_sigterm_exits_zero_quickly(start_sim):
@@ -176,7 +212,8 @@ def test_max_model_len_above_model_limit(start_sim):
     rc, text = failed(start_sim, "--max-model-len", "100000")
     assert rc == 1
     assert root_cause(text.splitlines()).startswith(
-        "User-specified max_model_len (100000) is greater than the derived max_model_len")
+        "User-specified max_model_len (100000) is greater than the derived max_model_len"
+    )
 
 
 def test_port_in_use(start_sim):
@@ -187,16 +224,22 @@ def test_port_in_use(start_sim):
 
 def test_shared_gpu_free_memory_check(start_sim):
     start_sim("Qwen/Qwen3-8B", "--gpu-memory-utilization", "0.5", env={"CUDA_VISIBLE_DEVICES": "3"})
-    start_sim("Qwen/Qwen2.5-0.5B-Instruct", "--gpu-memory-utilization", "0.45", env={"CUDA_VISIBLE_DEVICES": "3"})
+    start_sim(
+        "Qwen/Qwen2.5-0.5B-Instruct", "--gpu-memory-utilization", "0.45", env={"CUDA_VISIBLE_DEVICES": "3"}
+    )
     rc, text = failed(start_sim, "--gpu-memory-utilization", "0.5", env={"CUDA_VISIBLE_DEVICES": "3,4"})
     assert rc == 1
-    assert re.search(r"ValueError: Free memory on device cuda:0 \(4\.00/80\.00 GiB\) on startup is less than "
-                     r"desired GPU memory utilization \(0\.5, 40\.00 GiB\)", text)
+    assert re.search(
+        r"ValueError: Free memory on device cuda:0 \(4\.00/80\.00 GiB\) on startup is less than "
+        r"desired GPU memory utilization \(0\.5, 40\.00 GiB\)",
+        text,
+    )
 
 
 def test_unknown_flag_fails_like_vllm():
-    proc = subprocess.run([sys.executable, "-m", "vtui.sim", "m", "--foo", "3"], capture_output=True, text=True,
-                          timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vtui.sim", "m", "--foo", "3"], capture_output=True, text=True, timeout=30
+    )
     assert proc.returncode == 2
     assert proc.stderr.rstrip().endswith("vllm: error: unrecognized arguments: --foo 3")
     real = reference("failures/unknown_flag.log")
@@ -243,6 +286,9 @@ def test_every_family_of_real_vllm_is_there_http_and_python_included(start_sim):
     assert f'http_request_size_bytes_sum{{handler="/v1/completions"}} {float(len(body))}' in payload
     assert "http_request_duration_highr_seconds_count 1.0" in payload
     order = [line.split()[2] for line in payload.splitlines() if line.startswith("# TYPE ")]
-    real_order = [line.split()[2] for line in reference("metrics_preempt_busy.txt").splitlines()
-                  if line.startswith("# TYPE ") and line.split()[2] in ours]
+    real_order = [
+        line.split()[2]
+        for line in reference("metrics_preempt_busy.txt").splitlines()
+        if line.startswith("# TYPE ") and line.split()[2] in ours
+    ]
     assert [n for n in order if n in set(real_order)] == real_order  # the real payload's order

@@ -11,9 +11,15 @@ from vtui.sim.scheduler import Request, Scheduler
 
 
 def make(num_blocks=64, block_size=16, seqs=8, budget=256, caching=False, chunked=True, mml=2048):
-    return Scheduler(num_blocks=num_blocks, block_size=block_size, max_num_seqs=seqs,
-                     max_num_batched_tokens=budget, max_model_len=mml, chunked_prefill=chunked,
-                     prefix_caching=caching)
+    return Scheduler(
+        num_blocks=num_blocks,
+        block_size=block_size,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=mml,
+        chunked_prefill=chunked,
+        prefix_caching=caching,
+    )
 
 
 def drive(s: Scheduler, steps: int = 10_000) -> int:
@@ -63,8 +69,15 @@ def test_preemption_when_blocks_run_out():
 def test_streaming_order_one_token_at_a_time():
     seen: list[tuple[int, str | None]] = []
     s = make()
-    s.add(Request("a", prompt_len=20, max_tokens=5, arrival=0.0,
-                  on_output=lambda r, n, reason: seen.append((r.output_len, reason))))
+    s.add(
+        Request(
+            "a",
+            prompt_len=20,
+            max_tokens=5,
+            arrival=0.0,
+            on_output=lambda r, n, reason: seen.append((r.output_len, reason)),
+        )
+    )
     drive(s)
     assert seen == [(1, None), (2, None), (3, None), (4, None), (5, "length")]
 
@@ -92,11 +105,22 @@ def test_abort_frees_blocks():
 
 def test_kv_arithmetic_matches_vllm_formula():
     shape = resolve("meta-llama/Llama-3.1-8B-Instruct")
-    common = dict(gpu_bytes=80 * GIB, utilization=0.9, pp=1, dtype="auto", quantization=None, block_size=16,
-                  max_model_len=8192, max_num_batched_tokens=8192, max_num_seqs=256)
+    common = dict(
+        gpu_bytes=80 * GIB,
+        utilization=0.9,
+        pp=1,
+        dtype="auto",
+        quantization=None,
+        block_size=16,
+        max_model_len=8192,
+        max_num_batched_tokens=8192,
+        max_num_seqs=256,
+    )
     p1 = plan_kv(shape, tp=1, kv_cache_dtype="auto", **common)
     assert p1.bytes_per_token == 2 * 32 * 8 * 128 * 2
-    assert p1.available_bytes == p1.requested_bytes - p1.weights_bytes - p1.activation_bytes - p1.non_torch_bytes
+    assert (
+        p1.available_bytes == p1.requested_bytes - p1.weights_bytes - p1.activation_bytes - p1.non_torch_bytes
+    )
     assert p1.num_blocks == p1.available_bytes // (p1.bytes_per_token * 16)
     assert p1.tokens == p1.num_blocks * 16
     assert plan_kv(shape, tp=1, kv_cache_dtype="fp8", **common).bytes_per_token == p1.bytes_per_token // 2
@@ -123,7 +147,12 @@ def test_sim_accepts_every_vllm_serve_option():
 
 def test_vllm_flag_forms():
     a = parse(["m", "-tp", "2", "--no-enable-prefix-caching", "--max-model-len", "1K", "--api-key", "a", "b"])
-    assert (a.tensor_parallel_size, a.enable_prefix_caching, a.max_model_len, a.api_key) == (2, False, 1024, ["a", "b"])
+    assert (a.tensor_parallel_size, a.enable_prefix_caching, a.max_model_len, a.api_key) == (
+        2,
+        False,
+        1024,
+        ["a", "b"],
+    )
     assert human_int("1k") == 1000 and human_int("2M") == 2 * 1024**2
 
 
@@ -149,4 +178,6 @@ def test_cost_model_moves_in_the_seeds_directions():
     # more sequences: more decode tokens per second (memory-bound steps amortise the weights)
     assert 256 / step(0, 256, 256 * 1000) > 32 / step(0, 32, 32 * 1000)
     # eager mode and tensor parallelism change the step time
-    assert StepCost(16e9, 8e9, 131072, 32, 4096, tp=1, eager=True).seconds(StepPlan([], 0, 8, 8000, 0)) > step(0, 8, 8000)
+    assert StepCost(16e9, 8e9, 131072, 32, 4096, tp=1, eager=True).seconds(
+        StepPlan([], 0, 8, 8000, 0)
+    ) > step(0, 8, 8000)

@@ -28,11 +28,14 @@ def test_diagnose_json_shape(capsys) -> None:
     assert set(out) == {"facts", "problems"}
     assert set(out["facts"]) <= set(FACT_KEYS)
     assert out["facts"]["max_model_len"] == 4096
-    assert out["problems"] == [{
-        "kind": "max_model_len_above_model",
-        "message": "User-specified max_model_len (4096) is greater than the derived max_model_len "
-                   "(max_position_embeddings=2048.0 or model_max_length=None in model's config.json)",
-        "fix": {"max-model-len": 2048}}]
+    assert out["problems"] == [
+        {
+            "kind": "max_model_len_above_model",
+            "message": "User-specified max_model_len (4096) is greater than the derived max_model_len "
+            "(max_position_embeddings=2048.0 or model_max_length=None in model's config.json)",
+            "fix": {"max-model-len": 2048},
+        }
+    ]
 
 
 def test_diagnose_json_healthy_v0(capsys) -> None:
@@ -58,14 +61,24 @@ def test_diagnose_missing_file(capsys, tmp_path) -> None:
 def test_metrics_json_shape(capsys) -> None:
     out = _json(capsys, ["metrics", str(FIXTURES / "metrics_busy.txt"), "--json"])
     assert list(out) == list(JSON_KEYS)
-    assert out == {"running": 8.0, "waiting": 8.0, "kv_usage": pytest.approx(0.0009766817238432424),
-                   "kv_capacity_tokens": 1048576, "prompt_tokens_total": 65.0, "generation_tokens_total": 426.0,
-                   "preemptions_total": 0.0, "prefix_cache_queries_total": 65.0, "prefix_cache_hits_total": 0.0,
-                   "vllm_names": "v1"}
+    assert out == {
+        "running": 8.0,
+        "waiting": 8.0,
+        "kv_usage": pytest.approx(0.0009766817238432424),
+        "kv_capacity_tokens": 1048576,
+        "prompt_tokens_total": 65.0,
+        "generation_tokens_total": 426.0,
+        "preemptions_total": 0.0,
+        "prefix_cache_queries_total": 65.0,
+        "prefix_cache_hits_total": 0.0,
+        "vllm_names": "v1",
+    }
 
 
 def test_metrics_excerpt_yields_what_it_can(capsys, monkeypatch) -> None:
-    excerpt = 'vllm:num_requests_running{engine="0"} 3\nvllm:gpu_cache_usage_perc{engine="0"} 0.5\nvllm:broken{'
+    excerpt = (
+        'vllm:num_requests_running{engine="0"} 3\nvllm:gpu_cache_usage_perc{engine="0"} 0.5\nvllm:broken{'
+    )
     monkeypatch.setattr("sys.stdin", io.StringIO(excerpt))
     out = _json(capsys, ["metrics", "-", "--json"])
     assert out["running"] == 3.0 and out["kv_usage"] == 0.5 and out["vllm_names"] == "v0"
@@ -75,7 +88,11 @@ def test_metrics_excerpt_yields_what_it_can(capsys, monkeypatch) -> None:
 def test_metrics_text(capsys) -> None:
     assert main(["metrics", str(FIXTURES / "metrics_v1_0.10_dp2.txt")]) == 0
     text = capsys.readouterr().out
-    assert "mixed (2 engines)" in text and "16 / 2" in text and "end-to-end p50/p95/p99 (s)     -- / -- / --" in text
+    assert (
+        "mixed (2 engines)" in text
+        and "16 / 2" in text
+        and "end-to-end p50/p95/p99 (s)     -- / -- / --" in text
+    )
 
 
 def test_metrics_url(capsys) -> None:

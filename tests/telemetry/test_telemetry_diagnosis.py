@@ -51,12 +51,16 @@ def test_failure(name: str, fixture_text) -> None:
         assert set(problem.fix) == {"port"}
     else:
         assert (dict(problem.fix) if problem.fix is not None else None) == fix
-    assert problem.to_json() == {"kind": kind, "message": problem.message,
-                                 "fix": dict(problem.fix) if problem.fix is not None else None}
+    assert problem.to_json() == {
+        "kind": kind,
+        "message": problem.message,
+        "fix": dict(problem.fix) if problem.fix is not None else None,
+    }
 
 
-@pytest.mark.parametrize("name", ["startup.log", "startup_preempt_run.log", "logs/v0_0.6.4.log",
-                                  "logs/v1_0.10.1_tp2.log"])
+@pytest.mark.parametrize(
+    "name", ["startup.log", "startup_preempt_run.log", "logs/v0_0.6.4.log", "logs/v1_0.10.1_tp2.log"]
+)
 def test_healthy_logs_have_no_problems(name: str, fixture_text) -> None:
     assert diagnose(fixture_text(name).splitlines()) == []
 
@@ -75,8 +79,10 @@ def test_unknown_flag_suggests_the_close_one() -> None:
 
 
 def test_port_in_use_names_the_holder(fixture_text) -> None:
-    [p] = diagnose(fixture_text("failures/port_in_use.log").splitlines(),
-                   holders_of_port=lambda port: [(4242, "python3")] if port == 18001 else [])
+    [p] = diagnose(
+        fixture_text("failures/port_in_use.log").splitlines(),
+        holders_of_port=lambda port: [(4242, "python3")] if port == 18001 else [],
+    )
     assert p.message == "port 18001 is already in use by PID 4242 (python3)"
     assert p.pids == (4242,) and p.fix["port"] > 18001
 
@@ -88,8 +94,12 @@ def test_port_in_use_finds_a_real_listener() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        [p] = diagnose([f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
-                        "address already in use"])
+        [p] = diagnose(
+            [
+                f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
+                "address already in use"
+            ]
+        )
     assert f"port {port}" in p.message
     import os
 
@@ -98,13 +108,21 @@ def test_port_in_use_finds_a_real_listener() -> None:
 
 
 def test_free_memory_names_the_processes_on_those_gpus(fixture_text) -> None:
-    gpu = GpuSample(True, None, (), (
-        GpuProcess(0, 4242, 60 * GiB, None),
-        GpuProcess(0, 5151, 5 * GiB, "llama"),
-        GpuProcess(0, 6000, 1 * GiB, "qwen"),  # this instance's own leftover: not a "holder"
-        GpuProcess(1, 7777, 70 * GiB, None),  # another GPU
-    ), 0.0)
-    [p] = diagnose(fixture_text("logs/v1_free_memory.log").splitlines(), gpu=gpu, gpu_indices=[0], instance="qwen")
+    gpu = GpuSample(
+        True,
+        None,
+        (),
+        (
+            GpuProcess(0, 4242, 60 * GiB, None),
+            GpuProcess(0, 5151, 5 * GiB, "llama"),
+            GpuProcess(0, 6000, 1 * GiB, "qwen"),  # this instance's own leftover: not a "holder"
+            GpuProcess(1, 7777, 70 * GiB, None),  # another GPU
+        ),
+        0.0,
+    )
+    [p] = diagnose(
+        fixture_text("logs/v1_free_memory.log").splitlines(), gpu=gpu, gpu_indices=[0], instance="qwen"
+    )
     assert p.pids == (4242, 5151)
     assert "PID 4242 on GPU 0 (other, 60.0 GiB)" in p.explanation
     assert "PID 5151 on GPU 0 (instance 'llama', 5.0 GiB)" in p.explanation
@@ -119,8 +137,10 @@ def test_oom_ignores_vllms_own_pids(fixture_text) -> None:
 
 
 def test_no_kv_memory_without_explicit_bytes() -> None:
-    lines = ["INFO non-default args: {'model': 'm', 'max_num_seqs': 128}",
-             "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"]
+    lines = [
+        "INFO non-default args: {'model': 'm', 'max_num_seqs': 128}",
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+    ]
     [p] = diagnose(lines)
     assert dict(p.fix) == {"max-num-seqs": 64, "enforce-eager": True}
     lines[0] = "INFO non-default args: {'model': 'm', 'gpu_memory_utilization': 0.5}"
@@ -129,18 +149,33 @@ def test_no_kv_memory_without_explicit_bytes() -> None:
 
 
 def test_unrecognised_failure_falls_back_to_the_root_cause() -> None:
-    lines = ["(EngineCore_DP0 pid=5) ERROR 01-01 00:00:00 [core.py:1] EngineCore failed to start.",
-             "(EngineCore_DP0 pid=5) ERROR 01-01 00:00:00 [core.py:1] RuntimeError: NCCL error: unhandled system error",
-             "RuntimeError: Engine core initialization failed. See root cause above."]
+    lines = [
+        "(EngineCore_DP0 pid=5) ERROR 01-01 00:00:00 [core.py:1] EngineCore failed to start.",
+        "(EngineCore_DP0 pid=5) ERROR 01-01 00:00:00 [core.py:1] RuntimeError: NCCL error: unhandled system error",
+        "RuntimeError: Engine core initialization failed. See root cause above.",
+    ]
     [p] = diagnose(lines)
     assert (p.kind, p.fix) == ("startup_failed", None)
     assert p.message == "RuntimeError: NCCL error: unhandled system error"
 
 
-def _sample(at: float, kv: float | None, waiting: float | None, preempt_total: float | None,
-            preempt_rate: float | None = None, running: float | None = 4.0) -> MetricsSample:
-    return MetricsSample(instance="a", at=at, kv_usage=kv, waiting=waiting, running=running,
-                         preemptions_total=preempt_total, preemptions_per_s=preempt_rate)
+def _sample(
+    at: float,
+    kv: float | None,
+    waiting: float | None,
+    preempt_total: float | None,
+    preempt_rate: float | None = None,
+    running: float | None = 4.0,
+) -> MetricsSample:
+    return MetricsSample(
+        instance="a",
+        at=at,
+        kv_usage=kv,
+        waiting=waiting,
+        running=running,
+        preemptions_total=preempt_total,
+        preemptions_per_s=preempt_rate,
+    )
 
 
 def test_runtime_kv_cache_short() -> None:
@@ -149,28 +184,38 @@ def test_runtime_kv_cache_short() -> None:
     [p] = diagnose_runtime(now, history)
     assert p.kind == "kv_cache_short" and p.fix is None
     assert p.message == "KV cache 100% full, 7 waiting, 4.0 preemptions/s"
-    assert [r.split()[1] for r in p.remedies[:4]] == ["--max-model-len", "--gpu-memory-utilization",
-                                                       "--max-num-seqs", "--kv-cache-dtype"]
+    assert [r.split()[1] for r in p.remedies[:4]] == [
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--max-num-seqs",
+        "--kv-cache-dtype",
+    ]
 
 
-@pytest.mark.parametrize(("flags", "fix"), [
-    ({"max-model-len": 32768}, {"max-model-len": 16384}),
-    ({"max-model-len": 8192}, {"gpu-memory-utilization": 0.92}),
-    ({"max-model-len": 8192, "gpu-memory-utilization": 0.95, "max-num-seqs": 256}, {"max-num-seqs": 4}),
-    ({"gpu-memory-utilization": 0.95, "max-num-seqs": 4}, {"kv-cache-dtype": "fp8"}),
-    ({"gpu-memory-utilization": 0.95, "max-num-seqs": 4, "kv-cache-dtype": "fp8"}, None),
-])
+@pytest.mark.parametrize(
+    ("flags", "fix"),
+    [
+        ({"max-model-len": 32768}, {"max-model-len": 16384}),
+        ({"max-model-len": 8192}, {"gpu-memory-utilization": 0.92}),
+        ({"max-model-len": 8192, "gpu-memory-utilization": 0.95, "max-num-seqs": 256}, {"max-num-seqs": 4}),
+        ({"gpu-memory-utilization": 0.95, "max-num-seqs": 4}, {"kv-cache-dtype": "fp8"}),
+        ({"gpu-memory-utilization": 0.95, "max-num-seqs": 4, "kv-cache-dtype": "fp8"}, None),
+    ],
+)
 def test_runtime_fix_follows_the_seeds_order(flags, fix) -> None:
     [p] = diagnose_runtime(_sample(2.0, 0.97, 3.0, 9.0, preempt_rate=1.0), [], flags=flags)
     assert (dict(p.fix) if p.fix else None) == fix
 
 
-@pytest.mark.parametrize("now", [
-    _sample(2.0, 0.90, 7.0, 9.0, 1.0),  # KV below 95 %
-    _sample(2.0, 1.0, 0.0, 9.0, 1.0),  # nothing waiting
-    _sample(2.0, 1.0, 7.0, 3.0, 0.0),  # preemptions flat
-    _sample(2.0, None, 7.0, 9.0, 1.0),  # KV unknown
-])
+@pytest.mark.parametrize(
+    "now",
+    [
+        _sample(2.0, 0.90, 7.0, 9.0, 1.0),  # KV below 95 %
+        _sample(2.0, 1.0, 0.0, 9.0, 1.0),  # nothing waiting
+        _sample(2.0, 1.0, 7.0, 3.0, 0.0),  # preemptions flat
+        _sample(2.0, None, 7.0, 9.0, 1.0),  # KV unknown
+    ],
+)
 def test_runtime_quiet_when_not_short(now) -> None:
     assert diagnose_runtime(now, [_sample(1.0, 1.0, 7.0, 3.0)]) == []
 

@@ -13,12 +13,43 @@ from vtui.core.flagspec import BUILTIN_FLAGS
 from vtui.telemetry.flagschema import installed_schema, python_of, vllm_version_of
 
 DUMP = [
-    {"name": "max-num-seqs", "type": "int", "choices": None, "default": None, "help": "Maximum number of sequences.",
-     "aliases": [], "group": "SchedulerConfig", "human": False, "optional_value": False, "negatable": False},
-    {"name": "tensor-parallel-size", "type": "int", "choices": None, "default": 1, "help": "TP size.",
-     "aliases": ["-tp"], "group": "ParallelConfig", "human": False, "optional_value": False, "negatable": False},
-    {"name": "brand-new-flag", "type": "str", "choices": ["a", "b"], "default": "a", "help": "From the future.",
-     "aliases": [], "group": "X", "human": False, "optional_value": False, "negatable": False, "unknown_key": 1},
+    {
+        "name": "max-num-seqs",
+        "type": "int",
+        "choices": None,
+        "default": None,
+        "help": "Maximum number of sequences.",
+        "aliases": [],
+        "group": "SchedulerConfig",
+        "human": False,
+        "optional_value": False,
+        "negatable": False,
+    },
+    {
+        "name": "tensor-parallel-size",
+        "type": "int",
+        "choices": None,
+        "default": 1,
+        "help": "TP size.",
+        "aliases": ["-tp"],
+        "group": "ParallelConfig",
+        "human": False,
+        "optional_value": False,
+        "negatable": False,
+    },
+    {
+        "name": "brand-new-flag",
+        "type": "str",
+        "choices": ["a", "b"],
+        "default": "a",
+        "help": "From the future.",
+        "aliases": [],
+        "group": "X",
+        "human": False,
+        "optional_value": False,
+        "negatable": False,
+        "unknown_key": 1,
+    },
 ]
 
 

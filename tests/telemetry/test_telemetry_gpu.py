@@ -25,8 +25,15 @@ class FakeNvml:
     NVML_TEMPERATURE_GPU = 0
     nvmlMemory_v2 = 0x2000028
 
-    def __init__(self, gpus: int, *, init_error: bool = False, v2: bool = True, unsupported: tuple[str, ...] = (),
-                 processes: dict[int, list[tuple[int, int | None]]] | None = None) -> None:
+    def __init__(
+        self,
+        gpus: int,
+        *,
+        init_error: bool = False,
+        v2: bool = True,
+        unsupported: tuple[str, ...] = (),
+        processes: dict[int, list[tuple[int, int | None]]] | None = None,
+    ) -> None:
         self.count = gpus
         self.init_error = init_error
         self.v2 = v2
@@ -123,7 +130,9 @@ def test_broken_pid_owner_still_samples() -> None:
     def boom() -> dict[int, str]:
         raise RuntimeError("supervisor gone")
 
-    sample = GpuSampler(lambda s: None, nvml=FakeNvml(1, processes={0: [(7, 1)]}), pid_owner=boom).sample_once()
+    sample = GpuSampler(
+        lambda s: None, nvml=FakeNvml(1, processes={0: [(7, 1)]}), pid_owner=boom
+    ).sample_once()
     assert sample.processes[0].instance is None
 
 

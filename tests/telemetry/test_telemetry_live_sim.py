@@ -32,10 +32,28 @@ async def test_sim_log_and_metrics(naming: str, tmp_path: Path) -> None:
     log = tmp_path / "sim.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "vtui.sim", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", str(port),
-             "--max-model-len", "8192", "--sim-startup-scale", "0", "--sim-load", "2",
-             "--sim-metrics-version", naming],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "vtui.sim",
+                "Qwen/Qwen3-8B",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--max-model-len",
+                "8192",
+                "--sim-startup-scale",
+                "0",
+                "--sim-load",
+                "2",
+                "--sim-metrics-version",
+                naming,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         tracker = StartupTracker()
         seen = 0

@@ -8,28 +8,38 @@ import pytest
 from vtui.telemetry.metrics import MetricsWindow, parse_metrics, sample_of
 
 
-def _payload(prompt: float, gen: float, preempt: float = 0.0, ttft: tuple[float, float, float] = (0, 0, 0),
-             stop: float = 0.0, abort: float = 0.0, error: float = 0.0, hits: float = 0.0,
-             queries: float = 0.0) -> str:
+def _payload(
+    prompt: float,
+    gen: float,
+    preempt: float = 0.0,
+    ttft: tuple[float, float, float] = (0, 0, 0),
+    stop: float = 0.0,
+    abort: float = 0.0,
+    error: float = 0.0,
+    hits: float = 0.0,
+    queries: float = 0.0,
+) -> str:
     lab = 'engine="0",model_name="m"'
     b1, b2, inf = ttft
-    return "\n".join([
-        f"vllm:num_requests_running{{{lab}}} 2.0",
-        f"vllm:num_requests_waiting{{{lab}}} 1.0",
-        f"vllm:kv_cache_usage_perc{{{lab}}} 0.5",
-        f"vllm:prompt_tokens_total{{{lab}}} {prompt}",
-        f"vllm:generation_tokens_total{{{lab}}} {gen}",
-        f"vllm:num_preemptions_total{{{lab}}} {preempt}",
-        f"vllm:prefix_cache_queries_total{{{lab}}} {queries}",
-        f"vllm:prefix_cache_hits_total{{{lab}}} {hits}",
-        f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="m"}} {stop}',
-        f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="m"}} {abort}',
-        f'vllm:request_success_total{{engine="0",finished_reason="error",model_name="m"}} {error}',
-        f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="0.1",model_name="m"}} {b1}',
-        f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="1.0",model_name="m"}} {b2}',
-        f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="+Inf",model_name="m"}} {inf}',
-        f"vllm:time_to_first_token_seconds_count{{{lab}}} {inf}",
-    ])
+    return "\n".join(
+        [
+            f"vllm:num_requests_running{{{lab}}} 2.0",
+            f"vllm:num_requests_waiting{{{lab}}} 1.0",
+            f"vllm:kv_cache_usage_perc{{{lab}}} 0.5",
+            f"vllm:prompt_tokens_total{{{lab}}} {prompt}",
+            f"vllm:generation_tokens_total{{{lab}}} {gen}",
+            f"vllm:num_preemptions_total{{{lab}}} {preempt}",
+            f"vllm:prefix_cache_queries_total{{{lab}}} {queries}",
+            f"vllm:prefix_cache_hits_total{{{lab}}} {hits}",
+            f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="m"}} {stop}',
+            f'vllm:request_success_total{{engine="0",finished_reason="abort",model_name="m"}} {abort}',
+            f'vllm:request_success_total{{engine="0",finished_reason="error",model_name="m"}} {error}',
+            f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="0.1",model_name="m"}} {b1}',
+            f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="1.0",model_name="m"}} {b2}',
+            f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="+Inf",model_name="m"}} {inf}',
+            f"vllm:time_to_first_token_seconds_count{{{lab}}} {inf}",
+        ]
+    )
 
 
 def test_real_busy_payload(fixture_text) -> None:
@@ -107,8 +117,15 @@ def test_v0_has_no_abort_reason_so_abort_rate_is_none(fixture_text) -> None:
     w = MetricsWindow()
     text = fixture_text("metrics_v0_0.6.txt")
     w.update(parse_metrics(text), at=0.0)
-    s = w.update(parse_metrics(text.replace('finished_reason="stop",model_name="meta-llama/Meta-Llama-3-8B-Instruct"} 150.0',
-                                            'finished_reason="stop",model_name="meta-llama/Meta-Llama-3-8B-Instruct"} 160.0')), at=2.0)
+    s = w.update(
+        parse_metrics(
+            text.replace(
+                'finished_reason="stop",model_name="meta-llama/Meta-Llama-3-8B-Instruct"} 150.0',
+                'finished_reason="stop",model_name="meta-llama/Meta-Llama-3-8B-Instruct"} 160.0',
+            )
+        ),
+        at=2.0,
+    )
     assert s.success_per_s == pytest.approx(5.0)
     assert s.abort_per_s is None and s.error_per_s is None
 
@@ -126,8 +143,17 @@ def test_data_parallel_engines_are_summed_and_new_names_win(fixture_text) -> Non
 
 def test_empty_payload_is_all_none() -> None:
     s = sample_of("")
-    for name in ("running", "waiting", "kv_usage", "kv_capacity_tokens", "prompt_tokens_total",
-                 "preemptions_total", "prefix_hit_rate", "vllm_names", "engines"):
+    for name in (
+        "running",
+        "waiting",
+        "kv_usage",
+        "kv_capacity_tokens",
+        "prompt_tokens_total",
+        "preemptions_total",
+        "prefix_hit_rate",
+        "vllm_names",
+        "engines",
+    ):
         assert getattr(s, name) is None, name
     assert s.ttft.p50 is None
 

@@ -22,8 +22,12 @@ def _ours(text: str) -> Counter:
 
 
 def _reference(text: str) -> Counter:
-    return Counter((s.name, frozenset(s.labels.items()), s.value) for f in text_string_to_metric_families(text)
-                   for s in f.samples if s.name in WANTED)
+    return Counter(
+        (s.name, frozenset(s.labels.items()), s.value)
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name in WANTED
+    )
 
 
 @pytest.mark.parametrize("name", PAYLOADS)
@@ -52,15 +56,17 @@ def test_truncated_payload_yields_what_can_be_read(fixture_text) -> None:
 
 
 def test_malformed_lines_are_skipped_not_fatal() -> None:
-    text = "\n".join([
-        'vllm:num_requests_running{engine="0"} 3.0',
-        'vllm:num_requests_running{engine="1"} not-a-number',
-        "vllm:num_requests_waiting 2",
-        'vllm:num_requests_waiting{engine="1" 4.0',  # no closing brace
-        "garbage line",
-        "",
-        "vllm:prompt_tokens_total{} 10 1700000000000",  # with a timestamp
-    ])
+    text = "\n".join(
+        [
+            'vllm:num_requests_running{engine="0"} 3.0',
+            'vllm:num_requests_running{engine="1"} not-a-number',
+            "vllm:num_requests_waiting 2",
+            'vllm:num_requests_waiting{engine="1" 4.0',  # no closing brace
+            "garbage line",
+            "",
+            "vllm:prompt_tokens_total{} 10 1700000000000",  # with a timestamp
+        ]
+    )
     snap = parse_metrics(text)
     assert snap.total("vllm:num_requests_running") == 3.0
     assert snap.total("vllm:num_requests_waiting") == 2.0
@@ -84,13 +90,16 @@ def test_vllm_names_classification(fixture_text) -> None:
 BOUNDS = (0.1, 0.5, 1.0, math.inf)
 
 
-@pytest.mark.parametrize(("q", "counts", "expected"), [
-    (0.5, (10, 20, 20, 20), 0.1),  # rank 10 lands exactly at the top of bucket 0
-    (0.25, (10, 20, 20, 20), 0.05),  # interpolate inside the first bucket from 0
-    (0.75, (10, 20, 20, 20), 0.3),  # halfway through (0.1, 0.5]
-    (0.99, (0, 0, 10, 20), 1.0),  # rank in +Inf: the largest finite bound
-    (0.5, (0, 0, 0, 0), None),  # no observations
-])
+@pytest.mark.parametrize(
+    ("q", "counts", "expected"),
+    [
+        (0.5, (10, 20, 20, 20), 0.1),  # rank 10 lands exactly at the top of bucket 0
+        (0.25, (10, 20, 20, 20), 0.05),  # interpolate inside the first bucket from 0
+        (0.75, (10, 20, 20, 20), 0.3),  # halfway through (0.1, 0.5]
+        (0.99, (0, 0, 10, 20), 1.0),  # rank in +Inf: the largest finite bound
+        (0.5, (0, 0, 0, 0), None),  # no observations
+    ],
+)
 def test_histogram_quantile_like_prometheus(q, counts, expected) -> None:
     got = histogram_quantile(q, BOUNDS, tuple(float(c) for c in counts))
     assert got == pytest.approx(expected) if expected is not None else got is None

@@ -38,8 +38,11 @@ class _Server:
                 await reader.read()  # hang until the client gives up and closes
                 return
             data = self.body.encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                         + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
             await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -82,8 +85,9 @@ async def test_hung_server_gets_one_request_at_a_time() -> None:
     errors: list[str] = []
     samples = []
     async with server.serve() as url:
-        loop = ScrapeLoop("a", url, samples.append, interval=0.01, timeout=0.15, down_interval=0.3,
-                          on_error=errors.append)
+        loop = ScrapeLoop(
+            "a", url, samples.append, interval=0.01, timeout=0.15, down_interval=0.3, on_error=errors.append
+        )
         await _run_for(loop, 1.0)
         await asyncio.sleep(0.05)  # let the server see the last close
     assert not samples
@@ -99,8 +103,9 @@ async def test_refused_connection_counts_as_down() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connection refused
-        loop = ScrapeLoop("a", f"http://127.0.0.1:{port}", samples.append, interval=0.01, timeout=0.5,
-                          down_interval=10.0)
+        loop = ScrapeLoop(
+            "a", f"http://127.0.0.1:{port}", samples.append, interval=0.01, timeout=0.5, down_interval=10.0
+        )
         await _run_for(loop, 0.3)
     assert loop.scrapes == 2  # then waiting the 10 s down interval
     assert loop.down and "ConnectError" in (loop.last_error or "")

@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
-from vtui.core.simgpus import GpuRegistry
+from vtui.sim.gpus import GpuRegistry
+from vtui.sim.gpuview import GIB, SimulatedGpus
 from vtui.telemetry.gpu import NO_DRIVER, GpuSampler
-from vtui.telemetry.simgpu import GIB, SimulatedGpus
 
 
 class NoDriver:
@@ -33,8 +33,9 @@ def test_registry_holders_become_per_gpu_memory_attributed_to_instances(tmp_path
 
 
 def test_dead_holders_are_forgotten(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     registry = GpuRegistry(tmp_path)
     registry.claim(int(dead.stdout), [0], 10 * GIB)
     sample = SimulatedGpus(2, 80, registry=registry)({})
@@ -46,8 +47,12 @@ def test_sampler_without_a_driver_uses_the_fallback_and_keeps_sampling(tmp_path)
     registry.claim(os.getpid(), [0], 12 * GIB)
     plain = GpuSampler(lambda s: None, nvml=NoDriver())
     assert plain.sample_once().reason == NO_DRIVER and not plain.sample_once().available
-    sampler = GpuSampler(lambda s: None, nvml=NoDriver(), pid_owner=lambda: {os.getpid(): "a"},
-                         fallback=SimulatedGpus(1, 24, registry=registry))
+    sampler = GpuSampler(
+        lambda s: None,
+        nvml=NoDriver(),
+        pid_owner=lambda: {os.getpid(): "a"},
+        fallback=SimulatedGpus(1, 24, registry=registry),
+    )
     sample = sampler.sample_once()
     assert sample.available and sample.gpus[0].memory_used == 12 * GIB
     assert sample.processes[0].instance == "a"

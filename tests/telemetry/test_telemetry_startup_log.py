@@ -12,45 +12,117 @@ from vtui.telemetry.startup_log import FACT_KEYS, StartupTracker, parse_startup
 
 EXPECTED = {
     "startup.log": {
-        "vllm_version": "0.32.0", "engine": "V1", "max_model_len": 512, "available_kv_gib": 1.0,
-        "kv_cache_tokens": 1_048_576, "max_concurrency": 2048.0, "max_concurrency_for_tokens": 512,
-        "init_engine_secs": 3.59},
+        "vllm_version": "0.32.0",
+        "engine": "V1",
+        "max_model_len": 512,
+        "available_kv_gib": 1.0,
+        "kv_cache_tokens": 1_048_576,
+        "max_concurrency": 2048.0,
+        "max_concurrency_for_tokens": 512,
+        "init_engine_secs": 3.59,
+    },
     "startup_preempt_run.log": {
-        "vllm_version": "0.32.0", "engine": "V1", "max_model_len": 512, "available_kv_gib": 0.0,
-        "kv_cache_tokens": 1024, "max_concurrency": 2.0, "max_concurrency_for_tokens": 512, "init_engine_secs": 0.01},
+        "vllm_version": "0.32.0",
+        "engine": "V1",
+        "max_model_len": 512,
+        "available_kv_gib": 0.0,
+        "kv_cache_tokens": 1024,
+        "max_concurrency": 2.0,
+        "max_concurrency_for_tokens": 512,
+        "init_engine_secs": 0.01,
+    },
     "logs/v0_0.4.2.log": {
-        "vllm_version": "0.4.2", "engine": "V0", "max_model_len": 4096, "model_weights_gib": 12.5523,
-        "gpu_memory_utilization": 0.9, "num_gpu_blocks": 3807, "num_cpu_blocks": 512, "kv_cache_tokens": 3807 * 16,
-        "cuda_graph_capture_secs": 5.0},
+        "vllm_version": "0.4.2",
+        "engine": "V0",
+        "max_model_len": 4096,
+        "model_weights_gib": 12.5523,
+        "gpu_memory_utilization": 0.9,
+        "num_gpu_blocks": 3807,
+        "num_cpu_blocks": 512,
+        "kv_cache_tokens": 3807 * 16,
+        "cuda_graph_capture_secs": 5.0,
+    },
     "logs/v0_0.6.4.log": {
-        "vllm_version": "0.6.4.post1", "engine": "V0", "max_model_len": 2048, "model_weights_gib": 0.9277,
-        "total_gpu_gib": 7.92, "gpu_memory_utilization": 0.9, "non_torch_gib": 0.43, "activation_peak_gib": 1.38,
-        "available_kv_gib": 4.39, "num_gpu_blocks": 23976, "num_cpu_blocks": 21845, "kv_cache_tokens": 23976 * 16,
-        "max_concurrency": 187.31, "max_concurrency_for_tokens": 2048, "init_engine_secs": 19.74,
-        "cuda_graph_capture_secs": 15.0},
+        "vllm_version": "0.6.4.post1",
+        "engine": "V0",
+        "max_model_len": 2048,
+        "model_weights_gib": 0.9277,
+        "total_gpu_gib": 7.92,
+        "gpu_memory_utilization": 0.9,
+        "non_torch_gib": 0.43,
+        "activation_peak_gib": 1.38,
+        "available_kv_gib": 4.39,
+        "num_gpu_blocks": 23976,
+        "num_cpu_blocks": 21845,
+        "kv_cache_tokens": 23976 * 16,
+        "max_concurrency": 187.31,
+        "max_concurrency_for_tokens": 2048,
+        "init_engine_secs": 19.74,
+        "cuda_graph_capture_secs": 15.0,
+    },
     "logs/v0_0.7.3_tp2.log": {
-        "vllm_version": "0.7.3", "engine": "V0", "max_model_len": 16384, "model_weights_gib": 7.51,
-        "total_gpu_gib": 79.1, "gpu_memory_utilization": 0.9, "non_torch_gib": 1.12, "activation_peak_gib": 1.4,
-        "available_kv_gib": 61.16, "num_gpu_blocks": 62627, "num_cpu_blocks": 4096, "kv_cache_tokens": 62627 * 16,
-        "max_concurrency": 61.16, "max_concurrency_for_tokens": 16384, "init_engine_secs": 20.1,
-        "cuda_graph_capture_secs": 14.0},
+        "vllm_version": "0.7.3",
+        "engine": "V0",
+        "max_model_len": 16384,
+        "model_weights_gib": 7.51,
+        "total_gpu_gib": 79.1,
+        "gpu_memory_utilization": 0.9,
+        "non_torch_gib": 1.12,
+        "activation_peak_gib": 1.4,
+        "available_kv_gib": 61.16,
+        "num_gpu_blocks": 62627,
+        "num_cpu_blocks": 4096,
+        "kv_cache_tokens": 62627 * 16,
+        "max_concurrency": 61.16,
+        "max_concurrency_for_tokens": 16384,
+        "init_engine_secs": 20.1,
+        "cuda_graph_capture_secs": 14.0,
+    },
     "logs/v1_0.8.5.log": {
-        "vllm_version": "0.8.5", "engine": "V1", "max_model_len": 32768, "model_weights_gib": 14.2487,
-        "gpu_memory_utilization": 0.9, "kv_cache_tokens": 441_888, "max_concurrency": 13.49,
-        "max_concurrency_for_tokens": 32768, "init_engine_secs": 61.12, "cuda_graph_capture_secs": 23.0,
-        "torch_compile_secs": 26.45},
+        "vllm_version": "0.8.5",
+        "engine": "V1",
+        "max_model_len": 32768,
+        "model_weights_gib": 14.2487,
+        "gpu_memory_utilization": 0.9,
+        "kv_cache_tokens": 441_888,
+        "max_concurrency": 13.49,
+        "max_concurrency_for_tokens": 32768,
+        "init_engine_secs": 61.12,
+        "cuda_graph_capture_secs": 23.0,
+        "torch_compile_secs": 26.45,
+    },
     "logs/v1_0.10.1_tp2.log": {
-        "vllm_version": "0.10.1.1", "engine": "V1", "max_model_len": 8192, "model_weights_gib": 7.6326,
-        "gpu_memory_utilization": 0.92, "available_kv_gib": 62.11, "kv_cache_tokens": 904_496,
-        "max_concurrency": 110.41, "max_concurrency_for_tokens": 8192, "init_engine_secs": 63.41,
-        "cuda_graph_capture_secs": 11.0, "torch_compile_secs": 28.02},
+        "vllm_version": "0.10.1.1",
+        "engine": "V1",
+        "max_model_len": 8192,
+        "model_weights_gib": 7.6326,
+        "gpu_memory_utilization": 0.92,
+        "available_kv_gib": 62.11,
+        "kv_cache_tokens": 904_496,
+        "max_concurrency": 110.41,
+        "max_concurrency_for_tokens": 8192,
+        "init_engine_secs": 63.41,
+        "cuda_graph_capture_secs": 11.0,
+        "torch_compile_secs": 28.02,
+    },
     "logs/v1_0.10_kv_too_small.log": {
-        "vllm_version": "0.10.1.1", "engine": "V1", "max_model_len": 131072, "model_weights_gib": 14.9889,
-        "gpu_memory_utilization": 0.5, "available_kv_gib": 8.77, "kv_needed_gib": 16.0,
-        "estimated_max_model_len": 71824, "torch_compile_secs": 18.2},
+        "vllm_version": "0.10.1.1",
+        "engine": "V1",
+        "max_model_len": 131072,
+        "model_weights_gib": 14.9889,
+        "gpu_memory_utilization": 0.5,
+        "available_kv_gib": 8.77,
+        "kv_needed_gib": 16.0,
+        "estimated_max_model_len": 71824,
+        "torch_compile_secs": 18.2,
+    },
     "logs/v1_free_memory.log": {
-        "vllm_version": "0.11.0", "engine": "V1", "max_model_len": 40960, "total_gpu_gib": 79.33,
-        "gpu_memory_utilization": 0.95},
+        "vllm_version": "0.11.0",
+        "engine": "V1",
+        "max_model_len": 40960,
+        "total_gpu_gib": 79.33,
+        "gpu_memory_utilization": 0.95,
+    },
 }
 
 
@@ -79,20 +151,40 @@ def test_non_default_args_and_arg_lookup(fixture_text) -> None:
 
 
 def test_non_literal_args_are_kept_as_text() -> None:
-    facts = parse_startup(["INFO non-default args: {'model': 'm', 'compilation_config': <Cfg at 0x1>, 'port': 9}"])
+    facts = parse_startup(
+        ["INFO non-default args: {'model': 'm', 'compilation_config': <Cfg at 0x1>, 'port': 9}"]
+    )
     assert facts.arg("model") == "m" and facts.arg("port") == 9
-    facts = parse_startup(["INFO 12-06 api_server.py:586] args: Namespace(port=8000, dispatch_function="
-                           "<function serve at 0x7f>, max_model_len=None)"])
+    facts = parse_startup(
+        [
+            "INFO 12-06 api_server.py:586] args: Namespace(port=8000, dispatch_function="
+            "<function serve at 0x7f>, max_model_len=None)"
+        ]
+    )
     assert facts.arg("port") == 8000 and facts.arg("max_model_len") is None
 
 
-@pytest.mark.parametrize(("name", "phases"), [
-    ("startup.log", [Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.KV_CACHE, Phase.API_UP]),
-    ("logs/v0_0.4.2.log", [Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.KV_CACHE, Phase.CAPTURING_GRAPHS,
-                           Phase.API_UP]),
-    ("logs/v1_0.10.1_tp2.log", [Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE,
-                                Phase.CAPTURING_GRAPHS, Phase.API_UP]),
-])
+@pytest.mark.parametrize(
+    ("name", "phases"),
+    [
+        ("startup.log", [Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.KV_CACHE, Phase.API_UP]),
+        (
+            "logs/v0_0.4.2.log",
+            [Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.KV_CACHE, Phase.CAPTURING_GRAPHS, Phase.API_UP],
+        ),
+        (
+            "logs/v1_0.10.1_tp2.log",
+            [
+                Phase.SPAWNED,
+                Phase.LOADING_WEIGHTS,
+                Phase.PROFILING,
+                Phase.KV_CACHE,
+                Phase.CAPTURING_GRAPHS,
+                Phase.API_UP,
+            ],
+        ),
+    ],
+)
 def test_live_phases_only_move_forward(name: str, phases: list[Phase], fixture_text) -> None:
     tracker = StartupTracker()
     seen: list[Phase] = []
@@ -107,7 +199,7 @@ def test_feed_reports_changes_and_a_new_run_resets() -> None:
     tracker = StartupTracker()
     assert tracker.feed("INFO vLLM API server version 0.6.4")
     assert tracker.feed("INFO gpu_executor.py:113] # GPU blocks: 100, # CPU blocks: 5")
-    assert not tracker.feed("INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK")
+    assert not tracker.feed('INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK')
     assert tracker.facts.num_gpu_blocks == 100
     tracker.feed("INFO vLLM API server version 0.6.4")  # appended restart
     assert tracker.facts.num_gpu_blocks is None and tracker.facts.vllm_version == "0.6.4"

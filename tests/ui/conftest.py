@@ -7,34 +7,74 @@ from dataclasses import replace
 import pytest
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.testing.fake_supervisor import FakeSupervisor
 from vtui.ui.adapters import GpuInfo, GpuProcess, GpuSample, MetricsSample, Percentiles
 from vtui.ui.app import make_app
-from vtui.ui.fake import FakeSupervisor
 
 NOW = 1_700_000_000.0
 GIB = 2**30
 
 
 def demo_layout(path=None) -> Layout:
-    return Layout(SessionSpec("demo"), (
-        InstanceSpec("qwen", "Qwen/Qwen3-8B", 8001, engine="sim", gpus=(0, 1),
-                     flags={"tensor-parallel-size": 2, "max-num-seqs": 256, "max-model-len": 8192,
-                            "gpu-memory-utilization": 0.9}),
-        InstanceSpec("llama", "meta-llama/Llama-3.1-8B-Instruct", 8002, engine="sim", gpus=(2,),
-                     flags={"max-num-seqs": 128}),
-        InstanceSpec("embed", "BAAI/bge-m3", 8003, engine="sim", gpus=(3,)),
-    ), path=path)
+    return Layout(
+        SessionSpec("demo"),
+        (
+            InstanceSpec(
+                "qwen",
+                "Qwen/Qwen3-8B",
+                8001,
+                engine="sim",
+                gpus=(0, 1),
+                flags={
+                    "tensor-parallel-size": 2,
+                    "max-num-seqs": 256,
+                    "max-model-len": 8192,
+                    "gpu-memory-utilization": 0.9,
+                },
+            ),
+            InstanceSpec(
+                "llama",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                8002,
+                engine="sim",
+                gpus=(2,),
+                flags={"max-num-seqs": 128},
+            ),
+            InstanceSpec("embed", "BAAI/bge-m3", 8003, engine="sim", gpus=(3,)),
+        ),
+        path=path,
+    )
 
 
 def metrics(instance: str, at: float = NOW, **overrides) -> MetricsSample:
-    base = dict(instance=instance, at=at, running=12.0, waiting=3.0, waiting_by_reason={}, kv_usage=0.61,
-                kv_capacity_tokens=20480, block_size=16, prompt_tps=1234.0, generation_tps=567.0,
-                ttft=Percentiles(0.12, 0.45, 0.9), itl=Percentiles(0.02, 0.04, 0.05),
-                e2e=Percentiles(1.0, 2.0, 3.0), queue=Percentiles(0.01, 0.05, 0.1), preemptions_per_s=0.0,
-                prefix_hit_rate=0.45, success_per_s=4.0, abort_per_s=0.0, error_per_s=0.0,
-                prompt_tokens_total=1e6, generation_tokens_total=5e5, preemptions_total=0.0,
-                prefix_cache_queries_total=100.0, prefix_cache_hits_total=45.0, counter_reset=False,
-                vllm_names="v1")
+    base = dict(
+        instance=instance,
+        at=at,
+        running=12.0,
+        waiting=3.0,
+        waiting_by_reason={},
+        kv_usage=0.61,
+        kv_capacity_tokens=20480,
+        block_size=16,
+        prompt_tps=1234.0,
+        generation_tps=567.0,
+        ttft=Percentiles(0.12, 0.45, 0.9),
+        itl=Percentiles(0.02, 0.04, 0.05),
+        e2e=Percentiles(1.0, 2.0, 3.0),
+        queue=Percentiles(0.01, 0.05, 0.1),
+        preemptions_per_s=0.0,
+        prefix_hit_rate=0.45,
+        success_per_s=4.0,
+        abort_per_s=0.0,
+        error_per_s=0.0,
+        prompt_tokens_total=1e6,
+        generation_tokens_total=5e5,
+        preemptions_total=0.0,
+        prefix_cache_queries_total=100.0,
+        prefix_cache_hits_total=45.0,
+        counter_reset=False,
+        vllm_names="v1",
+    )
     base.update(overrides)
     return MetricsSample(**base)
 
@@ -42,10 +82,25 @@ def metrics(instance: str, at: float = NOW, **overrides) -> MetricsSample:
 def gpu_sample(available: bool = True) -> GpuSample:
     if not available:
         return GpuSample(False, "no NVIDIA driver", (), (), NOW)
-    gpus = tuple(GpuInfo(i, "NVIDIA H200", int(80 * GIB) if i < 3 else int(4 * GIB), int(141 * GIB),
-                         88.0 - i * 10, 61.0 + i, 420.0 - i * 30, 700.0) for i in range(4))
-    procs = (GpuProcess(0, 40000, int(76 * GIB), "qwen"), GpuProcess(1, 40001, int(76 * GIB), "qwen"),
-             GpuProcess(2, 40002, int(70 * GIB), "llama"), GpuProcess(2, 999, int(6 * GIB), None))
+    gpus = tuple(
+        GpuInfo(
+            i,
+            "NVIDIA H200",
+            int(80 * GIB) if i < 3 else int(4 * GIB),
+            int(141 * GIB),
+            88.0 - i * 10,
+            61.0 + i,
+            420.0 - i * 30,
+            700.0,
+        )
+        for i in range(4)
+    )
+    procs = (
+        GpuProcess(0, 40000, int(76 * GIB), "qwen"),
+        GpuProcess(1, 40001, int(76 * GIB), "qwen"),
+        GpuProcess(2, 40002, int(70 * GIB), "llama"),
+        GpuProcess(2, 999, int(6 * GIB), None),
+    )
     return GpuSample(True, None, gpus, procs, NOW)
 
 
@@ -79,8 +134,15 @@ def fake(layout) -> FakeSupervisor:
 @pytest.fixture
 def app_factory():
     def build(supervisor, *, gpu=None, **kw):
-        return make_app(supervisor=supervisor, gpu_sampler=FixedGpu(gpu or gpu_sample()), scraper=False,
-                        clock=lambda: NOW, deterministic=True, **kw)
+        return make_app(
+            supervisor=supervisor,
+            gpu_sampler=FixedGpu(gpu or gpu_sample()),
+            scraper=False,
+            clock=lambda: NOW,
+            deterministic=True,
+            **kw,
+        )
+
     return build
 
 

@@ -12,11 +12,23 @@ from vtui.ui.textdump import screen_text
 
 
 def step(i: int, c: int, tps: float, ttft95: float) -> StepResult:
-    return StepResult(index=i, concurrency=c, request_rate=None, requests=16, completed=16 - i, failed=i,
-                      duration_s=2.0, req_per_s=8.0 * c, output_tok_per_s=tps, total_tok_per_s=tps * 3,
-                      ttft=Dist(0.05, 0.04, ttft95, ttft95), itl=Dist(), e2e=Dist(), tpot_mean=None,
-                      server=ServerStep(scrapes=4, kv_usage_peak=0.1 * (i + 1), waiting_peak=float(i),
-                                        preemptions=0.0))
+    return StepResult(
+        index=i,
+        concurrency=c,
+        request_rate=None,
+        requests=16,
+        completed=16 - i,
+        failed=i,
+        duration_s=2.0,
+        req_per_s=8.0 * c,
+        output_tok_per_s=tps,
+        total_tok_per_s=tps * 3,
+        ttft=Dist(0.05, 0.04, ttft95, ttft95),
+        itl=Dist(),
+        e2e=Dist(),
+        tpot_mean=None,
+        server=ServerStep(scrapes=4, kv_usage_peak=0.1 * (i + 1), waiting_peak=float(i), preemptions=0.0),
+    )
 
 
 async def fake_runner(config, on_progress):
@@ -24,7 +36,9 @@ async def fake_runner(config, on_progress):
     for i, level in enumerate(config.step_levels()):
         on_progress(BenchProgress(i, len(config.step_levels()), level, 4, 3, 0, 1, 0.5, "running"))
         steps.append(step(i, int(level), 100.0 * (i + 1), 0.1 * (i + 1)))
-        on_progress(BenchProgress(i, len(config.step_levels()), level, 16, 16, 0, 0, 1.0, "step-done", steps[-1]))
+        on_progress(
+            BenchProgress(i, len(config.step_levels()), level, 16, 16, 0, 0, 1.0, "step-done", steps[-1])
+        )
     return BenchResult(config=config, model="qwen3-b", started_at=1_700_000_000.0, steps=tuple(steps))
 
 
@@ -34,8 +48,10 @@ async def settle(pilot, n: int = 3) -> None:
 
 
 def test_form_validation_and_plot():
-    cfg = config_from({"mode": "ramp", "concurrency": "8", "requests": "4", "input-len": "16", "output-len": "8"},
-                      "http://127.0.0.1:1")
+    cfg = config_from(
+        {"mode": "ramp", "concurrency": "8", "requests": "4", "input-len": "16", "output-len": "8"},
+        "http://127.0.0.1:1",
+    )
     assert cfg.mode == "ramp" and cfg.step_levels() == (1.0, 2.0, 4.0, 8.0)
     try:
         config_from({"mode": "fixed", "concurrency": "x"}, "http://h")
@@ -44,7 +60,10 @@ def test_form_validation_and_plot():
     else:
         raise AssertionError("no error")
     text = plot_text([step(0, 1, 50.0, 0.1), step(1, 2, 100.0, 0.4)], width=10).plain
-    assert "c=1    |#####     | 50 tok/s" in text and "  c=2    |##########| 100 tok/s\n         |==========| 400ms" in text
+    assert (
+        "c=1    |#####     | 50 tok/s" in text
+        and "  c=2    |##########| 100 tok/s\n         |==========| 400ms" in text
+    )
 
 
 async def test_bench_screen_runs_ramp_saves_results_and_records_history(fake, app_factory):
@@ -72,7 +91,9 @@ async def test_bench_screen_runs_ramp_saves_results_and_records_history(fake, ap
         assert [f.suffix for f in files] == [".csv", ".json"]
         assert len(json.loads(files[1].read_text())["steps"]) == 3
         bench = app.store.views["qwen"].flag_history[-1].bench
-        assert bench["best_out_tps"] == 300.0 and bench["best_step"] == "c=4" and bench["json"] == str(files[1])
+        assert (
+            bench["best_out_tps"] == 300.0 and bench["best_step"] == "c=4" and bench["json"] == str(files[1])
+        )
 
 
 async def test_bench_needs_a_ready_instance(fake, app_factory):
@@ -89,8 +110,13 @@ async def test_flag_history_is_persisted_loaded_and_shows_what_a_change_bought(f
     from vtui.ui.store import FlagRecord
 
     path = history.history_path("demo", "qwen")
-    old = FlagRecord({"max-num-seqs": 128}, outcome="ready", kv_tokens=32768, max_concurrency=4.0,
-                     bench={"mode": "concurrency", "best_out_tps": 100.0, "best_step": "c=8"})
+    old = FlagRecord(
+        {"max-num-seqs": 128},
+        outcome="ready",
+        kv_tokens=32768,
+        max_concurrency=4.0,
+        bench={"mode": "concurrency", "best_out_tps": 100.0, "best_step": "c=8"},
+    )
     history.save(path, history.dumps([old]))
     app = app_factory(fake)
     async with app.run_test(size=(120, 60)) as pilot:

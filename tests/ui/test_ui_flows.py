@@ -69,8 +69,16 @@ async def test_edit_flag_then_restart_shows_new_value(fake, app_factory):
         await pilot.press("enter")
         await settle(pilot, 5)
         assert isinstance(app.screen, DashboardScreen)
-        assert ("restart", "qwen", {"tensor-parallel-size": 2, "max-num-seqs": 64, "max-model-len": 8192,
-                                    "gpu-memory-utilization": 0.9}) in fake.calls
+        assert (
+            "restart",
+            "qwen",
+            {
+                "tensor-parallel-size": 2,
+                "max-num-seqs": 64,
+                "max-model-len": 8192,
+                "gpu-memory-utilization": 0.9,
+            },
+        ) in fake.calls
         assert "run --/64" in screen_text(app)
         assert app.store.dirty and "unsaved" in screen_text(app)
 
@@ -230,8 +238,12 @@ async def test_logs_filter_highlight_and_first_error(fake, app_factory):
     app = app_factory(fake)
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        fake.emit_logs("qwen", [f"INFO line {i}" for i in range(200)] + ["WARNING slow", "ERROR boom"]
-                       + [f"INFO after {i}" for i in range(50)])
+        fake.emit_logs(
+            "qwen",
+            [f"INFO line {i}" for i in range(200)]
+            + ["WARNING slow", "ERROR boom"]
+            + [f"INFO after {i}" for i in range(50)],
+        )
         await pilot.press("l")
         await settle(pilot)
         assert isinstance(app.screen, LogScreen)
@@ -275,8 +287,8 @@ async def test_preset_a_scaled_to_gpus(fake, app_factory):
 
 
 async def test_open_layout_switches_session_and_leaves_old_instances_running(fake, app_factory, tmp_path, h):
+    from vtui.testing.fake_supervisor import FakeSupervisor
     from vtui.ui.adapters import save_layout
-    from vtui.ui.fake import FakeSupervisor
 
     other = tmp_path / "other.toml"
     layout = h.demo_layout()

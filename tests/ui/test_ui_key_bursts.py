@@ -86,8 +86,9 @@ async def test_tab_then_a_digit_types_into_the_next_field(fake, app_factory):
         assert app.focused is not box and app.focused.value == "7"
 
 
-async def test_a_key_right_after_enter_does_not_change_the_path_being_saved(fake, app_factory, tmp_path,
-                                                                              monkeypatch):
+async def test_a_key_right_after_enter_does_not_change_the_path_being_saved(
+    fake, app_factory, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # a mangled (relative) path lands here, not in the checkout
     app = app_factory(fake)
     async with app.run_test(size=(100, 30)) as pilot:

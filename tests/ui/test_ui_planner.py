@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.testing.fake_supervisor import FakeSupervisor
 from vtui.ui import planning
-from vtui.ui.fake import FakeSupervisor
 from vtui.ui.screens.flags import FlagEditorScreen
 from vtui.ui.textdump import screen_text
 
@@ -86,11 +86,14 @@ async def test_detail_shows_planned_beside_reported(layout, app_factory):
     async with app.run_test(size=(120, 60)) as pilot:
         await settle(pilot)
         # Qwen3-8B TP 2: 73,728 B/token, 16-token blocks; 10 GiB -> 9,102 blocks = 145,632 tokens
-        fake.emit_logs("qwen", [
-            "INFO 01-01 12:00:01 [gpu_worker.py:298] Available KV cache memory: 10.00 GiB",
-            "INFO 01-01 12:00:01 [kv_cache_utils.py:2327] GPU KV cache size: 145,632 tokens, Maximum "
-            "concurrency for 8,192 tokens per request: 17.78x",
-        ])
+        fake.emit_logs(
+            "qwen",
+            [
+                "INFO 01-01 12:00:01 [gpu_worker.py:298] Available KV cache memory: 10.00 GiB",
+                "INFO 01-01 12:00:01 [kv_cache_utils.py:2327] GPU KV cache size: 145,632 tokens, Maximum "
+                "concurrency for 8,192 tokens per request: 17.78x",
+            ],
+        )
         fake.set_state("qwen", State.READY)
         await settle(pilot)
         await pilot.press("enter")

@@ -56,8 +56,13 @@ sim-load = 4
         assert view.facts is not None and view.flag_history[-1].kv_tokens
         # Retune through the real supervisor: new flags, restart, new value on screen.
         app.restart_instance("a", view.spec.with_flags({"max-num-seqs": 32}))
-        await _until(lambda: view.state == State.READY and view.spec.flags["max-num-seqs"] == 32
-                     and view.sample is not None)
+        await _until(
+            lambda: (
+                view.state == State.READY
+                and view.spec.flags["max-num-seqs"] == 32
+                and view.sample is not None
+            )
+        )
         await pilot.pause()
         assert "/32" in screen_text(app)
         await pilot.press("q", "s")  # quit, stopping the instances

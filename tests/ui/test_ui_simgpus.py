@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.core.simgpus import GpuRegistry
-from vtui.telemetry.simgpu import GIB
+from vtui.sim.gpus import GpuRegistry
+from vtui.sim.gpuview import GIB
 from vtui.ui.bridge import simulated_sample
 from vtui.ui.widgets.gpu_panel import gpu_text
 
@@ -26,8 +26,11 @@ def test_sim_layout_shows_its_simulated_gpus_split_by_instance():
 
 
 def test_sim_flags_size_the_box_and_real_vllm_layouts_have_none():
-    big = _layout(InstanceSpec("a", "m", 8001, engine="sim", gpus=(9,),
-                               flags={"sim-gpu-memory-gib": 141, "sim-num-gpus": 4}))
+    big = _layout(
+        InstanceSpec(
+            "a", "m", 8001, engine="sim", gpus=(9,), flags={"sim-gpu-memory-gib": 141, "sim-num-gpus": 4}
+        )
+    )
     sample = simulated_sample(big, {})
     assert len(sample.gpus) == 10 and sample.gpus[0].memory_total == 141 * GIB
     assert simulated_sample(_layout(InstanceSpec("v", "m", 8001)), {}) is None

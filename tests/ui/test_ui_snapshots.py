@@ -13,7 +13,7 @@ import pytest
 
 from vtui.core.model import Layout, SessionSpec
 from vtui.core.state import Phase, State
-from vtui.ui.fake import FakeSupervisor
+from vtui.testing.fake_supervisor import FakeSupervisor
 from vtui.ui.messages import MetricsArrived
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
@@ -24,6 +24,8 @@ def _fixed_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sim instance's command line starts with sys.executable; its length (a venv path or the
     system's) changes how the detail screen wraps and scrolls. Snapshots render one fixed path."""
     monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
+
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -62,9 +64,17 @@ def test_snapshot_ready_under_load(snap_compare, app_factory, fake, h, size):
         await _settle(pilot)
         for i in range(40):
             for name, scale in (("qwen", 1.0), ("llama", 0.4)):
-                pilot.app.post_message(MetricsArrived(h.metrics(
-                    name, at=h.NOW - 40 + i, generation_tps=scale * (300 + 10 * (i % 13)),
-                    kv_usage=scale * (0.3 + 0.015 * i), waiting=float(i % 4))))
+                pilot.app.post_message(
+                    MetricsArrived(
+                        h.metrics(
+                            name,
+                            at=h.NOW - 40 + i,
+                            generation_tps=scale * (300 + 10 * (i % 13)),
+                            kv_usage=scale * (0.3 + 0.015 * i),
+                            waiting=float(i % 4),
+                        )
+                    )
+                )
             await pilot.pause()
         await _settle(pilot)
 

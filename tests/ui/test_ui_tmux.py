@@ -40,14 +40,27 @@ max-num-seqs = 48
 sim-startup-scale = 0
 sim-load = 2
 """)
-    env = {k: os.environ[k] for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "PATH", "HOME")
-           if k in os.environ}
+    env = {
+        k: os.environ[k]
+        for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "PATH", "HOME")
+        if k in os.environ
+    }
     env.update(TERM="xterm-256color", COLUMNS="100", LINES="30")
     tmux = Tmux()
     cmd = " ".join([sys.executable, "-m", "vtui", str(layout)])
     try:
-        tmux.run("new-session", "-d", "-s", tmux.session, "-x", "100", "-y", "30",
-                 *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], cmd)
+        tmux.run(
+            "new-session",
+            "-d",
+            "-s",
+            tmux.session,
+            "-x",
+            "100",
+            "-y",
+            "30",
+            *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
+            cmd,
+        )
         tmux.run("set-option", "-s", "escape-time", "10")
         tmux.wait_for("READY", 40)
         tmux.wait_for("/48", 20)
@@ -69,5 +82,9 @@ sim-load = 2
     finally:
         tmux.kill()
         # Whatever happened above, leave no instance behind (a failed run would otherwise keep serving).
-        subprocess.run([sys.executable, "-m", "vtui", "down", str(layout)], env={**os.environ, **env},
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "vtui", "down", str(layout)],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=60,
+        )

@@ -21,11 +21,25 @@ def test_missing_values_are_dashes_never_zero():
     assert fmt.num(None) == fmt.pct(None) == fmt.tokens(None) == fmt.seconds(None) == "--"
     assert fmt.num(0.0) == "0" and fmt.bar(None, 4) == "----" and fmt.bar(0.5, 4) == "##.."
     assert fmt.tokens(12345) == "12.3k" and fmt.seconds(0.085) == "85ms" and fmt.duration(3725) == "1h02m"
-    assert [fmt.uptime(v) for v in (None, 45.9, 60, 185, 3599, 3725)] == [fmt.DASH, "45s", "1m", "3m", "59m", "1h02m"]
+    assert [fmt.uptime(v) for v in (None, 45.9, 60, 185, 3599, 3725)] == [
+        fmt.DASH,
+        "45s",
+        "1m",
+        "3m",
+        "59m",
+        "1h02m",
+    ]
 
 
-@pytest.mark.parametrize("gpus,a_seqs,a_tokens,b_seqs", [((), 128, 16384, 64), ((0,), 128, 16384, 64),
-                                                         ((0, 1), 256, 32768, 128), ((0, 1, 2, 3), 512, 65536, 128)])
+@pytest.mark.parametrize(
+    "gpus,a_seqs,a_tokens,b_seqs",
+    [
+        ((), 128, 16384, 64),
+        ((0,), 128, 16384, 64),
+        ((0, 1), 256, 32768, 128),
+        ((0, 1, 2, 3), 512, 65536, 128),
+    ],
+)
 def test_presets_scale_with_gpus(layout, gpus, a_seqs, a_tokens, b_seqs):
     spec = replace(layout.instance("embed"), gpus=gpus)
     a, b = preset_flags("A", spec), preset_flags("B", spec)
@@ -37,7 +51,10 @@ def test_presets_scale_with_gpus(layout, gpus, a_seqs, a_tokens, b_seqs):
 
 def test_flag_diff_and_tp_consistency(layout):
     assert flag_diff({"a": 1, "b": 2}, {"b": 3, "c": True}) == [
-        ("-", "a", "1", ""), ("~", "b", "2", "3"), ("+", "c", "", "true")]
+        ("-", "a", "1", ""),
+        ("~", "b", "2", "3"),
+        ("+", "c", "", "true"),
+    ]
     spec = layout.instance("qwen")
     assert consistency_problem(spec, {"tensor-parallel-size": 2}) is None
     assert "pinned to 2 GPU(s)" in consistency_problem(spec, {"tensor-parallel-size": 4})
@@ -53,8 +70,20 @@ def test_keymap_overrides(tmp_path):
 
 
 def _status(spec, state, **kw):
-    fields = dict(name=spec.name, spec=spec, state=state, phase=None, pid=1, started_at=0.0, restarts=0,
-                  last_error=None, log_path=None, adopted=False, last_good_spec=None, next_restart_at=None)
+    fields = dict(
+        name=spec.name,
+        spec=spec,
+        state=state,
+        phase=None,
+        pid=1,
+        started_at=0.0,
+        restarts=0,
+        last_error=None,
+        log_path=None,
+        adopted=False,
+        last_good_spec=None,
+        next_restart_at=None,
+    )
     return InstanceStatus(**{**fields, **kw})
 
 
@@ -62,8 +91,13 @@ def test_store_flag_history_rollback_and_dirty(layout):
     store = Store(layout)
     spec = layout.instance("qwen")
     store.apply_statuses([_status(spec, State.STARTING)])
-    store.add_logs("qwen", ["INFO GPU KV cache size: 81,920 tokens",
-                            "INFO Maximum concurrency for 8,192 tokens per request: 10.00x"])
+    store.add_logs(
+        "qwen",
+        [
+            "INFO GPU KV cache size: 81,920 tokens",
+            "INFO Maximum concurrency for 8,192 tokens per request: 10.00x",
+        ],
+    )
     store.apply_statuses([_status(spec, State.READY, last_good_spec=spec)])
     view = store.views["qwen"]
     assert view.flag_history[-1].outcome == "ready"
@@ -102,9 +136,13 @@ def test_the_cards_sparkline_draws_the_same_cells_as_textuals_renderable():
     options = console.options.update(width=16, height=2, no_wrap=True, overflow="crop")
     rng = random.Random(7)
     for _ in range(200):
-        data = [rng.choice([0.0, rng.uniform(0, 2000)]) for _ in range(rng.choice([1, 2, 3, 5, 16, 17, 39, 40]))]
+        data = [
+            rng.choice([0.0, rng.uniform(0, 2000)]) for _ in range(rng.choice([1, 2, 3, 5, 16, 17, 39, 40]))
+        ]
         plot = Sparkline(data, width=16, height=2, min_color=low, max_color=high)
-        want = [Strip(line).extend_cell_length(16, pad).simplify()
-                for line in console.render_lines(plot, options, style=base, pad=False)][:2]
+        want = [
+            Strip(line).extend_cell_length(16, pad).simplify()
+            for line in console.render_lines(plot, options, style=base, pad=False)
+        ][:2]
         got = [strip.simplify() for strip in spark_strips(data, 16, 2, low, high, base, pad)]
         assert [list(s) for s in got] == [list(s) for s in want], data

@@ -25,7 +25,22 @@ from vtui.bench.types import (
 )
 
 __all__ = [
-    "BenchConfig", "BenchProgress", "BenchResult", "Dist", "RequestRecord", "ServerStep", "StepResult",
-    "compare", "context_differences", "cost_per_million_output_tokens", "csv_text", "load_baseline", "make_baseline", "result_json",
-    "run_bench", "save_baseline", "weights_fingerprint", "write_results",
+    "BenchConfig",
+    "BenchProgress",
+    "BenchResult",
+    "Dist",
+    "RequestRecord",
+    "ServerStep",
+    "StepResult",
+    "compare",
+    "context_differences",
+    "cost_per_million_output_tokens",
+    "csv_text",
+    "load_baseline",
+    "make_baseline",
+    "result_json",
+    "run_bench",
+    "save_baseline",
+    "weights_fingerprint",
+    "write_results",
 ]

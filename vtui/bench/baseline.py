@@ -18,9 +18,15 @@ from vtui.core.atomic import atomic_write_text
 
 # (metric key in a step's JSON, higher is better)
 METRICS: tuple[tuple[str, bool], ...] = (
-    ("req_per_s", True), ("output_tok_per_s", True), ("total_tok_per_s", True),
-    ("ttft.p50", False), ("ttft.p95", False), ("itl.p50", False), ("itl.p95", False),
-    ("e2e.p50", False), ("e2e.p95", False),
+    ("req_per_s", True),
+    ("output_tok_per_s", True),
+    ("total_tok_per_s", True),
+    ("ttft.p50", False),
+    ("ttft.p95", False),
+    ("itl.p50", False),
+    ("itl.p95", False),
+    ("e2e.p50", False),
+    ("e2e.p95", False),
 )
 _SNAPSHOT = re.compile(r"/snapshots/([0-9a-f]{7,64})/?$")
 
@@ -74,16 +80,21 @@ def context_differences(current: Mapping[str, object], baseline: Mapping[str, ob
     """What differs between the run and the baseline besides the figures (other weights, vLLM, flags):
     a regression may come from these rather than from the change being tested."""
     notes = []
-    for key, what in (("model", "model"), ("model_revision", "model revision"),
-                      ("weights_sha256", "weights (sha256)"), ("vllm_version", "vLLM version")):
+    for key, what in (
+        ("model", "model"),
+        ("model_revision", "model revision"),
+        ("weights_sha256", "weights (sha256)"),
+        ("vllm_version", "vLLM version"),
+    ):
         a, b = baseline.get(key), current.get(key)
         if a and b and a != b:
             notes.append(f"{what}: baseline {a}, now {b}")
     old, new = baseline.get("flags"), current.get("flags")
     if isinstance(old, Mapping) and isinstance(new, Mapping) and dict(old) != dict(new):
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        notes.append("flags: " + ", ".join(f"{k} {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
-                                           for k in changed))
+        notes.append(
+            "flags: " + ", ".join(f"{k} {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in changed)
+        )
     return notes
 
 
@@ -94,12 +105,20 @@ def cost_per_million_output_tokens(gpu_hour_price: float, gpus: int, output_tok_
     return gpu_hour_price * max(1, gpus) / (output_tok_per_s * 3600.0) * 1e6
 
 
-def make_baseline(result: BenchResult, *, flags: Mapping[str, object] | None = None, model: str | None = None,
-                  engine: str | None = None, gpu_hour_price: float | None = None, gpus: int = 1) -> dict[str, object]:
+def make_baseline(
+    result: BenchResult,
+    *,
+    flags: Mapping[str, object] | None = None,
+    model: str | None = None,
+    engine: str | None = None,
+    gpu_hour_price: float | None = None,
+    gpus: int = 1,
+) -> dict[str, object]:
     data = result_json(result)
     name = model or result.model
     baseline: dict[str, object] = {
-        "kind": "vtui-baseline", "version": 1,
+        "kind": "vtui-baseline",
+        "version": 1,
         "vllm_version": result.server_version,
         "model": name,
         "model_revision": model_revision(name, flags),
@@ -117,7 +136,8 @@ def make_baseline(result: BenchResult, *, flags: Mapping[str, object] | None = N
         baseline["weights_sha256"], baseline["weights_hash_method"] = weights["sha256"], weights["method"]
     if gpu_hour_price is not None:
         baseline["cost_per_million_output_tokens"] = [
-            cost_per_million_output_tokens(gpu_hour_price, gpus, s.output_tok_per_s) for s in result.steps]
+            cost_per_million_output_tokens(gpu_hour_price, gpus, s.output_tok_per_s) for s in result.steps
+        ]
     return baseline
 
 
@@ -156,8 +176,9 @@ def _get(step: Mapping[str, object], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def compare(current: BenchResult | Mapping[str, object], baseline: Mapping[str, object],
-            threshold: float = 0.05) -> list[Change]:
+def compare(
+    current: BenchResult | Mapping[str, object], baseline: Mapping[str, object], threshold: float = 0.05
+) -> list[Change]:
     """Per matching step (same concurrency or rate), each metric's relative change; a regression is a
     change for the worse beyond `threshold`, or an error rate above the baseline's by more than it."""
     cur = result_json(current) if isinstance(current, BenchResult) else current
@@ -182,5 +203,7 @@ def render_changes(changes: list[Change]) -> str:
     lines = []
     for c in changes:
         mark = "REGRESSION" if c.regression else "ok"
-        lines.append(f"{c.step:<12} {c.metric:<18} {c.baseline:>12.4g} → {c.current:<12.4g} {c.change:+8.1%}  {mark}")
+        lines.append(
+            f"{c.step:<12} {c.metric:<18} {c.baseline:>12.4g} → {c.current:<12.4g} {c.change:+8.1%}  {mark}"
+        )
     return "\n".join(lines)

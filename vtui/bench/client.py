@@ -21,8 +21,10 @@ import httpx
 from vtui.bench.lean_http import LeanHTTPError, LeanPool
 from vtui.bench.types import BenchConfig, RequestRecord
 
-_WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches "
-          "on distant planets near bright moons and cold rivers").split()
+_WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches "
+    "on distant planets near bright moons and cold rivers"
+).split()
 
 
 class BenchClient(httpx.AsyncClient):
@@ -42,15 +44,24 @@ class BenchClient(httpx.AsyncClient):
         await super().__aexit__(*exc)  # type: ignore[arg-type]
 
 
-def make_client(concurrency: int, timeout_s: float, api_key: str | None = None,
-                https: bool = True) -> httpx.AsyncClient:
+def make_client(
+    concurrency: int, timeout_s: float, api_key: str | None = None, https: bool = True
+) -> httpx.AsyncClient:
     """One client with a connection per concurrent request (HTTP/1.1 keep-alive); plain-HTTP clients
     skip loading the CA bundle and get the lean pool (same timeouts: 10 s connect, `timeout_s` without
     a byte)."""
-    limits = httpx.Limits(max_connections=max(16, concurrency + 8), max_keepalive_connections=max(16, concurrency + 8))
+    limits = httpx.Limits(
+        max_connections=max(16, concurrency + 8), max_keepalive_connections=max(16, concurrency + 8)
+    )
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    client = BenchClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers,
-                         http1=True, http2=False, verify=https)
+    client = BenchClient(
+        limits=limits,
+        timeout=httpx.Timeout(timeout_s, connect=10.0),
+        headers=headers,
+        http1=True,
+        http2=False,
+        verify=https,
+    )
     if not https and os.environ.get("VTUI_BENCH_HTTP", "").lower() != "httpx":
         client.lean = LeanPool(timeout_s=timeout_s, connect_timeout_s=10.0, headers=headers)
     return client
@@ -69,7 +80,7 @@ def _jsonl_prompts(path: Path) -> list[dict]:
         if isinstance(value, str):
             value = {"prompt": value}
         if not isinstance(value, dict) or not ({"prompt", "messages"} & value.keys()):
-            raise ValueError(f"{path}:{n}: expected a string or an object with \"prompt\" or \"messages\"")
+            raise ValueError(f'{path}:{n}: expected a string or an object with "prompt" or "messages"')
         items.append(value)
     if not items:
         raise ValueError(f"{path}: no prompts")
@@ -84,8 +95,13 @@ def payloads(config: BenchConfig, model: str) -> Iterator[dict]:
     ids = range(*config.token_id_range)
     index = 0
     while True:
-        body: dict = {"model": model, "stream": True, "stream_options": {"include_usage": True},
-                      "max_tokens": config.output_len, "ignore_eos": True}
+        body: dict = {
+            "model": model,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": config.output_len,
+            "ignore_eos": True,
+        }
         if file_items is not None:
             item = file_items[index % len(file_items)]
             index += 1
@@ -133,10 +149,15 @@ class _Stream:
         if end < 0:
             self._buf = buf
             return
-        self._buf = buf[end + 2:]
+        self._buf = buf[end + 2 :]
         block = buf[:end]
-        if self.chat or self.error is not None or b'"usage":' in block or b'"usage": ' in block \
-                or b'"error"' in block:
+        if (
+            self.chat
+            or self.error is not None
+            or b'"usage":' in block
+            or b'"usage": ' in block
+            or b'"error"' in block
+        ):
             for line in block.split(b"\n"):
                 if line.startswith(b"data:"):
                     self._event(line[5:].strip(), now)
@@ -229,9 +250,15 @@ def _finished(stream: _Stream, start: float, end: float) -> RequestRecord:
     if stream.first is None:
         return RequestRecord(False, start, end, error="no tokens streamed")
     usage = stream.usage or {}
-    return RequestRecord(True, start, end, ttft=stream.first - start, itls=tuple(stream.gaps),
-                         prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                         output_tokens=int(usage.get("completion_tokens") or stream.chunks))
+    return RequestRecord(
+        True,
+        start,
+        end,
+        ttft=stream.first - start,
+        itls=tuple(stream.gaps),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or stream.chunks),
+    )
 
 
 async def _lean_get_json(client: httpx.AsyncClient, url: str, timeout_s: float) -> object | None:

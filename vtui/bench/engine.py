@@ -36,8 +36,13 @@ class _Step:
         self.started = time.perf_counter()
         self._last_report = 0.0
 
-    def progress(self, phase: str = "running", step: StepResult | None = None, message: str | None = None,
-                 force: bool = False) -> None:
+    def progress(
+        self,
+        phase: str = "running",
+        step: StepResult | None = None,
+        message: str | None = None,
+        force: bool = False,
+    ) -> None:
         if self.on_progress is None:
             return
         now = time.perf_counter()
@@ -45,10 +50,21 @@ class _Step:
             return
         self._last_report = now
         failed = sum(1 for r in self.records if not r.ok)
-        self.on_progress(BenchProgress(
-            step_index=self.index, steps_total=self.total, level=self.level, sent=self.sent,
-            completed=len(self.records) - failed, failed=failed, in_flight=self.sent - len(self.records),
-            elapsed_s=now - self.started, phase=phase, step=step, message=message))  # type: ignore[arg-type]
+        self.on_progress(
+            BenchProgress(
+                step_index=self.index,
+                steps_total=self.total,
+                level=self.level,
+                sent=self.sent,
+                completed=len(self.records) - failed,
+                failed=failed,
+                in_flight=self.sent - len(self.records),
+                elapsed_s=now - self.started,
+                phase=phase,
+                step=step,
+                message=message,
+            )
+        )  # type: ignore[arg-type]
 
     async def one(self, client: httpx.AsyncClient, url: str, body: dict) -> None:
         self.sent += 1
@@ -63,8 +79,14 @@ def _budget(config: BenchConfig) -> tuple[int | None, float | None]:
     return max(1, config.num_requests), None
 
 
-async def _concurrency_step(step: _Step, config: BenchConfig, client: httpx.AsyncClient, url: str,
-                            bodies: Iterator[dict], workers: int) -> None:
+async def _concurrency_step(
+    step: _Step,
+    config: BenchConfig,
+    client: httpx.AsyncClient,
+    url: str,
+    bodies: Iterator[dict],
+    workers: int,
+) -> None:
     limit, seconds = _budget(config)
     deadline = step.started + seconds if seconds else None
 
@@ -79,8 +101,15 @@ async def _concurrency_step(step: _Step, config: BenchConfig, client: httpx.Asyn
     await asyncio.gather(*(worker() for _ in range(max(1, workers))))
 
 
-async def _rate_step(step: _Step, config: BenchConfig, client: httpx.AsyncClient, url: str,
-                     bodies: Iterator[dict], rate: float, rng: random.Random) -> None:
+async def _rate_step(
+    step: _Step,
+    config: BenchConfig,
+    client: httpx.AsyncClient,
+    url: str,
+    bodies: Iterator[dict],
+    rate: float,
+    rng: random.Random,
+) -> None:
     limit, seconds = _budget(config)
     cap = asyncio.Semaphore(config.concurrency) if config.concurrency > 0 else None
     tasks: list[asyncio.Task] = []
@@ -137,8 +166,9 @@ async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = 
         if config.warmup_requests:
             warm = _Step(-1, len(levels), 0, None)
             warm_config = replace(config, num_requests=config.warmup_requests, duration_s=None)
-            await _concurrency_step(warm, warm_config, client, url, bodies,
-                                    min(config.warmup_requests, int(levels[0]) or 1))
+            await _concurrency_step(
+                warm, warm_config, client, url, bodies, min(config.warmup_requests, int(levels[0]) or 1)
+            )
         rng = random.Random(config.seed + 1)
         steps: list[StepResult] = []
         stop_reason = None
@@ -147,7 +177,9 @@ async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = 
             for index, level in enumerate(levels):
                 step = _Step(index, len(levels), level, on_progress)
                 step.progress("step-start", force=True)
-                watch = ServerWatch(metrics_client, base, config.scrape_interval_s) if metrics_client else None
+                watch = (
+                    ServerWatch(metrics_client, base, config.scrape_interval_s) if metrics_client else None
+                )
                 if watch:
                     await watch.start()
                 step.started = time.perf_counter()
@@ -157,9 +189,14 @@ async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = 
                     await _concurrency_step(step, config, client, url, bodies, int(level))
                 duration = time.perf_counter() - step.started
                 server = await watch.stop() if watch else ServerStep()
-                result = summarize(index, step.records, duration, server=server,
-                                   concurrency=None if config.mode == "rate" else int(level),
-                                   request_rate=level if config.mode == "rate" else None)
+                result = summarize(
+                    index,
+                    step.records,
+                    duration,
+                    server=server,
+                    concurrency=None if config.mode == "rate" else int(level),
+                    request_rate=level if config.mode == "rate" else None,
+                )
                 reason = _breaks(config, result)
                 if reason:
                     result = replace(result, breaks=reason)
@@ -171,11 +208,29 @@ async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = 
         finally:
             if metrics_client is not None:
                 await metrics_client.aclose()
-    bench = BenchResult(config=config, model=model, started_at=started_at, steps=tuple(steps),
-                        stop_reason=stop_reason, server_version=version)
+    bench = BenchResult(
+        config=config,
+        model=model,
+        started_at=started_at,
+        steps=tuple(steps),
+        stop_reason=stop_reason,
+        server_version=version,
+    )
     if on_progress is not None and steps:
         last = steps[-1]
-        on_progress(BenchProgress(step_index=last.index, steps_total=len(levels), level=levels[last.index],
-                                  sent=last.requests, completed=last.completed, failed=last.failed, in_flight=0,
-                                  elapsed_s=time.time() - started_at, phase="done", step=last, message=stop_reason))
+        on_progress(
+            BenchProgress(
+                step_index=last.index,
+                steps_total=len(levels),
+                level=levels[last.index],
+                sent=last.requests,
+                completed=last.completed,
+                failed=last.failed,
+                in_flight=0,
+                elapsed_s=time.time() - started_at,
+                phase="done",
+                step=last,
+                message=stop_reason,
+            )
+        )
     return bench

@@ -69,13 +69,13 @@ class ChunkedDecoder:
             left = self._left
             if left > 0:
                 take = min(left, n - pos)
-                out.append(buf[pos:pos + take])
+                out.append(buf[pos : pos + take])
                 pos += take
                 self._left = left - take or -2
             elif left == -2:
                 if n - pos < 2:
                     break
-                if buf[pos:pos + 2] != b"\r\n":
+                if buf[pos : pos + 2] != b"\r\n":
                     raise RemoteProtocolError("chunked body: missing CRLF after chunk data")
                 pos += 2
                 self._left = -1
@@ -145,10 +145,28 @@ _HEAD, _CHUNKED, _LENGTH, _TO_EOF = 0, 1, 2, 3
 class _Exchange:
     """The response parser of one request, fed straight from the connection's data_received."""
 
-    __slots__ = ("future", "sink", "watchdog", "buf", "mode", "status", "headers", "keep", "streamed", "left",
-                 "decoder", "parts", "size", "got", "finished", "extra")
+    __slots__ = (
+        "future",
+        "sink",
+        "watchdog",
+        "buf",
+        "mode",
+        "status",
+        "headers",
+        "keep",
+        "streamed",
+        "left",
+        "decoder",
+        "parts",
+        "size",
+        "got",
+        "finished",
+        "extra",
+    )
 
-    def __init__(self, future: asyncio.Future, sink: Callable[[bytes], None] | None, watchdog: _Watchdog) -> None:
+    def __init__(
+        self, future: asyncio.Future, sink: Callable[[bytes], None] | None, watchdog: _Watchdog
+    ) -> None:
         self.future, self.sink, self.watchdog = future, sink, watchdog
         self.buf = b""
         self.mode = _HEAD
@@ -233,7 +251,7 @@ class _Exchange:
             self._finish()
         else:
             self.mode, self.keep = _TO_EOF, False
-        return buf[end + 4:]
+        return buf[end + 4 :]
 
     def _emit(self, out: bytes) -> None:
         if self.streamed:
@@ -267,8 +285,9 @@ class _Exchange:
         elif not self.got:
             self._fail(_NoResponse(f"closed before the response{f': {exc}' if exc else ''}"))
         else:
-            self._fail(RemoteProtocolError("server closed the connection mid-response"
-                                           + (f": {exc}" if exc else "")))
+            self._fail(
+                RemoteProtocolError("server closed the connection mid-response" + (f": {exc}" if exc else ""))
+            )
 
 
 class _Conn(asyncio.Protocol):
@@ -321,8 +340,14 @@ class LeanPool:
     """Keep-alive HTTP/1.1 connections per origin, for plain `http://` URLs. No connection cap: callers
     bound concurrency themselves (the bench engine's workers or semaphore)."""
 
-    def __init__(self, *, timeout_s: float = 300.0, connect_timeout_s: float = 10.0,
-                 headers: Mapping[str, str] | None = None, max_idle: int = 1024) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 300.0,
+        connect_timeout_s: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+        max_idle: int = 1024,
+    ) -> None:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.max_idle = max_idle
@@ -352,14 +377,26 @@ class LeanPool:
             if port is not None:
                 path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 host = parts.netloc.removesuffix(":80")
-                head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: vtui-bench\r\nAccept: */*\r\n"
-                        "Content-Type: application/json\r\n").encode("latin-1") + self._extra + b"Content-Length: "
+                head = (
+                    (
+                        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: vtui-bench\r\nAccept: */*\r\n"
+                        "Content-Type: application/json\r\n"
+                    ).encode("latin-1")
+                    + self._extra
+                    + b"Content-Length: "
+                )
                 target = _Target((parts.hostname, port), head)
         self._targets[cache_key] = target
         return target
 
-    async def request(self, method: str, url: str, body: bytes = b"",
-                      sink: Callable[[bytes], None] | None = None, timeout_s: float | None = None) -> Response:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: bytes = b"",
+        sink: Callable[[bytes], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> Response:
         """Send one request. With `sink`, a 2xx body goes to `sink` piece by piece as it arrives (and
         `Response.body` is empty); other bodies are read whole. `timeout_s` (default the pool's) bounds
         each wait for a byte. Raises LeanHTTPError (or ValueError for a URL this pool does not handle,
@@ -399,17 +436,21 @@ class LeanPool:
     async def _connect(self, key: tuple[str, int]) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Conn(key), *key),
-                                             self.connect_timeout_s)
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Conn(key), *key), self.connect_timeout_s
+            )
         except asyncio.TimeoutError:
-            raise ConnectTimeout(f"no connection to {key[0]}:{key[1]} within {self.connect_timeout_s:g}s") from None
+            raise ConnectTimeout(
+                f"no connection to {key[0]}:{key[1]} within {self.connect_timeout_s:g}s"
+            ) from None
         except OSError as exc:
             raise ConnectError(f"{key[0]}:{key[1]}: {exc.strerror or exc}") from None
         self.connections_opened += 1
         return conn
 
-    async def _exchange(self, conn: _Conn, data: bytes, sink: Callable[[bytes], None] | None,
-                        reused: bool, timeout: float) -> Response:
+    async def _exchange(
+        self, conn: _Conn, data: bytes, sink: Callable[[bytes], None] | None, reused: bool, timeout: float
+    ) -> Response:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         watchdog = _Watchdog(loop, timeout, conn)

@@ -92,7 +92,16 @@ class ServerWatch:
             if delta is not None and delta.observations > 0:
                 requests = delta.observations
                 mean = delta.sum / delta.count if delta.sum is not None and delta.count else None
-                ttft = Dist(mean=mean, p50=delta.quantile(0.5), p95=delta.quantile(0.95), p99=delta.quantile(0.99))
-        return ServerStep(scrapes=self._scrapes, kv_usage_peak=self._kv, waiting_peak=self._waiting,
-                          running_peak=self._running, preemptions=preempt, requests=requests, ttft=ttft,
-                          generation_tokens=gen)
+                ttft = Dist(
+                    mean=mean, p50=delta.quantile(0.5), p95=delta.quantile(0.95), p99=delta.quantile(0.99)
+                )
+        return ServerStep(
+            scrapes=self._scrapes,
+            kv_usage_peak=self._kv,
+            waiting_peak=self._waiting,
+            running_peak=self._running,
+            preemptions=preempt,
+            requests=requests,
+            ttft=ttft,
+            generation_tokens=gen,
+        )

@@ -23,12 +23,23 @@ def dist(values: Sequence[float]) -> Dist:
     if not values:
         return Dist()
     ordered = sorted(values)
-    return Dist(mean=math.fsum(ordered) / len(ordered), p50=percentile(ordered, 50), p95=percentile(ordered, 95),
-                p99=percentile(ordered, 99))
+    return Dist(
+        mean=math.fsum(ordered) / len(ordered),
+        p50=percentile(ordered, 50),
+        p95=percentile(ordered, 95),
+        p99=percentile(ordered, 99),
+    )
 
 
-def summarize(index: int, records: Sequence[RequestRecord], duration_s: float, *, concurrency: int | None,
-              request_rate: float | None, server: ServerStep) -> StepResult:
+def summarize(
+    index: int,
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    *,
+    concurrency: int | None,
+    request_rate: float | None,
+    server: ServerStep,
+) -> StepResult:
     """One step's figures. Throughput divides by the step's wall time (first send to last answer)."""
     ok = [r for r in records if r.ok]
     failed = len(records) - len(ok)
@@ -36,7 +47,9 @@ def summarize(index: int, records: Sequence[RequestRecord], duration_s: float, *
     out_tokens = sum(r.output_tokens for r in ok)
     in_tokens = sum(r.prompt_tokens for r in ok)
     itls = [gap for r in ok for gap in r.itls]
-    tpots = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.ttft is not None and r.output_tokens > 1]
+    tpots = [
+        (r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.ttft is not None and r.output_tokens > 1
+    ]
     errors = Counter(r.error or "unknown error" for r in records if not r.ok)
     return StepResult(
         index=index,

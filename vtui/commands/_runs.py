@@ -14,10 +14,10 @@ from typing import Any
 
 from vtui.core.events import Event, Notice, PhaseChanged, StateChanged
 from vtui.core.launcher import OsLauncher, ProcessHandle, exit_path_for
-from vtui.core.layout import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
 from vtui.core.model import Layout
 from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_from_dict
 from vtui.core.state import State
+from vtui.layouts import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
 
 
 class CommandError(Exception):
@@ -43,8 +43,11 @@ def load_session(words: Iterable[str]) -> tuple[Layout, list[str]]:
     remember_last(path)
     unknown = [n for n in names if n not in layout.names()]
     if unknown:
-        print(f"vtui: no instance named {', '.join(unknown)} in {path} "
-              f"(instances: {', '.join(layout.names())})", file=sys.stderr)
+        print(
+            f"vtui: no instance named {', '.join(unknown)} in {path} "
+            f"(instances: {', '.join(layout.names())})",
+            file=sys.stderr,
+        )
         raise CommandError(2)
     return layout, names
 
@@ -85,9 +88,17 @@ def run_async(coro_factory: Callable[[asyncio.Event], Any]) -> int:
 
 
 def record_handle(record: RunRecord) -> ProcessHandle:
-    return ProcessHandle(pid=record.pid, create_time=record.create_time, pgid=record.pgid, sid=record.sid,
-                         key=record.key, log_path=Path(record.log_path), argv=tuple(record.argv),
-                         pump_pid=record.pump_pid, exit_path=exit_path_for(Path(record.log_path)))
+    return ProcessHandle(
+        pid=record.pid,
+        create_time=record.create_time,
+        pgid=record.pgid,
+        sid=record.sid,
+        key=record.key,
+        log_path=Path(record.log_path),
+        argv=tuple(record.argv),
+        pump_pid=record.pump_pid,
+        exit_path=exit_path_for(Path(record.log_path)),
+    )
 
 
 def exit_code_of(record: RunRecord) -> int | None:
@@ -97,8 +108,9 @@ def exit_code_of(record: RunRecord) -> int | None:
         return None
 
 
-def instance_rows(layout: Layout, store: RunStore | None = None,
-                  launcher: OsLauncher | None = None) -> list[dict[str, Any]]:
+def instance_rows(
+    layout: Layout, store: RunStore | None = None, launcher: OsLauncher | None = None
+) -> list[dict[str, Any]]:
     """The state of every instance of the session from its run record, with no supervisor: alive and
     /health 200 -> ready, alive -> starting (or unhealthy once it was ready), dead -> what the record
     and the exit code say."""
@@ -116,23 +128,49 @@ def instance_rows(layout: Layout, store: RunStore | None = None,
         if record is not None and spec is not None:
             spec = merge_flags(spec, record.flags)
         row: dict[str, Any] = {
-            "name": name, "state": State.STOPPED.value, "pid": None,
-            "port": spec.port if spec else None, "gpus": list(spec.gpus) if spec else [],
-            "restarts": 0, "model": spec.model if spec else None, "engine": spec.engine if spec else None,
-            "started_at": None, "uptime_s": None, "last_error": None,
-            "log_path": None, "flags": dict(spec.flags) if spec else {}, "in_layout": name in layout.names(),
+            "name": name,
+            "state": State.STOPPED.value,
+            "pid": None,
+            "port": spec.port if spec else None,
+            "gpus": list(spec.gpus) if spec else [],
+            "restarts": 0,
+            "model": spec.model if spec else None,
+            "engine": spec.engine if spec else None,
+            "started_at": None,
+            "uptime_s": None,
+            "last_error": None,
+            "log_path": None,
+            "flags": dict(spec.flags) if spec else {},
+            "in_layout": name in layout.names(),
         }
         if record is not None:
-            row.update(restarts=record.restarts, last_error=record.last_error, log_path=record.log_path,
-                       port=record.port)
-            handle = launcher.find(pid=record.pid, create_time=record.create_time, argv=record.argv,
-                                   key=record.key, log_path=Path(record.log_path), pump_pid=record.pump_pid)
+            row.update(
+                restarts=record.restarts,
+                last_error=record.last_error,
+                log_path=record.log_path,
+                port=record.port,
+            )
+            handle = launcher.find(
+                pid=record.pid,
+                create_time=record.create_time,
+                argv=record.argv,
+                key=record.key,
+                log_path=Path(record.log_path),
+                pump_pid=record.pump_pid,
+            )
             if handle is not None:
                 healthy = spec is not None and launcher.health_sync(spec)
-                state = State.READY if healthy else (
-                    State.UNHEALTHY if record.last_state in ("ready", "unhealthy") else State.STARTING)
-                row.update(state=state.value, pid=record.pid, started_at=record.started_at,
-                           uptime_s=round(time.time() - record.started_at, 1))
+                state = (
+                    State.READY
+                    if healthy
+                    else (State.UNHEALTHY if record.last_state in ("ready", "unhealthy") else State.STARTING)
+                )
+                row.update(
+                    state=state.value,
+                    pid=record.pid,
+                    started_at=record.started_at,
+                    uptime_s=round(time.time() - record.started_at, 1),
+                )
             else:
                 code = exit_code_of(record)
                 if record.last_state in ("backoff", "failed", "crashed"):

@@ -19,8 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help="instance name (from the layout) or base URL (http://host:port)")
     parser.add_argument("--layout", default=None, help="layout file for NAME (default: the last session's)")
     parser.add_argument("--mode", choices=("concurrency", "ramp", "rate"), default="concurrency")
-    parser.add_argument("-c", "--concurrency", type=int, default=8,
-                        help="fixed concurrency; the ramp's ceiling; in rate mode a cap (0 = none)")
+    parser.add_argument(
+        "-c",
+        "--concurrency",
+        type=int,
+        default=8,
+        help="fixed concurrency; the ramp's ceiling; in rate mode a cap (0 = none)",
+    )
     parser.add_argument("--levels", default=None, help="comma-separated ramp concurrencies or request rates")
     parser.add_argument("--rate", type=float, default=None, help="requests per second (rate mode)")
     parser.add_argument("-n", "--num-requests", type=int, default=64, help="requests per step")
@@ -37,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttft-percentile", choices=("p50", "p95", "p99"), default="p95")
     parser.add_argument("--timeout", type=float, default=300.0, help="per-request timeout (s)")
     parser.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
-    parser.add_argument("--out", type=Path, default=None, help="folder for results (default: vtui's runs dir)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for results (default: vtui's runs dir)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
     parser.add_argument("--save-baseline", type=Path, default=None, metavar="PATH")
     parser.add_argument("--compare", type=Path, default=None, metavar="BASELINE")
@@ -62,19 +69,28 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
     """A URL as is; a name through the layout (`--layout`, else the last session's)."""
     if target.startswith(("http://", "https://")):
         return Target(base_url=target.rstrip("/"), api_key=os.environ.get("VLLM_API_KEY"))
-    from vtui.core.layout import load_layout, resolve_layout_arg
+    from vtui.layouts import load_layout, resolve_layout_arg
 
     layout = load_layout(resolve_layout_arg(layout_arg))
     try:
         spec = layout.instance(target)
     except KeyError:
-        raise ValueError(f"no instance {target!r} in {layout.path}; instances: {', '.join(layout.names())}") from None
+        raise ValueError(
+            f"no instance {target!r} in {layout.path}; instances: {', '.join(layout.names())}"
+        ) from None
     flags = dict(spec.flags)
     key = flags.pop("api-key", None)
     tp = int(flags.get("tensor-parallel-size", 1) or 1) * int(flags.get("pipeline-parallel-size", 1) or 1)
-    return Target(base_url=spec.base_url, name=spec.name, flags=flags, model=spec.model, engine=spec.engine,
-                  gpus=len(spec.gpus) or tp, gpu_hour_price=layout.session.gpu_hour_price,
-                  api_key=(key[0] if isinstance(key, list) else key) or os.environ.get("VLLM_API_KEY"))
+    return Target(
+        base_url=spec.base_url,
+        name=spec.name,
+        flags=flags,
+        model=spec.model,
+        engine=spec.engine,
+        gpus=len(spec.gpus) or tp,
+        gpu_hour_price=layout.session.gpu_hour_price,
+        api_key=(key[0] if isinstance(key, list) else key) or os.environ.get("VLLM_API_KEY"),
+    )
 
 
 def _levels(text: str | None) -> tuple[float, ...]:
@@ -90,17 +106,21 @@ def _ms(value: float | None) -> str:
 def render_steps(result, gpu_hour_price: float | None = None, gpus: int = 1) -> str:
     from vtui.bench import cost_per_million_output_tokens
 
-    head = (f"{'step':<10}{'ok/err':>9}{'req/s':>8}{'out tok/s':>10}{'TTFT p50/p95/p99 ms':>22}"
-            f"{'ITL p50/p95 ms':>16}{'e2e p50/p99 s':>15}  server: KV peak, waiting peak, preempt, TTFT mean ms")
+    head = (
+        f"{'step':<10}{'ok/err':>9}{'req/s':>8}{'out tok/s':>10}{'TTFT p50/p95/p99 ms':>22}"
+        f"{'ITL p50/p95 ms':>16}{'e2e p50/p99 s':>15}  server: KV peak, waiting peak, preempt, TTFT mean ms"
+    )
     lines = [f"model {result.model} (vLLM {result.server_version or '--'})", head]
     for s in result.steps:
         kv = "--" if s.server.kv_usage_peak is None else f"{s.server.kv_usage_peak:.0%}"
         waiting = "--" if s.server.waiting_peak is None else f"{s.server.waiting_peak:g}"
         pre = "--" if s.server.preemptions is None else f"{s.server.preemptions:g}"
         e2e = f"{s.e2e.p50:.2f}/{s.e2e.p99:.2f}" if s.e2e.p50 is not None else "--"
-        line = (f"{s.label:<10}{f'{s.completed}/{s.failed}':>9}{s.req_per_s:>8.2f}{s.output_tok_per_s:>10.1f}"
-                f"{f'{_ms(s.ttft.p50)}/{_ms(s.ttft.p95)}/{_ms(s.ttft.p99)}':>22}"
-                f"{f'{_ms(s.itl.p50)}/{_ms(s.itl.p95)}':>16}{e2e:>15}  {kv}, {waiting}, {pre}, {_ms(s.server.ttft.mean)}")
+        line = (
+            f"{s.label:<10}{f'{s.completed}/{s.failed}':>9}{s.req_per_s:>8.2f}{s.output_tok_per_s:>10.1f}"
+            f"{f'{_ms(s.ttft.p50)}/{_ms(s.ttft.p95)}/{_ms(s.ttft.p99)}':>22}"
+            f"{f'{_ms(s.itl.p50)}/{_ms(s.itl.p95)}':>16}{e2e:>15}  {kv}, {waiting}, {pre}, {_ms(s.server.ttft.mean)}"
+        )
         if gpu_hour_price is not None:
             cost = cost_per_million_output_tokens(gpu_hour_price, gpus, s.output_tok_per_s)
             line += f"  ${cost:.2f}/M out" if cost is not None else ""
@@ -130,12 +150,27 @@ def run(args: argparse.Namespace) -> int:
     try:
         target = resolve_target(args.target, args.layout)
         config = BenchConfig(
-            base_url=target.base_url, model=args.model, mode=args.mode, concurrency=args.concurrency,
-            levels=_levels(args.levels), request_rate=args.rate, num_requests=args.num_requests,
-            duration_s=args.duration, input_len=args.input_len, output_len=args.output_len, prompts_file=args.prompts,
-            endpoint=args.endpoint, seed=args.seed, timeout_s=args.timeout, max_error_rate=args.max_error_rate,
-            ttft_target_s=args.ttft_target, ttft_percentile=args.ttft_percentile,
-            scrape_metrics=not args.no_metrics, api_key=target.api_key, warmup_requests=args.warmup)
+            base_url=target.base_url,
+            model=args.model,
+            mode=args.mode,
+            concurrency=args.concurrency,
+            levels=_levels(args.levels),
+            request_rate=args.rate,
+            num_requests=args.num_requests,
+            duration_s=args.duration,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            prompts_file=args.prompts,
+            endpoint=args.endpoint,
+            seed=args.seed,
+            timeout_s=args.timeout,
+            max_error_rate=args.max_error_rate,
+            ttft_target_s=args.ttft_target,
+            ttft_percentile=args.ttft_percentile,
+            scrape_metrics=not args.no_metrics,
+            api_key=target.api_key,
+            warmup_requests=args.warmup,
+        )
         config.step_levels()
         baseline = load_baseline(args.compare) if args.compare else None
     except Exception as exc:  # layout, arguments, baseline file: one clear line, no traceback
@@ -144,8 +179,11 @@ def run(args: argparse.Namespace) -> int:
 
     def on_progress(p) -> None:
         if p.phase == "step-start" and not args.json:
-            print(f"step {p.step_index + 1}/{p.steps_total}: {'rate' if args.mode == 'rate' else 'c'}={p.level:g} …",
-                  file=sys.stderr, flush=True)
+            print(
+                f"step {p.step_index + 1}/{p.steps_total}: {'rate' if args.mode == 'rate' else 'c'}={p.level:g} …",
+                file=sys.stderr,
+                flush=True,
+            )
 
     try:
         result = asyncio.run(run_bench(config, on_progress))
@@ -158,15 +196,28 @@ def run(args: argparse.Namespace) -> int:
     json_path, csv_path = write_results(result, args.out or (runs_dir() / "bench"), stem)
     print(json.dumps(result_json(result), indent=2) if args.json else render_steps(result, price, gpus))
     print(f"results: {json_path} and {csv_path}", file=sys.stderr)
-    doc = make_baseline(result, flags=target.flags, model=target.model, engine=target.engine,
-                        gpu_hour_price=price, gpus=gpus) if args.save_baseline or baseline is not None else None
+    doc = (
+        make_baseline(
+            result,
+            flags=target.flags,
+            model=target.model,
+            engine=target.engine,
+            gpu_hour_price=price,
+            gpus=gpus,
+        )
+        if args.save_baseline or baseline is not None
+        else None
+    )
     if args.save_baseline:
         print(f"baseline saved: {save_baseline(args.save_baseline, doc)}", file=sys.stderr)
     if baseline is not None:
         for note in context_differences(doc, baseline):
             print(f"note: {note}", file=sys.stderr)
         changes = compare(result, baseline, args.threshold)
-        print(render_changes(changes) or "no step matches the baseline's steps", file=sys.stderr if args.json else sys.stdout)
+        print(
+            render_changes(changes) or "no step matches the baseline's steps",
+            file=sys.stderr if args.json else sys.stdout,
+        )
         if any(c.regression for c in changes):
             print(f"regressions beyond {args.threshold:.0%} against {args.compare}", file=sys.stderr)
             return 1

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from vtui.core.advice import flag_advice
-from vtui.core.layout import LayoutError, load_layout_with_warnings, resolve_layout_arg
+from vtui.layouts import LayoutError, load_layout_with_warnings, resolve_layout_arg
 
 HELP = "validate a layout file: every problem with file:line and key (exit 2 on errors)"
 
@@ -39,9 +39,13 @@ def run(args: argparse.Namespace) -> int:
     for spec in layout.instances:
         for line in flag_advice(spec.flags):
             print(f"advice: {spec.name}: {line}")
-    instances = ", ".join(f"{s.name} ({s.engine} :{s.port}{' gpus ' + ','.join(map(str, s.gpus)) if s.gpus else ''})"
-                          for s in layout.instances)
+    instances = ", ".join(
+        f"{s.name} ({s.engine} :{s.port}{' gpus ' + ','.join(map(str, s.gpus)) if s.gpus else ''})"
+        for s in layout.instances
+    )
     count = len(layout.instances)
-    print(f"{path}: OK: session \"{layout.session.name}\", {count} instance{'s' if count != 1 else ''}: "
-          f"{instances}" + (f"; {len(warnings)} warning(s)" if warnings else ""))
+    print(
+        f'{path}: OK: session "{layout.session.name}", {count} instance{"s" if count != 1 else ""}: '
+        f"{instances}" + (f"; {len(warnings)} warning(s)" if warnings else "")
+    )
     return 0

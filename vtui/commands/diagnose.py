@@ -15,14 +15,24 @@ from vtui.telemetry.startup_log import FACT_KEYS, StartupFacts, parse_startup
 HELP = "read a vLLM log: startup facts, problems and the flags that fix them"
 
 _LABELS = {
-    "vllm_version": "vLLM version", "engine": "engine", "max_model_len": "max model len",
-    "model_weights_gib": "model weights (GiB)", "total_gpu_gib": "GPU memory (GiB)",
-    "gpu_memory_utilization": "gpu-memory-utilization", "non_torch_gib": "non-torch memory (GiB)",
-    "activation_peak_gib": "activation peak (GiB)", "available_kv_gib": "KV cache memory (GiB)",
-    "kv_cache_tokens": "KV cache tokens", "num_gpu_blocks": "GPU blocks", "num_cpu_blocks": "CPU blocks",
-    "max_concurrency": "max concurrency (x)", "max_concurrency_for_tokens": "  at tokens per request",
-    "kv_needed_gib": "KV needed (GiB)", "estimated_max_model_len": "estimated max model len",
-    "init_engine_secs": "init engine (s)", "cuda_graph_capture_secs": "graph capture (s)",
+    "vllm_version": "vLLM version",
+    "engine": "engine",
+    "max_model_len": "max model len",
+    "model_weights_gib": "model weights (GiB)",
+    "total_gpu_gib": "GPU memory (GiB)",
+    "gpu_memory_utilization": "gpu-memory-utilization",
+    "non_torch_gib": "non-torch memory (GiB)",
+    "activation_peak_gib": "activation peak (GiB)",
+    "available_kv_gib": "KV cache memory (GiB)",
+    "kv_cache_tokens": "KV cache tokens",
+    "num_gpu_blocks": "GPU blocks",
+    "num_cpu_blocks": "CPU blocks",
+    "max_concurrency": "max concurrency (x)",
+    "max_concurrency_for_tokens": "  at tokens per request",
+    "kv_needed_gib": "KV needed (GiB)",
+    "estimated_max_model_len": "estimated max model len",
+    "init_engine_secs": "init engine (s)",
+    "cuda_graph_capture_secs": "graph capture (s)",
     "torch_compile_secs": "torch.compile (s)",
 }
 
@@ -43,8 +53,12 @@ def render(facts: StartupFacts, problems: list[Problem]) -> str:
     values = facts.to_json()
     if values:
         out.append("facts:")
-        out += [f"  {_LABELS.get(k, k):<28} {v:,}" if isinstance(v, int) and not isinstance(v, bool)
-                else f"  {_LABELS.get(k, k):<28} {v}" for k, v in values.items()]
+        out += [
+            f"  {_LABELS.get(k, k):<28} {v:,}"
+            if isinstance(v, int) and not isinstance(v, bool)
+            else f"  {_LABELS.get(k, k):<28} {v}"
+            for k, v in values.items()
+        ]
     if facts.non_default_args:
         args = ", ".join(f"{k}={v!r}" for k, v in facts.non_default_args.items() if k != "model_tag")
         out.append(f"  {'non-default args':<28} {args}")
@@ -77,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     facts = parse_startup(lines)
     problems = diagnose(lines, facts, gpu=_gpus_now())
     if args.json:
-        payload = {"facts": {k: v for k, v in facts.to_json().items() if k in FACT_KEYS},
-                   "problems": [p.to_json() for p in problems]}
+        payload = {
+            "facts": {k: v for k, v in facts.to_json().items() if k in FACT_KEYS},
+            "problems": [p.to_json() for p in problems],
+        }
         print(json.dumps(payload, indent=2))
     else:
         print(render(facts, problems))

@@ -15,8 +15,12 @@ HELP = "stop instances of a layout (all, or the names given) and every process t
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("words", nargs="*", metavar="[LAYOUT] NAME",
-                        help="layout file (default: the session last used), then instance names")
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="[LAYOUT] NAME",
+        help="layout file (default: the session last used), then instance names",
+    )
     parser.add_argument("--grace", type=float, default=None, help="seconds between SIGTERM and SIGKILL")
 
 

@@ -17,8 +17,12 @@ HELP = "show (and with -f follow) the log of one instance"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("words", nargs="+", metavar="[LAYOUT] NAME",
-                        help="layout file (default: the session last used), then the instance name")
+    parser.add_argument(
+        "words",
+        nargs="+",
+        metavar="[LAYOUT] NAME",
+        help="layout file (default: the session last used), then the instance name",
+    )
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     parser.add_argument("-n", "--lines", type=int, default=50, help="how many lines (default 50)")
 

@@ -16,9 +16,18 @@ from vtui.telemetry.scrape import ScrapeLoop
 
 HELP = "read one vLLM /metrics payload (file, - for stdin, or URL)"
 
-JSON_KEYS = ("running", "waiting", "kv_usage", "kv_capacity_tokens", "prompt_tokens_total",
-             "generation_tokens_total", "preemptions_total", "prefix_cache_queries_total",
-             "prefix_cache_hits_total", "vllm_names")
+JSON_KEYS = (
+    "running",
+    "waiting",
+    "kv_usage",
+    "kv_capacity_tokens",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "preemptions_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "vllm_names",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _fetch(url: str, timeout: float, api_key: str | None) -> MetricsSample:
     base = url[: -len("/metrics")] if url.rstrip("/").endswith("/metrics") else url
     errors: list[str] = []
-    loop = ScrapeLoop("", base.rstrip("/"), lambda s: None, timeout=timeout, api_key=api_key,
-                      on_error=errors.append)
+    loop = ScrapeLoop(
+        "", base.rstrip("/"), lambda s: None, timeout=timeout, api_key=api_key, on_error=errors.append
+    )
     sample = asyncio.run(loop.scrape_once())
     if sample is None:
         raise OSError(errors[-1] if errors else f"no answer from {url}")
@@ -54,15 +64,25 @@ def _p(p: Percentiles) -> str:
 def render(s: MetricsSample) -> str:
     reasons = ", ".join(f"{k} {v:g}" for k, v in s.waiting_by_reason.items())
     rows = [
-        ("metric names", _v(s.vllm_names, "{}") + (f" ({s.engines} engines)" if s.engines and s.engines > 1 else "")),
+        (
+            "metric names",
+            _v(s.vllm_names, "{}") + (f" ({s.engines} engines)" if s.engines and s.engines > 1 else ""),
+        ),
         ("running / waiting", f"{_v(s.running)} / {_v(s.waiting)}" + (f"  ({reasons})" if reasons else "")),
         ("KV cache usage", _v(s.kv_usage, "{:.1%}")),
-        ("KV capacity (tokens)", _v(s.kv_capacity_tokens, "{:,}")
-         + (f"  (block size {s.block_size})" if s.block_size else "")),
-        ("prompt / generation tokens", f"{_v(s.prompt_tokens_total, '{:,.0f}')} / {_v(s.generation_tokens_total, '{:,.0f}')}"),
+        (
+            "KV capacity (tokens)",
+            _v(s.kv_capacity_tokens, "{:,}") + (f"  (block size {s.block_size})" if s.block_size else ""),
+        ),
+        (
+            "prompt / generation tokens",
+            f"{_v(s.prompt_tokens_total, '{:,.0f}')} / {_v(s.generation_tokens_total, '{:,.0f}')}",
+        ),
         ("preemptions", _v(s.preemptions_total, "{:,.0f}")),
-        ("prefix cache hits / queries", f"{_v(s.prefix_cache_hits_total, '{:,.0f}')} / "
-                                        f"{_v(s.prefix_cache_queries_total, '{:,.0f}')}"),
+        (
+            "prefix cache hits / queries",
+            f"{_v(s.prefix_cache_hits_total, '{:,.0f}')} / {_v(s.prefix_cache_queries_total, '{:,.0f}')}",
+        ),
         ("prefix cache hit rate", _v(s.prefix_hit_rate, "{:.1%}")),
         ("TTFT p50/p95/p99 (s)", _p(s.ttft)),
         ("inter-token p50/p95/p99 (s)", _p(s.itl)),

@@ -40,14 +40,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--kv-memory-gib", type=float, default=None, help="known KV budget per GPU (GiB)")
-    budget.add_argument("--kv-memory-bytes", "--kv-cache-memory-bytes", type=human_bytes, default=None,
-                        help="known KV budget per GPU in bytes (64M, 1G: as vLLM parses them)")
-    budget.add_argument("--from-log", type=Path, default=None,
-                        help="take the KV budget (and max-model-len) from a vLLM startup log")
+    budget.add_argument(
+        "--kv-memory-bytes",
+        "--kv-cache-memory-bytes",
+        type=human_bytes,
+        default=None,
+        help="known KV budget per GPU in bytes (64M, 1G: as vLLM parses them)",
+    )
+    budget.add_argument(
+        "--from-log",
+        type=Path,
+        default=None,
+        help="take the KV budget (and max-model-len) from a vLLM startup log",
+    )
     parser.add_argument("--gpu-memory-gib", type=float, default=None, help="memory per GPU (default: NVML)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                        help="cuda (default) or cpu (vLLM's CPU build: block size 128)")
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="cuda (default) or cpu (vLLM's CPU build: block size 128)",
+    )
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--disable-hybrid-kv-cache-manager", action="store_true")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -85,23 +98,37 @@ def build_params(args: argparse.Namespace):
         max_len = max_len or facts.max_model_len
         logged = facts.args or {}
         dtype = logged.get("dtype") if args.dtype == "auto" else None
-        args = argparse.Namespace(**{**vars(args), "dtype": dtype or args.dtype,
-                                     "kv_cache_dtype": logged.get("kv_cache_dtype", args.kv_cache_dtype),
-                                     "block_size": args.block_size or logged.get("block_size"),
-                                     "tensor_parallel_size": logged.get("tensor_parallel_size",
-                                                                        args.tensor_parallel_size)})
+        args = argparse.Namespace(
+            **{
+                **vars(args),
+                "dtype": dtype or args.dtype,
+                "kv_cache_dtype": logged.get("kv_cache_dtype", args.kv_cache_dtype),
+                "block_size": args.block_size or logged.get("block_size"),
+                "tensor_parallel_size": logged.get("tensor_parallel_size", args.tensor_parallel_size),
+            }
+        )
         if device is None and "CPU KV cache" in args.from_log.read_text(errors="replace"):
             device = "cpu"
     gpu_gib = args.gpu_memory_gib
     if kv_bytes is None and gpu_gib is None and (device or "cuda") == "cuda":
         gpu_gib = _nvml_gib()
     return PlanParams(
-        tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
-        dtype=args.dtype, quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
-        block_size=args.block_size, device=device or "cuda", gpu_memory_gib=gpu_gib,
-        gpu_memory_utilization=args.gpu_memory_utilization, kv_memory_bytes=kv_bytes, kv_budget_source=source,
-        max_model_len=max_len, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-        enforce_eager=args.enforce_eager, hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        device=device or "cuda",
+        gpu_memory_gib=gpu_gib,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_memory_bytes=kv_bytes,
+        kv_budget_source=source,
+        max_model_len=max_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enforce_eager=args.enforce_eager,
+        hybrid_kv_cache_manager=not args.disable_hybrid_kv_cache_manager,
     )
 
 
@@ -132,7 +159,11 @@ def render(result) -> str:
         ("max-model-len / block size", f"{result.max_model_len:,} / {result.block_size}"),
         ("dtype / KV bytes per element", f"{result.model_dtype} / {result.kv_dtype_bytes:g}"),
         ("KV heads × layers per GPU", f"{result.kv_heads_per_gpu} × {result.layers_per_gpu}"),
-        ("KV groups", ", ".join(result.kv_groups) + (f" (window {result.sliding_window})" if result.sliding_window else "")),
+        (
+            "KV groups",
+            ", ".join(result.kv_groups)
+            + (f" (window {result.sliding_window})" if result.sliding_window else ""),
+        ),
         ("KV bytes per token", _fmt(result.kv_bytes_per_token)),
         ("weights per GPU", _fmt(result.weights_gib_per_gpu, f" GiB ({result.weights_source})")),
         ("activation peak (est.)", _fmt(result.activation_gib, " GiB")),
@@ -157,7 +188,9 @@ def run(args: argparse.Namespace) -> int:
 
     target = args.config_path or args.model
     if not target:
-        print("vtui plan: give a model folder, config.json or cached HF id (or --config PATH)", file=sys.stderr)
+        print(
+            "vtui plan: give a model folder, config.json or cached HF id (or --config PATH)", file=sys.stderr
+        )
         return 2
     try:
         config = load_model_config(target)

@@ -39,17 +39,34 @@ def _print(layout, rows: list[dict], as_json: bool) -> int:
     return 0
 
 
-COLUMNS = (("NAME", "<"), ("STATE", "<"), ("PID", ">"), ("PORT", ">"), ("GPUS", "<"), ("RESTARTS", ">"),
-           ("UP", ">"), ("MODEL", "<"))
+COLUMNS = (
+    ("NAME", "<"),
+    ("STATE", "<"),
+    ("PID", ">"),
+    ("PORT", ">"),
+    ("GPUS", "<"),
+    ("RESTARTS", ">"),
+    ("UP", ">"),
+    ("MODEL", "<"),
+)
 
 
 def table(rows: list[dict]) -> list[str]:
     """The rows as aligned text: each column as wide as its widest cell (long names stay aligned);
     a failed instance's error goes on its own line under it."""
-    cells = [[row["name"], row["state"], str(row["pid"] or "-"), str(row["port"] or "-"),
-              ",".join(map(str, row["gpus"])) or "-", str(row["restarts"]),
-              _duration(row["uptime_s"]) if row["uptime_s"] is not None else "-", row["model"] or "-"]
-             for row in rows]
+    cells = [
+        [
+            row["name"],
+            row["state"],
+            str(row["pid"] or "-"),
+            str(row["port"] or "-"),
+            ",".join(map(str, row["gpus"])) or "-",
+            str(row["restarts"]),
+            _duration(row["uptime_s"]) if row["uptime_s"] is not None else "-",
+            row["model"] or "-",
+        ]
+        for row in rows
+    ]
     widths = [max([len(title), *(len(c[i]) for c in cells)]) for i, (title, _) in enumerate(COLUMNS)]
 
     def line(values: list[str]) -> str:

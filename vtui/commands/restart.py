@@ -15,24 +15,38 @@ from pathlib import Path
 
 from vtui.commands._runs import load_session, progress_printer, run_async
 from vtui.core.flagspec import parse_flag_value
-from vtui.core.layout import LayoutError, load_layout, render_layout, save_layout
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import RunStore, merge_flags
 from vtui.core.state import State
 from vtui.core.supervisor import Supervisor
+from vtui.layouts import LayoutError, load_layout, render_layout, save_layout
 
 HELP = "restart one instance, optionally with changed flags (--set flag=value, --unset flag)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("words", nargs="+", metavar="[LAYOUT] NAME",
-                        help="layout file (default: the session last used), then the instance name")
-    parser.add_argument("--set", dest="set_flags", action="append", default=[], metavar="FLAG=VALUE",
-                        help="set a vllm serve flag (repeatable)")
-    parser.add_argument("--unset", action="append", default=[], metavar="FLAG",
-                        help="remove a flag (repeatable)")
-    parser.add_argument("--save", action="store_true",
-                        help="once READY, write the flags into the layout file (comments and order kept)")
+    parser.add_argument(
+        "words",
+        nargs="+",
+        metavar="[LAYOUT] NAME",
+        help="layout file (default: the session last used), then the instance name",
+    )
+    parser.add_argument(
+        "--set",
+        dest="set_flags",
+        action="append",
+        default=[],
+        metavar="FLAG=VALUE",
+        help="set a vllm serve flag (repeatable)",
+    )
+    parser.add_argument(
+        "--unset", action="append", default=[], metavar="FLAG", help="remove a flag (repeatable)"
+    )
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="once READY, write the flags into the layout file (comments and order kept)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds")
 
 
@@ -42,7 +56,7 @@ def parse_sets(items: list[str]) -> dict[str, object]:
         name, sep, text = item.partition("=")
         name = name.strip().removeprefix("--")
         if not sep or not name:
-            raise ValueError(f'--set {item}: expected FLAG=VALUE, e.g. --set max-num-seqs=64')
+            raise ValueError(f"--set {item}: expected FLAG=VALUE, e.g. --set max-num-seqs=64")
         flags[name] = parse_flag_value(name, text)
     return flags
 
@@ -98,8 +112,10 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
         if settle.result()[name] is State.READY:
             print(f"{name}: ready on {status.spec.base_url} (pid {status.pid})")
             return _save(layout.path, name, spec.flags) if args.save else 0
-        print(f"{name}: {status.state.value}: {status.last_error or 'see `vtui logs ' + name + '`'}",
-              file=sys.stderr)
+        print(
+            f"{name}: {status.state.value}: {status.last_error or 'see `vtui logs ' + name + '`'}",
+            file=sys.stderr,
+        )
         if args.save:
             print(f"vtui restart: {name} did not reach READY; {layout.path} left as it is", file=sys.stderr)
         return 1
@@ -113,8 +129,10 @@ def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
     try:
         current = load_layout(path) if path is not None else None
         if current is None or name not in current.names():
-            print(f"vtui restart: {name} runs, but {path} has no instance {name} any more: not saved",
-                  file=sys.stderr)
+            print(
+                f"vtui restart: {name} runs, but {path} has no instance {name} any more: not saved",
+                file=sys.stderr,
+            )
             return 1
         saved = save_layout(current.replace_instance(replace(current.instance(name), flags=flags)))
     except (OSError, LayoutError) as exc:

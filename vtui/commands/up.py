@@ -20,10 +20,15 @@ HELP = "start the instances of a layout and wait until they are ready (--watch: 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("layout", nargs="?", help="layout file (default: the session last used)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="start only these instances")
-    parser.add_argument("--watch", action="store_true",
-                        help="keep supervising with the restart policy until Ctrl-C")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="give up waiting after this many seconds (instances keep starting)")
+    parser.add_argument(
+        "--watch", action="store_true", help="keep supervising with the restart policy until Ctrl-C"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up waiting after this many seconds (instances keep starting)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,8 +41,10 @@ async def _up(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
     if only:
         unknown = [n for n in only if n not in layout.names()]
         if unknown:
-            print(f"vtui up: no instance named {', '.join(unknown)} "
-                  f"(instances: {', '.join(layout.names())})", file=sys.stderr)
+            print(
+                f"vtui up: no instance named {', '.join(unknown)} (instances: {', '.join(layout.names())})",
+                file=sys.stderr,
+            )
             return 2
     sup = Supervisor(layout)
     sup.subscribe(progress_printer())
@@ -62,8 +69,7 @@ async def _up(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
             print("supervising; Ctrl-C to leave (instances keep running)", flush=True)
             run_task = asyncio.ensure_future(sup.run())
             await asyncio.wait({run_task, stop_waiting}, return_when=asyncio.FIRST_COMPLETED)
-            code = 0 if all(s.state is State.READY for s in sup.status()
-                            if not only or s.name in only) else 1
+            code = 0 if all(s.state is State.READY for s in sup.status() if not only or s.name in only) else 1
         return code
     finally:
         stop_waiting.cancel()

@@ -14,15 +14,21 @@ def flag_advice(flags: Mapping[str, object]) -> list[str]:
     out = []
     util = flags.get("gpu-memory-utilization")
     if isinstance(util, (int, float)) and not isinstance(util, bool) and util > UTILIZATION_EDGE:
-        out.append(f"--gpu-memory-utilization {util:g} is above {UTILIZATION_EDGE}: it squeezes everything "
-                   "outside the KV pool; short-context tests look fine, long-context concurrency queues and "
-                   "hits OOM sooner. Leave about a tenth of the memory as headroom (0.90).")
+        out.append(
+            f"--gpu-memory-utilization {util:g} is above {UTILIZATION_EDGE}: it squeezes everything "
+            "outside the KV pool; short-context tests look fine, long-context concurrency queues and "
+            "hits OOM sooner. Leave about a tenth of the memory as headroom (0.90)."
+        )
     if flags.get("enforce-eager") is True:
-        out.append("--enforce-eager turns CUDA graphs off (GPU builds): errors come earlier and readable, at "
-                   "the cost of throughput and first-token latency. Fine while debugging a start; turn it back "
-                   "off for a long run.")
+        out.append(
+            "--enforce-eager turns CUDA graphs off (GPU builds): errors come earlier and readable, at "
+            "the cost of throughput and first-token latency. Fine while debugging a start; turn it back "
+            "off for a long run."
+        )
     kv_dtype = flags.get("kv-cache-dtype")
     if isinstance(kv_dtype, str) and kv_dtype.startswith("fp8"):
-        out.append(f"--kv-cache-dtype {kv_dtype} halves the KV cache's memory; check the outputs' quality "
-                   "against the auto dtype before relying on it.")
+        out.append(
+            f"--kv-cache-dtype {kv_dtype} halves the KV cache's memory; check the outputs' quality "
+            "against the auto dtype before relying on it."
+        )
     return out

@@ -40,29 +40,86 @@ _SPLIT_NAMES = re.compile(r",\s+(?=-)")
 _DEFAULT = re.compile(r"\(default:\s*(.*)\)\s*$", re.S)
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 # Flags whose help says "(default: None)" and nothing else about their type.
-_INT_FLAGS = frozenset({
-    "api-server-count", "block-size", "cp-kv-cache-interleave-size", "cpu-distributed-timeout-seconds",
-    "data-parallel-rank", "data-parallel-rpc-port", "data-parallel-size", "data-parallel-size-local",
-    "data-parallel-start-rank", "dcp-kv-cache-interleave-size", "decode-context-parallel-size",
-    "distributed-timeout-seconds", "dp-supervisor-probe-failure-threshold", "elastic-ep-max-dp-size",
-    "grpc-port", "h11-max-header-count", "h11-max-incomplete-event-size", "mamba-block-size",
-    "mamba-cache-philox-rounds", "master-port", "max-cpu-loras", "max-cudagraph-capture-size",
-    "max-log-len", "max-logprobs", "max-lora-cls-labels", "max-loras", "max-num-active-seqs",
-    "max-num-queued-reqs", "max-num-seqs", "max-parallel-loading-workers", "nnodes", "node-rank",
-    "num-gpu-blocks-override", "offload-group-size", "offload-num-in-group", "offload-prefetch-step",
-    "pipeline-parallel-size", "port", "prefill-context-parallel-size", "prefill-schedule-interval",
-    "prefix-match-unit", "renderer-num-workers", "replayssm-buffer-len", "seed", "spec-tokens",
-    "stream-interval", "tensor-parallel-size", "ubatch-size", "dbo-decode-token-threshold",
-    "dbo-prefill-token-threshold", "dp-sync-interval", "optimization-level", "shutdown-timeout",
-    "long-prefill-token-threshold", "max-num-queued-tokens",
-    "max-num-scheduled-tokens", "safetensors-prefetch-num-threads", "mm-shm-cache-max-object-size-mb",
-})
-_FLOAT_FLAGS = frozenset({
-    "gpu-memory-utilization", "kv-offloading-size", "cpu-offload-gb", "mm-processor-cache-gb",
-    "mm-ipc-gpu-memory-gb", "video-pruning-rate", "sse-keep-alive-interval", "watermark",
-    "dp-supervisor-probe-interval-s", "dp-supervisor-probe-timeout-s", "prefix-cache-retention-interval",
-    "mm-encoder-fp8-scale-save-margin", "swap-space", "kv-cache-metrics-sample",
-})
+_INT_FLAGS = frozenset(
+    {
+        "api-server-count",
+        "block-size",
+        "cp-kv-cache-interleave-size",
+        "cpu-distributed-timeout-seconds",
+        "data-parallel-rank",
+        "data-parallel-rpc-port",
+        "data-parallel-size",
+        "data-parallel-size-local",
+        "data-parallel-start-rank",
+        "dcp-kv-cache-interleave-size",
+        "decode-context-parallel-size",
+        "distributed-timeout-seconds",
+        "dp-supervisor-probe-failure-threshold",
+        "elastic-ep-max-dp-size",
+        "grpc-port",
+        "h11-max-header-count",
+        "h11-max-incomplete-event-size",
+        "mamba-block-size",
+        "mamba-cache-philox-rounds",
+        "master-port",
+        "max-cpu-loras",
+        "max-cudagraph-capture-size",
+        "max-log-len",
+        "max-logprobs",
+        "max-lora-cls-labels",
+        "max-loras",
+        "max-num-active-seqs",
+        "max-num-queued-reqs",
+        "max-num-seqs",
+        "max-parallel-loading-workers",
+        "nnodes",
+        "node-rank",
+        "num-gpu-blocks-override",
+        "offload-group-size",
+        "offload-num-in-group",
+        "offload-prefetch-step",
+        "pipeline-parallel-size",
+        "port",
+        "prefill-context-parallel-size",
+        "prefill-schedule-interval",
+        "prefix-match-unit",
+        "renderer-num-workers",
+        "replayssm-buffer-len",
+        "seed",
+        "spec-tokens",
+        "stream-interval",
+        "tensor-parallel-size",
+        "ubatch-size",
+        "dbo-decode-token-threshold",
+        "dbo-prefill-token-threshold",
+        "dp-sync-interval",
+        "optimization-level",
+        "shutdown-timeout",
+        "long-prefill-token-threshold",
+        "max-num-queued-tokens",
+        "max-num-scheduled-tokens",
+        "safetensors-prefetch-num-threads",
+        "mm-shm-cache-max-object-size-mb",
+    }
+)
+_FLOAT_FLAGS = frozenset(
+    {
+        "gpu-memory-utilization",
+        "kv-offloading-size",
+        "cpu-offload-gb",
+        "mm-processor-cache-gb",
+        "mm-ipc-gpu-memory-gb",
+        "video-pruning-rate",
+        "sse-keep-alive-interval",
+        "watermark",
+        "dp-supervisor-probe-interval-s",
+        "dp-supervisor-probe-timeout-s",
+        "prefix-cache-retention-interval",
+        "mm-encoder-fp8-scale-save-margin",
+        "swap-space",
+        "kv-cache-metrics-sample",
+    }
+)
 
 
 def _literal(text: str) -> object:
@@ -85,7 +142,7 @@ def _literal(text: str) -> object:
 def _choices(text: str) -> tuple[str, ...] | None:
     text = text.strip()
     if text.startswith("{") and "}" in text:
-        return tuple(c for c in text[1:text.index("}")].split(","))
+        return tuple(c for c in text[1 : text.index("}")].split(","))
     if text.startswith("['"):
         value = _literal(text[: text.index("]") + 1])
         if isinstance(value, list):
@@ -135,9 +192,18 @@ def _spec_from_block(signature: str, help_lines: list[str], group: str) -> FlagS
         kind = "json"
     else:
         kind = "str"
-    return FlagSpec(name=name, type=kind, choices=choices, default=default, help=text, aliases=aliases,
-                    group=group, human=human, optional_value=optional_value,
-                    negatable=f"--no-{name}" in names)
+    return FlagSpec(
+        name=name,
+        type=kind,
+        choices=choices,
+        default=default,
+        help=text,
+        aliases=aliases,
+        group=group,
+        human=human,
+        optional_value=optional_value,
+        negatable=f"--no-{name}" in names,
+    )
 
 
 def parse_serve_help(text: str) -> dict[str, FlagSpec]:
@@ -199,8 +265,10 @@ def _load_builtin(data: dict) -> Mapping[str, FlagSpec]:
 def specs_to_json(specs: Mapping[str, FlagSpec], version: str, source: str) -> str:
     """The data file's text (stable order, so regenerating shows a clean diff)."""
     items = [asdict(specs[name]) for name in sorted(specs)]
-    return json.dumps({"vllm_version": version, "source": source, "flags": items}, indent=1,
-                      ensure_ascii=False) + "\n"
+    return (
+        json.dumps({"vllm_version": version, "source": source, "flags": items}, indent=1, ensure_ascii=False)
+        + "\n"
+    )
 
 
 _DATA = _load_data()
@@ -209,37 +277,67 @@ VLLM_VERSION: str = _DATA["vllm_version"]  # the vLLM whose help built the table
 del _DATA
 
 # The knobs the seeds discuss: the flag editor shows these first.
-SEED_FLAGS: tuple[str, ...] = tuple(name for name in (
-    "gpu-memory-utilization", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
-    "tensor-parallel-size", "pipeline-parallel-size", "dtype", "quantization", "kv-cache-dtype",
-    "enable-prefix-caching", "enable-chunked-prefill", "enforce-eager", "served-model-name", "block-size",
-    "kv-cache-memory-bytes", "swap-space", "api-server-count", "api-key", "trust-remote-code",
-    "revision", "tokenizer", "tokenizer-mode", "download-dir", "num-scheduler-steps",
-) if name in BUILTIN_FLAGS)
+SEED_FLAGS: tuple[str, ...] = tuple(
+    name
+    for name in (
+        "gpu-memory-utilization",
+        "max-model-len",
+        "max-num-seqs",
+        "max-num-batched-tokens",
+        "tensor-parallel-size",
+        "pipeline-parallel-size",
+        "dtype",
+        "quantization",
+        "kv-cache-dtype",
+        "enable-prefix-caching",
+        "enable-chunked-prefill",
+        "enforce-eager",
+        "served-model-name",
+        "block-size",
+        "kv-cache-memory-bytes",
+        "swap-space",
+        "api-server-count",
+        "api-key",
+        "trust-remote-code",
+        "revision",
+        "tokenizer",
+        "tokenizer-mode",
+        "download-dir",
+        "num-scheduler-steps",
+    )
+    if name in BUILTIN_FLAGS
+)
 
-_ALIASES: Mapping[str, str] = MappingProxyType({
-    alias.lstrip("-"): spec.name for spec in BUILTIN_FLAGS.values() for alias in spec.aliases
-})
+_ALIASES: Mapping[str, str] = MappingProxyType(
+    {alias.lstrip("-"): spec.name for spec in BUILTIN_FLAGS.values() for alias in spec.aliases}
+)
 
 
-def _sim(name: str, kind: str, default: object, help_text: str, choices: tuple[str, ...] | None = None) -> FlagSpec:
+def _sim(
+    name: str, kind: str, default: object, help_text: str, choices: tuple[str, ...] | None = None
+) -> FlagSpec:
     return FlagSpec(name=name, type=kind, choices=choices, default=default, help=help_text, group="sim")
 
 
 # The simulated engine's own options (vtui/sim/args.py; tests/layout checks they agree). Valid only on
 # an instance with engine = "sim": a real `vllm serve` rejects them.
-SIM_FLAGS: Mapping[str, FlagSpec] = MappingProxyType({spec.name: spec for spec in (
-    _sim("sim-gpu-memory-gib", "float", 80.0, "memory of each simulated GPU"),
-    _sim("sim-num-gpus", "int", 8, "GPUs on the simulated box"),
-    _sim("sim-startup-scale", "float", 1.0, "startup time scale (0 = instant)"),
-    _sim("sim-speed", "float", 1.0, "speed model scale (2 = twice as fast)"),
-    _sim("sim-params", "str", None, "model size when unknown, e.g. 8B"),
-    _sim("sim-load", "int", 0, "built-in background clients"),
-    _sim("sim-engine-child", "bool", False, "spawn a VLLM::EngineCore child process"),
-    _sim("sim-metrics-version", "str", "0.32", "metric names of this vLLM", ("0.32", "v0")),
-    _sim("sim-device", "str", "none", "cuda: also hold real CUDA memory", ("none", "cuda")),
-    _sim("sim-stats-interval", "float", 10.0, "seconds between stats lines"),
-)})
+SIM_FLAGS: Mapping[str, FlagSpec] = MappingProxyType(
+    {
+        spec.name: spec
+        for spec in (
+            _sim("sim-gpu-memory-gib", "float", 80.0, "memory of each simulated GPU"),
+            _sim("sim-num-gpus", "int", 8, "GPUs on the simulated box"),
+            _sim("sim-startup-scale", "float", 1.0, "startup time scale (0 = instant)"),
+            _sim("sim-speed", "float", 1.0, "speed model scale (2 = twice as fast)"),
+            _sim("sim-params", "str", None, "model size when unknown, e.g. 8B"),
+            _sim("sim-load", "int", 0, "built-in background clients"),
+            _sim("sim-engine-child", "bool", False, "spawn a VLLM::EngineCore child process"),
+            _sim("sim-metrics-version", "str", "0.32", "metric names of this vLLM", ("0.32", "v0")),
+            _sim("sim-device", "str", "none", "cuda: also hold real CUDA memory", ("none", "cuda")),
+            _sim("sim-stats-interval", "float", 10.0, "seconds between stats lines"),
+        )
+    }
+)
 _ALL: Mapping[str, FlagSpec] = MappingProxyType({**BUILTIN_FLAGS, **SIM_FLAGS})
 
 
@@ -289,8 +387,11 @@ def human_int(text: str) -> int | None:
 
 
 def _q(value: object) -> str:
-    return json.dumps(value) if isinstance(value, str) else repr(value).replace("True", "true").replace(
-        "False", "false")
+    return (
+        json.dumps(value)
+        if isinstance(value, str)
+        else repr(value).replace("True", "true").replace("False", "false")
+    )
 
 
 def _at_least(low: float) -> Callable[[float], str | None]:
@@ -305,16 +406,29 @@ def _model_len(v: float) -> str | None:
     return None if v >= 1 or v == -1 else f"must be a positive length (or -1 for auto), got {v:g}"
 
 
-_RANGES: Mapping[str, Callable[[float], str | None]] = MappingProxyType({
-    "gpu-memory-utilization": _fraction,
-    "max-model-len": _model_len,
-    "kv-cache-memory-bytes": _at_least(1),
-    "swap-space": _at_least(0),
-    "cpu-offload-gb": _at_least(0),
-    **{name: _at_least(1) for name in (
-        "tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size", "max-num-seqs",
-        "max-num-batched-tokens", "block-size", "api-server-count", "max-loras", "max-logprobs")},
-})
+_RANGES: Mapping[str, Callable[[float], str | None]] = MappingProxyType(
+    {
+        "gpu-memory-utilization": _fraction,
+        "max-model-len": _model_len,
+        "kv-cache-memory-bytes": _at_least(1),
+        "swap-space": _at_least(0),
+        "cpu-offload-gb": _at_least(0),
+        **{
+            name: _at_least(1)
+            for name in (
+                "tensor-parallel-size",
+                "pipeline-parallel-size",
+                "data-parallel-size",
+                "max-num-seqs",
+                "max-num-batched-tokens",
+                "block-size",
+                "api-server-count",
+                "max-loras",
+                "max-logprobs",
+            )
+        },
+    }
+)
 
 
 def _check_int(spec: FlagSpec, value: object) -> tuple[float | None, str | None]:

@@ -20,8 +20,14 @@ from vtui.core.model import InstanceSpec
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase, State, check_edge
 
-PHASE_ORDER: tuple[Phase, ...] = (Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE,
-                                  Phase.CAPTURING_GRAPHS, Phase.API_UP)
+PHASE_ORDER: tuple[Phase, ...] = (
+    Phase.SPAWNED,
+    Phase.LOADING_WEIGHTS,
+    Phase.PROFILING,
+    Phase.KV_CACHE,
+    Phase.CAPTURING_GRAPHS,
+    Phase.API_UP,
+)
 
 
 def phase_rank(phase: Phase | None) -> int:
@@ -47,9 +53,18 @@ class SpawnError(RuntimeError):
 class Instance:
     """State, phase, restart bookkeeping and the recent log lines of one instance."""
 
-    def __init__(self, spec: InstanceSpec, *, clock: Clock,
-                 emit: Callable[[Event], None], log_path: Path, session: str = "vtui",
-                 unhealthy_after: int = 3, stable_after: float = 30.0, max_lines: int = 2000) -> None:
+    def __init__(
+        self,
+        spec: InstanceSpec,
+        *,
+        clock: Clock,
+        emit: Callable[[Event], None],
+        log_path: Path,
+        session: str = "vtui",
+        unhealthy_after: int = 3,
+        stable_after: float = 30.0,
+        max_lines: int = 2000,
+    ) -> None:
         self.spec = spec
         self.clock = clock
         self.emit = emit
@@ -176,7 +191,9 @@ class Instance:
         if self.state is State.READY:
             self._health_failures += 1
             if self._health_failures >= self.unhealthy_after:
-                self._set_state(State.UNHEALTHY, f"/health failed {self._health_failures} times")  # READY -> UNHEALTHY
+                self._set_state(
+                    State.UNHEALTHY, f"/health failed {self._health_failures} times"
+                )  # READY -> UNHEALTHY
 
     def on_exit(self, returncode: int | None) -> None:
         """The leader process is gone (not by our stop): CRASHED, then what the restart policy says."""
@@ -197,8 +214,13 @@ class Instance:
     def start_overdue(self) -> bool:
         """STARTING with a live process for longer than the policy's `start_timeout` (0: no limit)."""
         limit = self.spec.restart.start_timeout
-        return (self.state is State.STARTING and self.handle is not None and limit > 0
-                and self.started_at is not None and self.clock.time() - self.started_at >= limit)
+        return (
+            self.state is State.STARTING
+            and self.handle is not None
+            and limit > 0
+            and self.started_at is not None
+            and self.clock.time() - self.started_at >= limit
+        )
 
     def on_start_timeout(self) -> Any:
         """No /health answer within `start_timeout`: CRASHED (why: the limit, the startup phase reached,
@@ -209,8 +231,10 @@ class Instance:
         handle = self.handle
         phase = (self.phase or Phase.SPAWNED).value
         last = next((line.strip() for line in reversed(self.run_lines) if line.strip()), "")
-        reason = (f"no /health answer after {self.spec.restart.start_timeout:g} s (start_timeout), "
-                  f"stuck in phase '{phase}'" + (f"; last log line: {last[:200]}" if last else ""))
+        reason = (
+            f"no /health answer after {self.spec.restart.start_timeout:g} s (start_timeout), "
+            f"stuck in phase '{phase}'" + (f"; last log line: {last[:200]}" if last else "")
+        )
         self.handle = None
         self.ready_since = None
         self.last_error = reason
@@ -231,12 +255,16 @@ class Instance:
             return
         self.attempt += 1
         self.next_restart_at = now + policy.delay(self.attempt)
-        self._set_state(State.BACKOFF, f"restart {self.attempt}/{policy.max_restarts} "
-                                       f"in {policy.delay(self.attempt):g}s")  # CRASHED -> BACKOFF
+        self._set_state(
+            State.BACKOFF, f"restart {self.attempt}/{policy.max_restarts} in {policy.delay(self.attempt):g}s"
+        )  # CRASHED -> BACKOFF
 
     def restart_due(self) -> bool:
-        return self.state is State.BACKOFF and self.next_restart_at is not None \
+        return (
+            self.state is State.BACKOFF
+            and self.next_restart_at is not None
             and self.clock.time() >= self.next_restart_at
+        )
 
     # -- derived ---------------------------------------------------------------------------------
     @property

@@ -109,15 +109,23 @@ def cmdline_matches(cmdline: list[str], argv: tuple[str, ...] | list[str]) -> bo
     if cmdline[0].startswith("VLLM"):
         return True
     args = list(argv[1:])
-    return cmdline[-len(args):] == args if args else os.path.basename(cmdline[0]) == os.path.basename(argv[0])
+    return (
+        cmdline[-len(args) :] == args if args else os.path.basename(cmdline[0]) == os.path.basename(argv[0])
+    )
 
 
 class OsLauncher:
     """Spawns and stops real process trees. Blocking methods are short, except `stop` (up to the grace
     period plus a few seconds): the supervisor calls it through `asyncio.to_thread`."""
 
-    def __init__(self, *, grace: float = 10.0, log_max_bytes: int = logfile.DEFAULT_MAX_BYTES,
-                 log_backups: int = logfile.DEFAULT_BACKUPS, health_timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        *,
+        grace: float = 10.0,
+        log_max_bytes: int = logfile.DEFAULT_MAX_BYTES,
+        log_backups: int = logfile.DEFAULT_BACKUPS,
+        health_timeout: float = 2.0,
+    ) -> None:
         self.grace = grace
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
@@ -136,11 +144,30 @@ class OsLauncher:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         exit_path = exit_path_for(log_path)
         exit_path.unlink(missing_ok=True)
-        pump = [sys.executable, "-I", logfile.__file__, "--log", str(log_path),
-                "--max-bytes", str(self.log_max_bytes), "--backups", str(self.log_backups),
-                "--exit-file", str(exit_path), "--", *argv]
-        popen = subprocess.Popen(pump, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        pump = [
+            sys.executable,
+            "-I",
+            logfile.__file__,
+            "--log",
+            str(log_path),
+            "--max-bytes",
+            str(self.log_max_bytes),
+            "--backups",
+            str(self.log_backups),
+            "--exit-file",
+            str(exit_path),
+            "--",
+            *argv,
+        ]
+        popen = subprocess.Popen(
+            pump,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
         assert popen.stdout is not None
         try:
             ready, _, _ = select.select([popen.stdout], [], [], SPAWN_TIMEOUT)
@@ -151,16 +178,28 @@ class OsLauncher:
             if popen.poll() is None:
                 popen.kill()
             popen.wait()
-            raise SpawnError(line[len("error "):] if line.startswith("error ") else
-                             f"could not start {argv[0]} (log pump gave {line or 'nothing'})")
+            raise SpawnError(
+                line[len("error ") :]
+                if line.startswith("error ")
+                else f"could not start {argv[0]} (log pump gave {line or 'nothing'})"
+            )
         pid = int(line.split()[1])
         try:
             create_time = psutil.Process(pid).create_time()
         except psutil.NoSuchProcess:  # exited already; the exit file has its code
             create_time = 0.0
-        return ProcessHandle(pid=pid, create_time=create_time, pgid=popen.pid, sid=popen.pid, key=key,
-                             log_path=log_path, argv=tuple(argv), pump_pid=popen.pid,
-                             exit_path=exit_path, popen=popen)
+        return ProcessHandle(
+            pid=pid,
+            create_time=create_time,
+            pgid=popen.pid,
+            sid=popen.pid,
+            key=key,
+            log_path=log_path,
+            argv=tuple(argv),
+            pump_pid=popen.pid,
+            exit_path=exit_path,
+            popen=popen,
+        )
 
     # -- observe ---------------------------------------------------------------------------------
     def alive(self, handle: ProcessHandle) -> bool:
@@ -229,7 +268,9 @@ class OsLauncher:
         procs = self.tree(handle)  # collected BEFORE killing: children lose their parent link after
         leader = _same_process(handle.pid, handle.create_time)
         # The leader shuts its children down itself; when it is already gone, orphans get TERM directly.
-        targets = [leader] if leader is not None else [p for pid, p in procs.items() if pid != handle.pump_pid]
+        targets = (
+            [leader] if leader is not None else [p for pid, p in procs.items() if pid != handle.pump_pid]
+        )
         for proc in targets:
             try:
                 proc.send_signal(signal.SIGTERM)
@@ -290,8 +331,12 @@ class OsLauncher:
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop or self._client.is_closed:
             # Plain http to our own instance (base_url is http://): no TLS state to build.
-            self._client = httpx.AsyncClient(timeout=self.health_timeout, trust_env=False, verify=False,
-                                             limits=httpx.Limits(max_keepalive_connections=64))
+            self._client = httpx.AsyncClient(
+                timeout=self.health_timeout,
+                trust_env=False,
+                verify=False,
+                limits=httpx.Limits(max_keepalive_connections=64),
+            )
             self._client_loop = loop
         return self._client
 
@@ -304,15 +349,24 @@ class OsLauncher:
 
     def health_sync(self, spec: InstanceSpec) -> bool:
         try:
-            response = httpx.get(f"{spec.base_url}/health", timeout=self.health_timeout, trust_env=False,
-                                 verify=False)
+            response = httpx.get(
+                f"{spec.base_url}/health", timeout=self.health_timeout, trust_env=False, verify=False
+            )
             return response.status_code == 200
         except (httpx.HTTPError, OSError):
             return False
 
     # -- adopt -----------------------------------------------------------------------------------
-    def find(self, *, pid: int, create_time: float, argv: tuple[str, ...] | list[str], key: str,
-             log_path: Path, pump_pid: int | None = None) -> ProcessHandle | None:
+    def find(
+        self,
+        *,
+        pid: int,
+        create_time: float,
+        argv: tuple[str, ...] | list[str],
+        key: str,
+        log_path: Path,
+        pump_pid: int | None = None,
+    ) -> ProcessHandle | None:
         """The recorded process if it is still that process (same create time, matching command)."""
         proc = _same_process(pid, create_time)
         if proc is None:
@@ -323,6 +377,14 @@ class OsLauncher:
             pgid, sid = os.getpgid(pid), os.getsid(pid)
         except (psutil.Error, OSError):
             return None
-        return ProcessHandle(pid=pid, create_time=create_time, pgid=pgid, sid=sid, key=key,
-                             log_path=log_path, argv=tuple(argv), pump_pid=pump_pid,
-                             exit_path=exit_path_for(log_path))
+        return ProcessHandle(
+            pid=pid,
+            create_time=create_time,
+            pgid=pgid,
+            sid=sid,
+            key=key,
+            log_path=log_path,
+            argv=tuple(argv),
+            pump_pid=pump_pid,
+            exit_path=exit_path_for(log_path),
+        )

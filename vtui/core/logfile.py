@@ -29,8 +29,9 @@ class RotatingWriter:
     """Appends bytes to `path`; before a file would pass `max_bytes` it becomes `path.1` (older ones
     shift up to `path.K`, the oldest dropped). Cuts at a newline where one is near, so lines stay whole."""
 
-    def __init__(self, path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
-                 backups: int = DEFAULT_BACKUPS) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, backups: int = DEFAULT_BACKUPS
+    ) -> None:
         self.path = Path(path)
         self.max_bytes = max(256, int(max_bytes))
         self.backups = max(1, int(backups))
@@ -71,7 +72,7 @@ class RotatingWriter:
                         continue
                 os.write(self._fd, piece)
                 self._size += len(piece)
-                data = data[len(piece):]
+                data = data[len(piece) :]
 
     def close(self) -> None:
         with self._lock:
@@ -195,8 +196,9 @@ def pump_main(argv: list[str] | None = None) -> int:
     writer = RotatingWriter(args.log, args.max_bytes, args.backups)
     read_fd, write_fd = os.pipe()
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
-                                 close_fds=True)
+        child = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, close_fds=True
+        )
     except OSError as exc:
         message = f"cannot start {command[0] if command else '(nothing)'}: {exc.strerror or exc}"
         writer.write(f"[vtui] error: {message}\n".encode())

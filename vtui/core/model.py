@@ -1,4 +1,4 @@
-"""The layout's typed model: what a validated layout file becomes (vtui.core.layout reads and writes it).
+"""The layout's typed model: what a validated layout file becomes (vtui.layouts reads and writes it).
 
 Frozen dataclasses, so a running supervisor can hold them and a restart with new flags is a new spec
 (`spec.with_flags(...)`), never an in-place edit.
@@ -69,8 +69,9 @@ class InstanceSpec:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{host}:{self.port}"
 
-    def with_flags(self, set_flags: Mapping[str, FlagValue] | None = None,
-                   unset: tuple[str, ...] | list[str] = ()) -> InstanceSpec:
+    def with_flags(
+        self, set_flags: Mapping[str, FlagValue] | None = None, unset: tuple[str, ...] | list[str] = ()
+    ) -> InstanceSpec:
         """A copy with flags set and removed (the restart-with-new-flags path)."""
         flags = dict(self.flags)
         for name in unset:

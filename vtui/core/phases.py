@@ -11,11 +11,29 @@ from vtui.core.state import Phase
 
 # Ordered: the first pattern that matches a line names its phase. Covers V0 and V1 wording.
 _PHASE_PATTERNS: tuple[tuple[Phase, re.Pattern[str]], ...] = (
-    (Phase.API_UP, re.compile(r"Starting vLLM (?:API )?server on|Uvicorn running on|Application startup complete")),
-    (Phase.CAPTURING_GRAPHS, re.compile(r"Capturing (?:CUDA )?graphs?|Capturing cudagraphs|Capturing the model for CUDA graphs|Graph capturing finished")),
+    (
+        Phase.API_UP,
+        re.compile(r"Starting vLLM (?:API )?server on|Uvicorn running on|Application startup complete"),
+    ),
+    (
+        Phase.CAPTURING_GRAPHS,
+        re.compile(
+            r"Capturing (?:CUDA )?graphs?|Capturing cudagraphs|Capturing the model for CUDA graphs|Graph capturing finished"
+        ),
+    ),
     (Phase.KV_CACHE, re.compile(r"(?:GPU|CPU) KV cache size:|# (?:GPU|gpu) blocks:|# cpu blocks:")),
-    (Phase.PROFILING, re.compile(r"Model loading took|Memory profiling|torch\.compile takes|Compiling a graph|Available KV cache memory")),
-    (Phase.LOADING_WEIGHTS, re.compile(r"Starting to load model|Loading weights|Loading safetensors checkpoint|Loading model weights")),
+    (
+        Phase.PROFILING,
+        re.compile(
+            r"Model loading took|Memory profiling|torch\.compile takes|Compiling a graph|Available KV cache memory"
+        ),
+    ),
+    (
+        Phase.LOADING_WEIGHTS,
+        re.compile(
+            r"Starting to load model|Loading weights|Loading safetensors checkpoint|Loading model weights"
+        ),
+    ),
 )
 
 _ROOT_CAUSE = re.compile(

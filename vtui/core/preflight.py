@@ -94,8 +94,14 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def preflight(layout: Layout, names: Iterable[str] | None = None, *,
-              running: Iterable[str] = (), nvml: Any = None, cpu_count: int | None = None) -> PreflightResult:
+def preflight(
+    layout: Layout,
+    names: Iterable[str] | None = None,
+    *,
+    running: Iterable[str] = (),
+    nvml: Any = None,
+    cpu_count: int | None = None,
+) -> PreflightResult:
     """Check starting `names` (default: all) while `running` instances of the layout keep running."""
     wanted = list(names) if names is not None else layout.names()
     live = set(running)
@@ -110,8 +116,10 @@ def preflight(layout: Layout, names: Iterable[str] | None = None, *,
             who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
             result.problems.append(f'instance "{spec.name}": port {spec.port} is already in use {who}')
         if spec.host in ("0.0.0.0", "::", ""):
-            result.warnings.append(f'instance "{spec.name}": binds {spec.host or "all addresses"}, reachable '
-                                   "from other machines (use host = \"127.0.0.1\" to keep it local)")
+            result.warnings.append(
+                f'instance "{spec.name}": binds {spec.host or "all addresses"}, reachable '
+                'from other machines (use host = "127.0.0.1" to keep it local)'
+            )
     asked: list[tuple[int | None, str | None]] = []  # NVML asked at most once
 
     def count_gpus() -> tuple[int | None, str | None]:
@@ -128,34 +136,45 @@ def preflight(layout: Layout, names: Iterable[str] | None = None, *,
                 missing = [g for g in spec.gpus if g < 0 or g >= count]
                 if missing:
                     have = f"GPUs 0-{count - 1}" if count else "no GPUs"
-                    result.problems.append(f'instance "{spec.name}": GPU {", ".join(map(str, missing))} '
-                                           f"not present (this machine has {have})")
+                    result.problems.append(
+                        f'instance "{spec.name}": GPU {", ".join(map(str, missing))} '
+                        f"not present (this machine has {have})"
+                    )
     active = [s for s in layout.instances if s.name in live] + to_start
     if not layout.session.allow_gpu_sharing:
         result.problems.extend(_overlaps(active, {s.name for s in to_start}))
     unpinned = [s for s in active if not s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env]
-    if len(unpinned) >= 2 and any(s in to_start for s in unpinned) \
-            and (any(s.engine == "sim" for s in unpinned) or (count_gpus()[0] or 0) > 0):
+    if (
+        len(unpinned) >= 2
+        and any(s in to_start for s in unpinned)
+        and (any(s.engine == "sim" for s in unpinned) or (count_gpus()[0] or 0) > 0)
+    ):
         names = ", ".join(f'"{s.name}"' for s in unpinned)
-        result.warnings.append(f"instances {names} set no gpus, so all run on GPU 0 (vLLM and the sim take "
-                               "the first visible GPU) and start one after another; give each its own "
-                               "gpus = [N] to spread them")
+        result.warnings.append(
+            f"instances {names} set no gpus, so all run on GPU 0 (vLLM and the sim take "
+            "the first visible GPU) and start one after another; give each its own "
+            "gpus = [N] to spread them"
+        )
     cores = cpu_count if cpu_count is not None else _cpu_count()
     engines = [s for s in active if s.engine == "vllm"]  # a sim is one light process: no cores of its own
     want = sum(2 + len(s.gpus) for s in engines)
     if want > cores:
-        result.warnings.append(f"too few CPU cores: {len(engines)} instance(s) want {want} (2 + GPUs each), "
-                               f"this machine has {cores}")
+        result.warnings.append(
+            f"too few CPU cores: {len(engines)} instance(s) want {want} (2 + GPUs each), "
+            f"this machine has {cores}"
+        )
     return result
 
 
 def _overlaps(specs: list[InstanceSpec], new: set[str]) -> list[str]:
     lines = []
     for i, a in enumerate(specs):
-        for b in specs[i + 1:]:
+        for b in specs[i + 1 :]:
             shared = sorted(set(a.gpus) & set(b.gpus))
             if shared and (a.name in new or b.name in new):
                 gpus = ", ".join(map(str, shared))
-                lines.append(f'instances "{a.name}" and "{b.name}" both use GPU {gpus} '
-                             "(set session.allow_gpu_sharing = true to share)")
+                lines.append(
+                    f'instances "{a.name}" and "{b.name}" both use GPU {gpus} '
+                    "(set session.allow_gpu_sharing = true to share)"
+                )
     return lines

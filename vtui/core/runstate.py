@@ -23,20 +23,35 @@ MASK = "***"
 
 def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
     flags = {k: (MASK if k in SECRET_FLAGS else v) for k, v in spec.flags.items()}
-    return {"name": spec.name, "model": spec.model, "port": spec.port, "engine": spec.engine,
-            "gpus": list(spec.gpus), "host": spec.host, "env": dict(spec.env), "flags": flags,
-            "command": list(spec.command) if spec.command is not None else None,
-            "restart": asdict(spec.restart), "start_stagger": spec.start_stagger}
+    return {
+        "name": spec.name,
+        "model": spec.model,
+        "port": spec.port,
+        "engine": spec.engine,
+        "gpus": list(spec.gpus),
+        "host": spec.host,
+        "env": dict(spec.env),
+        "flags": flags,
+        "command": list(spec.command) if spec.command is not None else None,
+        "restart": asdict(spec.restart),
+        "start_stagger": spec.start_stagger,
+    }
 
 
 def spec_from_dict(data: dict[str, Any]) -> InstanceSpec:
-    return InstanceSpec(name=data["name"], model=data["model"], port=int(data["port"]),
-                        engine=data.get("engine", "vllm"), gpus=tuple(data.get("gpus", ())),
-                        host=data.get("host", "127.0.0.1"), env=data.get("env") or {},
-                        flags=data.get("flags") or {},
-                        command=tuple(data["command"]) if data.get("command") else None,
-                        restart=RestartPolicy(**(data.get("restart") or {})),
-                        start_stagger=float(data.get("start_stagger", 0.0)))
+    return InstanceSpec(
+        name=data["name"],
+        model=data["model"],
+        port=int(data["port"]),
+        engine=data.get("engine", "vllm"),
+        gpus=tuple(data.get("gpus", ())),
+        host=data.get("host", "127.0.0.1"),
+        env=data.get("env") or {},
+        flags=data.get("flags") or {},
+        command=tuple(data["command"]) if data.get("command") else None,
+        restart=RestartPolicy(**(data.get("restart") or {})),
+        start_stagger=float(data.get("start_stagger", 0.0)),
+    )
 
 
 def merge_flags(layout_spec: InstanceSpec, recorded_flags: dict[str, Any]) -> InstanceSpec:

@@ -46,8 +46,9 @@ class StartGate:
             self.machine_gpus = _gpu_count(None)[0] or 0
         return self.machine_gpus == 0
 
-    def blocked_by(self, name: str, instances: Mapping[str, Instance], pending: Container[str],
-                   order: Sequence[str]) -> list[str]:
+    def blocked_by(
+        self, name: str, instances: Mapping[str, Instance], pending: Container[str], order: Sequence[str]
+    ) -> list[str]:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it
         (`pending`: launches not yet spawned; `order`: the layout's instance names)."""
         me = instances[name]
@@ -67,8 +68,9 @@ class Sweeper:
     `tasks` holds the sweeps under way after a crash, by instance name: a relaunch or stop awaits
     its instance's sweep first (`settle`)."""
 
-    def __init__(self, launcher: Any, notice: Callable[[str | None, str, str], None],
-                 drain: Callable[[str], None]) -> None:
+    def __init__(
+        self, launcher: Any, notice: Callable[[str | None, str, str], None], drain: Callable[[str], None]
+    ) -> None:
         self.launcher = launcher
         self._notice = notice
         self._drain = drain
@@ -90,7 +92,9 @@ class Sweeper:
         if not report.graceful:
             self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
         if report.leftovers:
-            self._notice(name, "error", f"{name}: processes still alive after SIGKILL: {list(report.leftovers)}")
+            self._notice(
+                name, "error", f"{name}: processes still alive after SIGKILL: {list(report.leftovers)}"
+            )
 
     async def settle(self, name: str) -> None:
         """Wait for the sweep under way for `name`, if any."""
@@ -108,13 +112,23 @@ class Sweeper:
 
     async def dead_record(self, record: RunRecord) -> None:
         """End what is left of a recorded instance whose leader is gone (found at adoption)."""
-        handle = ProcessHandle(pid=record.pid, create_time=record.create_time, pgid=record.pgid,
-                               sid=record.sid, key=record.key, log_path=Path(record.log_path),
-                               argv=tuple(record.argv), pump_pid=record.pump_pid)
+        handle = ProcessHandle(
+            pid=record.pid,
+            create_time=record.create_time,
+            pgid=record.pgid,
+            sid=record.sid,
+            key=record.key,
+            log_path=Path(record.log_path),
+            argv=tuple(record.argv),
+            pump_pid=record.pump_pid,
+        )
         tree = await asyncio.to_thread(self.launcher.tree, handle)
         if tree:
             report = await asyncio.to_thread(self.launcher.stop, handle, 2.0)
             ended = orphans(handle, tree, report)
             if ended:
-                self._notice(record.name, "warning", f"swept leftover processes of {record.name} "
-                                                     f"(leader pid {record.pid} was gone): {ended}")
+                self._notice(
+                    record.name,
+                    "warning",
+                    f"swept leftover processes of {record.name} (leader pid {record.pid} was gone): {ended}",
+                )

@@ -45,13 +45,19 @@ def status_of(inst: Instance) -> InstanceStatus:
     """The snapshot of one instance: phase only while STARTING, start time only while running, next
     restart only in BACKOFF."""
     return InstanceStatus(
-        name=inst.spec.name, spec=inst.spec, state=inst.state,
+        name=inst.spec.name,
+        spec=inst.spec,
+        state=inst.state,
         phase=inst.phase if inst.state is State.STARTING else None,
         pid=inst.handle.pid if inst.handle is not None else None,
-        started_at=inst.started_at if inst.state.running else None, restarts=inst.restarts,
-        last_error=inst.last_error, log_path=inst.log_path, adopted=inst.adopted,
+        started_at=inst.started_at if inst.state.running else None,
+        restarts=inst.restarts,
+        last_error=inst.last_error,
+        log_path=inst.log_path,
+        adopted=inst.adopted,
         last_good_spec=inst.last_good_spec,
-        next_restart_at=inst.next_restart_at if inst.state is State.BACKOFF else None)
+        next_restart_at=inst.next_restart_at if inst.state is State.BACKOFF else None,
+    )
 
 
 def launch_spec(spec: InstanceSpec, session: SessionSpec) -> InstanceSpec:
@@ -90,10 +96,21 @@ def run_record(inst: Instance, handle: Any, session: str, layout: Layout, clock:
     runs with and the last ones that reached READY (the clock stands in when it has no start time yet)."""
     good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
     return RunRecord(
-        session=session, name=inst.spec.name, pid=handle.pid, create_time=handle.create_time,
-        pgid=handle.pgid, sid=handle.sid, port=inst.spec.port, log_path=str(inst.log_path),
-        argv=list(handle.argv), flags=dict(inst.spec.flags), spec=spec_to_dict(inst.spec),
-        started_at=inst.started_at or clock.time(), pump_pid=handle.pump_pid,
-        restarts=inst.restarts, last_state=inst.state.value,
+        session=session,
+        name=inst.spec.name,
+        pid=handle.pid,
+        create_time=handle.create_time,
+        pgid=handle.pgid,
+        sid=handle.sid,
+        port=inst.spec.port,
+        log_path=str(inst.log_path),
+        argv=list(handle.argv),
+        flags=dict(inst.spec.flags),
+        spec=spec_to_dict(inst.spec),
+        started_at=inst.started_at or clock.time(),
+        pump_pid=handle.pump_pid,
+        restarts=inst.restarts,
+        last_state=inst.state.value,
         last_good_flags=dict(good) if good is not None else None,
-        layout_path=str(layout.path) if layout.path else None)
+        layout_path=str(layout.path) if layout.path else None,
+    )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from vtui.core.api import Launcher
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event, LogLines, Notice, ProcessExited, StateChanged
 from vtui.core.instance import Instance, SpawnError
@@ -30,13 +31,20 @@ from vtui.core.supervision import InstanceStatus, gpus_used, launch_spec, log_pa
 
 __all__ = ["InstanceStatus", "PreflightError", "Supervisor", "gpus_used", "launch_spec", "log_path_for"]
 
-Launcher = Any  # OsLauncher or a test double with the same methods
-
 
 class Supervisor:
-    def __init__(self, layout: Layout, *, launcher: Launcher | None = None, clock: Clock | None = None,
-                 store: RunStore | None = None, health_interval: float = 1.0, poll_interval: float = 0.2,
-                 stop_grace: float | None = None, check_preflight: bool = True) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        launcher: Launcher | None = None,
+        clock: Clock | None = None,
+        store: RunStore | None = None,
+        health_interval: float = 1.0,
+        poll_interval: float = 0.2,
+        stop_grace: float | None = None,
+        check_preflight: bool = True,
+    ) -> None:
         self._layout = layout
         self.session = layout.session.name
         self.launcher = launcher or OsLauncher()
@@ -49,8 +57,13 @@ class Supervisor:
         self._subscribers: list[Callable[[Event], None]] = []
         self.instances: dict[str, Instance] = {}
         for spec in layout.instances:
-            self.instances[spec.name] = Instance(spec, clock=self.clock, emit=self._emit, session=self.session,
-                                                 log_path=log_path_for(self.session, spec.name))
+            self.instances[spec.name] = Instance(
+                spec,
+                clock=self.clock,
+                emit=self._emit,
+                session=self.session,
+                log_path=log_path_for(self.session, spec.name),
+            )
         self._tailers: dict[str, LogTailer] = {}
         self._pending: dict[str, asyncio.Task] = {}  # launches waiting for stagger / a GPU neighbour
         self._gate = StartGate()  # who must launch first on a shared GPU
@@ -122,9 +135,14 @@ class Supervisor:
             record = self.store.load(self.session, spec.name)
             if record is None:
                 continue
-            handle = self.launcher.find(pid=record.pid, create_time=record.create_time, argv=record.argv,
-                                        key=record.key, log_path=Path(record.log_path),
-                                        pump_pid=record.pump_pid)
+            handle = self.launcher.find(
+                pid=record.pid,
+                create_time=record.create_time,
+                argv=record.argv,
+                key=record.key,
+                log_path=Path(record.log_path),
+                pump_pid=record.pump_pid,
+            )
             if handle is None:
                 await self._sweeper.dead_record(record)
                 self._note_lost_flags(spec, record.pid, record.flags)
@@ -151,8 +169,12 @@ class Supervisor:
         if changed:
             was = ", ".join(f"{k}={ran.get(k, '(unset)')}" for k in changed)
             now = ", ".join(f"{k}={spec.flags.get(k, '(unset)')}" for k in changed)
-            self._notice(spec.name, "warning", f"{spec.name}: its last run (pid {pid}) ended unsupervised with "
-                                               f"{was}; starting it again uses the layout's {now}")
+            self._notice(
+                spec.name,
+                "warning",
+                f"{spec.name}: its last run (pid {pid}) ended unsupervised with "
+                f"{was}; starting it again uses the layout's {now}",
+            )
 
     # -- start -----------------------------------------------------------------------------------
     async def start(self, names: Iterable[str] | None = None) -> None:
@@ -201,8 +223,11 @@ class Supervisor:
             noted = False
             while blockers := self._blocked_by(name):
                 if not noted:
-                    self._notice(name, "info", f"{name} waits for {', '.join(blockers)} to allocate "
-                                               "its KV cache (shared GPU)")
+                    self._notice(
+                        name,
+                        "info",
+                        f"{name} waits for {', '.join(blockers)} to allocate its KV cache (shared GPU)",
+                    )
                     noted = True
                 await self.clock.sleep(self.poll_interval)
             await self._sweeper.settle(name)
@@ -224,8 +249,9 @@ class Supervisor:
         if not inst.begin_launch():
             return
         spec = launch_spec(inst.spec, self._layout.session)
-        fut = asyncio.ensure_future(asyncio.to_thread(self.launcher.spawn, spec, log_path=inst.log_path,
-                                                      session=self.session))
+        fut = asyncio.ensure_future(
+            asyncio.to_thread(self.launcher.spawn, spec, log_path=inst.log_path, session=self.session)
+        )
         try:
             handle = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -260,15 +286,22 @@ class Supervisor:
             self.store.remove(self.session, event.instance)
             return
         good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
-        self.store.update(self.session, event.instance, last_state=event.new.value, restarts=inst.restarts,
-                          last_error=inst.last_error, last_good_flags=dict(good) if good else None)
+        self.store.update(
+            self.session,
+            event.instance,
+            last_state=event.new.value,
+            restarts=inst.restarts,
+            last_error=inst.last_error,
+            last_good_flags=dict(good) if good else None,
+        )
 
     def _set_layout_spec(self, spec: InstanceSpec) -> None:
         self._layout = self._layout.replace_instance(spec)
 
     # -- wait ------------------------------------------------------------------------------------
-    async def wait_settled(self, names: Iterable[str] | None = None,
-                           timeout: float | None = None) -> dict[str, State]:
+    async def wait_settled(
+        self, names: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, State]:
         """Until each named instance is READY, FAILED, STOPPED or CRASHED with no restart coming."""
         wanted = self._names(names)
         self._ensure_loops()
@@ -309,7 +342,9 @@ class Supervisor:
         if not report.graceful:
             self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
         if report.leftovers:
-            self._notice(name, "error", f"{name}: processes still alive after SIGKILL: {list(report.leftovers)}")
+            self._notice(
+                name, "error", f"{name}: processes still alive after SIGKILL: {list(report.leftovers)}"
+            )
         inst.finish_stop()
         self.store.remove(self.session, name)
 
@@ -382,8 +417,11 @@ class Supervisor:
         for name, inst in self.instances.items():
             self._drain(name)
             handle = inst.handle
-            if handle is not None and inst.state in (State.STARTING, State.READY, State.UNHEALTHY) \
-                    and not self.launcher.alive(handle):
+            if (
+                handle is not None
+                and inst.state in (State.STARTING, State.READY, State.UNHEALTHY)
+                and not self.launcher.alive(handle)
+            ):
                 await self._on_death(name, inst, handle)
             elif inst.start_overdue():
                 self._drain(name)  # the last lines before the verdict go into its reason
@@ -408,14 +446,21 @@ class Supervisor:
 
     async def _health_loop(self) -> None:
         while True:
-            probing = [i for i in self.instances.values()
-                       if i.handle is not None and i.state in (State.STARTING, State.READY, State.UNHEALTHY)]
+            probing = [
+                i
+                for i in self.instances.values()
+                if i.handle is not None and i.state in (State.STARTING, State.READY, State.UNHEALTHY)
+            ]
             if probing:
-                results = await asyncio.gather(*(self.launcher.health(i.spec) for i in probing),
-                                               return_exceptions=True)
+                results = await asyncio.gather(
+                    *(self.launcher.health(i.spec) for i in probing), return_exceptions=True
+                )
                 for inst, ok in zip(probing, results, strict=True):
-                    if inst.handle is not None and inst.state in (State.STARTING, State.READY,
-                                                                  State.UNHEALTHY):
+                    if inst.handle is not None and inst.state in (
+                        State.STARTING,
+                        State.READY,
+                        State.UNHEALTHY,
+                    ):
                         if ok is True and inst.state is State.STARTING:
                             self._drain(inst.spec.name)  # the startup phases logged so far come first
                         inst.on_health(ok is True)

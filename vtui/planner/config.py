@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Keys under which configs spell the same thing (first found wins).
-_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",
-             "model_max_length")
+_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "model_max_length",
+)
 
 
 class ModelConfigError(ValueError):
@@ -91,8 +97,15 @@ def _derived_max_len(cfg: Mapping) -> int:
     if isinstance(scaling, Mapping) and "gemma3" not in str(cfg.get("model_type", "")):
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         factor = scaling.get("factor")
-        if factor and kind not in ("su", "longrope", "llama3", "yarn", "deepseek_yarn",
-                                   "deepseek_llama_scaling", "default"):
+        if factor and kind not in (
+            "su",
+            "longrope",
+            "llama3",
+            "yarn",
+            "deepseek_yarn",
+            "deepseek_llama_scaling",
+            "default",
+        ):
             length = int(length * float(factor))
     return length
 
@@ -136,8 +149,13 @@ def _weight_file_bytes(folder: Path) -> int | None:
     return sum(p.stat().st_size for p in files)
 
 
-def from_dict(cfg: Mapping[str, object], name: str = "model", *, weights_file_bytes: int | None = None,
-              source: str | None = None) -> ModelConfig:
+def from_dict(
+    cfg: Mapping[str, object],
+    name: str = "model",
+    *,
+    weights_file_bytes: int | None = None,
+    source: str | None = None,
+) -> ModelConfig:
     """Build a ModelConfig from a parsed config.json (multimodal configs: their `text_config`)."""
     outer = dict(cfg)
     text = outer.get("text_config") or outer.get("llm_config")
@@ -220,12 +238,16 @@ def find_config(model: str | os.PathLike[str], cache_root: Path | None = None) -
         if ref.is_file():
             candidates.append(snapshots / ref.read_text().strip() / "config.json")
         if snapshots.is_dir():
-            candidates += sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+            candidates += sorted(
+                snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True
+            )
         for candidate in candidates:
             if candidate.is_file():
                 return candidate
-        raise ModelConfigError(f"{model}: no config.json in the Hugging Face cache ({folder}); "
-                               "vtui never downloads — pass a local folder")
+        raise ModelConfigError(
+            f"{model}: no config.json in the Hugging Face cache ({folder}); "
+            "vtui never downloads — pass a local folder"
+        )
     raise ModelConfigError(f"{model}: no config.json found")
 
 
@@ -238,4 +260,6 @@ def load_model_config(model: str | os.PathLike[str], cache_root: Path | None = N
         raise ModelConfigError(f"{path}: {exc}") from exc
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"{path}: not a JSON object")
-    return from_dict(cfg, name=str(model), weights_file_bytes=_weight_file_bytes(path.parent), source=str(path))
+    return from_dict(
+        cfg, name=str(model), weights_file_bytes=_weight_file_bytes(path.parent), source=str(path)
+    )

@@ -109,26 +109,44 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
     warnings: list[str] = []
     model_dtype = memory.resolve_model_dtype(config, params.dtype)
     kv_dtype = params.kv_cache_dtype or "auto"
-    kv_bytes = memory.resolve_kv_dtype_bytes(kv_dtype, model_dtype) if kv_dtype not in _SPECIAL_KV_BYTES else 1
+    kv_bytes = (
+        memory.resolve_kv_dtype_bytes(kv_dtype, model_dtype) if kv_dtype not in _SPECIAL_KV_BYTES else 1
+    )
     override = _SPECIAL_KV_BYTES.get(kv_dtype) if config.is_mla else None
     block_size = params.resolved_block_size
-    layout = kv_layout(config, tp=tp, pp=pp, block_size=block_size, kv_dtype_bytes=kv_bytes,
-                       hybrid_manager=params.hybrid_kv_cache_manager, kv_bytes_per_token_override=override)
+    layout = kv_layout(
+        config,
+        tp=tp,
+        pp=pp,
+        block_size=block_size,
+        kv_dtype_bytes=kv_bytes,
+        hybrid_manager=params.hybrid_kv_cache_manager,
+        kv_bytes_per_token_override=override,
+    )
     if not config.is_mla and tp > config.num_kv_heads:
-        warnings.append(f"tensor-parallel-size {tp} > {config.num_kv_heads} KV heads: each GPU keeps a "
-                        "replicated KV head, so KV per GPU does not shrink past TP = KV heads")
+        warnings.append(
+            f"tensor-parallel-size {tp} > {config.num_kv_heads} KV heads: each GPU keeps a "
+            "replicated KV head, so KV per GPU does not shrink past TP = KV heads"
+        )
     max_len = params.max_model_len or config.max_position_embeddings
     if params.max_model_len and params.max_model_len > config.max_position_embeddings:
-        warnings.append(f"max-model-len {params.max_model_len} > the model's limit "
-                        f"{config.max_position_embeddings}: vLLM refuses to start")
+        warnings.append(
+            f"max-model-len {params.max_model_len} > the model's limit "
+            f"{config.max_position_embeddings}: vLLM refuses to start"
+        )
 
     total_weights, weights_source = memory.weights_bytes(config, model_dtype, params.quantization)
     weights = total_weights // (tp * pp)
-    act = memory.activation_bytes(config, tp=tp, act_bytes=memory.dtype_bytes(model_dtype),
-                                  max_num_batched_tokens=params.resolved_max_num_batched_tokens,
-                                  max_num_seqs=params.max_num_seqs or 256)
-    non_torch, graphs = memory.overhead_bytes(tp=tp, pp=pp, enforce_eager=params.enforce_eager
-                                              or params.device == "cpu")
+    act = memory.activation_bytes(
+        config,
+        tp=tp,
+        act_bytes=memory.dtype_bytes(model_dtype),
+        max_num_batched_tokens=params.resolved_max_num_batched_tokens,
+        max_num_seqs=params.max_num_seqs or 256,
+    )
+    non_torch, graphs = memory.overhead_bytes(
+        tp=tp, pp=pp, enforce_eager=params.enforce_eager or params.device == "cpu"
+    )
     if params.device == "cpu":
         act, non_torch = 0, 0  # vLLM's CPU build takes the KV size as given (--kv-cache-memory-bytes)
 
@@ -145,11 +163,18 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
 
     cap = None
     if available is not None:
-        cap = capacity(layout, available, max_len, in_flight_tokens=params.in_flight_tokens,
-                       len_limit=max(max_len, config.max_position_embeddings))
+        cap = capacity(
+            layout,
+            available,
+            max_len,
+            in_flight_tokens=params.in_flight_tokens,
+            len_limit=max(max_len, config.max_position_embeddings),
+        )
         if not cap.fits:
-            warnings.append(f"max-model-len {max_len} does not fit: vLLM would fail at startup; "
-                            f"the longest that fits is {cap.estimated_max_model_len}")
+            warnings.append(
+                f"max-model-len {max_len} does not fit: vLLM would fail at startup; "
+                f"the longest that fits is {cap.estimated_max_model_len}"
+            )
     groups = tuple(f"{g.kind}:{max(g.layers_per_stage)}" for g in layout.groups)
     return Plan(
         model=config.name,

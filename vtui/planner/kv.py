@@ -84,13 +84,22 @@ def _grouped_layers(types: list[str]) -> list[tuple[str, list[int]]]:
     return groups
 
 
-def kv_layout(model: ModelConfig, *, tp: int = 1, pp: int = 1, block_size: int = 16, kv_dtype_bytes: float = 2,
-              hybrid_manager: bool = True, kv_bytes_per_token_override: int | None = None) -> KVLayout:
+def kv_layout(
+    model: ModelConfig,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    block_size: int = 16,
+    kv_dtype_bytes: float = 2,
+    hybrid_manager: bool = True,
+    kv_bytes_per_token_override: int | None = None,
+) -> KVLayout:
     """The per-GPU KV geometry. `kv_bytes_per_token_override` is per layer (fp8_ds_mla: 656)."""
     if model.is_mla:
         kv_heads = 1
-        per_token = kv_bytes_per_token_override or int((model.kv_lora_rank + (model.qk_rope_head_dim or 0))
-                                                       * kv_dtype_bytes)
+        per_token = kv_bytes_per_token_override or int(
+            (model.kv_lora_rank + (model.qk_rope_head_dim or 0)) * kv_dtype_bytes
+        )
     else:
         kv_heads = max(1, model.num_kv_heads // tp)
         per_token = kv_bytes_per_token_override or int(kv_heads * 2 * model.head_dim * kv_dtype_bytes)
@@ -106,9 +115,15 @@ def kv_layout(model: ModelConfig, *, tp: int = 1, pp: int = 1, block_size: int =
     for kind, layers in _grouped_layers(types):
         per_stage = tuple(sum(1 for x in layers if bounds[s] <= x < bounds[s + 1]) for s in range(pp))
         groups.append(Group(kind, per_stage))
-    return KVLayout(page_bytes=block_size * per_token, block_size=block_size, groups=tuple(groups),
-                    window=window, kv_heads_per_gpu=kv_heads, layers_per_gpu=max(stages),
-                    bytes_per_token_per_layer=per_token)
+    return KVLayout(
+        page_bytes=block_size * per_token,
+        block_size=block_size,
+        groups=tuple(groups),
+        window=window,
+        kv_heads_per_gpu=kv_heads,
+        layers_per_gpu=max(stages),
+        bytes_per_token_per_layer=per_token,
+    )
 
 
 def blocks_per_request(layout: KVLayout, max_model_len: int, in_flight_tokens: int) -> int:
@@ -134,8 +149,14 @@ class KVCapacity:
     estimated_max_model_len: int  # longest length (≤ limit) one request can have in this budget
 
 
-def capacity(layout: KVLayout, available_bytes: int, max_model_len: int, *, in_flight_tokens: int,
-             len_limit: int | None = None) -> KVCapacity:
+def capacity(
+    layout: KVLayout,
+    available_bytes: int,
+    max_model_len: int,
+    *,
+    in_flight_tokens: int,
+    len_limit: int | None = None,
+) -> KVCapacity:
     """Blocks, concurrency and logged tokens for a per-GPU KV budget, exactly as vLLM computes them."""
     bpb = layout.bytes_per_block
     num_blocks = max(0, available_bytes) // bpb
@@ -156,6 +177,12 @@ def capacity(layout: KVLayout, available_bytes: int, max_model_len: int, *, in_f
                 best, lo = mid, mid + 1
             else:
                 hi = mid - 1
-    return KVCapacity(num_blocks=num_blocks, blocks_per_request=per_req, max_concurrency=conc,
-                      kv_cache_tokens=int(conc * max_model_len), block_tokens=num_blocks * layout.block_size,
-                      fits=available_bytes > 0 and fits(max_model_len), estimated_max_model_len=best)
+    return KVCapacity(
+        num_blocks=num_blocks,
+        blocks_per_request=per_req,
+        max_concurrency=conc,
+        kv_cache_tokens=int(conc * max_model_len),
+        block_tokens=num_blocks * layout.block_size,
+        fits=available_bytes > 0 and fits(max_model_len),
+        estimated_max_model_len=best,
+    )

@@ -58,5 +58,11 @@ def read_log_facts(lines: Iterable[str]) -> LogFacts:
         budget, exact = None, False
     if max_len is None and isinstance(args, dict) and isinstance(args.get("max_model_len"), int):
         max_len = args["max_model_len"]
-    return LogFacts(kv_memory_bytes=budget, exact=exact, reported_tokens=tokens, reported_concurrency=conc,
-                    max_model_len=max_len, args=args if isinstance(args, dict) else None)
+    return LogFacts(
+        kv_memory_bytes=budget,
+        exact=exact,
+        reported_tokens=tokens,
+        reported_concurrency=conc,
+        max_model_len=max_len,
+        args=args if isinstance(args, dict) else None,
+    )

@@ -10,17 +10,38 @@ from vtui.planner.config import ModelConfig
 GiB = 1024**3
 
 DTYPE_BYTES = {
-    "float32": 4, "fp32": 4, "float": 4,
-    "float16": 2, "fp16": 2, "half": 2,
-    "bfloat16": 2, "bf16": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "float8_e4m3fn": 1, "int8": 1,
-    "fp8_per_token_head": 1, "int8_per_token_head": 1,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "float8_e4m3fn": 1,
+    "int8": 1,
+    "fp8_per_token_head": 1,
+    "int8_per_token_head": 1,
 }
 # Weight bytes per parameter of linear layers under a quantization method (int4 with group-128
 # scales and zeros is ~0.5 + 2.5/128 bytes); embeddings and the LM head stay in the model dtype.
-QUANT_LINEAR_BYTES = {"awq": 0.52, "gptq": 0.52, "awq_marlin": 0.52, "gptq_marlin": 0.52, "marlin": 0.52,
-                      "bitsandbytes": 0.55, "fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0, "mxfp4": 0.53,
-                      "compressed-tensors": 1.0}
+QUANT_LINEAR_BYTES = {
+    "awq": 0.52,
+    "gptq": 0.52,
+    "awq_marlin": 0.52,
+    "gptq_marlin": 0.52,
+    "marlin": 0.52,
+    "bitsandbytes": 0.55,
+    "fp8": 1.0,
+    "fbgemm_fp8": 1.0,
+    "modelopt": 1.0,
+    "mxfp4": 0.53,
+    "compressed-tensors": 1.0,
+}
 
 NON_TORCH_GIB_TP1 = 0.25  # CUDA context growth, cuBLAS workspaces during init (measured ~0.1–0.4)
 NON_TORCH_GIB_PER_TP = 0.5  # NCCL / custom all-reduce buffers per GPU when TP or PP > 1
@@ -72,7 +93,11 @@ def param_counts(m: ModelConfig) -> tuple[int, int]:
         heads = m.num_attention_heads
         nope, rope = m.qk_nope_head_dim or 128, m.qk_rope_head_dim or 64
         v = m.v_head_dim or 128
-        q = h * m.q_lora_rank + m.q_lora_rank * heads * (nope + rope) if m.q_lora_rank else h * heads * (nope + rope)
+        q = (
+            h * m.q_lora_rank + m.q_lora_rank * heads * (nope + rope)
+            if m.q_lora_rank
+            else h * heads * (nope + rope)
+        )
         attn = q + h * (m.kv_lora_rank + rope) + m.kv_lora_rank * heads * (nope + v) + heads * v * h
     else:
         attn = h * m.head_dim * (m.num_attention_heads * 2 + m.num_kv_heads * 2)
@@ -105,8 +130,9 @@ def weights_bytes(m: ModelConfig, model_dtype: str, quantization: str | None = N
     return int(linear * lin_bytes + embed * emb_bytes), "estimate"
 
 
-def activation_bytes(m: ModelConfig, *, tp: int, act_bytes: float, max_num_batched_tokens: int,
-                     max_num_seqs: int) -> int:
+def activation_bytes(
+    m: ModelConfig, *, tp: int, act_bytes: float, max_num_batched_tokens: int, max_num_seqs: int
+) -> int:
     """Activation peak of vLLM's profiling forward pass (see ASSUMPTIONS)."""
     inter = m.moe_intermediate_size * max(1, m.num_experts_per_tok) if m.num_experts else m.intermediate_size
     qkv = (m.num_attention_heads + 2 * m.num_kv_heads) * m.head_dim

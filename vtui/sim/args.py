@@ -34,19 +34,37 @@ def options() -> list[tuple[tuple[str, ...], str]]:
 
 
 TYPED: dict[str, tuple[object, object]] = {  # dest -> (type, default)
-    "port": (int, 8000), "tensor_parallel_size": (int, 1), "pipeline_parallel_size": (int, 1),
-    "data_parallel_size": (int, 1), "gpu_memory_utilization": (float, 0.92), "max_model_len": (human_int, None),
-    "max_num_seqs": (int, None), "max_num_batched_tokens": (human_int, None), "dtype": (str, "auto"),
-    "kv_cache_dtype": (str, "auto"), "block_size": (int, None), "kv_cache_memory_bytes": (human_int, None),
-    "num_gpu_blocks_override": (int, None), "seed": (int, 0), "long_prefill_token_threshold": (int, 0),
-    "cpu_offload_gb": (float, 0.0), "uvicorn_log_level": (str, "info"), "shutdown_timeout": (int, 0),
+    "port": (int, 8000),
+    "tensor_parallel_size": (int, 1),
+    "pipeline_parallel_size": (int, 1),
+    "data_parallel_size": (int, 1),
+    "gpu_memory_utilization": (float, 0.92),
+    "max_model_len": (human_int, None),
+    "max_num_seqs": (int, None),
+    "max_num_batched_tokens": (human_int, None),
+    "dtype": (str, "auto"),
+    "kv_cache_dtype": (str, "auto"),
+    "block_size": (int, None),
+    "kv_cache_memory_bytes": (human_int, None),
+    "num_gpu_blocks_override": (int, None),
+    "seed": (int, 0),
+    "long_prefill_token_threshold": (int, 0),
+    "cpu_offload_gb": (float, 0.0),
+    "uvicorn_log_level": (str, "info"),
+    "shutdown_timeout": (int, 0),
 }
-BOOL_DEFAULTS = {"disable_log_stats": False, "enforce_eager": False, "trust_remote_code": False,
-                 "disable_uvicorn_access_log": False}
+BOOL_DEFAULTS = {
+    "disable_log_stats": False,
+    "enforce_eager": False,
+    "trust_remote_code": False,
+    "disable_uvicorn_access_log": False,
+}
 
-UNKNOWN_USAGE = ("usage: vllm [-h] [-v]\n"
-                 "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n"
-                 "            ...")
+UNKNOWN_USAGE = (
+    "usage: vllm [-h] [-v]\n"
+    "            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,run-batch,snapshot}\n"
+    "            ..."
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,8 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         dest = names[0].lstrip("-").replace("-", "_")
         typ, default = TYPED.get(dest, (str, None))
         if kind == "b":
-            parser.add_argument(*[n for n in names if not n.startswith("--no-")], dest=dest,
-                                action=argparse.BooleanOptionalAction, default=BOOL_DEFAULTS.get(dest))
+            parser.add_argument(
+                *[n for n in names if not n.startswith("--no-")],
+                dest=dest,
+                action=argparse.BooleanOptionalAction,
+                default=BOOL_DEFAULTS.get(dest),
+            )
         elif kind == "f":
             parser.add_argument(*names, dest=dest, action="store_true", default=False)
         else:
@@ -79,8 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-load", type=int, default=0, help="built-in background clients")
     sim.add_argument("--sim-engine-child", action="store_true", help="spawn a VLLM::EngineCore child process")
     sim.add_argument("--sim-metrics-version", choices=("0.32", "v0"), default="0.32")
-    sim.add_argument("--sim-device", choices=("none", "cuda"), default="none",
-                     help="cuda: also hold real CUDA memory for weights + KV (needs torch)")
+    sim.add_argument(
+        "--sim-device",
+        choices=("none", "cuda"),
+        default="none",
+        help="cuda: also hold real CUDA memory for weights + KV (needs torch)",
+    )
     sim.add_argument("--sim-stats-interval", type=float, default=10.0, help="seconds between stats lines")
     return parser
 
@@ -114,8 +140,28 @@ def non_default(args: argparse.Namespace) -> dict[str, object]:
     return {"model_tag": model_tag, **dict(items[:at]), "model": model, **dict(items[at:])}
 
 
-_MODEL_CONFIG = {"dtype", "max_model_len", "enforce_eager", "quantization", "seed", "served_model_name",
-                 "trust_remote_code", "revision", "tokenizer", "max_logprobs", "generation_config",
-                 "hf_overrides", "config_format", "load_format", "tensor_parallel_size",
-                 "pipeline_parallel_size", "gpu_memory_utilization", "kv_cache_dtype", "block_size",
-                 "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill"}
+_MODEL_CONFIG = {
+    "dtype",
+    "max_model_len",
+    "enforce_eager",
+    "quantization",
+    "seed",
+    "served_model_name",
+    "trust_remote_code",
+    "revision",
+    "tokenizer",
+    "max_logprobs",
+    "generation_config",
+    "hf_overrides",
+    "config_format",
+    "load_format",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+}

@@ -16,8 +16,13 @@ NAME = "VLLM::EngineCore"
 
 def spawn() -> subprocess.Popen:
     """Start the child in the caller's process group (so killing the group kills it)."""
-    proc = subprocess.Popen([NAME, "-m", "vtui.sim.child"], executable=sys.executable,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, close_fds=True)
+    proc = subprocess.Popen(
+        [NAME, "-m", "vtui.sim.child"],
+        executable=sys.executable,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        close_fds=True,
+    )
     if proc.stdout is not None:  # wait for its ready handshake, as vLLM waits for the engine core
         proc.stdout.readline()
         proc.stdout.close()

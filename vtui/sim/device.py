@@ -46,10 +46,14 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as exc:
-        raise DeviceUnavailable(f"--sim-device cuda needs torch with CUDA, and torch is not installed ({exc})") from exc
+        raise DeviceUnavailable(
+            f"--sim-device cuda needs torch with CUDA, and torch is not installed ({exc})"
+        ) from exc
     if not torch.cuda.is_available():
-        raise DeviceUnavailable("--sim-device cuda needs a CUDA GPU, and torch.cuda.is_available() is False "
-                                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+        raise DeviceUnavailable(
+            "--sim-device cuda needs a CUDA GPU, and torch.cuda.is_available() is False "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+        )
     return torch
 
 
@@ -70,8 +74,9 @@ class LocalMemory:
         torch = _torch()
         have = torch.cuda.device_count()
         if have < self.count:
-            raise DeviceUnavailable(f"please set tensor_parallel_size ({self.count}) to less than max local gpu "
-                                    f"count ({have})")
+            raise DeviceUnavailable(
+                f"please set tensor_parallel_size ({self.count}) to less than max local gpu count ({have})"
+            )
         self.torch = torch
         for index in range(self.count):
             torch.empty(1, dtype=torch.uint8, device=f"cuda:{index}")  # the context, before the snapshot
@@ -107,10 +112,18 @@ class ChildMemory:
     def __init__(self, count: int) -> None:
         self.count = count
         # argv[0] is the title, so a venv's python cannot find its pyvenv.cfg: hand over this sys.path
-        path = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        self.proc = subprocess.Popen([NAME, "-m", "vtui.sim.device"], executable=sys.executable,
-                                     env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, close_fds=True, text=True)
+        path = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
+        self.proc = subprocess.Popen(
+            [NAME, "-m", "vtui.sim.device"],
+            executable=sys.executable,
+            env={**os.environ, "PYTHONPATH": path},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            text=True,
+        )
         assert self.proc.stdout is not None
         self.proc.stdout.readline()  # its ready handshake, as vLLM waits for the engine core
 

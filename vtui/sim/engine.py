@@ -46,8 +46,14 @@ class StepCost:
 
 
 class Engine:
-    def __init__(self, scheduler: Scheduler, cost: StepCost, log: VllmLog | None = None,
-                 log_stats: bool = True, stats_interval: float = 10.0) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        cost: StepCost,
+        log: VllmLog | None = None,
+        log_stats: bool = True,
+        stats_interval: float = 10.0,
+    ) -> None:
         self.scheduler = scheduler
         self.cost = cost
         self.log = log
@@ -102,12 +108,16 @@ class Engine:
             self._last_logged_busy = busy
             dt = max(1e-9, now - t0)
             hit_rate = 100.0 * (hits - h0) / (queries - q0) if queries > q0 else 0.0
-            self.log.api("loggers.py:335", (
-                f"Engine 000: Avg prompt throughput: {(prompt - p0) / dt:.1f} tokens/s, "
-                f"Avg generation throughput: {(gen - g0) / dt:.1f} tokens/s, "
-                f"Running: {len(self.scheduler.running)} reqs, Waiting: {len(self.scheduler.waiting)} reqs, "
-                f"GPU KV cache usage: {100.0 * self.scheduler.kv_usage():.1f}%, "
-                f"Prefix cache hit rate: {hit_rate:.1f}%"))
+            self.log.api(
+                "loggers.py:335",
+                (
+                    f"Engine 000: Avg prompt throughput: {(prompt - p0) / dt:.1f} tokens/s, "
+                    f"Avg generation throughput: {(gen - g0) / dt:.1f} tokens/s, "
+                    f"Running: {len(self.scheduler.running)} reqs, Waiting: {len(self.scheduler.waiting)} reqs, "
+                    f"GPU KV cache usage: {100.0 * self.scheduler.kv_usage():.1f}%, "
+                    f"Prefix cache hit rate: {hit_rate:.1f}%"
+                ),
+            )
 
 
 def prompt_hashes(key: str, prompt_len: int, block_size: int) -> tuple[int, ...]:
@@ -116,7 +126,7 @@ def prompt_hashes(key: str, prompt_len: int, block_size: int) -> tuple[int, ...]
     prev = 0
     chars_per_token = 4
     for b in range(prompt_len // block_size):
-        chunk = key[b * block_size * chars_per_token:(b + 1) * block_size * chars_per_token]
+        chunk = key[b * block_size * chars_per_token : (b + 1) * block_size * chars_per_token]
         prev = hash((prev, chunk if chunk else b))
         out.append(prev)
     return tuple(out)
@@ -126,7 +136,9 @@ class LoadGenerator:
     """`--sim-load N`: up to N concurrent synthetic clients with a shared system prompt, varying prompt and
     answer lengths and a slow wave in concurrency, submitted straight to the engine."""
 
-    def __init__(self, engine: Engine, clients: int, max_model_len: int, block_size: int, seed: int = 0) -> None:
+    def __init__(
+        self, engine: Engine, clients: int, max_model_len: int, block_size: int, seed: int = 0
+    ) -> None:
         self.engine = engine
         self.clients = clients
         self.max_model_len = max_model_len
@@ -152,8 +164,14 @@ class LoadGenerator:
                 if reason and not done.done():
                     done.set_result(reason)
 
-            req = Request(f"load-{self.count}", prompt_len, max_tokens, time.monotonic(),
-                          block_hashes=prompt_hashes(key, prompt_len, self.block_size), on_output=on_output)
+            req = Request(
+                f"load-{self.count}",
+                prompt_len,
+                max_tokens,
+                time.monotonic(),
+                block_hashes=prompt_hashes(key, prompt_len, self.block_size),
+                on_output=on_output,
+            )
             self.engine.add(req)
             await done
             await asyncio.sleep(rng.random() * 0.5)

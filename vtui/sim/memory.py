@@ -12,12 +12,22 @@ import math
 import os
 from dataclasses import dataclass
 
-from vtui.core.simgpus import GpuRegistry, registry_dir  # noqa: F401 - re-exported for the sim
+from vtui.sim.gpus import GpuRegistry, registry_dir  # noqa: F401 - re-exported for the sim
 from vtui.sim.models import DTYPE_BYTES, ModelShape
 
 GIB = 1 << 30
-QUANT_BYTES = {"awq": 0.5, "gptq": 0.5, "awq_marlin": 0.5, "gptq_marlin": 0.5, "bitsandbytes": 0.5,
-               "marlin": 0.5, "compressed-tensors": 0.5, "fp8": 1.0, "modelopt": 1.0, "mxfp4": 0.5}
+QUANT_BYTES = {
+    "awq": 0.5,
+    "gptq": 0.5,
+    "awq_marlin": 0.5,
+    "gptq_marlin": 0.5,
+    "bitsandbytes": 0.5,
+    "marlin": 0.5,
+    "compressed-tensors": 0.5,
+    "fp8": 1.0,
+    "modelopt": 1.0,
+    "mxfp4": 0.5,
+}
 
 
 def weight_dtype(shape: ModelShape, dtype: str) -> str:
@@ -78,10 +88,24 @@ class KvPlan:
         return lo
 
 
-def plan_kv(shape: ModelShape, *, gpu_bytes: int, utilization: float, tp: int, pp: int, dtype: str,
-            quantization: str | None, kv_cache_dtype: str, block_size: int, max_model_len: int,
-            max_num_batched_tokens: int, max_num_seqs: int, kv_cache_memory_bytes: int | None = None,
-            num_gpu_blocks_override: int | None = None, cpu_offload_gib: float = 0.0) -> KvPlan:
+def plan_kv(
+    shape: ModelShape,
+    *,
+    gpu_bytes: int,
+    utilization: float,
+    tp: int,
+    pp: int,
+    dtype: str,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    block_size: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    kv_cache_memory_bytes: int | None = None,
+    num_gpu_blocks_override: int | None = None,
+    cpu_offload_gib: float = 0.0,
+) -> KvPlan:
     wdtype = weight_dtype(shape, dtype)
     dbytes = DTYPE_BYTES.get(wdtype, 2)
     embed = shape.vocab * shape.hidden * 2
@@ -89,8 +113,10 @@ def plan_kv(shape: ModelShape, *, gpu_bytes: int, utilization: float, tp: int, p
     per_param = QUANT_BYTES.get((quantization or "").lower(), dbytes)
     weights = (body * per_param + embed * dbytes) / (tp * pp) - cpu_offload_gib * GIB
     weights = int(max(0.0, weights))
-    activation = int(max_num_batched_tokens * (4 * shape.hidden + 2 * shape.intermediate / tp) * dbytes
-                     + min(max_num_batched_tokens, max_num_seqs) * shape.vocab * 4 / tp)
+    activation = int(
+        max_num_batched_tokens * (4 * shape.hidden + 2 * shape.intermediate / tp) * dbytes
+        + min(max_num_batched_tokens, max_num_seqs) * shape.vocab * 4 / tp
+    )
     non_torch = int((0.45 + (0.35 if tp * pp > 1 else 0.0)) * GIB)
     requested = int(utilization * gpu_bytes)
     if kv_cache_memory_bytes is not None:
@@ -98,12 +124,28 @@ def plan_kv(shape: ModelShape, *, gpu_bytes: int, utilization: float, tp: int, p
     else:
         available = requested - weights - activation - non_torch
     layers_per_gpu = max(1, math.ceil(shape.layers / pp))
-    per_token = 2 * layers_per_gpu * max(1, shape.kv_heads // tp) * shape.head_dim * kv_dtype_bytes(kv_cache_dtype, wdtype)
+    per_token = (
+        2
+        * layers_per_gpu
+        * max(1, shape.kv_heads // tp)
+        * shape.head_dim
+        * kv_dtype_bytes(kv_cache_dtype, wdtype)
+    )
     blocks = max(0, available // (per_token * block_size)) if available > 0 else 0
     if num_gpu_blocks_override:
         blocks = int(num_gpu_blocks_override)
-    return KvPlan(gpu_bytes, requested, weights, activation, non_torch, available, per_token, block_size,
-                  int(blocks), max_model_len)
+    return KvPlan(
+        gpu_bytes,
+        requested,
+        weights,
+        activation,
+        non_torch,
+        available,
+        per_token,
+        block_size,
+        int(blocks),
+        max_model_len,
+    )
 
 
 # -- which physical GPUs this instance lands on -----------------------------------------------------
@@ -112,5 +154,9 @@ def plan_kv(shape: ModelShape, *, gpu_bytes: int, utilization: float, tp: int, p
 def physical_gpus(count: int, num_gpus: int) -> list[int]:
     """The physical GPU ids the first `count` ranks use, from CUDA_VISIBLE_DEVICES (else 0..count-1)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [int(x) for x in visible.split(",") if x.strip().lstrip("-").isdigit()] if visible else list(range(num_gpus))
+    ids = (
+        [int(x) for x in visible.split(",") if x.strip().lstrip("-").isdigit()]
+        if visible
+        else list(range(num_gpus))
+    )
     return ids[:count] if len(ids) >= count else ids

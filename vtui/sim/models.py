@@ -31,25 +31,55 @@ class ModelShape:
     from_config: bool = False
 
 
-def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, hd: int, inter: int, vocab: int,
-           params: float, max_pos: int, arch: str = "LlamaForCausalLM", dtype: str = "bfloat16") -> ModelShape:
+def _llama(
+    name: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    hd: int,
+    inter: int,
+    vocab: int,
+    params: float,
+    max_pos: int,
+    arch: str = "LlamaForCausalLM",
+    dtype: str = "bfloat16",
+) -> ModelShape:
     return ModelShape(name, arch, layers, hidden, heads, kv, hd, inter, vocab, params, max_pos, dtype)
 
 
 # Lower-case HF ids; matched by suffix so `/models/Qwen3-8B` and `Qwen/Qwen3-8B` both resolve.
-BUILTIN: dict[str, ModelShape] = {s.name.lower(): s for s in (
-    _llama("meta-llama/Llama-3.1-8B-Instruct", 32, 4096, 32, 8, 128, 14336, 128256, 8.03e9, 131072),
-    _llama("meta-llama/Llama-3.1-70B-Instruct", 80, 8192, 64, 8, 128, 28672, 128256, 70.55e9, 131072),
-    _llama("meta-llama/Llama-3.2-1B-Instruct", 16, 2048, 32, 8, 64, 8192, 128256, 1.24e9, 131072),
-    _llama("Qwen/Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 0.6e9, 40960, "Qwen3ForCausalLM"),
-    _llama("Qwen/Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, 8.19e9, 40960, "Qwen3ForCausalLM"),
-    _llama("Qwen/Qwen3-32B", 64, 5120, 64, 8, 128, 25600, 151936, 32.8e9, 40960, "Qwen3ForCausalLM"),
-    _llama("Qwen/Qwen2.5-0.5B-Instruct", 24, 896, 14, 2, 64, 4864, 151936, 0.49e9, 32768, "Qwen2ForCausalLM"),
-    _llama("Qwen/Qwen2.5-7B-Instruct", 28, 3584, 28, 4, 128, 18944, 152064, 7.62e9, 32768, "Qwen2ForCausalLM"),
-    _llama("mistralai/Mistral-7B-Instruct-v0.3", 32, 4096, 32, 8, 128, 14336, 32768, 7.25e9, 32768,
-           "MistralForCausalLM"),
-    _llama("vtui/tiny-llama", 2, 128, 4, 2, 32, 256, 1300, 6.4e5, 2048, dtype="float32"),
-)}
+BUILTIN: dict[str, ModelShape] = {
+    s.name.lower(): s
+    for s in (
+        _llama("meta-llama/Llama-3.1-8B-Instruct", 32, 4096, 32, 8, 128, 14336, 128256, 8.03e9, 131072),
+        _llama("meta-llama/Llama-3.1-70B-Instruct", 80, 8192, 64, 8, 128, 28672, 128256, 70.55e9, 131072),
+        _llama("meta-llama/Llama-3.2-1B-Instruct", 16, 2048, 32, 8, 64, 8192, 128256, 1.24e9, 131072),
+        _llama("Qwen/Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 0.6e9, 40960, "Qwen3ForCausalLM"),
+        _llama("Qwen/Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, 8.19e9, 40960, "Qwen3ForCausalLM"),
+        _llama("Qwen/Qwen3-32B", 64, 5120, 64, 8, 128, 25600, 151936, 32.8e9, 40960, "Qwen3ForCausalLM"),
+        _llama(
+            "Qwen/Qwen2.5-0.5B-Instruct", 24, 896, 14, 2, 64, 4864, 151936, 0.49e9, 32768, "Qwen2ForCausalLM"
+        ),
+        _llama(
+            "Qwen/Qwen2.5-7B-Instruct", 28, 3584, 28, 4, 128, 18944, 152064, 7.62e9, 32768, "Qwen2ForCausalLM"
+        ),
+        _llama(
+            "mistralai/Mistral-7B-Instruct-v0.3",
+            32,
+            4096,
+            32,
+            8,
+            128,
+            14336,
+            32768,
+            7.25e9,
+            32768,
+            "MistralForCausalLM",
+        ),
+        _llama("vtui/tiny-llama", 2, 128, 4, 2, 32, 256, 1300, 6.4e5, 2048, dtype="float32"),
+    )
+}
 
 
 def params_from_text(text: str) -> float:

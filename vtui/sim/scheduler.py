@@ -111,9 +111,19 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, *, num_blocks: int, block_size: int, max_num_seqs: int, max_num_batched_tokens: int,
-                 max_model_len: int, chunked_prefill: bool = True, prefix_caching: bool = True,
-                 long_prefill_token_threshold: int = 0, metrics: EngineMetrics | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        chunked_prefill: bool = True,
+        prefix_caching: bool = True,
+        long_prefill_token_threshold: int = 0,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
         self.pool = BlockPool(num_blocks, block_size, prefix_caching)
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
@@ -263,7 +273,9 @@ class Scheduler:
                 req.first_token = now
                 m.hist["vllm:time_to_first_token_seconds"].observe(now - req.arrival)
                 m.inc("vllm:prompt_tokens_total", req.prompt_len)
-                m.inc("vllm:prompt_tokens_by_source_total", req.prompt_len - req.cached_tokens, "local_compute")
+                m.inc(
+                    "vllm:prompt_tokens_by_source_total", req.prompt_len - req.cached_tokens, "local_compute"
+                )
                 m.inc("vllm:prompt_tokens_by_source_total", req.cached_tokens, "local_cache_hit")
                 m.inc("vllm:prompt_tokens_cached_total", req.cached_tokens)
                 m.inc("vllm:prompt_tokens_cached_by_source_total", req.cached_tokens, "device")
@@ -309,7 +321,9 @@ class Scheduler:
             h["vllm:request_num_preemptions"].observe(req.num_preemptions)
             h["vllm:request_prefill_kv_computed_tokens"].observe(req.prompt_len - req.cached_tokens)
             if req.output_len > 1:
-                h["vllm:request_time_per_output_token_seconds"].observe((now - first_tok) / (req.output_len - 1))
+                h["vllm:request_time_per_output_token_seconds"].observe(
+                    (now - first_tok) / (req.output_len - 1)
+                )
         if notify and req.on_output:
             req.on_output(req, 1 if reason != "abort" else 0, reason)
 

@@ -16,11 +16,42 @@ from vtui.sim.engine import Engine, prompt_hashes
 from vtui.sim.httpmetrics import HttpMetrics
 from vtui.sim.scheduler import Request
 
-WORDS = [" the", " model", " token", " of", " a", " cache", " and", " GPU", " is", " to", " batch", " in",
-         " vLLM", " memory", " fast", " we", " request", " with", " block", " serve", ".", ",", " it", " for"]
+WORDS = [
+    " the",
+    " model",
+    " token",
+    " of",
+    " a",
+    " cache",
+    " and",
+    " GPU",
+    " is",
+    " to",
+    " batch",
+    " in",
+    " vLLM",
+    " memory",
+    " fast",
+    " we",
+    " request",
+    " with",
+    " block",
+    " serve",
+    ".",
+    ",",
+    " it",
+    " for",
+]
 _WORDS_JSON = [json.dumps(w)[1:-1] for w in WORDS]
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-           413: "Payload Too Large", 500: "Internal Server Error"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    500: "Internal Server Error",
+}
 
 
 @dataclass
@@ -47,8 +78,14 @@ def _error(message: str, kind: str, code: int, param: str | None = None) -> byte
 
 
 class SimServer:
-    def __init__(self, cfg: ServerConfig, engine: Engine, metrics_text: Callable[[], str], log_raw: Callable[[str], None],
-                 http: HttpMetrics | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        engine: Engine,
+        metrics_text: Callable[[], str],
+        log_raw: Callable[[str], None],
+        http: HttpMetrics | None = None,
+    ) -> None:
         self.cfg = cfg
         self.http = http or HttpMetrics()
         self._sent: dict[asyncio.StreamWriter, int] = {}  # Content-Length of the answer being written
@@ -85,10 +122,13 @@ class SimServer:
                 self._sent[writer] = 0  # a streamed answer has no Content-Length: counted 0, as vLLM's
                 status = await self.route(method, path, headers, body, writer)
                 if path in KNOWN_ROUTES:
-                    self.http.record(path, method, status, length, self._sent.get(writer, 0),
-                                     time.perf_counter() - started)
+                    self.http.record(
+                        path, method, status, length, self._sent.get(writer, 0), time.perf_counter() - started
+                    )
                 if self.cfg.access_log:
-                    self.log_raw(f'INFO:     {peer[0]}:{peer[1]} - "{method} {target} HTTP/1.1" {status} {REASONS.get(status, "")}')
+                    self.log_raw(
+                        f'INFO:     {peer[0]}:{peer[1]} - "{method} {target} HTTP/1.1" {status} {REASONS.get(status, "")}'
+                    )
                 if headers.get("connection", "").lower() == "close" or writer.is_closing():
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -101,31 +141,50 @@ class SimServer:
             except RuntimeError:
                 pass
 
-    def respond(self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> int:
+    def respond(
+        self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json"
+    ) -> int:
         self._sent[writer] = len(body)
         writer.write(
             f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: uvicorn\r\ncontent-type: {ctype}\r\n"
-            f"content-length: {len(body)}\r\n\r\n".encode() + body)
+            f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         return status
 
-    async def route(self, method: str, path: str, headers: dict[str, str], body: bytes,
-                    writer: asyncio.StreamWriter) -> int:
+    async def route(
+        self, method: str, path: str, headers: dict[str, str], body: bytes, writer: asyncio.StreamWriter
+    ) -> int:
         if self.cfg.api_keys and path.startswith(("/v1", "/v2", "/inference")):
             auth = headers.get("authorization", "")
             if not any(auth == f"Bearer {k}" for k in self.cfg.api_keys):
                 return self.respond(writer, 401, b'{"error":"Unauthorized"}')
         if path in ("/health", "/ping", "/load") and method in ("GET", "POST"):
             if path == "/load":
-                return self.respond(writer, 200, json.dumps({"server_load": len(self.engine.scheduler.running)}).encode())
+                return self.respond(
+                    writer, 200, json.dumps({"server_load": len(self.engine.scheduler.running)}).encode()
+                )
             return self.respond(writer, 200, b"", "application/json")
         if path == "/version":
             return self.respond(writer, 200, json.dumps({"version": self.cfg.version}).encode())
         if path == "/metrics":
-            return self.respond(writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            return self.respond(
+                writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8"
+            )
         if path == "/v1/models":
-            data = [{"id": name, "object": "model", "created": self.created, "owned_by": "vllm",
-                     "root": self.cfg.model, "parent": None, "max_model_len": self.cfg.max_model_len,
-                     "permission": []} for name in self.cfg.served_names]
+            data = [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "vllm",
+                    "root": self.cfg.model,
+                    "parent": None,
+                    "max_model_len": self.cfg.max_model_len,
+                    "permission": [],
+                }
+                for name in self.cfg.served_names
+            ]
             return self.respond(writer, 200, json.dumps({"object": "list", "data": data}).encode())
         if path in ("/v1/completions", "/v1/chat/completions"):
             if method != "POST":
@@ -142,7 +201,9 @@ class SimServer:
             return self.respond(writer, 400, _error("Invalid JSON body", "BadRequestError", 400))
         name = payload.get("model") or self.cfg.served_names[0]
         if name not in self.cfg.served_names and name != self.cfg.model:
-            return self.respond(writer, 404, _error(f"The model `{name}` does not exist.", "NotFoundError", 404, "model"))
+            return self.respond(
+                writer, 404, _error(f"The model `{name}` does not exist.", "NotFoundError", 404, "model")
+            )
         if chat:
             messages = payload.get("messages") or []
             if not isinstance(messages, list):
@@ -165,9 +226,11 @@ class SimServer:
         except (TypeError, ValueError):
             return self.respond(writer, 400, _error("max_tokens must be an integer", "BadRequestError", 400))
         if prompt_len + max(0, max_tokens) > limit or max_tokens < 1:
-            msg = (f"This model's maximum context length is {limit} tokens. However, you requested "
-                   f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the "
-                   "completion). Please reduce the length of the messages or completion.")
+            msg = (
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion."
+            )
             if max_tokens < 1:
                 msg = f"max_tokens must be at least 1, got {max_tokens}."
             return self.respond(writer, 400, _error(msg, "BadRequestError", 400))
@@ -180,8 +243,10 @@ class SimServer:
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         pieces: list[str] = []
-        head = (f'data: {{"id":"{rid}","object":"{"chat.completion.chunk" if chat else "text_completion"}",'
-                f'"created":{created},"model":{json.dumps(name)},"choices":[{{"index":0,')
+        head = (
+            f'data: {{"id":"{rid}","object":"{"chat.completion.chunk" if chat else "text_completion"}",'
+            f'"created":{created},"model":{json.dumps(name)},"choices":[{{"index":0,'
+        )
         if chat:
             mid, tail = '"delta":{"content":"', '"},"logprobs":null,"finish_reason":null}]}\n\n'
         else:
@@ -207,13 +272,25 @@ class SimServer:
             if reason and not done.done():
                 done.set_result(reason)
 
-        req = Request(rid, prompt_len, max_tokens, time.monotonic(), stop_at=stop_at,
-                      block_hashes=prompt_hashes(key, prompt_len, self.cfg.block_size), on_output=on_output)
+        req = Request(
+            rid,
+            prompt_len,
+            max_tokens,
+            time.monotonic(),
+            stop_at=stop_at,
+            block_hashes=prompt_hashes(key, prompt_len, self.cfg.block_size),
+            on_output=on_output,
+        )
         if stream:
-            writer.write(b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                         b"transfer-encoding: chunked\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
             if chat:
-                first = head + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+                first = (
+                    head
+                    + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+                )
                 data = first.encode()
                 writer.write(b"%x\r\n%b\r\n" % (len(data), data))
         self.engine.add(req)
@@ -232,32 +309,83 @@ class SimServer:
             except ConnectionError:
                 pass
             return 200
-        usage = {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + req.output_len,
-                 "completion_tokens": req.output_len, "prompt_tokens_details": None}
+        usage = {
+            "prompt_tokens": req.prompt_len,
+            "total_tokens": req.prompt_len + req.output_len,
+            "completion_tokens": req.output_len,
+            "prompt_tokens_details": None,
+        }
         text = "".join(pieces)
         if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                      "logprobs": None, "finish_reason": reason, "stop_reason": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+            }
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+            }
             obj = "text_completion"
-        out = {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice], "usage": usage}
+        out = {
+            "id": rid,
+            "object": obj,
+            "created": created,
+            "model": name,
+            "choices": [choice],
+            "usage": usage,
+        }
         return self.respond(writer, 200, json.dumps(out).encode())
 
     @staticmethod
-    def final_chunks(chat: bool, rid: str, created: int, name: str, reason: str, req: Request,
-                     include_usage: bool) -> str:
+    def final_chunks(
+        chat: bool, rid: str, created: int, name: str, reason: str, req: Request, include_usage: bool
+    ) -> str:
         obj = "chat.completion.chunk" if chat else "text_completion"
         if chat:
-            choice = {"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+            choice = {
+                "index": 0,
+                "delta": {"content": ""},
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": None,
+            }
         else:
             choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": reason, "stop_reason": None}
-        out = "data: " + json.dumps({"id": rid, "object": obj, "created": created, "model": name,
-                                     "choices": [choice]}, separators=(",", ":")) + "\n\n"
+        out = (
+            "data: "
+            + json.dumps(
+                {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice]},
+                separators=(",", ":"),
+            )
+            + "\n\n"
+        )
         if include_usage:
-            usage = {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + req.output_len,
-                     "completion_tokens": req.output_len}
-            out += "data: " + json.dumps({"id": rid, "object": obj, "created": created, "model": name,
-                                          "choices": [], "usage": usage}, separators=(",", ":")) + "\n\n"
+            usage = {
+                "prompt_tokens": req.prompt_len,
+                "total_tokens": req.prompt_len + req.output_len,
+                "completion_tokens": req.output_len,
+            }
+            out += (
+                "data: "
+                + json.dumps(
+                    {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": name,
+                        "choices": [],
+                        "usage": usage,
+                    },
+                    separators=(",", ":"),
+                )
+                + "\n\n"
+            )
         return out

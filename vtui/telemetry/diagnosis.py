@@ -39,7 +39,11 @@ class Problem:
     pids: tuple[int, ...] = ()  # processes holding the port / the GPUs, when known
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "message": self.message, "fix": dict(self.fix) if self.fix is not None else None}
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "fix": dict(self.fix) if self.fix is not None else None,
+        }
 
 
 def _fix(**flags: object) -> Mapping[str, object]:
@@ -67,11 +71,18 @@ def _kv_v1(m: re.Match[str], ctx: _Context) -> Problem:
     if estimate is None and needed > 0:  # before vLLM 0.9 the message gave no estimate: scale and round down
         estimate = int(want * available / needed) // 16 * 16 or None
     return Problem(
-        "kv_too_small_for_max_model_len", m.group(0).rstrip(". "),
+        "kv_too_small_for_max_model_len",
+        m.group(0).rstrip(". "),
         _fix(max_model_len=estimate) if estimate else None,
         f"One request of max_model_len={want} tokens needs {needed:g} GiB of KV cache, but only {available:g} GiB "
         f"is left after weights and activations. Lower --max-model-len"
-        + (f" to {estimate} (vLLM's own estimate)" if m.group(4) else f" to about {estimate}" if estimate else "")
+        + (
+            f" to {estimate} (vLLM's own estimate)"
+            if m.group(4)
+            else f" to about {estimate}"
+            if estimate
+            else ""
+        )
         + ", or give the KV cache more memory (higher --gpu-memory-utilization, fewer other processes on the GPU).",
     )
 
@@ -79,7 +90,9 @@ def _kv_v1(m: re.Match[str], ctx: _Context) -> Problem:
 def _kv_v0(m: re.Match[str], ctx: _Context) -> Problem:
     want, capacity = int(m.group(1)), int(m.group(2))
     return Problem(
-        "kv_too_small_for_max_model_len", m.group(0), _fix(max_model_len=capacity),
+        "kv_too_small_for_max_model_len",
+        m.group(0),
+        _fix(max_model_len=capacity),
         f"The KV cache holds {capacity} tokens, fewer than one request of max_model_len={want}. Set "
         f"--max-model-len {capacity}, or raise --gpu-memory-utilization.",
     )
@@ -90,24 +103,32 @@ def _no_kv(m: re.Match[str], ctx: _Context) -> Problem:
     explicit = facts.arg("kv_cache_memory_bytes")
     util = facts.gpu_memory_utilization
     seqs = facts.arg("max_num_seqs")
-    remedies = ["lower --max-num-seqs (the profiling batch, hence the activation peak, shrinks with it)",
-                "set --enforce-eager (no CUDA graph memory)",
-                "raise --gpu-memory-utilization, as vLLM suggests, if the GPU has room"]
+    remedies = [
+        "lower --max-num-seqs (the profiling batch, hence the activation peak, shrinks with it)",
+        "set --enforce-eager (no CUDA graph memory)",
+        "raise --gpu-memory-utilization, as vLLM suggests, if the GPU has room",
+    ]
     if isinstance(explicit, int) and explicit > 0:
         fix = _fix(kv_cache_memory_bytes=max(64 * 1024**2, explicit * 10))
-        why = (f"--kv-cache-memory-bytes {explicit} is smaller than one KV cache block per layer. Give it more "
-               "(vtui proposes at least 64 MiB; vLLM then reports the tokens it holds).")
+        why = (
+            f"--kv-cache-memory-bytes {explicit} is smaller than one KV cache block per layer. Give it more "
+            "(vtui proposes at least 64 MiB; vLLM then reports the tokens it holds)."
+        )
         remedies.insert(0, "raise --kv-cache-memory-bytes")
     elif isinstance(util, float) and util < 0.9:
         fix = _fix(gpu_memory_utilization=0.9)
-        why = (f"Weights and activations fill the whole --gpu-memory-utilization {util:g} budget, leaving nothing "
-               "for the KV cache. Raise the budget to 0.9, or lower --max-num-seqs / set --enforce-eager.")
+        why = (
+            f"Weights and activations fill the whole --gpu-memory-utilization {util:g} budget, leaving nothing "
+            "for the KV cache. Raise the budget to 0.9, or lower --max-num-seqs / set --enforce-eager."
+        )
     else:
         new_seqs = max(1, (seqs if isinstance(seqs, int) else 256) // 2)
         fix = _fix(max_num_seqs=new_seqs, enforce_eager=True)
-        why = ("Weights, activations and CUDA graphs fill the whole memory budget, leaving nothing for the KV "
-               f"cache. Shrink the activation peak (--max-num-seqs {new_seqs}) and skip CUDA graphs "
-               "(--enforce-eager); a bigger budget or a smaller / quantized model also helps.")
+        why = (
+            "Weights, activations and CUDA graphs fill the whole memory budget, leaving nothing for the KV "
+            f"cache. Shrink the activation peak (--max-num-seqs {new_seqs}) and skip CUDA graphs "
+            "(--enforce-eager); a bigger budget or a smaller / quantized model also helps."
+        )
     # Other processes on the instance's GPUs (an instance without gpus runs on GPU 0) shrink what is left.
     indices = ctx.gpu_indices if ctx.gpu_indices is None or ctx.gpu_indices else [0]
     holders = gpu_holders(ctx.gpu, indices, instance=ctx.instance, own_pids=ctx.own_pids)
@@ -122,22 +143,30 @@ _OOM_PROCESS = re.compile(r"Process (\d+) has ([\d.]+ [GM]iB) memory in use")
 
 def _oom(m: re.Match[str], ctx: _Context) -> Problem:
     line = m.string
-    others = [f"PID {pid} holds {mem}" for pid, mem in _OOM_PROCESS.findall(line)
-              if int(pid) not in ctx.log_pids and int(pid) not in ctx.own_pids]  # CUDA lists vLLM itself too
+    others = [
+        f"PID {pid} holds {mem}"
+        for pid, mem in _OOM_PROCESS.findall(line)
+        if int(pid) not in ctx.log_pids and int(pid) not in ctx.own_pids
+    ]  # CUDA lists vLLM itself too
     util = ctx.facts.gpu_memory_utilization or 0.9
-    remedies = [f"lower --gpu-memory-utilization to {round(util - 0.05, 2):g}",
-                "lower --max-num-seqs / --max-num-batched-tokens", "set --enforce-eager"]
+    remedies = [
+        f"lower --gpu-memory-utilization to {round(util - 0.05, 2):g}",
+        "lower --max-num-seqs / --max-num-batched-tokens",
+        "set --enforce-eager",
+    ]
     if ctx.phase is Phase.CAPTURING_GRAPHS:
         fix = _fix(enforce_eager=True)
         why = "The GPU ran out of memory while capturing CUDA graphs. --enforce-eager skips them (slower decode)."
         remedies = [remedies[2], remedies[0], remedies[1]]
     else:
         fix = _fix(gpu_memory_utilization=round(util - 0.05, 2))
-        why = ("CUDA ran out of memory outside vLLM's budget (activations, CUDA graphs, other processes). Lower "
-               "--gpu-memory-utilization to leave headroom, or lower --max-num-seqs, or set --enforce-eager.")
+        why = (
+            "CUDA ran out of memory outside vLLM's budget (activations, CUDA graphs, other processes). Lower "
+            "--gpu-memory-utilization to leave headroom, or lower --max-num-seqs, or set --enforce-eager."
+        )
     if others:
         why += " " + "; ".join(others) + "."
-    message = line[m.start():].strip()
+    message = line[m.start() :].strip()
     return Problem("cuda_oom", message[:300], fix, why, tuple(remedies))
 
 
@@ -151,8 +180,10 @@ def _free_memory(m: re.Match[str], ctx: _Context) -> Problem:
     holders = [] if cpu else gpu_holders(ctx.gpu, indices, instance=ctx.instance, own_pids=ctx.own_pids)
     lower = utilization_that_fits(free, total)
     where = f"node {m.group('node')}" if cpu else (f"GPU {device}" if device else "the GPU")
-    why = (f"Only {free:g} of {total:g} GiB is free on {where}, but --gpu-memory-utilization {util:g} asks for "
-           f"{util * total:.2f} GiB when vLLM starts.")
+    why = (
+        f"Only {free:g} of {total:g} GiB is free on {where}, but --gpu-memory-utilization {util:g} asks for "
+        f"{util * total:.2f} GiB when vLLM starts."
+    )
     remedies = []
     if holders:
         why += f" Held by {describe_holders(holders)}."
@@ -162,9 +193,17 @@ def _free_memory(m: re.Match[str], ctx: _Context) -> Problem:
     if lower is not None:
         remedies.append(f"lower --gpu-memory-utilization to {lower:g}")
     if cpu:
-        remedies.append("set --kv-cache-memory-bytes (CPU builds size the cache from it, not from utilization)")
-    return Problem("free_memory_below_utilization", m.group(0), _fix(gpu_memory_utilization=lower) if lower else None,
-                   why, tuple(remedies), tuple(p.pid for p in holders))
+        remedies.append(
+            "set --kv-cache-memory-bytes (CPU builds size the cache from it, not from utilization)"
+        )
+    return Problem(
+        "free_memory_below_utilization",
+        m.group(0),
+        _fix(gpu_memory_utilization=lower) if lower else None,
+        why,
+        tuple(remedies),
+        tuple(p.pid for p in holders),
+    )
 
 
 def _port(m: re.Match[str], ctx: _Context) -> Problem:
@@ -177,10 +216,14 @@ def _port(m: re.Match[str], ctx: _Context) -> Problem:
     remedies = [f"stop {who}" if holders else "stop whatever listens there"]
     if alternative:
         remedies.append(f"use --port {alternative}")
-    return Problem("port_in_use", f"port {port} is already in use by {who}",
-                   _fix(port=alternative) if alternative else None,
-                   f"vLLM could not bind its HTTP port {port}: {who} listens there.", tuple(remedies),
-                   tuple(pid for pid, _ in holders))
+    return Problem(
+        "port_in_use",
+        f"port {port} is already in use by {who}",
+        _fix(port=alternative) if alternative else None,
+        f"vLLM could not bind its HTTP port {port}: {who} listens there.",
+        tuple(remedies),
+        tuple(pid for pid, _ in holders),
+    )
 
 
 def _known_flags() -> list[str]:
@@ -199,20 +242,30 @@ def _unknown_flag(m: re.Match[str], ctx: _Context) -> Problem:
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
         if close:
             hints.append(f"--{flag}: did you mean --{close[0]}?")
-    return Problem("unknown_flag", m.group(1), None,
-                   "This vLLM does not know " + ", ".join(f"--{f}" for f in flags or ["that flag"])
-                   + " (flags change between versions; `vllm serve --help=all` lists this one's).", tuple(hints))
+    return Problem(
+        "unknown_flag",
+        m.group(1),
+        None,
+        "This vLLM does not know "
+        + ", ".join(f"--{f}" for f in flags or ["that flag"])
+        + " (flags change between versions; `vllm serve --help=all` lists this one's).",
+        tuple(hints),
+    )
 
 
 def _bad_value(m: re.Match[str], ctx: _Context) -> Problem:
-    return Problem("invalid_flag_value", m.group(1), None, f"vLLM rejected the value of {m.group(2)}: {m.group(3)}")
+    return Problem(
+        "invalid_flag_value", m.group(1), None, f"vLLM rejected the value of {m.group(2)}: {m.group(3)}"
+    )
 
 
 def _max_len(m: re.Match[str], ctx: _Context) -> Problem:
     numbers = [float(v) for v in re.findall(r"=\s*([\d.]+)", m.group(2))]
     limit = int(min(numbers)) if numbers else None
     return Problem(
-        "max_model_len_above_model", m.group(0), _fix(max_model_len=limit) if limit else None,
+        "max_model_len_above_model",
+        m.group(0),
+        _fix(max_model_len=limit) if limit else None,
         f"--max-model-len {m.group(1)} is longer than the model supports ({m.group(2).split(' in ')[0]}). "
         + (f"Use {limit}." if limit else "Use the model's limit.")
         + " VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 overrides this at the risk of wrong outputs.",
@@ -220,49 +273,87 @@ def _max_len(m: re.Match[str], ctx: _Context) -> Problem:
 
 
 def _model_missing(m: re.Match[str], ctx: _Context) -> Problem:
-    return Problem("model_not_found", m.group(0).strip()[:300], None,
-                   "vLLM could not find the model: check the path or Hugging Face id (and HF_TOKEN for gated "
-                   "models, HF_HUB_OFFLINE for offline use).")
+    return Problem(
+        "model_not_found",
+        m.group(0).strip()[:300],
+        None,
+        "vLLM could not find the model: check the path or Hugging Face id (and HF_TOKEN for gated "
+        "models, HF_HUB_OFFLINE for offline use).",
+    )
 
 
 def _preempted(m: re.Match[str], ctx: _Context) -> Problem:
     return _kv_short("vLLM preempted requests: not enough KV cache space", None, None)
 
 
-_DETECTORS: tuple[_Detector, ...] = tuple((re.compile(p), f) for p, f in (
-    (r"To serve at least one request with the models?'s max seq len \((\d+)\),\s*\(?([\d.]+) GiB KV cache is "
-     r"needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)\.?"
-     r"(?:\s*Based on the available memory,\s*the estimated maximum model length is (\d+))?", _kv_v1),
-    (r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
-     r"cache \((\d+)\)", _kv_v0),
-    (r"No available memory for the cache blocks", _no_kv),
-    (r"(?:torch\.(?:cuda\.)?OutOfMemoryError: )?CUDA out of memory", _oom),
-    (r"(?:Free memory on device ?(?P<dev>[\w:]*)|Available memory on node (?P<node>\d+)) \((?P<free>[\d.]+)/"
-     r"(?P<total>[\d.]+) GiB\) on startup is less than desired (?:GPU|CPU) memory utilization \((?P<util>[\d.]+)"
-     r", [\d.]+ GiB\)", _free_memory),
-    (r"\[Errno (?:98|48|10048)\] (?:error while attempting to bind on address \('([^']*)', (\d+)\): )?"
-     r"[Aa]ddress already in use", _port),
-    (r"(vllm(?: serve)?: error: unrecognized arguments: (.*))$", _unknown_flag),
-    (r"(vllm(?: serve)?: error: argument (--[\w-]+)[^:]*: (.*))$", _bad_value),
-    (r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len \(([^)]*)\)", _max_len),
-    (r"(?:HFValidationError|RepositoryNotFoundError): .*|\S*(?: is not a local folder and is not a valid model "
-     r"identifier| does not appear to have a file named config\.json).*", _model_missing),
-    (r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space", _preempted),
-))
+_DETECTORS: tuple[_Detector, ...] = tuple(
+    (re.compile(p), f)
+    for p, f in (
+        (
+            r"To serve at least one request with the models?'s max seq len \((\d+)\),\s*\(?([\d.]+) GiB KV cache is "
+            r"needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)\.?"
+            r"(?:\s*Based on the available memory,\s*the estimated maximum model length is (\d+))?",
+            _kv_v1,
+        ),
+        (
+            r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
+            r"cache \((\d+)\)",
+            _kv_v0,
+        ),
+        (r"No available memory for the cache blocks", _no_kv),
+        (r"(?:torch\.(?:cuda\.)?OutOfMemoryError: )?CUDA out of memory", _oom),
+        (
+            r"(?:Free memory on device ?(?P<dev>[\w:]*)|Available memory on node (?P<node>\d+)) \((?P<free>[\d.]+)/"
+            r"(?P<total>[\d.]+) GiB\) on startup is less than desired (?:GPU|CPU) memory utilization \((?P<util>[\d.]+)"
+            r", [\d.]+ GiB\)",
+            _free_memory,
+        ),
+        (
+            r"\[Errno (?:98|48|10048)\] (?:error while attempting to bind on address \('([^']*)', (\d+)\): )?"
+            r"[Aa]ddress already in use",
+            _port,
+        ),
+        (r"(vllm(?: serve)?: error: unrecognized arguments: (.*))$", _unknown_flag),
+        (r"(vllm(?: serve)?: error: argument (--[\w-]+)[^:]*: (.*))$", _bad_value),
+        (
+            r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len \(([^)]*)\)",
+            _max_len,
+        ),
+        (
+            r"(?:HFValidationError|RepositoryNotFoundError): .*|\S*(?: is not a local folder and is not a valid model "
+            r"identifier| does not appear to have a file named config\.json).*",
+            _model_missing,
+        ),
+        (r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space", _preempted),
+    )
+)
 _LOG_PID = re.compile(r"^\((?:[\w -]+) pid=(\d+)\)", re.M)
 _FAILED = re.compile(r"Traceback \(most recent call last\)|initialization failed|failed to start|: error: ")
 
 
-def diagnose(lines: Iterable[str], facts: StartupFacts | None = None, *, gpu: GpuSample | None = None,
-             gpu_indices: Sequence[int] | None = None, instance: str | None = None,
-             own_pids: Collection[int] = (),
-             holders_of_port: Callable[[int], list[tuple[int, str]]] = port_holders) -> list[Problem]:
+def diagnose(
+    lines: Iterable[str],
+    facts: StartupFacts | None = None,
+    *,
+    gpu: GpuSample | None = None,
+    gpu_indices: Sequence[int] | None = None,
+    instance: str | None = None,
+    own_pids: Collection[int] = (),
+    holders_of_port: Callable[[int], list[tuple[int, str]]] = port_holders,
+) -> list[Problem]:
     """Every recognised problem in a (failed) startup log, in the order first seen. `gpu` (a current
     GpuSample), `gpu_indices` (the instance's GPUs), `instance` and `own_pids` let a memory problem name
     the processes holding those GPUs."""
     lines = list(lines)
-    ctx = _Context(facts if facts is not None else parse_startup(lines), gpu, gpu_indices, instance, own_pids,
-                   holders_of_port, log_pids=frozenset(int(p) for p in _LOG_PID.findall("\n".join(lines))))
+    ctx = _Context(
+        facts if facts is not None else parse_startup(lines),
+        gpu,
+        gpu_indices,
+        instance,
+        own_pids,
+        holders_of_port,
+        log_pids=frozenset(int(p) for p in _LOG_PID.findall("\n".join(lines))),
+    )
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
     failed = False
@@ -284,14 +375,18 @@ def diagnose(lines: Iterable[str], facts: StartupFacts | None = None, *, gpu: Gp
                 problems.append(problem)
             break
     if not problems and failed and (cause := root_cause(lines)):
-        problems.append(Problem("startup_failed", cause, None, "vLLM failed to start; this is the root cause it logged."))
+        problems.append(
+            Problem("startup_failed", cause, None, "vLLM failed to start; this is the root cause it logged.")
+        )
     return problems
 
 
 def _kv_short(message: str, sample: MetricsSample | None, flags: Mapping[str, object] | None) -> Problem:
     fix = _kv_short_fix(sample, flags) if flags is not None else None
     return Problem(
-        "kv_cache_short", message, fix,
+        "kv_cache_short",
+        message,
+        fix,
         "The KV cache is full while requests wait, so vLLM preempts running requests and recomputes them later: "
         "throughput drops and latency spikes. In order: " + "; ".join(t for _, t in KV_SHORT_REMEDIES) + ".",
         tuple(t for _, t in KV_SHORT_REMEDIES),
@@ -315,15 +410,18 @@ def _kv_short_fix(sample: MetricsSample | None, flags: Mapping[str, object]) -> 
     return None
 
 
-def diagnose_runtime(sample: MetricsSample, history: Sequence[MetricsSample],
-                     flags: Mapping[str, object] | None = None) -> list[Problem]:
-    """"KV cache short": usage >= 95% with requests waiting and preemptions rising (over `history`, the
+def diagnose_runtime(
+    sample: MetricsSample, history: Sequence[MetricsSample], flags: Mapping[str, object] | None = None
+) -> list[Problem]:
+    """ "KV cache short": usage >= 95% with requests waiting and preemptions rising (over `history`, the
     instance's recent samples, oldest first). `flags` (the instance's) makes the fix concrete."""
     if sample.kv_usage is None or sample.kv_usage < 0.95 or not sample.waiting:
         return []
     rising = bool(sample.preemptions_per_s and sample.preemptions_per_s > 0)
     if not rising and sample.preemptions_total is not None:
-        earlier = [h.preemptions_total for h in history if h.preemptions_total is not None and h.at < sample.at]
+        earlier = [
+            h.preemptions_total for h in history if h.preemptions_total is not None and h.at < sample.at
+        ]
         rising = bool(earlier) and sample.preemptions_total > min(earlier) and not sample.counter_reset
     if not rising:
         return []

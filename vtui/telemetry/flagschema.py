@@ -168,12 +168,21 @@ def python_of(executable: Sequence[str] | None) -> list[str]:
 
 
 def _run(python: Sequence[str], script: str, timeout: float) -> dict | list:
-    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", TOKENIZERS_PARALLELISM="false", VLLM_NO_USAGE_STATS="1")
-    proc = subprocess.run([*python, "-c", script], capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL, check=False)
+    env = dict(
+        os.environ, VLLM_LOGGING_LEVEL="ERROR", TOKENIZERS_PARALLELISM="false", VLLM_NO_USAGE_STATS="1"
+    )
+    proc = subprocess.run(
+        [*python, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(_MARK):
-            return json.loads(line[len(_MARK):])
+            return json.loads(line[len(_MARK) :])
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     raise RuntimeError(f"exit {proc.returncode}: {tail}")
 
@@ -181,7 +190,11 @@ def _run(python: Sequence[str], script: str, timeout: float) -> dict | list:
 def vllm_version_of(python: Sequence[str], timeout: float = 30.0) -> str | None:
     """The vLLM version importable by `python` (no vLLM import: milliseconds), None when absent."""
     info = _run(python, _VERSION_SCRIPT.replace("@MARK@", _MARK), timeout)
-    return info.get("version") or ("unknown" if info.get("present") else None) if isinstance(info, dict) else None
+    return (
+        info.get("version") or ("unknown" if info.get("present") else None)
+        if isinstance(info, dict)
+        else None
+    )
 
 
 def _cache_file(version: str) -> Path:
@@ -204,8 +217,9 @@ def _builtin(error: str | None) -> FlagSchema:
     return FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin", error)
 
 
-def installed_schema(executable: Sequence[str] | None = None, *, timeout: float = 300.0,
-                     refresh: bool = False) -> FlagSchema:
+def installed_schema(
+    executable: Sequence[str] | None = None, *, timeout: float = 300.0, refresh: bool = False
+) -> FlagSchema:
     """The serve flags of the vLLM that `executable` (a `vllm` script or a Python command) runs.
     Blocking (the first read of a version imports vLLM: seconds); call it from a worker thread."""
     from vtui.core.atomic import atomic_write_text
@@ -231,6 +245,12 @@ def installed_schema(executable: Sequence[str] | None = None, *, timeout: float 
     if not isinstance(items, list) or not items:
         return _builtin(f"vLLM {version}'s serve parser has no options")
     specs = _specs(items)
-    atomic_write_text(cache, json.dumps({"vllm_version": version, "python": python[0],
-                                         "flags": [asdict(s) for s in specs.values()]}, indent=1) + "\n")
+    atomic_write_text(
+        cache,
+        json.dumps(
+            {"vllm_version": version, "python": python[0], "flags": [asdict(s) for s in specs.values()]},
+            indent=1,
+        )
+        + "\n",
+    )
     return FlagSchema(specs, version, "installed")

@@ -60,10 +60,16 @@ class GpuSampler:
     `on_sample` **from that thread** (the UI marshals it onto its loop). `pid_owner()` returns
     pid -> instance name for every process of every instance (the supervisor's process trees)."""
 
-    def __init__(self, on_sample: Callable[[GpuSample], None], *, interval: float = 1.0,
-                 pid_owner: Callable[[], Mapping[int, str]] | None = None, nvml: Any = None,
-                 clock: Callable[[], float] = time.time,
-                 fallback: Callable[[Mapping[int, str]], GpuSample | None] | None = None) -> None:
+    def __init__(
+        self,
+        on_sample: Callable[[GpuSample], None],
+        *,
+        interval: float = 1.0,
+        pid_owner: Callable[[], Mapping[int, str]] | None = None,
+        nvml: Any = None,
+        clock: Callable[[], float] = time.time,
+        fallback: Callable[[Mapping[int, str]], GpuSample | None] | None = None,
+    ) -> None:
         self._on_sample = on_sample
         self._fallback = fallback  # without NVML: e.g. the simulated GPUs of `vtui sim` instances
         self.interval = interval
@@ -153,8 +159,14 @@ class GpuSampler:
                 gpus.append(self._info(index, handle))
                 for proc in self._field(lambda h=handle: nvml.nvmlDeviceGetComputeRunningProcesses(h)) or ():
                     used = getattr(proc, "usedGpuMemory", None)
-                    processes.append(GpuProcess(index, int(proc.pid), int(used) if used is not None else None,
-                                                owners.get(int(proc.pid))))
+                    processes.append(
+                        GpuProcess(
+                            index,
+                            int(proc.pid),
+                            int(used) if used is not None else None,
+                            owners.get(int(proc.pid)),
+                        )
+                    )
             if not gpus:
                 return GpuSample(False, "no NVIDIA GPU", (), (), now)
             return GpuSample(True, None, tuple(gpus), tuple(processes), now)
@@ -193,7 +205,9 @@ class GpuSampler:
             name = name.decode(errors="replace")
         used, total = self._memory(handle)
         util = self._field(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-        temp = self._field(lambda: nvml.nvmlDeviceGetTemperature(handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)))
+        temp = self._field(
+            lambda: nvml.nvmlDeviceGetTemperature(handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        )
         power = self._field(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
         limit = self._field(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))
         return GpuInfo(

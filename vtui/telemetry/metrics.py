@@ -13,8 +13,15 @@ from types import MappingProxyType
 
 from vtui.telemetry.promtext import Histogram, MetricsSnapshot, parse_labels, parse_metrics
 
-__all__ = ["MetricsSample", "MetricsSnapshot", "MetricsWindow", "Percentiles", "parse_labels", "parse_metrics",
-           "sample_of"]
+__all__ = [
+    "MetricsSample",
+    "MetricsSnapshot",
+    "MetricsWindow",
+    "Percentiles",
+    "parse_labels",
+    "parse_metrics",
+    "sample_of",
+]
 
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 
@@ -130,8 +137,11 @@ def _kv_usage(snap: MetricsSnapshot) -> float | None:
 
 def _point(snap: MetricsSnapshot, at: float) -> _Point:
     counters: dict[str, float] = {}
-    for key, name in (("prompt", "vllm:prompt_tokens_total"), ("generation", "vllm:generation_tokens_total"),
-                      ("preemptions", "vllm:num_preemptions_total")):
+    for key, name in (
+        ("prompt", "vllm:prompt_tokens_total"),
+        ("generation", "vllm:generation_tokens_total"),
+        ("preemptions", "vllm:num_preemptions_total"),
+    ):
         value = snap.total(name)
         if value is not None:
             counters[key] = value
@@ -270,4 +280,3 @@ class MetricsWindow:
 def sample_of(text: str, instance: str | None = None, at: float = 0.0) -> MetricsSample:
     """One payload on its own (`vtui metrics FILE`): rates None, percentiles since the server started."""
     return MetricsWindow().update(parse_metrics(text), at, instance)
-

@@ -47,13 +47,24 @@ WANTED: frozenset[str] = frozenset(
 
 # Names that only one generation of vLLM exposes: they tell a payload's naming apart.
 V1_ONLY: frozenset[str] = frozenset(
-    {"vllm:kv_cache_usage_perc", "vllm:inter_token_latency_seconds_count", "vllm:prefix_cache_queries_total",
-     "vllm:prefix_cache_hits_total", "vllm:num_requests_waiting_by_reason"}
+    {
+        "vllm:kv_cache_usage_perc",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_requests_waiting_by_reason",
+    }
 )
 V0_ONLY: frozenset[str] = frozenset(
-    {"vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds_count", "vllm:gpu_prefix_cache_hit_rate",
-     "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total", "vllm:cpu_cache_usage_perc",
-     "vllm:num_requests_swapped"}
+    {
+        "vllm:gpu_cache_usage_perc",
+        "vllm:time_per_output_token_seconds_count",
+        "vllm:gpu_prefix_cache_hit_rate",
+        "vllm:gpu_prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:cpu_cache_usage_perc",
+        "vllm:num_requests_swapped",
+    }
 )
 
 Labels = tuple[tuple[str, str], ...]
@@ -207,7 +218,7 @@ class MetricsSnapshot:
 
     @property
     def vllm_names(self) -> str | None:
-        """"v1" when only the new metric names appear, "v0" only the old ones, "mixed" both."""
+        """ "v1" when only the new metric names appear, "v0" only the old ones, "mixed" both."""
         names = self.series.keys()
         v1 = any(n in V1_ONLY for n in names)
         v0 = any(n in V0_ONLY for n in names)

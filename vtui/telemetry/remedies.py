@@ -55,15 +55,24 @@ def utilization_that_fits(free_gib: float, total_gib: float, margin: float = 0.0
     return value if value >= 0.1 else None
 
 
-def gpu_holders(gpu: GpuSample | None, indices: Iterable[int] | None, *, instance: str | None = None,
-                own_pids: Collection[int] = ()) -> list[GpuProcess]:
+def gpu_holders(
+    gpu: GpuSample | None,
+    indices: Iterable[int] | None,
+    *,
+    instance: str | None = None,
+    own_pids: Collection[int] = (),
+) -> list[GpuProcess]:
     """Processes on the given GPUs (all when None) that are not this instance's, biggest first."""
     if gpu is None or not gpu.available:
         return []
     wanted = set(indices) if indices is not None else None
-    procs = [p for p in gpu.processes
-             if (wanted is None or p.gpu_index in wanted) and p.pid not in own_pids
-             and (instance is None or p.instance != instance)]
+    procs = [
+        p
+        for p in gpu.processes
+        if (wanted is None or p.gpu_index in wanted)
+        and p.pid not in own_pids
+        and (instance is None or p.instance != instance)
+    ]
     return sorted(procs, key=lambda p: -(p.used_memory or 0))
 
 
@@ -80,13 +89,24 @@ def describe_holders(procs: Sequence[GpuProcess]) -> str:
 # context (KV grows linearly with it), then give KV more memory, then fit the batch to the pool, then
 # shrink each token's KV, then more hardware.
 KV_SHORT_REMEDIES: tuple[tuple[str, str], ...] = (
-    ("max-model-len", "lower --max-model-len to what requests really need (many 8B/32B workloads fit in "
-                      "8k-16k): KV per request grows with it, and what is saved becomes concurrency"),
-    ("gpu-memory-utilization", "raise --gpu-memory-utilization toward the stable edge (0.90-0.95; above 0.95 "
-                               "long-context bursts hit OOM sooner): it sizes the KV pool directly"),
-    ("max-num-seqs", "lower --max-num-seqs so the running batch fits the KV pool: requests then wait in the "
-                     "queue instead of being preempted and recomputed"),
+    (
+        "max-model-len",
+        "lower --max-model-len to what requests really need (many 8B/32B workloads fit in "
+        "8k-16k): KV per request grows with it, and what is saved becomes concurrency",
+    ),
+    (
+        "gpu-memory-utilization",
+        "raise --gpu-memory-utilization toward the stable edge (0.90-0.95; above 0.95 "
+        "long-context bursts hit OOM sooner): it sizes the KV pool directly",
+    ),
+    (
+        "max-num-seqs",
+        "lower --max-num-seqs so the running batch fits the KV pool: requests then wait in the "
+        "queue instead of being preempted and recomputed",
+    ),
     ("kv-cache-dtype", "set --kv-cache-dtype fp8 to halve KV memory per token (check output quality)"),
-    ("tensor-parallel-size", "quantize the weights, raise --tensor-parallel-size, or add a replica: more "
-                             "memory left for KV"),
+    (
+        "tensor-parallel-size",
+        "quantize the weights, raise --tensor-parallel-size, or add a replica: more memory left for KV",
+    ),
 )

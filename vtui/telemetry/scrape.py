@@ -21,12 +21,22 @@ class ScrapeLoop:
     scrape), with a hard `timeout` on each; after `down_after` consecutive failures it waits
     `down_interval` between attempts until the instance answers again."""
 
-    def __init__(self, instance: str, base_url: str, on_sample: Callable[[MetricsSample], None],
-                 *, interval: float = 1.0, timeout: float = 2.0, down_interval: float = 5.0,
-                 api_key: str | None = None, window_s: float = 60.0, down_after: int = 2,
-                 on_error: Callable[[str], None] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        instance: str,
+        base_url: str,
+        on_sample: Callable[[MetricsSample], None],
+        *,
+        interval: float = 1.0,
+        timeout: float = 2.0,
+        down_interval: float = 5.0,
+        api_key: str | None = None,
+        window_s: float = 60.0,
+        down_after: int = 2,
+        on_error: Callable[[str], None] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.instance = instance
         self.url = base_url.rstrip("/") + "/metrics"
         self.interval = interval
@@ -70,12 +80,17 @@ class ScrapeLoop:
         self._stop = asyncio.Event()
         if self._stopped:
             return
-        async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers,
-                                     transport=self._transport) as client:
+        async with httpx.AsyncClient(
+            timeout=self.timeout, headers=self._headers, transport=self._transport
+        ) as client:
             while not self._stopped:
                 started = self._loop.time()
                 await self._scrape(client)
-                pause = self.down_interval if self.down else max(0.0, self.interval - (self._loop.time() - started))
+                pause = (
+                    self.down_interval
+                    if self.down
+                    else max(0.0, self.interval - (self._loop.time() - started))
+                )
                 if self._stopped:
                     break
                 try:
@@ -85,8 +100,9 @@ class ScrapeLoop:
 
     async def scrape_once(self) -> MetricsSample | None:
         """One scrape outside the loop (e.g. `vtui metrics URL`)."""
-        async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers,
-                                     transport=self._transport) as client:
+        async with httpx.AsyncClient(
+            timeout=self.timeout, headers=self._headers, transport=self._transport
+        ) as client:
             return await self._scrape(client)
 
     async def _scrape(self, client: httpx.AsyncClient) -> MetricsSample | None:

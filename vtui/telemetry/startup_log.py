@@ -20,13 +20,34 @@ __all__ = ["FACT_KEYS", "StartupFacts", "StartupTracker", "parse_startup"]
 
 # The keys of `vtui diagnose --json` "facts", in order.
 FACT_KEYS: tuple[str, ...] = (
-    "vllm_version", "engine", "max_model_len", "model_weights_gib", "total_gpu_gib", "gpu_memory_utilization",
-    "non_torch_gib", "activation_peak_gib", "available_kv_gib", "kv_cache_tokens", "num_gpu_blocks",
-    "num_cpu_blocks", "max_concurrency", "max_concurrency_for_tokens", "kv_needed_gib",
-    "estimated_max_model_len", "init_engine_secs", "cuda_graph_capture_secs", "torch_compile_secs",
+    "vllm_version",
+    "engine",
+    "max_model_len",
+    "model_weights_gib",
+    "total_gpu_gib",
+    "gpu_memory_utilization",
+    "non_torch_gib",
+    "activation_peak_gib",
+    "available_kv_gib",
+    "kv_cache_tokens",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+    "max_concurrency",
+    "max_concurrency_for_tokens",
+    "kv_needed_gib",
+    "estimated_max_model_len",
+    "init_engine_secs",
+    "cuda_graph_capture_secs",
+    "torch_compile_secs",
 )
-_PHASE_ORDER = (Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE, Phase.CAPTURING_GRAPHS,
-                Phase.API_UP)
+_PHASE_ORDER = (
+    Phase.SPAWNED,
+    Phase.LOADING_WEIGHTS,
+    Phase.PROFILING,
+    Phase.KV_CACHE,
+    Phase.CAPTURING_GRAPHS,
+    Phase.API_UP,
+)
 _V0_DEFAULT_BLOCK_SIZE = 16
 
 
@@ -84,65 +105,100 @@ _N = r"([\d][\d,]*(?:\.\d+)?)"  # 1,048,576 / 2048.00 / 79.22
 # (pattern, [(fact, converter, priority) per group]). A later match replaces an earlier one of lower or
 # equal priority, so an explicit statement beats a figure derived from an error message.
 _Rule = tuple[re.Pattern[str], tuple[tuple[str, Callable[[str], object], int], ...]]
-_RULES: tuple[_Rule, ...] = tuple((re.compile(p), groups) for p, groups in (
-    # version banner (0.11+ ASCII art), API server line (0.4-0.10), engine init line
-    (r"[▀▄█]\s+version\s+(\d[\w.+\-]*)", (("vllm_version", str, 3),)),
-    (r"vLLM API server version (\d[\w.+\-]*)", (("vllm_version", str, 3),)),
-    (r"LLM engine \(v(\d[\w.+\-]*)\) with config", (("vllm_version", str, 2),)),
-    (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
-    (r"with config: model='([^']*)'", (("model", str, 1),)),
-    # max model len
-    (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
-    (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
-    # memory profile: V0 0.6.4 key=value, 0.6.5 table, 0.7 sentences
-    (r"total_gpu_memory(?:=|\s*\(|\s+)\s*" + _N + r"\s*GiB", (("total_gpu_gib", _num, 3),)),
-    (r"gpu_memory_utilization(?:=|\s*\(|\s+)\s*" + _N, (("gpu_memory_utilization", _num, 3),)),
-    (r"model weights take\s+" + _N + r"\s*GiB", (("model_weights_gib", _num, 3),)),
-    (r"non_torch_memory(?:=|\s+takes\s+|\s+)\s*" + _N + r"\s*GiB", (("non_torch_gib", _num, 3),)),
-    (r"PyTorch activation peak memory(?:\s+takes)?\s+" + _N + r"\s*GiB", (("activation_peak_gib", _num, 3),)),
-    (r"peak_torch_memory=" + _N + r"\s*GiB", (("_peak_torch_gib", _num, 3),)),
-    (r"the rest of the memory reserved for KV Cache is\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
-    (r"kv_cache_size=" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
-    (r"available_kv_cache_memory\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
-    (r"Available KV cache memory:\s*" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
-    (r"Explicitly set \(" + _N + r"/[\d.]+\) GiB for KV cache", (("available_kv_gib", _num, 3),)),
-    # weights and load time
-    (r"Loading model weights took " + _N + r"\s*GB", (("model_weights_gib", _num, 2),)),
-    (r"Model loading took " + _N + r"\s*GiB(?: memory)? and " + _N + r"\s*s",
-     (("model_weights_gib", _num, 2), ("model_load_secs", _num, 2))),
-    (r"Model loading took " + _N + r"\s*GiB", (("model_weights_gib", _num, 2),)),
-    (r"Loading weights took " + _N + r" seconds", (("model_load_secs", _num, 1),)),
-    # KV cache size
-    (r"# \w+ blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",  # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7)
-     (("num_gpu_blocks", _int, 3), ("num_cpu_blocks", _int, 3))),
-    (r"# (?:GPU|CUDA|gpu) blocks: (\d+)\s*$", (("num_gpu_blocks", _int, 3),)),
-    (r"(?:GPU|CPU|XPU|TPU|NPU|HPU)? ?KV cache size: " + _N + " tokens", (("kv_cache_tokens", _int, 3),)),
-    (r"Maximum concurrency for " + _N + r" tokens per request: " + _N + "x",
-     (("max_concurrency_for_tokens", _int, 3), ("max_concurrency", _num, 3))),
-    # timings
-    (r"init engine \(.*?\) took " + _N + r"\s*s", (("init_engine_secs", _num, 3),)),
-    (r"[Gg]raph capturing finished in " + _N + r"\s*secs?", (("cuda_graph_capture_secs", _num, 3),)),
-    (r"torch\.compile (?:takes|took) " + _N + r"\s*s in total", (("torch_compile_secs", _num, 3),)),
-    # failure messages that carry figures
-    (r"max seq len \((\d+)\), \(?" + _N + r" GiB KV cache is needed, which is larger than the available KV "
-     r"cache memory \(" + _N + r" GiB\)",
-     (("max_model_len", _int, 1), ("kv_needed_gib", _num, 3), ("available_kv_gib", _num, 1))),
-    (r"estimated maximum model length is (\d+)", (("estimated_max_model_len", _int, 3),)),
-    (r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in "
-     r"KV cache \((\d+)\)", (("max_model_len", _int, 1), ("kv_cache_tokens", _int, 1))),
-    (r"Free memory on device[^(]*\(" + _N + "/" + _N + r" GiB\) on startup is less than desired GPU memory "
-     r"utilization \(" + _N, (("_free_gib", _num, 1), ("total_gpu_gib", _num, 1), ("gpu_memory_utilization", _num, 1))),
-    (r"desired CPU memory utilization \(" + _N, (("gpu_memory_utilization", _num, 1),)),
-))
-_ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple((re.compile(p), e, prio) for p, e, prio in (
-    (r"Initializing a V1 LLM engine", "V1", 3),
-    (r"Initializing an? (?:V0 )?LLM engine", "V0", 3),
-    # V1's process prefixes; V0's tensor-parallel workers say "(VllmWorkerProcess pid=…)"
-    (r"\((?:APIServer|EngineCore[\w-]*|VllmWorker[ -](?:TP)?\d+|Worker(?:_\w+)?) pid=\d+\)", "V1", 1),
-    (r"Available KV cache memory:|KV cache size: [\d,]+ tokens", "V1", 2),
-    (r"# (?:GPU|CUDA) blocks: \d+, # CPU blocks|Memory profiling (?:results|takes)|Loading model weights took",
-     "V0", 2),
-))
+_RULES: tuple[_Rule, ...] = tuple(
+    (re.compile(p), groups)
+    for p, groups in (
+        # version banner (0.11+ ASCII art), API server line (0.4-0.10), engine init line
+        (r"[▀▄█]\s+version\s+(\d[\w.+\-]*)", (("vllm_version", str, 3),)),
+        (r"vLLM API server version (\d[\w.+\-]*)", (("vllm_version", str, 3),)),
+        (r"LLM engine \(v(\d[\w.+\-]*)\) with config", (("vllm_version", str, 2),)),
+        (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
+        (r"with config: model='([^']*)'", (("model", str, 1),)),
+        # max model len
+        (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
+        (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
+        # memory profile: V0 0.6.4 key=value, 0.6.5 table, 0.7 sentences
+        (r"total_gpu_memory(?:=|\s*\(|\s+)\s*" + _N + r"\s*GiB", (("total_gpu_gib", _num, 3),)),
+        (r"gpu_memory_utilization(?:=|\s*\(|\s+)\s*" + _N, (("gpu_memory_utilization", _num, 3),)),
+        (r"model weights take\s+" + _N + r"\s*GiB", (("model_weights_gib", _num, 3),)),
+        (r"non_torch_memory(?:=|\s+takes\s+|\s+)\s*" + _N + r"\s*GiB", (("non_torch_gib", _num, 3),)),
+        (
+            r"PyTorch activation peak memory(?:\s+takes)?\s+" + _N + r"\s*GiB",
+            (("activation_peak_gib", _num, 3),),
+        ),
+        (r"peak_torch_memory=" + _N + r"\s*GiB", (("_peak_torch_gib", _num, 3),)),
+        (
+            r"the rest of the memory reserved for KV Cache is\s+" + _N + r"\s*GiB",
+            (("available_kv_gib", _num, 3),),
+        ),
+        (r"kv_cache_size=" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+        (r"available_kv_cache_memory\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+        (r"Available KV cache memory:\s*" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+        (r"Explicitly set \(" + _N + r"/[\d.]+\) GiB for KV cache", (("available_kv_gib", _num, 3),)),
+        # weights and load time
+        (r"Loading model weights took " + _N + r"\s*GB", (("model_weights_gib", _num, 2),)),
+        (
+            r"Model loading took " + _N + r"\s*GiB(?: memory)? and " + _N + r"\s*s",
+            (("model_weights_gib", _num, 2), ("model_load_secs", _num, 2)),
+        ),
+        (r"Model loading took " + _N + r"\s*GiB", (("model_weights_gib", _num, 2),)),
+        (r"Loading weights took " + _N + r" seconds", (("model_load_secs", _num, 1),)),
+        # KV cache size
+        (
+            r"# \w+ blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",  # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7)
+            (("num_gpu_blocks", _int, 3), ("num_cpu_blocks", _int, 3)),
+        ),
+        (r"# (?:GPU|CUDA|gpu) blocks: (\d+)\s*$", (("num_gpu_blocks", _int, 3),)),
+        (r"(?:GPU|CPU|XPU|TPU|NPU|HPU)? ?KV cache size: " + _N + " tokens", (("kv_cache_tokens", _int, 3),)),
+        (
+            r"Maximum concurrency for " + _N + r" tokens per request: " + _N + "x",
+            (("max_concurrency_for_tokens", _int, 3), ("max_concurrency", _num, 3)),
+        ),
+        # timings
+        (r"init engine \(.*?\) took " + _N + r"\s*s", (("init_engine_secs", _num, 3),)),
+        (r"[Gg]raph capturing finished in " + _N + r"\s*secs?", (("cuda_graph_capture_secs", _num, 3),)),
+        (r"torch\.compile (?:takes|took) " + _N + r"\s*s in total", (("torch_compile_secs", _num, 3),)),
+        # failure messages that carry figures
+        (
+            r"max seq len \((\d+)\), \(?"
+            + _N
+            + r" GiB KV cache is needed, which is larger than the available KV "
+            r"cache memory \(" + _N + r" GiB\)",
+            (("max_model_len", _int, 1), ("kv_needed_gib", _num, 3), ("available_kv_gib", _num, 1)),
+        ),
+        (r"estimated maximum model length is (\d+)", (("estimated_max_model_len", _int, 3),)),
+        (
+            r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in "
+            r"KV cache \((\d+)\)",
+            (("max_model_len", _int, 1), ("kv_cache_tokens", _int, 1)),
+        ),
+        (
+            r"Free memory on device[^(]*\("
+            + _N
+            + "/"
+            + _N
+            + r" GiB\) on startup is less than desired GPU memory "
+            r"utilization \(" + _N,
+            (("_free_gib", _num, 1), ("total_gpu_gib", _num, 1), ("gpu_memory_utilization", _num, 1)),
+        ),
+        (r"desired CPU memory utilization \(" + _N, (("gpu_memory_utilization", _num, 1),)),
+    )
+)
+_ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
+    (re.compile(p), e, prio)
+    for p, e, prio in (
+        (r"Initializing a V1 LLM engine", "V1", 3),
+        (r"Initializing an? (?:V0 )?LLM engine", "V0", 3),
+        # V1's process prefixes; V0's tensor-parallel workers say "(VllmWorkerProcess pid=…)"
+        (r"\((?:APIServer|EngineCore[\w-]*|VllmWorker[ -](?:TP)?\d+|Worker(?:_\w+)?) pid=\d+\)", "V1", 1),
+        (r"Available KV cache memory:|KV cache size: [\d,]+ tokens", "V1", 2),
+        (
+            r"# (?:GPU|CUDA) blocks: \d+, # CPU blocks|Memory profiling (?:results|takes)|Loading model weights took",
+            "V0",
+            2,
+        ),
+    )
+)
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 _NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
 _KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
@@ -250,7 +306,9 @@ def _derive(facts: StartupFacts, raw: Mapping[str, object]) -> StartupFacts:
         extra["activation_peak_gib"] = round(max(0.0, peak - facts.model_weights_gib), 2)
     if facts.kv_cache_tokens is None and facts.num_gpu_blocks is not None:
         block = facts.arg("block_size")
-        extra["kv_cache_tokens"] = facts.num_gpu_blocks * (block if isinstance(block, int) else _V0_DEFAULT_BLOCK_SIZE)
+        extra["kv_cache_tokens"] = facts.num_gpu_blocks * (
+            block if isinstance(block, int) else _V0_DEFAULT_BLOCK_SIZE
+        )
     if facts.engine is None and facts.vllm_version and _version_tuple(facts.vllm_version) < (0, 8):
         extra["engine"] = "V0"  # V1 was opt-in before 0.8
     if not extra:

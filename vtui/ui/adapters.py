@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from vtui.core.flagspec import BUILTIN_FLAGS, SEED_FLAGS, FlagSpec, parse_flag_value, validate_flag
-from vtui.core.layout import LayoutError, load_layout, save_layout
 from vtui.core.supervisor import InstanceStatus, PreflightError, Supervisor
+from vtui.layouts import LayoutError, load_layout, save_layout
 from vtui.telemetry.diagnosis import Problem, diagnose
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample, Percentiles
@@ -55,7 +55,30 @@ def check_value(name: str, text: str) -> tuple[object, str | None]:
         return text, message.split(": ", 1)[1] if message.startswith(f"{name}: ") else message
     return value, validate_flag(name, value)
 
-__all__ = ["BUILTIN_FLAGS", "SEED_FLAGS", "FlagSpec", "GpuInfo", "GpuProcess", "GpuSample", "InstanceStatus",
-           "LayoutError", "MetricsSample", "Percentiles", "PreflightError", "Problem", "StartupFacts", "Supervisor",
-           "check_value", "diagnose", "fact", "kv_tokens_of", "load_layout", "max_concurrency_of", "parse_startup",
-           "parse_value", "save_layout", "validate_flag"]
+
+__all__ = [
+    "BUILTIN_FLAGS",
+    "SEED_FLAGS",
+    "FlagSpec",
+    "GpuInfo",
+    "GpuProcess",
+    "GpuSample",
+    "InstanceStatus",
+    "LayoutError",
+    "MetricsSample",
+    "Percentiles",
+    "PreflightError",
+    "Problem",
+    "StartupFacts",
+    "Supervisor",
+    "check_value",
+    "diagnose",
+    "fact",
+    "kv_tokens_of",
+    "load_layout",
+    "max_concurrency_of",
+    "parse_startup",
+    "parse_value",
+    "save_layout",
+    "validate_flag",
+]

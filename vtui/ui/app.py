@@ -55,9 +55,18 @@ class VtuiApp(ControlMixin, App[int]):
     COMMANDS = App.COMMANDS | {VtuiCommands}
     ENABLE_COMMAND_PALETTE = True
 
-    def __init__(self, supervisor: Any, *, supervisor_factory: SupervisorFactory, autostart: bool = True,
-                 gpu_sampler: Any = None, scraper: Any = None, clock: Callable[[], float] = time.time,
-                 keymap: dict[str, str] | None = None, deterministic: bool = False) -> None:
+    def __init__(
+        self,
+        supervisor: Any,
+        *,
+        supervisor_factory: SupervisorFactory,
+        autostart: bool = True,
+        gpu_sampler: Any = None,
+        scraper: Any = None,
+        clock: Callable[[], float] = time.time,
+        keymap: dict[str, str] | None = None,
+        deterministic: bool = False,
+    ) -> None:
         super().__init__()
         self.supervisor = supervisor
         self.supervisor_factory = supervisor_factory
@@ -135,7 +144,9 @@ class VtuiApp(ControlMixin, App[int]):
         for name, view in self.store.views.items():
             if self._history_saved.get(name) != view.history_rev:
                 self._history_saved[name] = view.history_rev
-                self._write_history(history.history_path(session, name), history.dumps(list(view.flag_history)))
+                self._write_history(
+                    history.history_path(session, name), history.dumps(list(view.flag_history))
+                )
 
     @work(exit_on_error=False, group="history")
     async def _write_history(self, path: Path, text: str) -> None:
@@ -277,8 +288,13 @@ class VtuiApp(ControlMixin, App[int]):
         from vtui.ui.screens.logs import LogScreen
         from vtui.ui.screens.presets import PresetScreen
 
-        cls = {"detail": DetailScreen, "logs": LogScreen, "flags": FlagEditorScreen, "presets": PresetScreen,
-               "bench": BenchScreen}[kind]
+        cls = {
+            "detail": DetailScreen,
+            "logs": LogScreen,
+            "flags": FlagEditorScreen,
+            "presets": PresetScreen,
+            "bench": BenchScreen,
+        }[kind]
         self.push_screen(cls(name))
 
 
@@ -314,18 +330,34 @@ def default_supervisor_factory(layout: Layout) -> Any:
     return adapters.Supervisor(layout)
 
 
-def make_app(layout: str | Path | Layout | None = None, *, supervisor: Any = None,
-             supervisor_factory: SupervisorFactory | None = None, gpu_sampler: Any = None, scraper: Any = None,
-             autostart: bool = True, clock: Callable[[], float] | None = None, keymap_path: Path | None = None,
-             deterministic: bool = False) -> VtuiApp:
+def make_app(
+    layout: str | Path | Layout | None = None,
+    *,
+    supervisor: Any = None,
+    supervisor_factory: SupervisorFactory | None = None,
+    gpu_sampler: Any = None,
+    scraper: Any = None,
+    autostart: bool = True,
+    clock: Callable[[], float] | None = None,
+    keymap_path: Path | None = None,
+    deterministic: bool = False,
+) -> VtuiApp:
     """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
     for none. `deterministic`: no timers or cursor blink (snapshots)."""
     factory = supervisor_factory or default_supervisor_factory
     if supervisor is None:
         supervisor = factory(resolve_layout(layout))
     keymap, problems = load_user_keymap(keymap_path)
-    app = VtuiApp(supervisor, supervisor_factory=factory, autostart=autostart, gpu_sampler=gpu_sampler,
-                  scraper=scraper, clock=clock or time.time, keymap=keymap, deterministic=deterministic)
+    app = VtuiApp(
+        supervisor,
+        supervisor_factory=factory,
+        autostart=autostart,
+        gpu_sampler=gpu_sampler,
+        scraper=scraper,
+        clock=clock or time.time,
+        keymap=keymap,
+        deterministic=deterministic,
+    )
     app.keymap_problems = problems
     if isinstance(layout, (str, Path)):
         app.store.path = Path(layout)
@@ -335,7 +367,9 @@ def make_app(layout: str | Path | Layout | None = None, *, supervisor: Any = Non
 def run_tui(argv: list[str]) -> int:
     """`vtui [LAYOUT]`: open the dashboard on LAYOUT (default: the last session, else the demo)."""
     parser = argparse.ArgumentParser(prog="vtui", description="open the vtui dashboard")
-    parser.add_argument("layout", nargs="?", help="layout TOML (default: last session, else layouts/demo.toml)")
+    parser.add_argument(
+        "layout", nargs="?", help="layout TOML (default: last session, else layouts/demo.toml)"
+    )
     parser.add_argument("--no-start", action="store_true", help="adopt running instances but start nothing")
     args = parser.parse_args(argv)
     try:

@@ -16,7 +16,7 @@ from textual.app import App
 from vtui.core.events import Event, LogLines, Notice
 from vtui.core.model import Layout
 from vtui.core.state import State
-from vtui.telemetry.simgpu import SimulatedGpus
+from vtui.sim.gpuview import SimulatedGpus
 from vtui.ui.adapters import GpuSample, PreflightError, gpu_sampler_class, scrape_loop_class
 from vtui.ui.messages import GpuArrived, LogsArrived, MetricsArrived, NoticeArrived, StatusesChanged
 
@@ -46,10 +46,14 @@ def simulated_sample(layout: Layout, owners) -> GpuSample | None:
     sims = [spec for spec in layout.instances if spec.engine == "sim"]
     if not sims:
         return None
-    count = max([int(spec.flags.get("sim-num-gpus", 8)) for spec in sims]
-                + [g + 1 for spec in sims for g in spec.gpus])
-    gib = next((float(spec.flags["sim-gpu-memory-gib"]) for spec in sims if "sim-gpu-memory-gib" in spec.flags),
-               layout.session.gpu_memory_gib or 80.0)
+    count = max(
+        [int(spec.flags.get("sim-num-gpus", 8)) for spec in sims]
+        + [g + 1 for spec in sims for g in spec.gpus]
+    )
+    gib = next(
+        (float(spec.flags["sim-gpu-memory-gib"]) for spec in sims if "sim-gpu-memory-gib" in spec.flags),
+        layout.session.gpu_memory_gib or 80.0,
+    )
     return SimulatedGpus(count, gib)(owners)
 
 
@@ -58,9 +62,15 @@ def default_scraper(instance: str, base_url: str, on_sample) -> Any | None:
 
 
 class Bridge:
-    def __init__(self, app: App, supervisor: Any, *, autostart: bool = True,
-                 gpu_sampler: GpuSamplerFactory | None | bool = None,
-                 scraper: ScrapeFactory | None | bool = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        supervisor: Any,
+        *,
+        autostart: bool = True,
+        gpu_sampler: GpuSamplerFactory | None | bool = None,
+        scraper: ScrapeFactory | None | bool = None,
+    ) -> None:
         self.app = app
         self.supervisor = supervisor
         self.autostart = autostart
@@ -150,8 +160,9 @@ class Bridge:
                 loop = self._scrape_factory(st.name, url, lambda s: self.app.post_message(MetricsArrived(s)))
                 if loop is not None:
                     self._scrapers[st.name] = (url, loop)
-                    self.app.run_worker(loop.run(), name=f"scrape:{st.name}", group="scrape",
-                                        exit_on_error=False)
+                    self.app.run_worker(
+                        loop.run(), name=f"scrape:{st.name}", group="scrape", exit_on_error=False
+                    )
 
     def _pid_owner(self) -> Mapping[int, str]:
         """pid -> instance, called from the GPU sampler's thread (process-tree walks stay off the UI loop)."""

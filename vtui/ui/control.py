@@ -67,8 +67,10 @@ class ControlMixin:
             self.restart_instance(name, spec, note=note)
 
         fields = spec_changes(view.spec, spec) if view.spec else {}
-        self.push_screen(DiffScreen(name, old, dict(spec.flags), title=f"Restart {name} ({note})?", fields=fields),
-                         answered)
+        self.push_screen(
+            DiffScreen(name, old, dict(spec.flags), title=f"Restart {name} ({note})?", fields=fields),
+            answered,
+        )
 
     # -- layouts -----------------------------------------------------------------------------------
     def action_save_layout(self) -> None:
@@ -84,9 +86,13 @@ class ControlMixin:
             if not text:
                 return
             path = Path(text).expanduser()
-            if path.exists() and (self.store.path is None or path.resolve() != Path(self.store.path).resolve()):
-                self.push_screen(ConfirmScreen(f"{path} exists. Overwrite it?"),
-                                 lambda ok: self._save(path) if ok else None)
+            if path.exists() and (
+                self.store.path is None or path.resolve() != Path(self.store.path).resolve()
+            ):
+                self.push_screen(
+                    ConfirmScreen(f"{path} exists. Overwrite it?"),
+                    lambda ok: self._save(path) if ok else None,
+                )
             else:
                 self._save(path)
 
@@ -113,8 +119,10 @@ class ControlMixin:
             if not text:
                 return
             if self.store.dirty:
-                self.push_screen(ConfirmScreen("The running layout has unsaved changes. Open anyway?"),
-                                 lambda ok: self._open(Path(text).expanduser()) if ok else None)
+                self.push_screen(
+                    ConfirmScreen("The running layout has unsaved changes. Open anyway?"),
+                    lambda ok: self._open(Path(text).expanduser()) if ok else None,
+                )
             else:
                 self._open(Path(text).expanduser())
 

@@ -26,8 +26,18 @@ def history_path(session: str, instance: str) -> Path:
 
 
 def dumps(records: list[FlagRecord]) -> str:
-    return json.dumps({"kind": "vtui-flag-history", "version": 1,
-                       "entries": [asdict(r) for r in records[-FLAG_HISTORY:]]}, indent=1, default=str) + "\n"
+    return (
+        json.dumps(
+            {
+                "kind": "vtui-flag-history",
+                "version": 1,
+                "entries": [asdict(r) for r in records[-FLAG_HISTORY:]],
+            },
+            indent=1,
+            default=str,
+        )
+        + "\n"
+    )
 
 
 def load(path: Path) -> list[FlagRecord]:

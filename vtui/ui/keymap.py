@@ -74,8 +74,15 @@ BENCH_BINDINGS = [
 
 
 def all_binding_ids() -> set[str]:
-    groups = (APP_BINDINGS, INSTANCE_BINDINGS, DASHBOARD_BINDINGS, DETAIL_BINDINGS, LOG_BINDINGS, FLAG_BINDINGS,
-              BENCH_BINDINGS)
+    groups = (
+        APP_BINDINGS,
+        INSTANCE_BINDINGS,
+        DASHBOARD_BINDINGS,
+        DETAIL_BINDINGS,
+        LOG_BINDINGS,
+        FLAG_BINDINGS,
+        BENCH_BINDINGS,
+    )
     return {b.id for group in groups for b in group if b.id}
 
 
@@ -98,7 +105,7 @@ def load_user_keymap(path: Path | None = None) -> tuple[dict[str, str], list[str
     problems: list[str] = []
     for ident, keys in table.items():
         if not isinstance(keys, str):
-            problems.append(f"{path}: keys.{ident}: expected a string like \"ctrl+r\"")
+            problems.append(f'{path}: keys.{ident}: expected a string like "ctrl+r"')
         elif ident not in known:
             problems.append(f"{path}: keys.{ident}: unknown binding id")
         else:

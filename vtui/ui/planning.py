@@ -16,9 +16,20 @@ from vtui.ui import fmt
 GIB = 2**30
 
 # The flags the editor re-plans on (the others do not move the KV figures shown).
-PLAN_FLAGS = ("gpu-memory-utilization", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
-              "tensor-parallel-size", "pipeline-parallel-size", "kv-cache-dtype", "dtype", "quantization",
-              "block-size", "kv-cache-memory-bytes", "enforce-eager")
+PLAN_FLAGS = (
+    "gpu-memory-utilization",
+    "max-model-len",
+    "max-num-seqs",
+    "max-num-batched-tokens",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "kv-cache-dtype",
+    "dtype",
+    "quantization",
+    "block-size",
+    "kv-cache-memory-bytes",
+    "enforce-eager",
+)
 
 
 def config_key(spec: InstanceSpec) -> tuple[str, str, str | None]:
@@ -47,10 +58,17 @@ def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, s
         return None, f"{model}: {exc}"
     if shape is None:
         return None, f"{model}: not in the sim's built-in table and no config.json on disk"
-    cfg = {"num_hidden_layers": shape.layers, "hidden_size": shape.hidden, "num_attention_heads": shape.heads,
-           "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
-           "intermediate_size": shape.intermediate, "vocab_size": shape.vocab, "torch_dtype": shape.dtype,
-           "max_position_embeddings": shape.max_position}
+    cfg = {
+        "num_hidden_layers": shape.layers,
+        "hidden_size": shape.hidden,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "intermediate_size": shape.intermediate,
+        "vocab_size": shape.vocab,
+        "torch_dtype": shape.dtype,
+        "max_position_embeddings": shape.max_position,
+    }
     return from_dict(cfg, name=model, source="sim built-in table"), None
 
 
@@ -89,9 +107,15 @@ def _str(value: object, default: str) -> str:
     return str(value) if isinstance(value, str) and value else default
 
 
-def plan_params(flags: Mapping[str, object], gpu_gib: float | None, *, device: str = "cuda",
-                kv_memory_bytes: int | None = None, kv_source: str | None = None,
-                max_model_len: int | None = None) -> PlanParams:
+def plan_params(
+    flags: Mapping[str, object],
+    gpu_gib: float | None,
+    *,
+    device: str = "cuda",
+    kv_memory_bytes: int | None = None,
+    kv_source: str | None = None,
+    max_model_len: int | None = None,
+) -> PlanParams:
     """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults)."""
     util = flags.get("gpu-memory-utilization")
     given_kv = _int(flags.get("kv-cache-memory-bytes"))
@@ -107,8 +131,9 @@ def plan_params(flags: Mapping[str, object], gpu_gib: float | None, *, device: s
         block_size=_int(flags.get("block-size")) or None,
         device=device,
         gpu_memory_gib=gpu_gib,
-        gpu_memory_utilization=float(util) if isinstance(util, (int, float)) and not isinstance(util, bool)
-        and 0 < util <= 1 else 0.9,
+        gpu_memory_utilization=float(util)
+        if isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1
+        else 0.9,
         kv_memory_bytes=kv_memory_bytes,
         kv_budget_source=kv_source,
         max_model_len=max_model_len or _int(flags.get("max-model-len")) or None,
@@ -153,23 +178,31 @@ def plan_text(result: Plan | None, reason: str | None, max_num_seqs: object = No
         out.append(f" (< max-num-seqs {seqs})", style="yellow")
     out.append("\n  ")
     budget = result.available_kv_gib
-    out.append(f"KV budget {fmt.num(budget, '.2f')} GiB/GPU ({result.kv_budget_source})  "
-               f"weights {result.weights_gib_per_gpu:.2f} GiB/GPU  ")
+    out.append(
+        f"KV budget {fmt.num(budget, '.2f')} GiB/GPU ({result.kv_budget_source})  "
+        f"weights {result.weights_gib_per_gpu:.2f} GiB/GPU  "
+    )
     if result.max_model_len_fits is None:
         out.append("max-model-len fit: -- (no GPU memory known)", style="dim")
     elif result.max_model_len_fits:
-        out.append(f"max-model-len fits (longest {fmt.num(result.estimated_max_model_len, ',')})", style="green")
+        out.append(
+            f"max-model-len fits (longest {fmt.num(result.estimated_max_model_len, ',')})", style="green"
+        )
     else:
-        out.append(f"max-model-len {result.max_model_len:,} does NOT fit; longest that does: "
-                   f"{fmt.num(result.estimated_max_model_len, ',')}", style="bold red")
+        out.append(
+            f"max-model-len {result.max_model_len:,} does NOT fit; longest that does: "
+            f"{fmt.num(result.estimated_max_model_len, ',')}",
+            style="bold red",
+        )
     for warning in result.warnings[:2]:
         if "does not fit" not in warning:
             out.append(f"\n  ! {warning}", style="yellow")
     return out
 
 
-def planned_for_run(config: ModelConfig | None, spec: InstanceSpec, lines: list[str], gpu_gib: float | None,
-                    device: str) -> tuple[Plan | None, str | None, object | None]:
+def planned_for_run(
+    config: ModelConfig | None, spec: InstanceSpec, lines: list[str], gpu_gib: float | None, device: str
+) -> tuple[Plan | None, str | None, object | None]:
     """What the planner predicts for a run's flags with the KV budget vLLM logged (exact when
     --kv-cache-memory-bytes was given). Returns (plan, reason when none, LogFacts)."""
     from vtui.planner import read_log_facts
@@ -180,8 +213,14 @@ def planned_for_run(config: ModelConfig | None, spec: InstanceSpec, lines: list[
     kv, source = facts.kv_memory_bytes, None
     if kv is not None:
         source = "log (exact)" if facts.exact else "log (0.01 GiB)"
-    params = plan_params(spec.flags, gpu_gib, device=device, kv_memory_bytes=kv, kv_source=source,
-                         max_model_len=facts.max_model_len)
+    params = plan_params(
+        spec.flags,
+        gpu_gib,
+        device=device,
+        kv_memory_bytes=kv,
+        kv_source=source,
+        max_model_len=facts.max_model_len,
+    )
     result, reason = try_plan(config, params)
     return result, reason, facts
 
@@ -197,8 +236,10 @@ def planned_vs_reported_text(result: Plan | None, reason: str | None, facts: obj
     """Planned (same flags, the logged KV budget) beside what vLLM reported at startup."""
     out = Text("Planned vs reported (same flags and KV budget)\n", style="bold")
     if result is None:
-        out.append(f"  planned: --  ({reason or 'loading the model config...'})\n".replace("\u2014", "-"),
-                   style="dim")
+        out.append(
+            f"  planned: --  ({reason or 'loading the model config...'})\n".replace("\u2014", "-"),
+            style="dim",
+        )
         return out
     get = (lambda name: getattr(facts, name, None)) if facts is not None else (lambda name: None)
     rows = (
@@ -213,7 +254,9 @@ def planned_vs_reported_text(result: Plan | None, reason: str | None, facts: obj
     for label, planned, reported, spec in rows:
         if planned is None and reported is None:
             continue
-        out.append(f"  {label:<24}{fmt.num(planned, spec):>12}{fmt.num(reported, spec):>12}  "
-                   f"{_delta(planned, reported)}\n")
+        out.append(
+            f"  {label:<24}{fmt.num(planned, spec):>12}{fmt.num(reported, spec):>12}  "
+            f"{_delta(planned, reported)}\n"
+        )
     out.append(f"  KV budget source: {result.kv_budget_source}\n", style="dim")
     return out

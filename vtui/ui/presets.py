@@ -36,13 +36,20 @@ def preset_flags(key: str, spec: InstanceSpec, model_max_len: int | None = None)
     tp = n // pp if isinstance(pp, int) and pp > 0 and n % pp == 0 else n
     ctx = 8192 if model_max_len is None else min(8192, model_max_len)
     if key.upper() == "A":
-        flags = {"gpu-memory-utilization": 0.92, "max-model-len": ctx,
-                 "max-num-batched-tokens": _clamp(16384 * n, 8192, 65536),
-                 "max-num-seqs": _clamp(128 * n, 128, 512), "enable-chunked-prefill": True}
+        flags = {
+            "gpu-memory-utilization": 0.92,
+            "max-model-len": ctx,
+            "max-num-batched-tokens": _clamp(16384 * n, 8192, 65536),
+            "max-num-seqs": _clamp(128 * n, 128, 512),
+            "enable-chunked-prefill": True,
+        }
     elif key.upper() == "B":
-        flags = {"gpu-memory-utilization": 0.88, "max-model-len": ctx,
-                 "max-num-batched-tokens": _clamp(2048 * n, 2048, 4096),
-                 "max-num-seqs": _clamp(64 * n, 32, 128)}
+        flags = {
+            "gpu-memory-utilization": 0.88,
+            "max-model-len": ctx,
+            "max-num-batched-tokens": _clamp(2048 * n, 2048, 4096),
+            "max-num-seqs": _clamp(64 * n, 32, 128),
+        }
     else:
         raise KeyError(key)
     if spec.gpus:

@@ -2,7 +2,7 @@
 real app on a layout of simulated instances (real Supervisor, sim processes, scrapes).
 
 No GPU is needed: without an NVIDIA driver the app's own GPU sampler shows the simulated GPUs that
-the sim instances hold memory on (vtui.telemetry.simgpu); utilization, temperature and power are
+the sim instances hold memory on (vtui.sim.gpuview); utilization, temperature and power are
 unknown there and show as `--`.
 """
 
@@ -17,7 +17,9 @@ from vtui.core.state import State
 from vtui.ui.app import DEMO_LAYOUT, make_app
 
 
-async def take(layout_path: Path, out: Path, size: tuple[int, int] = (140, 42), settle_s: float = 12.0) -> Path:
+async def take(
+    layout_path: Path, out: Path, size: tuple[int, int] = (140, 42), settle_s: float = 12.0
+) -> Path:
     app = make_app(layout_path)
     async with app.run_test(size=size) as pilot:
         deadline = time.monotonic() + 120

@@ -68,8 +68,12 @@ class InstanceView:
 
     def can_rollback(self) -> bool:
         st = self.status
-        return bool(st and st.last_good_spec is not None and dict(st.last_good_spec.flags) != dict(st.spec.flags)
-                    and st.state in (State.FAILED, State.CRASHED, State.BACKOFF, State.STOPPED, State.UNHEALTHY))
+        return bool(
+            st
+            and st.last_good_spec is not None
+            and dict(st.last_good_spec.flags) != dict(st.spec.flags)
+            and st.state in (State.FAILED, State.CRASHED, State.BACKOFF, State.STOPPED, State.UNHEALTHY)
+        )
 
 
 class Store:
@@ -81,7 +85,9 @@ class Store:
         self.path = layout.path  # where the layout was loaded from / last saved to
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in layout.instances}
         self.gpu: GpuSample | None = None
-        self.configs: dict[tuple, tuple[object, str | None]] = {}  # planner model configs by planning.config_key
+        self.configs: dict[
+            tuple, tuple[object, str | None]
+        ] = {}  # planner model configs by planning.config_key
         for spec in layout.instances:
             self.views[spec.name].flag_history.append(FlagRecord(dict(spec.flags), outcome="planned"))
 
@@ -122,8 +128,15 @@ class Store:
         flags = dict(new.spec.flags)
         last = view.flag_history[-1] if view.flag_history else None
         before = (id(last), last.outcome if last else None)
-        if last is None or last.flags != flags or (new.state == State.STARTING and last.outcome != "starting"
-                                                   and (old is None or old.state != State.STARTING)):
+        if (
+            last is None
+            or last.flags != flags
+            or (
+                new.state == State.STARTING
+                and last.outcome != "starting"
+                and (old is None or old.state != State.STARTING)
+            )
+        ):
             view.flag_history.append(FlagRecord(flags, note=view.pending_note, at=new.started_at))
             view.pending_note = None
             last = view.flag_history[-1]
@@ -131,8 +144,9 @@ class Store:
         if (id(last), last.outcome) != before:
             view.history_rev += 1
 
-    def _record_outcome(self, view: InstanceView, old: InstanceStatus | None, new: InstanceStatus,
-                        last: FlagRecord) -> None:
+    def _record_outcome(
+        self, view: InstanceView, old: InstanceStatus | None, new: InstanceStatus, last: FlagRecord
+    ) -> None:
         if new.state == State.STARTING and (old is None or old.state != State.STARTING):
             view.run_lines.clear()
             view.problems = []
@@ -203,8 +217,9 @@ class Store:
         return {n: (v.status.pid if v.status else None) for n, v in self.views.items()}
 
 
-def run_diagnosis(lines: list[str], gpu: GpuSample | None, gpus: tuple[int, ...], name: str,
-                  own_pids: set[int]) -> tuple[object, list[Problem]]:
+def run_diagnosis(
+    lines: list[str], gpu: GpuSample | None, gpus: tuple[int, ...], name: str, own_pids: set[int]
+) -> tuple[object, list[Problem]]:
     """Startup facts and problems of a failed run (blocking: may look up port holders; call in a thread)."""
     facts = parse_startup(lines)
     try:
@@ -215,6 +230,18 @@ def run_diagnosis(lines: list[str], gpu: GpuSample | None, gpus: tuple[int, ...]
 
 
 def _layout_key(layout: Layout) -> tuple:
-    return (layout.session, tuple((s.name, s.model, s.engine, s.gpus, s.port, s.host,
-                                   tuple(sorted(s.flags.items(), key=lambda kv: kv[0])))
-                                  for s in layout.instances))
+    return (
+        layout.session,
+        tuple(
+            (
+                s.name,
+                s.model,
+                s.engine,
+                s.gpus,
+                s.port,
+                s.host,
+                tuple(sorted(s.flags.items(), key=lambda kv: kv[0])),
+            )
+            for s in layout.instances
+        ),
+    )

@@ -27,8 +27,12 @@ class InstanceActions:
         """Re-check the greyed-out actions only when what they depend on changed (a footer refresh
         recomposes it: doing that per metrics sample costs more than everything else together)."""
         view = self._view()
-        key = (self.selected_name(), view.state if view else None, view.can_rollback() if view else None,
-               len(view.problems) if view else 0)
+        key = (
+            self.selected_name(),
+            view.state if view else None,
+            view.can_rollback() if view else None,
+            len(view.problems) if view else 0,
+        )
         if key != self._binding_key:
             self._binding_key = key
             self.refresh_bindings()

@@ -29,11 +29,13 @@ from vtui.ui.messages import BenchRecorded
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
-FIELDS = (("mode", "fixed", "fixed | ramp (1, 2, 4, ... up to concurrency)"),
-          ("concurrency", "8", "requests in flight (the ramp's ceiling; from the log's max concurrency)"),
-          ("requests", "32", "requests per step"),
-          ("input-len", "128", "prompt tokens"),
-          ("output-len", "64", "output tokens (ignore_eos)"))
+FIELDS = (
+    ("mode", "fixed", "fixed | ramp (1, 2, 4, ... up to concurrency)"),
+    ("concurrency", "8", "requests in flight (the ramp's ceiling; from the log's max concurrency)"),
+    ("requests", "32", "requests per step"),
+    ("input-len", "128", "prompt tokens"),
+    ("output-len", "64", "output tokens (ignore_eos)"),
+)
 
 
 class BenchProgressed(Message):
@@ -42,8 +44,11 @@ class BenchProgressed(Message):
         self.progress = progress
 
     def can_replace(self, message: Message) -> bool:  # a newer "running" snapshot supersedes an older one
-        return (isinstance(message, BenchProgressed) and message.progress.phase == "running"
-                and self.progress.phase == "running")
+        return (
+            isinstance(message, BenchProgressed)
+            and message.progress.phase == "running"
+            and self.progress.phase == "running"
+        )
 
 
 class BenchDone(Message):
@@ -77,21 +82,31 @@ def config_from(values: dict[str, str], base_url: str, api_key: str | None = Non
             raise ValueError(f"{key}: expected a whole number, got {values.get(key)!r}") from None
         if numbers[key] < 1:
             raise ValueError(f"{key}: must be at least 1")
-    return BenchConfig(base_url=base_url, mode="ramp" if mode == "ramp" else "concurrency",
-                       concurrency=numbers["concurrency"], num_requests=numbers["requests"],
-                       input_len=numbers["input-len"], output_len=numbers["output-len"], api_key=api_key)
+    return BenchConfig(
+        base_url=base_url,
+        mode="ramp" if mode == "ramp" else "concurrency",
+        concurrency=numbers["concurrency"],
+        num_requests=numbers["requests"],
+        input_len=numbers["input-len"],
+        output_len=numbers["output-len"],
+        api_key=api_key,
+    )
 
 
 def step_line(s: StepResult) -> str:
     kv = fmt.pct(s.server.kv_usage_peak)
     waiting = fmt.num(s.server.waiting_peak)
     pre = fmt.num(s.server.preemptions)
-    return (f"  {s.label:<7}{s.completed:>5}/{s.failed:<3}{s.req_per_s:>7.2f}{s.output_tok_per_s:>9.0f}"
-            f"{fmt.seconds(s.ttft.p50):>8}{fmt.seconds(s.ttft.p95):>8}   {kv:>4} {waiting:>5} {pre:>5}")
+    return (
+        f"  {s.label:<7}{s.completed:>5}/{s.failed:<3}{s.req_per_s:>7.2f}{s.output_tok_per_s:>9.0f}"
+        f"{fmt.seconds(s.ttft.p50):>8}{fmt.seconds(s.ttft.p95):>8}   {kv:>4} {waiting:>5} {pre:>5}"
+    )
 
 
-STEP_HEAD = (f"  {'step':<7}{'ok/err':>9}{'req/s':>7}{'out tok/s':>9}{'TTFT50':>8}{'TTFT95':>8}"
-             f"   server: KV peak, waiting peak, preemptions")
+STEP_HEAD = (
+    f"  {'step':<7}{'ok/err':>9}{'req/s':>7}{'out tok/s':>9}{'TTFT50':>8}{'TTFT95':>8}"
+    f"   server: KV peak, waiting peak, preemptions"
+)
 
 
 def plot_text(steps: Sequence[StepResult], width: int = 40) -> Text:
@@ -117,13 +132,27 @@ def plot_text(steps: Sequence[StepResult], width: int = 40) -> Text:
 
 def bench_summary(result: BenchResult, json_path: str | None = None) -> dict[str, object]:
     """What the flag history keeps of a run: per step req/s, out tok/s, TTFT p95, errors; the best step."""
-    steps = [{"step": s.label, "req_s": round(s.req_per_s, 3), "out_tps": round(s.output_tok_per_s, 1),
-              "ttft_p95": s.ttft.p95, "errors": s.failed} for s in result.steps]
+    steps = [
+        {
+            "step": s.label,
+            "req_s": round(s.req_per_s, 3),
+            "out_tps": round(s.output_tok_per_s, 1),
+            "ttft_p95": s.ttft.p95,
+            "errors": s.failed,
+        }
+        for s in result.steps
+    ]
     best = max(result.steps, key=lambda s: s.output_tok_per_s, default=None)
-    return {"at": result.started_at, "mode": result.config.mode, "input_len": result.config.input_len,
-            "output_len": result.config.output_len, "steps": steps,
-            "best_out_tps": round(best.output_tok_per_s, 1) if best else None,
-            "best_step": best.label if best else None, "json": json_path}
+    return {
+        "at": result.started_at,
+        "mode": result.config.mode,
+        "input_len": result.config.input_len,
+        "output_len": result.config.output_len,
+        "steps": steps,
+        "best_out_tps": round(best.output_tok_per_s, 1) if best else None,
+        "best_step": best.label if best else None,
+        "json": json_path,
+    }
 
 
 class BenchScreen(Screen):
@@ -186,7 +215,9 @@ class BenchScreen(Screen):
             return
         view = self.app.store.views[self.instance]
         if not view.state.name == "READY":
-            self.notify(f"{self.instance} is {view.state.name}: bench needs a READY instance", severity="error")
+            self.notify(
+                f"{self.instance} is {view.state.name}: bench needs a READY instance", severity="error"
+            )
             return
         values = {box.name or "": box.value for box in self.query(".bench-value").results(Input)}
         spec = view.spec
@@ -222,7 +253,9 @@ class BenchScreen(Screen):
             self._loop = loop
             self._task = loop.create_task(runner(config, lambda p: self.post_message(BenchProgressed(p))))
             result = loop.run_until_complete(self._task)
-            stem = time.strftime("bench-%Y%m%d-%H%M%S", time.localtime(result.started_at)) + f"-{self.instance}"
+            stem = (
+                time.strftime("bench-%Y%m%d-%H%M%S", time.localtime(result.started_at)) + f"-{self.instance}"
+            )
             paths = write_results(result, runs_dir() / "bench", stem)
             self.app.post_message(BenchRecorded(self.instance, bench_summary(result, str(paths[0]))))
             self.post_message(BenchDone(result, paths, None))
@@ -239,22 +272,34 @@ class BenchScreen(Screen):
         if p.step is not None and p.phase == "step-done":
             self.steps.append(p.step)
             self.query_one("#bench-steps", Static).update(
-                "\n".join([STEP_HEAD, *(step_line(s) for s in self.steps)]))
+                "\n".join([STEP_HEAD, *(step_line(s) for s in self.steps)])
+            )
             self.query_one("#bench-plot", Static).update(plot_text(self.steps, self.size.width - 40))
         rate = p.completed / p.elapsed_s if p.elapsed_s > 0 else None
-        self._status(f"step {p.step_index + 1}/{p.steps_total} c={p.level:g}  sent {p.sent}  done {p.completed}  "
-                     f"errors {p.failed}  in flight {p.in_flight}  {fmt.num(rate, '.1f')} req/s  "
-                     f"{fmt.duration(p.elapsed_s)}" + (f"  {p.message}" if p.message else ""))
+        self._status(
+            f"step {p.step_index + 1}/{p.steps_total} c={p.level:g}  sent {p.sent}  done {p.completed}  "
+            f"errors {p.failed}  in flight {p.in_flight}  {fmt.num(rate, '.1f')} req/s  "
+            f"{fmt.duration(p.elapsed_s)}" + (f"  {p.message}" if p.message else "")
+        )
 
     def on_bench_done(self, message: BenchDone) -> None:
         self.running = False
         if message.result is None:
-            self._status(Text(f"bench {message.error}", style="red" if message.error != "cancelled" else "yellow"))
+            self._status(
+                Text(f"bench {message.error}", style="red" if message.error != "cancelled" else "yellow")
+            )
             return
         result = message.result
         self.steps = list(result.steps)
-        self.query_one("#bench-steps", Static).update("\n".join([STEP_HEAD, *(step_line(s) for s in self.steps)]))
+        self.query_one("#bench-steps", Static).update(
+            "\n".join([STEP_HEAD, *(step_line(s) for s in self.steps)])
+        )
         self.query_one("#bench-plot", Static).update(plot_text(self.steps, self.size.width - 40))
         json_path, csv_path = message.paths
-        self._status(Text(f"done{': ' + result.stop_reason if result.stop_reason else ''}  results: {json_path} "
-                          f"and {csv_path.name} (kept in the flag history)", style="green"))
+        self._status(
+            Text(
+                f"done{': ' + result.stop_reason if result.stop_reason else ''}  results: {json_path} "
+                f"and {csv_path.name} (kept in the flag history)",
+                style="green",
+            )
+        )

@@ -26,7 +26,9 @@ class DashboardScreen(InstanceActions, Screen):
     def __init__(self) -> None:
         super().__init__(id="dashboard")
         self.selected = 0
-        self._cards: list[InstanceCard] = []  # kept from rebuild(): a DOM query per tick cost more than the cards
+        self._cards: list[
+            InstanceCard
+        ] = []  # kept from rebuild(): a DOM query per tick cost more than the cards
 
     def compose(self) -> ComposeResult:
         yield TitleBar()
@@ -61,8 +63,12 @@ class DashboardScreen(InstanceActions, Screen):
             self._cards = new
         else:
             self._cards = []
-            cards.mount(Static("No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
-                               classes="empty"))
+            cards.mount(
+                Static(
+                    "No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
+                    classes="empty",
+                )
+            )
         self.selected = min(self.selected, max(0, len(names) - 1))
         self.call_after_refresh(self.refresh_view, store)
 
@@ -82,7 +88,11 @@ class DashboardScreen(InstanceActions, Screen):
                 continue
             if card.has_class("selected") != (i == self.selected):  # no CSS update unless it moved
                 card.set_class(i == self.selected, "selected")
-            if (card.instance in wanted) if wanted is not None else (first <= i <= last or card._view is None):
+            if (
+                (card.instance in wanted)
+                if wanted is not None
+                else (first <= i <= last or card._view is None)
+            ):
                 view = store.views.get(card.instance)
                 if view is not None:
                     card.update_view(view, now)

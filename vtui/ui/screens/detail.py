@@ -83,7 +83,9 @@ def _bought(rec, prev) -> str:
         return ""
     parts = []
     if rec.kv_tokens is not None and prev.kv_tokens:
-        parts.append(f"KV {rec.kv_tokens - prev.kv_tokens:+,} tok ({(rec.kv_tokens / prev.kv_tokens - 1):+.0%})")
+        parts.append(
+            f"KV {rec.kv_tokens - prev.kv_tokens:+,} tok ({(rec.kv_tokens / prev.kv_tokens - 1):+.0%})"
+        )
     if rec.max_concurrency is not None and prev.max_concurrency:
         parts.append(f"conc {rec.max_concurrency - prev.max_concurrency:+.1f}x")
     new_tps = (rec.bench or {}).get("best_out_tps")
@@ -100,17 +102,24 @@ def history_text(view: InstanceView) -> Text:
     for rec in view.flag_history:
         changed = {k: v for k, v in rec.flags.items() if prev.get(k) != v}
         removed = [k for k in prev if k not in rec.flags]
-        delta = " ".join([f"{k}={fmt.flag_value(v)}" for k, v in changed.items()] + [f"-{k}" for k in removed])
-        out.append(f"  {rec.outcome:<8} KV {fmt.tokens(rec.kv_tokens):>7} tok  conc {fmt.num(rec.max_concurrency, '.1f'):>6}  ",
-                   style="green" if rec.outcome == "ready" else "red" if rec.outcome == "failed" else "")
+        delta = " ".join(
+            [f"{k}={fmt.flag_value(v)}" for k, v in changed.items()] + [f"-{k}" for k in removed]
+        )
+        out.append(
+            f"  {rec.outcome:<8} KV {fmt.tokens(rec.kv_tokens):>7} tok  conc {fmt.num(rec.max_concurrency, '.1f'):>6}  ",
+            style="green" if rec.outcome == "ready" else "red" if rec.outcome == "failed" else "",
+        )
         out.append(delta or "(same flags)")
         if rec.note:
             out.append(f"  [{rec.note}]", style="dim")
         if rec.error:
             out.append(f"  {rec.error[:80]}", style="red")
         if rec.bench:
-            out.append(f"\n           bench {rec.bench.get('mode')}: best {fmt.rate(rec.bench.get('best_out_tps'))} "
-                       f"tok/s at {rec.bench.get('best_step')}", style="cyan")
+            out.append(
+                f"\n           bench {rec.bench.get('mode')}: best {fmt.rate(rec.bench.get('best_out_tps'))} "
+                f"tok/s at {rec.bench.get('best_step')}",
+                style="cyan",
+            )
         if rec.outcome == "ready" and (bought := _bought(rec, last_measured)):
             out.append(f"\n           bought: {bought}", style="bold")
         if rec.kv_tokens is not None or rec.bench:
@@ -161,7 +170,8 @@ class DetailScreen(InstanceActions, Screen):
         for i, (label, key, show) in enumerate(PLOTS):
             current = key(latest) if latest else None
             self.query_one(f"#plot-label-{i}", Static).update(
-                f"{label}: {show(current)}  (last {len(view.history)} samples)")
+                f"{label}: {show(current)}  (last {len(view.history)} samples)"
+            )
             plot = self.query_one(f"#plot-{i}", Sparkline)
             plot.data = spark_data(view, key, points=max(20, width))
             plot.display = any(plot.data)
@@ -178,8 +188,12 @@ class DetailScreen(InstanceActions, Screen):
         if spec is None:
             return
         loaded = self.app.model_config(spec)
-        key = (id(view.facts), view.facts is None, tuple(sorted(spec.flags.items(), key=lambda kv: kv[0])),
-               loaded is not None)
+        key = (
+            id(view.facts),
+            view.facts is None,
+            tuple(sorted(spec.flags.items(), key=lambda kv: kv[0])),
+            loaded is not None,
+        )
         if key == self._planned_key:
             return
         self._planned_key = key
@@ -189,8 +203,9 @@ class DetailScreen(InstanceActions, Screen):
             return
         config, reason = loaded if loaded is not None else (None, None)
         gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
-        result, why, _ = planning.planned_for_run(config, spec, list(view.run_lines), gpu_gib,
-                                                  planning.device_of(spec, store.gpu))
+        result, why, _ = planning.planned_for_run(
+            config, spec, list(view.run_lines), gpu_gib, planning.device_of(spec, store.gpu)
+        )
         widget.update(planning.planned_vs_reported_text(result, why or reason, view.facts))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -216,8 +231,9 @@ class DetailScreen(InstanceActions, Screen):
             return
         fix = dict(view.problems[index].fix)
         fields = {k: fix.pop(k) for k in ("port", "host") if k in fix}  # spec fields, not vLLM flags
-        spec = view.spec.with_flags({k: v for k, v in fix.items() if v is not None},
-                                    unset=[k for k, v in fix.items() if v is None])
+        spec = view.spec.with_flags(
+            {k: v for k, v in fix.items() if v is not None}, unset=[k for k, v in fix.items() if v is None]
+        )
         if fields:
             spec = dataclasses.replace(spec, **fields)
         self.app.review_and_restart(self.instance, spec, note=f"fix: {view.problems[index].kind}")

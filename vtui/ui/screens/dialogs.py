@@ -41,25 +41,38 @@ def diff_text(old: Mapping[str, object], new: Mapping[str, object]) -> Text:
 
 def spec_changes(old, new) -> dict[str, tuple[object, object]]:
     """Spec fields other than flags that differ (a fix may move the port)."""
-    return {f: (getattr(old, f), getattr(new, f)) for f in ("port", "host", "gpus", "model")
-            if getattr(old, f) != getattr(new, f)}
+    return {
+        f: (getattr(old, f), getattr(new, f))
+        for f in ("port", "host", "gpus", "model")
+        if getattr(old, f) != getattr(new, f)
+    }
 
 
 class DiffScreen(ModalScreen[bool]):
     """Old vs new flags; enter restarts with the new ones, escape cancels."""
 
-    BINDINGS = [Binding("enter,y", "answer(True)", "Restart", id="diff.restart"),
-                Binding("escape,n", "answer(False)", "Cancel", id="diff.cancel")]
+    BINDINGS = [
+        Binding("enter,y", "answer(True)", "Restart", id="diff.restart"),
+        Binding("escape,n", "answer(False)", "Cancel", id="diff.cancel"),
+    ]
 
-    def __init__(self, instance: str, old: Mapping[str, object], new: Mapping[str, object], title: str = "",
-                 fields: Mapping[str, tuple[object, object]] | None = None) -> None:
+    def __init__(
+        self,
+        instance: str,
+        old: Mapping[str, object],
+        new: Mapping[str, object],
+        title: str = "",
+        fields: Mapping[str, tuple[object, object]] | None = None,
+    ) -> None:
         super().__init__()
         self.instance, self.old, self.new, self.title_text = instance, old, new, title
         self.fields = dict(fields or {})
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text or f"Restart {self.instance} with these flag changes?", classes="dialog-title")
+            yield Static(
+                self.title_text or f"Restart {self.instance} with these flag changes?", classes="dialog-title"
+            )
             text = Text()
             for name, (before, after) in self.fields.items():
                 text.append(f"~ {name}: {before} -> {after}\n", style="yellow")
@@ -73,8 +86,10 @@ class DiffScreen(ModalScreen[bool]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("y", "answer(True)", "Yes", id="confirm.yes"),
-                Binding("escape,n", "answer(False)", "No", id="confirm.no")]
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("escape,n", "answer(False)", "No", id="confirm.no"),
+    ]
 
     def __init__(self, question: str) -> None:
         super().__init__()
@@ -112,15 +127,19 @@ class PathScreen(ModalScreen[str | None]):
 class QuitScreen(ModalScreen[str | None]):
     """Leave the instances running (default; re-adopted next time) or stop them, then quit."""
 
-    BINDINGS = [Binding("enter,l", "answer('leave')", "Leave running", id="quit.leave"),
-                Binding("s", "answer('stop')", "Stop all", id="quit.stop"),
-                Binding("escape", "answer(None)", "Cancel", id="quit.cancel")]
+    BINDINGS = [
+        Binding("enter,l", "answer('leave')", "Leave running", id="quit.leave"),
+        Binding("s", "answer('stop')", "Stop all", id="quit.stop"),
+        Binding("escape", "answer(None)", "Cancel", id="quit.cancel"),
+    ]
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static("Quit vtui", classes="dialog-title")
-            yield Static("enter/l: leave instances running (re-adopted next time)\n"
-                         "s: stop all instances, then quit\nescape: cancel")
+            yield Static(
+                "enter/l: leave instances running (re-adopted next time)\n"
+                "s: stop all instances, then quit\nescape: cancel"
+            )
 
     def action_answer(self, value: str | None) -> None:
         self.dismiss(value)

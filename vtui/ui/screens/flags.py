@@ -27,8 +27,10 @@ def consistency_problem(spec: InstanceSpec, flags: dict[str, object]) -> str | N
         return None
     tp, pp = flags.get("tensor-parallel-size", 1), flags.get("pipeline-parallel-size", 1)
     if isinstance(tp, int) and isinstance(pp, int) and tp * pp != len(spec.gpus):
-        return (f"tensor-parallel-size x pipeline-parallel-size = {tp * pp}, but the instance is pinned to "
-                f"{len(spec.gpus)} GPU(s) {list(spec.gpus)}")
+        return (
+            f"tensor-parallel-size x pipeline-parallel-size = {tp * pp}, but the instance is pinned to "
+            f"{len(spec.gpus)} GPU(s) {list(spec.gpus)}"
+        )
     return None
 
 
@@ -49,8 +51,13 @@ class FlagRow(Horizontal):
     def compose(self) -> ComposeResult:
         yield Label(f"--{self.flag}", classes="flag-name")
         default = BUILTIN_FLAGS.get(self.flag)
-        yield OrderedInput(self.initial, placeholder=f"default: {fmt.flag_value(default.default) if default else '--'}",
-                    classes="flag-value", name=self.flag, id=f"flag-{self.flag}")
+        yield OrderedInput(
+            self.initial,
+            placeholder=f"default: {fmt.flag_value(default.default) if default else '--'}",
+            classes="flag-value",
+            name=self.flag,
+            id=f"flag-{self.flag}",
+        )
 
 
 class FlagEditorScreen(Screen):
@@ -73,8 +80,11 @@ class FlagEditorScreen(Screen):
             for name in names:
                 yield FlagRow(name, self.spec.flags.get(name))
             with Horizontal(id="flag-add"):
-                yield OrderedInput(placeholder="add another flag (name, tab completes)", id="add-name",
-                            suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False))
+                yield OrderedInput(
+                    placeholder="add another flag (name, tab completes)",
+                    id="add-name",
+                    suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False),
+                )
         yield Static(id="flag-plan")
         yield Static(id="flag-help")
         yield Static(id="flag-errors")
@@ -99,8 +109,12 @@ class FlagEditorScreen(Screen):
         flags = self.edited_flags()
         gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
         device = planning.device_of(spec, store.gpu)
-        key = (tuple(sorted((k, repr(flags.get(k))) for k in planning.PLAN_FLAGS)), gpu_gib, device,
-               loaded is not None)
+        key = (
+            tuple(sorted((k, repr(flags.get(k))) for k in planning.PLAN_FLAGS)),
+            gpu_gib,
+            device,
+            loaded is not None,
+        )
         if key == self._plan_key:
             return
         self._plan_key = key
@@ -195,7 +209,9 @@ class FlagEditorScreen(Screen):
             self.notify("fix the invalid flags first", severity="error")
             return
         flags = self.edited_flags()
-        touched = any(flags.get(k) != self.spec.flags.get(k) for k in ("tensor-parallel-size", "pipeline-parallel-size"))
+        touched = any(
+            flags.get(k) != self.spec.flags.get(k) for k in ("tensor-parallel-size", "pipeline-parallel-size")
+        )
         if touched and (problem := consistency_problem(self.spec, flags)):
             self.notify(problem, severity="error")
             return

@@ -19,8 +19,11 @@ def help_text(rows: list[tuple[str, str, str, bool]]) -> Text:
         out.append(f"  {key:<14}", style="bold cyan" if enabled else "dim")
         out.append(f"{description:<22}", style=style)
         out.append(f"{ident}\n", style="dim")
-    out.append(f"\nctrl+p opens the command palette (\"instance: restart NAME\", \"layout: save as...\").\n"
-               f"Remap keys in {keys_file()} under [keys], e.g. \"instance.restart\" = \"ctrl+r\".\n", style="dim")
+    out.append(
+        f'\nctrl+p opens the command palette ("instance: restart NAME", "layout: save as...").\n'
+        f'Remap keys in {keys_file()} under [keys], e.g. "instance.restart" = "ctrl+r".\n',
+        style="dim",
+    )
     return out
 
 

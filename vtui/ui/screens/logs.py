@@ -50,7 +50,9 @@ class LogScreen(Screen):
         log = Log(max_lines=LOG_LINES, highlight=True, id="log")
         log.highlighter = LevelHighlighter()
         yield log
-        yield OrderedInput(placeholder="filter (regex or text); enter applies, escape clears", id="log-filter")
+        yield OrderedInput(
+            placeholder="filter (regex or text); enter applies, escape clears", id="log-filter"
+        )
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:

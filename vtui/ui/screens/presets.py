@@ -15,9 +15,11 @@ from vtui.ui.presets import PRESETS, preset_flags
 
 
 class PresetScreen(ModalScreen[None]):
-    BINDINGS = [Binding("a", "apply('A')", "Preset A", id="preset.a"),
-                Binding("b", "apply('B')", "Preset B", id="preset.b"),
-                Binding("escape", "close", "Cancel", id="preset.cancel")]
+    BINDINGS = [
+        Binding("a", "apply('A')", "Preset A", id="preset.a"),
+        Binding("b", "apply('B')", "Preset B", id="preset.b"),
+        Binding("escape", "close", "Cancel", id="preset.cancel"),
+    ]
 
     def __init__(self, name: str) -> None:
         super().__init__()
@@ -30,12 +32,16 @@ class PresetScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         view = self.app.store.views[self.instance]
         spec = view.spec or self.app.store.layout.instance(self.instance)
-        text = Text(f"Presets for {self.instance} ({len(spec.gpus) or 'no'} GPU(s), {spec.model})\n\n", style="bold")
+        text = Text(
+            f"Presets for {self.instance} ({len(spec.gpus) or 'no'} GPU(s), {spec.model})\n\n", style="bold"
+        )
         for p in PRESETS:
             flags = preset_flags(p.key, spec, self._model_len())
             text.append(f"[{p.key.lower()}] {p.key}: {p.title}\n", style="bold cyan")
             text.append(f"    {p.summary}\n    ")
-            text.append(" ".join(f"--{k} {fmt.flag_value(v)}" for k, v in flags.items()) + "\n\n", style="green")
+            text.append(
+                " ".join(f"--{k} {fmt.flag_value(v)}" for k, v in flags.items()) + "\n\n", style="green"
+            )
         with Vertical(classes="dialog"):
             yield Static(text)
             yield Static("a/b: review the diff, then restart   escape: cancel", classes="dialog-keys")

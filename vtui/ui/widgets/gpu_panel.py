@@ -28,8 +28,9 @@ def gpu_text(sample: GpuSample | None, names: list[str], width: int) -> Text:
     if sample is None:
         return Text("GPUs: waiting for the first sample...", style="dim")
     if not sample.available:
-        return Text(f"GPUs: none ({sample.reason or 'no NVIDIA driver'}); instances run on CPU or sim",
-                    style="yellow")
+        return Text(
+            f"GPUs: none ({sample.reason or 'no NVIDIA driver'}); instances run on CPU or sim", style="yellow"
+        )
     marks = instance_marks(names)
     colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
     out = Text()
@@ -53,18 +54,23 @@ def gpu_text(sample: GpuSample | None, names: list[str], width: int) -> Text:
                 mem = other if owner is None else by_owner[owner]
                 n = min(bar_w - cells, round(mem / total * bar_w))
                 if n > 0:
-                    out.append((marks.get(owner, "?") if owner else "+") * n,
-                               style=colors.get(owner, "white") if owner else "dim")
+                    out.append(
+                        (marks.get(owner, "?") if owner else "+") * n,
+                        style=colors.get(owner, "white") if owner else "dim",
+                    )
                     cells += n
             out.append("." * (bar_w - cells), style="dim")
         else:
             out.append("-" * bar_w, style="dim")
         out.append("] ")
         out.append(f"{fmt.gib(gpu.memory_used)}/{fmt.gib(gpu.memory_total)}G ")
-        out.append(f"util {fmt.num(gpu.utilization):>3}% {fmt.num(gpu.temperature):>3}C "
-                   f"{fmt.num(gpu.power_w):>3}/{fmt.num(gpu.power_limit_w)}W")
-    legend = Text("  ".join(f"{marks[n]}={n}" for n in names if n in marks) + "  +=other  .=free",
-                  style="dim")
+        out.append(
+            f"util {fmt.num(gpu.utilization):>3}% {fmt.num(gpu.temperature):>3}C "
+            f"{fmt.num(gpu.power_w):>3}/{fmt.num(gpu.power_limit_w)}W"
+        )
+    legend = Text(
+        "  ".join(f"{marks[n]}={n}" for n in names if n in marks) + "  +=other  .=free", style="dim"
+    )
     legend.truncate(width)
     out.append("\n")
     out.append_text(legend)

@@ -17,13 +17,18 @@ from vtui.ui import fmt
 from vtui.ui.store import InstanceView
 
 STATE_STYLE = {
-    State.READY: "bold green", State.STARTING: "bold yellow", State.UNHEALTHY: "bold dark_orange",
-    State.STOPPING: "yellow", State.STOPPED: "dim", State.CRASHED: "bold red", State.BACKOFF: "bold magenta",
+    State.READY: "bold green",
+    State.STARTING: "bold yellow",
+    State.UNHEALTHY: "bold dark_orange",
+    State.STOPPING: "yellow",
+    State.STOPPED: "dim",
+    State.CRASHED: "bold red",
+    State.BACKOFF: "bold magenta",
     State.FAILED: "bold red",
 }
 SPARK_POINTS = 40
 SPARK_EVERY_S = 3.0  # the sparkline (40 points of history) repaints at most this often: a 2-row plot
-                     # re-rendered every second cost as much as the card's text
+# re-rendered every second cost as much as the card's text
 
 
 def state_text(view: InstanceView, now: float) -> Text:
@@ -49,7 +54,9 @@ def state_text(view: InstanceView, now: float) -> Text:
     return text
 
 
-def card_lines(view: InstanceView, now: float, width: int, hint: bool = True, name_width: int = 14) -> list[Text]:
+def card_lines(
+    view: InstanceView, now: float, width: int, hint: bool = True, name_width: int = 14
+) -> list[Text]:
     """The card's lines, each cut to `width` (3 for a running instance; the error and a hint otherwise)."""
     spec = view.spec
     s = view.sample
@@ -59,7 +66,7 @@ def card_lines(view: InstanceView, now: float, width: int, hint: bool = True, na
     if spec is not None:
         where = f"  gpu {fmt.gpus(spec.gpus)} :{spec.port}  "
         room = max(8, width - head.cell_len - len(where))
-        model = spec.model if len(spec.model) <= room else "..." + spec.model[-(room - 3):]
+        model = spec.model if len(spec.model) <= room else "..." + spec.model[-(room - 3) :]
         head.append(where, style="cyan")
         head.append(model, style="dim")
     head.truncate(width)
@@ -80,15 +87,18 @@ def card_lines(view: InstanceView, now: float, width: int, hint: bool = True, na
     l2 = Text("  KV ")
     l2.append(f"[{fmt.bar(kv, 12)}]", style="red" if kv is not None and kv > 0.9 else "green")
     l2.append(f" {fmt.pct(kv):>4} {fmt.tokens(used)}/{fmt.tokens(cap)} tok")
-    l2.append(f"  run {fmt.num(s.running if s else None)}/{fmt.flag_value(max_seqs) if max_seqs else fmt.DASH}")
-    l2.append(f" wait {fmt.num(s.waiting if s else None)}",
-              style="yellow" if s and s.waiting else "")
+    l2.append(
+        f"  run {fmt.num(s.running if s else None)}/{fmt.flag_value(max_seqs) if max_seqs else fmt.DASH}"
+    )
+    l2.append(f" wait {fmt.num(s.waiting if s else None)}", style="yellow" if s and s.waiting else "")
     l2.truncate(width)
     ttft = s.ttft if s else None
-    l3 = Text(f"  tok/s p {fmt.rate(s.prompt_tps if s else None)} g {fmt.rate(s.generation_tps if s else None)}"
-              f"  TTFT {fmt.seconds(ttft.p50 if ttft else None)}/{fmt.seconds(ttft.p95 if ttft else None)}"
-              f"  pre/s {fmt.num(s.preemptions_per_s if s else None, '.1f')}"
-              f"  hit {fmt.pct(s.prefix_hit_rate if s else None)}")
+    l3 = Text(
+        f"  tok/s p {fmt.rate(s.prompt_tps if s else None)} g {fmt.rate(s.generation_tps if s else None)}"
+        f"  TTFT {fmt.seconds(ttft.p50 if ttft else None)}/{fmt.seconds(ttft.p95 if ttft else None)}"
+        f"  pre/s {fmt.num(s.preemptions_per_s if s else None, '.1f')}"
+        f"  hit {fmt.pct(s.prefix_hit_rate if s else None)}"
+    )
     l3.truncate(width)
     return [*lines, l2, l3]
 
@@ -97,7 +107,9 @@ def card_text(view: InstanceView, now: float, width: int, hint: bool = True, nam
     return Text("\n").join(card_lines(view, now, width, hint, name_width))
 
 
-def spark_data(view: InstanceView, key: Callable = lambda s: s.generation_tps, points: int = SPARK_POINTS) -> list[float]:
+def spark_data(
+    view: InstanceView, key: Callable = lambda s: s.generation_tps, points: int = SPARK_POINTS
+) -> list[float]:
     values = [key(s) for s in list(view.history)[-points:]]
     return [v if v is not None else 0.0 for v in values] or [0.0]
 
@@ -117,8 +129,9 @@ def _blend(low: Color, high: Color, ratio: float) -> Color:
     return Color.from_rgb(r1 + (r2 - r1) * ratio, g1 + (g2 - g1) * ratio, b1 + (b2 - b1) * ratio)
 
 
-def spark_strips(data: list[float], width: int, height: int, low: Color, high: Color, base: RichStyle,
-                 pad: RichStyle) -> list[Strip]:
+def spark_strips(
+    data: list[float], width: int, height: int, low: Color, high: Color, base: RichStyle, pad: RichStyle
+) -> list[Strip]:
     """What Textual's Sparkline renderable draws (the max of each bucket, its colour blended from `low`
     to `high` by its height), built straight as strips: the same cells at a third of the cost of a
     console pass (tests/ui checks the two agree)."""
@@ -127,7 +140,7 @@ def spark_strips(data: list[float], width: int, height: int, low: Color, high: C
         return [Strip([Segment(BARS[-1] * width, base + RichStyle(color=high))], width)] * height
     levels, lo = len(BARS), min(data)
     top, extent = levels * height - 1, (max(data) - lo) or 1
-    buckets = [b for b in (data[n * i // width:n * (i + 1) // width] for i in range(width)) if b]
+    buckets = [b for b in (data[n * i // width : n * (i + 1) // width] for i in range(width)) if b]
     step = len(buckets) / width
     ratios = [(max(buckets[int(i * step)]) - lo) / extent for i in range(width)]
     styles: dict[float, RichStyle] = {}
@@ -252,7 +265,10 @@ class InstanceCard(Widget):
         low = (back + self.get_component_styles("sparkline--min-color").color).rich_color
         high = (back + self.get_component_styles("sparkline--max-color").color).rich_color
         assert self.spark is not None
-        return [Strip.blank(SPARK_WIDTH, pad), *spark_strips(self.spark, SPARK_WIDTH, 2, low, high, base, pad)]
+        return [
+            Strip.blank(SPARK_WIDTH, pad),
+            *spark_strips(self.spark, SPARK_WIDTH, 2, low, high, base, pad),
+        ]
 
     def on_resize(self) -> None:
         if self._view is not None:

@@ -12,12 +12,27 @@ import re
 from collections.abc import Iterable, Mapping
 
 from vtui.core import flagspec
-from vtui.core.layout_text import LineIndex, expand_vars, has_vars
+from vtui.layouts.text import LineIndex, expand_vars, has_vars
 
 TOP_KEYS = ("session", "defaults", "instance")
 SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib")
-INSTANCE_KEYS = ("name", "model", "engine", "gpus", "port", "host", "env", "flags", "command", "restart",
-                 "max_restarts", "backoff", "backoff_max", "start_stagger", "start_timeout")
+INSTANCE_KEYS = (
+    "name",
+    "model",
+    "engine",
+    "gpus",
+    "port",
+    "host",
+    "env",
+    "flags",
+    "command",
+    "restart",
+    "max_restarts",
+    "backoff",
+    "backoff_max",
+    "start_stagger",
+    "start_timeout",
+)
 DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in ("name", "port"))
 ENGINES = ("vllm", "sim")
 RESTART_MODES = ("never", "on-failure", "always")
@@ -75,10 +90,12 @@ class Checker:
         self.problem(dotted, "unknown key" + did_you_mean(word, options))
 
     def bad_keys(self, prefix: str) -> set[str]:
-        return {k[len(prefix) + 1:].split(".")[0] for k in self._bad if k.startswith(prefix + ".")}
+        return {k[len(prefix) + 1 :].split(".")[0] for k in self._bad if k.startswith(prefix + ".")}
 
     # -- per table ---------------------------------------------------------------------------------
-    def table_fields(self, prefix: str, raw: object, allowed: tuple[str, ...], scope: str) -> dict[str, object]:
+    def table_fields(
+        self, prefix: str, raw: object, allowed: tuple[str, ...], scope: str
+    ) -> dict[str, object]:
         """The valid, normalised keys of one [defaults] or [[instance]] table."""
         if not isinstance(raw, dict):
             self.problem(prefix, "expected a table")
@@ -133,8 +150,12 @@ class Checker:
         elif key == "restart":
             if value in RESTART_MODES:
                 return True, value
-            bad(dotted, "expected one of never, on-failure, always; got "
-                + q(value) + did_you_mean(str(value), RESTART_MODES))
+            bad(
+                dotted,
+                "expected one of never, on-failure, always; got "
+                + q(value)
+                + did_you_mean(str(value), RESTART_MODES),
+            )
         elif key == "port":
             if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
                 return True, value
@@ -174,21 +195,22 @@ class Checker:
 
     def _command(self, dotted: str, value: object, scope: str) -> tuple[bool, object]:
         if not (isinstance(value, list) and value and all(isinstance(p, str) and p for p in value)):
-            self.problem(dotted, 'expected a list of strings like ["~/venvs/vllm/bin/vllm", "serve"], '
-                                 f"got {q(value)}")
+            self.problem(
+                dotted, f'expected a list of strings like ["~/venvs/vllm/bin/vllm", "serve"], got {q(value)}'
+            )
             return False, None
         parts = [self._expand(dotted, scope, ("command", i), part) for i, part in enumerate(value)]
         return None not in parts, parts
 
     def _env(self, dotted: str, value: object, scope: str) -> tuple[bool, object]:
         if not isinstance(value, dict):
-            self.problem(dotted, f"expected a table of NAME = \"value\", got {q(value)}")
+            self.problem(dotted, f'expected a table of NAME = "value", got {q(value)}')
             return False, None
         out: dict[str, str] = {}
         for name, item in value.items():
             key = f"{dotted}.{name}"
             if not isinstance(item, str):
-                hint = f" (quote it: \"{item}\")" if _number(item) else ""
+                hint = f' (quote it: "{item}")' if _number(item) else ""
                 self.problem(key, f"expected a string, got {q(item)}{hint}")
                 continue
             expanded = self._expand(key, scope, ("env", name), item)
@@ -213,10 +235,13 @@ class Checker:
             if canonical is None or name.startswith("-"):
                 hint = flagspec.suggest(name)
                 if hint and name.lstrip("-").startswith("no-") and hint == name.lstrip("-")[3:]:
-                    self.problem(key, f'unknown flag; write {hint} = false instead')
+                    self.problem(key, f"unknown flag; write {hint} = false instead")
                 else:
-                    self.problem(key, "unknown flag" + (f'; did you mean "{hint}"?' if hint else
-                                                        " (not a vllm serve 0.32 option)"))
+                    self.problem(
+                        key,
+                        "unknown flag"
+                        + (f'; did you mean "{hint}"?' if hint else " (not a vllm serve 0.32 option)"),
+                    )
                 continue
             if canonical != name:
                 self.problem(key, f'"{name}" is an alias; write "{canonical}"')
@@ -241,8 +266,10 @@ class Checker:
         if isinstance(item, str):
             return self._expand(key, scope, ("flags", name), item)
         if isinstance(item, list):
-            parts = [self._expand(key, scope, ("flags", name, i), p) if isinstance(p, str) else p
-                     for i, p in enumerate(item)]
+            parts = [
+                self._expand(key, scope, ("flags", name, i), p) if isinstance(p, str) else p
+                for i, p in enumerate(item)
+            ]
             return None if any(p is None for p in parts) else parts
         return item
 
@@ -265,26 +292,35 @@ class Checker:
             if isinstance(port, int):
                 for other_host, j in ports.get(port, []):
                     if host == other_host or host in WILDCARD_HOSTS or other_host in WILDCARD_HOSTS:
-                        self.problem(f"{key}.port", f'port {port} is also used by instance[{j}] '
-                                                    f'("{instances[j].get("name", "?")}")')
+                        self.problem(
+                            f"{key}.port",
+                            f'port {port} is also used by instance[{j}] ("{instances[j].get("name", "?")}")',
+                        )
                         break
                 ports.setdefault(port, []).append((host, i))
             if host in WILDCARD_HOSTS:
-                self.warn(f"{key}.host", f'"{host}" exposes the server to the network; '
-                                         'use "127.0.0.1" unless you mean it')
+                self.warn(
+                    f"{key}.host",
+                    f'"{host}" exposes the server to the network; use "127.0.0.1" unless you mean it',
+                )
             if fields.get("engine", "vllm") != "sim":
                 for flag in fields.get("flags") or {}:  # type: ignore[attr-defined]
                     if flag in flagspec.SIM_FLAGS:
-                        self.problem(f"{key}.flags.{flag}", 'an option of the simulated engine; '
-                                                            'set engine = "sim" or remove it')
+                        self.problem(
+                            f"{key}.flags.{flag}",
+                            'an option of the simulated engine; set engine = "sim" or remove it',
+                        )
             gpus = fields.get("gpus") or []
             self._parallel(key, fields, list(gpus))  # type: ignore[call-overload]
             for gpu in gpus:  # type: ignore[union-attr]
                 if gpu in gpu_users and not allow_gpu_sharing:
                     j = gpu_users[gpu]
-                    self.problem(f"{key}.gpus", f'GPU {gpu} is also used by instance[{j}] '
-                                                f'("{instances[j].get("name", "?")}"); set '
-                                                "session.allow_gpu_sharing = true to share it")
+                    self.problem(
+                        f"{key}.gpus",
+                        f"GPU {gpu} is also used by instance[{j}] "
+                        f'("{instances[j].get("name", "?")}"); set '
+                        "session.allow_gpu_sharing = true to share it",
+                    )
                     break
                 gpu_users.setdefault(gpu, i)
             backoff, cap = fields.get("backoff"), fields.get("backoff_max")
@@ -298,5 +334,7 @@ class Checker:
             return
         needed = sizes["tensor-parallel-size"] * sizes["pipeline-parallel-size"]  # type: ignore[operator]
         if needed != len(gpus):
-            self.problem(f"{key}.gpus", f"tensor-parallel-size × pipeline-parallel-size = {needed}, "
-                                        f"but {len(gpus)} GPU(s) listed")
+            self.problem(
+                f"{key}.gpus",
+                f"tensor-parallel-size × pipeline-parallel-size = {needed}, but {len(gpus)} GPU(s) listed",
+            )

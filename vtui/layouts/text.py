@@ -55,7 +55,7 @@ class LineIndex:
             if match:
                 key = [*prefix, *_parts(match.group(1))]
                 self._record(key, number)
-                rest = stripped[match.end():].lstrip()
+                rest = stripped[match.end() :].lstrip()
                 if rest.startswith("{"):
                     for inner in _INLINE_KEY.finditer(rest):
                         self._record([*key, inner.group(1).strip("\"'")], number)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from vtui.core import paths
 from vtui.core.atomic import atomic_write_text
-from vtui.core.layout_dump import dump_layout, origin
-from vtui.core.layout_edit import edit_text
-from vtui.core.layout_rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
+from vtui.layouts.dump import dump_layout, origin
+from vtui.layouts.edit import edit_text
+from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,8 +29,17 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = [
-    "LayoutError", "LayoutProblem", "dump_layout", "last_layout", "load_layout",
-    "load_layout_with_warnings", "remember_last", "render_layout", "resolve_layout_arg", "save_layout",
+    "LayoutError",
+    "LayoutProblem",
+    "NoLayoutError",
+    "dump_layout",
+    "last_layout",
+    "load_layout",
+    "load_layout_with_warnings",
+    "remember_last",
+    "render_layout",
+    "resolve_layout_arg",
+    "save_layout",
     "split_layout_args",
 ]
 
@@ -72,6 +81,7 @@ class NoLayoutError(LayoutError):
 
 # -- loading --------------------------------------------------------------------------------------
 
+
 def load_layout(path: str | os.PathLike[str]) -> Layout:
     """The validated layout at `path`; raises LayoutError listing every problem."""
     return load_layout_with_warnings(path)[0]
@@ -99,7 +109,9 @@ def _load_text(text: str, file: str, source: Path, remember: bool = True) -> tup
     checker = Checker(file, text, origin=_origin(source), remember=remember)
     layout = _build(data, checker, source)
     problems = [LayoutProblem(file, line, key, msg) for line, key, msg in _in_file_order(checker.problems)]
-    warnings = [str(LayoutProblem(file, line, key, msg)) for line, key, msg in _in_file_order(checker.warnings)]
+    warnings = [
+        str(LayoutProblem(file, line, key, msg)) for line, key, msg in _in_file_order(checker.warnings)
+    ]
     if problems or layout is None:
         raise LayoutError(problems, warnings)
     return layout, warnings
@@ -114,7 +126,7 @@ def _syntax_problem(file: str, text: str, exc: Exception) -> LayoutProblem:
     match = re.search(r"\s*\(at line (\d+), column (\d+)\)", message)
     if match:
         line: int | None = int(match.group(1))
-        message = f"{message[:match.start()]} (column {match.group(2)})"
+        message = f"{message[: match.start()]} (column {match.group(2)})"
     elif "end of document" in message:
         line = max(1, text.count("\n"))
         message = re.sub(r"\s*\(at end of document\)", " (at end of file)", message)
@@ -208,18 +220,22 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
     )
     command = fields.get("command")
     return InstanceSpec(
-        name=str(fields["name"]), model=str(fields["model"]), port=int(fields["port"]),  # type: ignore[call-overload]
+        name=str(fields["name"]),
+        model=str(fields["model"]),
+        port=int(fields["port"]),  # type: ignore[call-overload]
         engine=fields.get("engine", "vllm"),  # type: ignore[arg-type]
         gpus=tuple(fields.get("gpus", ())),  # type: ignore[arg-type]
         host=str(fields.get("host", "127.0.0.1")),
         env=dict(fields.get("env", {})),  # type: ignore[call-overload]
         flags=dict(fields.get("flags", {})),  # type: ignore[call-overload]
         command=tuple(command) if command is not None else None,  # type: ignore[arg-type]
-        restart=restart, start_stagger=float(fields.get("start_stagger", 0.0)),  # type: ignore[arg-type]
+        restart=restart,
+        start_stagger=float(fields.get("start_stagger", 0.0)),  # type: ignore[arg-type]
     )
 
 
 # -- writing ---------------------------------------------------------------------------------------
+
 
 def save_layout(layout: Layout, path: str | os.PathLike[str] | None = None) -> Path:
     """Write the layout atomically (temp file in the same folder, fsync, os.replace); returns the path.
@@ -263,7 +279,7 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
         return None
     bom = _BOM if original.startswith(_BOM) else ""
     try:
-        text = edit_text(original[len(bom):], old, layout)
+        text = edit_text(original[len(bom) :], old, layout)
     except Exception:  # noqa: BLE001 - tomlkit could not make this edit: the full rewrite still can
         return None
     if text is None:
@@ -277,6 +293,7 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
 
 
 # -- the last-used session ------------------------------------------------------------------------
+
 
 def remember_last(path: str | os.PathLike[str]) -> None:
     """Record `path` as the session day-to-day commands use when given no layout."""
@@ -306,8 +323,9 @@ def resolve_layout_arg(arg: str | os.PathLike[str] | None) -> Path:
         return path
     recorded = _recorded_last()
     if recorded is None:
-        raise NoLayoutError("no layout given and no session used before: pass a layout file, "
-                            "e.g. `vtui up layouts/demo.toml`")
+        raise NoLayoutError(
+            "no layout given and no session used before: pass a layout file, e.g. `vtui up layouts/demo.toml`"
+        )
     if not recorded.is_file():
         raise NoLayoutError(f"the last session's layout {recorded} no longer exists: pass a layout file")
     return recorded
@@ -320,4 +338,3 @@ def split_layout_args(positional: Iterable[str]) -> tuple[Path, list[str]]:
     if words and (words[0].endswith(".toml") or Path(words[0]).expanduser().is_file()):
         return resolve_layout_arg(words[0]), words[1:]
     return resolve_layout_arg(None), words
-

@@ -1,5 +1,5 @@
 """The GPU panel's view of a simulated box: when there is no NVIDIA driver and the layout runs `vtui sim`
-instances, the memory they hold per simulated GPU (vtui.core.simgpus' registry) becomes a GpuSample, so
+instances, the memory they hold per simulated GPU (vtui.sim.gpus' registry) becomes a GpuSample, so
 the demo shows memory bars split by instance just as NVML would. Fields a simulation cannot know
 (utilization, temperature, power) are None, shown as `--`.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from vtui.core.simgpus import GpuRegistry
+from vtui.sim.gpus import GpuRegistry
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
 
 GIB = 1 << 30
@@ -19,8 +19,14 @@ SIMULATED = "simulated GPUs (no NVIDIA driver)"
 class SimulatedGpus:
     """A GpuSampler fallback: `num_gpus` simulated GPUs of `gib_per_gpu` each, read from the registry."""
 
-    def __init__(self, num_gpus: int, gib_per_gpu: float, *, registry: GpuRegistry | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        num_gpus: int,
+        gib_per_gpu: float,
+        *,
+        registry: GpuRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.num_gpus = max(1, num_gpus)
         self.total = int(gib_per_gpu * GIB)
         self.registry = registry or GpuRegistry()
@@ -35,6 +41,8 @@ class SimulatedGpus:
                     used[gpu] += nbytes
                     processes.append(GpuProcess(gpu, pid, nbytes, owners.get(pid)))
         name = f"SIM {self.total / GIB:g}GB"
-        gpus = tuple(GpuInfo(i, name, min(used[i], self.total), self.total, None, None, None, None)
-                     for i in range(self.num_gpus))
+        gpus = tuple(
+            GpuInfo(i, name, min(used[i], self.total), self.total, None, None, None, None)
+            for i in range(self.num_gpus)
+        )
         return GpuSample(True, SIMULATED, gpus, tuple(processes), self.clock())

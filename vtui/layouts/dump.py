@@ -11,11 +11,20 @@ from collections.abc import Mapping
 
 import tomli_w
 
-from vtui.core.layout_rules import INSTANCE_KEYS, Checker
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy
+from vtui.layouts.rules import INSTANCE_KEYS, Checker
 
-__all__ = ["BUILTIN_DEFAULTS", "Restorer", "dump_layout", "emit_table", "instance_table", "instance_values",
-           "origin", "plain", "shared_defaults"]
+__all__ = [
+    "BUILTIN_DEFAULTS",
+    "Restorer",
+    "dump_layout",
+    "emit_table",
+    "instance_table",
+    "instance_values",
+    "origin",
+    "plain",
+    "shared_defaults",
+]
 
 
 def origin(path) -> str:
@@ -24,20 +33,36 @@ def origin(path) -> str:
 
 
 BUILTIN_DEFAULTS: Mapping[str, object] = {
-    "engine": "vllm", "gpus": [], "host": "127.0.0.1", "command": None, "restart": "on-failure",
-    "max_restarts": 3, "backoff": 2.0, "backoff_max": 60.0, "start_stagger": 0.0,
+    "engine": "vllm",
+    "gpus": [],
+    "host": "127.0.0.1",
+    "command": None,
+    "restart": "on-failure",
+    "max_restarts": 3,
+    "backoff": 2.0,
+    "backoff_max": 60.0,
+    "start_stagger": 0.0,
     "start_timeout": RestartPolicy().start_timeout,
 }
 
 
 def instance_values(spec: InstanceSpec) -> dict[str, object]:
     return {
-        "name": spec.name, "model": spec.model, "engine": spec.engine, "gpus": list(spec.gpus),
-        "port": spec.port, "host": spec.host, "command": list(spec.command) if spec.command else None,
-        "restart": spec.restart.mode, "max_restarts": spec.restart.max_restarts,
-        "backoff": spec.restart.backoff_initial, "backoff_max": spec.restart.backoff_max,
-        "start_stagger": spec.start_stagger, "start_timeout": spec.restart.start_timeout,
-        "env": dict(spec.env), "flags": dict(spec.flags),
+        "name": spec.name,
+        "model": spec.model,
+        "engine": spec.engine,
+        "gpus": list(spec.gpus),
+        "port": spec.port,
+        "host": spec.host,
+        "command": list(spec.command) if spec.command else None,
+        "restart": spec.restart.mode,
+        "max_restarts": spec.restart.max_restarts,
+        "backoff": spec.restart.backoff_initial,
+        "backoff_max": spec.restart.backoff_max,
+        "start_stagger": spec.start_stagger,
+        "start_timeout": spec.restart.start_timeout,
+        "env": dict(spec.env),
+        "flags": dict(spec.flags),
     }
 
 
@@ -46,8 +71,11 @@ def shared_defaults(layout: Layout) -> dict[str, object]:
     defaults = {key: value for key, value in layout.defaults.items()}
     for table in ("env", "flags"):
         if table in defaults:
-            kept = {k: v for k, v in dict(defaults[table]).items()  # type: ignore[call-overload]
-                    if all(k in getattr(spec, table) for spec in layout.instances)}
+            kept = {
+                k: v
+                for k, v in dict(defaults[table]).items()  # type: ignore[call-overload]
+                if all(k in getattr(spec, table) for spec in layout.instances)
+            }
             defaults[table] = kept
             if not kept:
                 del defaults[table]
@@ -72,7 +100,9 @@ def dump_layout(layout: Layout) -> str:
     return _emit(doc)
 
 
-def instance_table(spec: InstanceSpec, effective: Mapping[str, object], restore: Restorer) -> dict[str, object]:
+def instance_table(
+    spec: InstanceSpec, effective: Mapping[str, object], restore: Restorer
+) -> dict[str, object]:
     """One [[instance]] as written: only what differs from the effective defaults."""
     values = instance_values(spec)
     table: dict[str, object] = {"name": spec.name}
@@ -97,7 +127,7 @@ def _toml_value(value: object) -> str:
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
         return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    return tomli_w.dumps({"v": value})[len("v = "):].rstrip("\n")
+    return tomli_w.dumps({"v": value})[len("v = ") :].rstrip("\n")
 
 
 def _toml_key(key: str) -> str:

@@ -12,23 +12,35 @@ from dataclasses import replace
 
 from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged
 from vtui.core.model import InstanceSpec, Layout
+from vtui.core.preflight import PreflightError
 from vtui.core.state import Phase, State
-from vtui.ui.adapters import InstanceStatus, PreflightError
+from vtui.core.supervision import InstanceStatus
 
 FailRule = Callable[[InstanceSpec], "list[str] | None"]  # log lines of a failed start, or None: it starts
 
 
 class FakeSupervisor:
-    def __init__(self, layout: Layout, *, fail: FailRule | None = None, clock: Callable[[], float] | None = None,
-                 auto_ready: bool = True, preflight: Callable[[Layout], list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        fail: FailRule | None = None,
+        clock: Callable[[], float] | None = None,
+        auto_ready: bool = True,
+        preflight: Callable[[Layout], list[str]] | None = None,
+    ) -> None:
         self._layout = layout
         self._fail = fail
         self._clock = clock or (lambda: 1_700_000_000.0)
         self._auto_ready = auto_ready
         self._preflight = preflight
         self._subs: list[Callable[[Event], None]] = []
-        self._status = {s.name: InstanceStatus(s.name, s, State.STOPPED, None, None, None, 0, None, None, False,
-                                               None, None) for s in layout.instances}
+        self._status = {
+            s.name: InstanceStatus(
+                s.name, s, State.STOPPED, None, None, None, 0, None, None, False, None, None
+            )
+            for s in layout.instances
+        }
         self.calls: list[tuple] = []
         self.closed_with: bool | None = None
 
@@ -109,8 +121,9 @@ class FakeSupervisor:
     async def _launch(self, name: str) -> None:
         spec = self._layout.instance(name)
         pid = 40000 + self._layout.names().index(name)
-        self._set(name, State.STARTING, phase=Phase.SPAWNED, pid=pid, started_at=self._clock(),
-                  last_error=None)
+        self._set(
+            name, State.STARTING, phase=Phase.SPAWNED, pid=pid, started_at=self._clock(), last_error=None
+        )
         self._emit(LogLines(name, (f"INFO vtui fake: starting {spec.model} on port {spec.port}",)))
         await asyncio.sleep(0)
         failure = self._fail(spec) if self._fail else None
@@ -121,12 +134,20 @@ class FakeSupervisor:
             self._set(name, State.FAILED, reason=root_cause(failure), pid=None)
             return
         if self._auto_ready:
-            self._emit(LogLines(name, (f"INFO: GPU KV cache size: {spec.flags.get('max-model-len', 4096) * 8} tokens",
-                                       "INFO: Starting vLLM API server on http://127.0.0.1")))
+            self._emit(
+                LogLines(
+                    name,
+                    (
+                        f"INFO: GPU KV cache size: {spec.flags.get('max-model-len', 4096) * 8} tokens",
+                        "INFO: Starting vLLM API server on http://127.0.0.1",
+                    ),
+                )
+            )
             self._set(name, State.READY, last_good_spec=spec)
 
-    def _set(self, name: str, state: State, *, phase: Phase | None = None, reason: str | None = None,
-             **fields) -> None:
+    def _set(
+        self, name: str, state: State, *, phase: Phase | None = None, reason: str | None = None, **fields
+    ) -> None:
         old = self._status[name]
         if reason is not None:
             fields["last_error"] = reason

@@ -5,7 +5,7 @@ key order, formatting and untouched `${VAR}` strings survive (a tomlkit round tr
 written only where the saved value differs from what the file already gives that instance (its own key,
 else `[defaults]`, else the built-in default). Added instances are appended as the full rewrite would
 write them. It answers None when the change cannot be made in place (instances reordered, instances
-written as an inline array): the caller then writes the whole file anew. `vtui.core.layout` validates
+written as an inline array): the caller then writes the whole file anew. `vtui.layouts` validates
 the result either way before anything reaches the disk.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 import tomlkit
 from tomlkit.items import AoT, Comment, Table, Whitespace
 
-from vtui.core.layout_dump import (
+from vtui.core.model import Layout
+from vtui.layouts.dump import (
     BUILTIN_DEFAULTS,
     Restorer,
     emit_table,
@@ -28,8 +29,7 @@ from vtui.core.layout_dump import (
     plain,
     shared_defaults,
 )
-from vtui.core.layout_rules import INSTANCE_KEYS
-from vtui.core.model import Layout
+from vtui.layouts.rules import INSTANCE_KEYS
 
 __all__ = ["edit_text"]
 
@@ -58,8 +58,13 @@ def edit_text(text: str, old: Layout, new: Layout) -> str | None:
             _drop(aot, index)
     for table in aot:
         name = str(table.get("name", ""))
-        _instance(table, instance_values(old.instance(name)), instance_values(new.instance(name)), effective,
-                  lambda path, value, name=name: restore(name, path, value))
+        _instance(
+            table,
+            instance_values(old.instance(name)),
+            instance_values(new.instance(name)),
+            effective,
+            lambda path, value, name=name: restore(name, path, value),
+        )
     out = tomlkit.dumps(doc)
     for name in added:
         block = emit_table("instance", instance_table(new.instance(name), effective, restore), array=True)
@@ -105,8 +110,11 @@ def _last_box(table: Table) -> Table:
 
 
 def _session(doc: Any, old: Layout, new: Layout) -> None:
-    changes = {k: getattr(new.session, k) for k in _SESSION_KEYS
-               if getattr(new.session, k) != getattr(old.session, k)}
+    changes = {
+        k: getattr(new.session, k)
+        for k in _SESSION_KEYS
+        if getattr(new.session, k) != getattr(old.session, k)
+    }
     if not changes:
         return
     table = doc.get("session")
@@ -133,15 +141,22 @@ def _defaults(doc: Any, old: Mapping[str, object], new: Mapping[str, object], re
     if table is None:
         table = tomlkit.table()
         try:
-            doc._insert_after("session", "defaults", table) if "session" in doc else \
-                doc._insert_at(0, "defaults", table)
+            doc._insert_after("session", "defaults", table) if "session" in doc else doc._insert_at(
+                0, "defaults", table
+            )
         except Exception:  # noqa: BLE001
             doc["defaults"] = table
         table = doc["defaults"]
     for key in [*old, *(k for k in new if k not in old)]:
         if key in ("env", "flags"):
-            _sub_table(table, key, dict(old.get(key) or {}), dict(new.get(key) or {}), {},  # type: ignore[call-overload]
-                       lambda path, value: restore("", path, value))
+            _sub_table(
+                table,
+                key,
+                dict(old.get(key) or {}),
+                dict(new.get(key) or {}),
+                {},  # type: ignore[call-overload]
+                lambda path, value: restore("", path, value),
+            )
         elif key not in new:
             with contextlib.suppress(KeyError):
                 del table[key]
@@ -149,14 +164,25 @@ def _defaults(doc: Any, old: Mapping[str, object], new: Mapping[str, object], re
             _put(table, key, restore("", (key,), new[key]))
 
 
-def _instance(table: Any, old: Mapping[str, object], new: Mapping[str, object],
-              effective: Mapping[str, object], restore: Callable[[tuple, object], object]) -> None:
+def _instance(
+    table: Any,
+    old: Mapping[str, object],
+    new: Mapping[str, object],
+    effective: Mapping[str, object],
+    restore: Callable[[tuple, object], object],
+) -> None:
     for key in INSTANCE_KEYS:
         if key == "name":
             continue
         if key in ("env", "flags"):
-            _sub_table(table, key, dict(old[key]), dict(new[key]),  # type: ignore[call-overload]
-                       dict(effective.get(key) or {}), restore)  # type: ignore[call-overload]
+            _sub_table(
+                table,
+                key,
+                dict(old[key]),
+                dict(new[key]),  # type: ignore[call-overload]
+                dict(effective.get(key) or {}),
+                restore,
+            )  # type: ignore[call-overload]
             continue
         value = new[key]
         if key in table:
@@ -168,8 +194,14 @@ def _instance(table: Any, old: Mapping[str, object], new: Mapping[str, object],
             _put(table, key, restore((key,), value))
 
 
-def _sub_table(table: Any, key: str, old: dict[str, object], new: dict[str, object],
-               inherited: dict[str, object], restore: Callable[[tuple, object], object]) -> None:
+def _sub_table(
+    table: Any,
+    key: str,
+    old: dict[str, object],
+    new: dict[str, object],
+    inherited: dict[str, object],
+    restore: Callable[[tuple, object], object],
+) -> None:
     """One env/flags table: set what changed or is no longer inherited, delete what is gone."""
     for name in [*old, *(n for n in new if n not in old)]:
         own = table.get(key)  # afresh each time: tomlkit's view of dotted keys split by comments goes stale
@@ -196,7 +228,9 @@ def _put(table: Any, key: str, value: object) -> None:
         table[key] = value
         return
     body = table.value.body
-    last = next((k for k, item in reversed(body) if k is not None and not isinstance(item, (Table, AoT))), None)
+    last = next(
+        (k for k, item in reversed(body) if k is not None and not isinstance(item, (Table, AoT))), None
+    )
     if last is None:  # only comments (maybe the next table's): the key goes right under the header
         if body:
             table.value._insert_at(0, key, value)

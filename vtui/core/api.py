@@ -1,0 +1,91 @@
+"""The typed seams between vtui's layers, as Protocols (no implementation here).
+
+- `Launcher`: what the supervisor needs from the OS (spawn, observe, stop, probe, find again).
+  `core.launcher.OsLauncher` is the real one; tests pass doubles with the same methods.
+- `SupervisorApi`: what the dashboard and the CLI need from whoever owns a session's instances.
+  `core.supervisor.Supervisor` (in-process) satisfies it, and so does the fake the UI tests drive;
+  the session supervisor's socket client is the next implementation behind the same seam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import psutil
+
+    from vtui.core.events import Event
+    from vtui.core.launcher import ProcessHandle, StopReport
+    from vtui.core.model import InstanceSpec, Layout
+    from vtui.core.state import State
+    from vtui.core.supervision import InstanceStatus
+
+__all__ = ["Launcher", "SupervisorApi"]
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """The OS seam of supervision. Blocking methods are short except `stop` (up to the grace period):
+    callers on an event loop run them in a thread."""
+
+    def spawn(self, spec: InstanceSpec, *, log_path: Path, session: str) -> ProcessHandle: ...
+
+    def alive(self, handle: ProcessHandle) -> bool: ...
+
+    def exit_code(self, handle: ProcessHandle) -> int | None: ...
+
+    def tree(self, handle: ProcessHandle, thorough: bool = True) -> dict[int, psutil.Process]: ...
+
+    def stop(self, handle: ProcessHandle, grace: float | None = None) -> StopReport: ...
+
+    async def health(self, spec: InstanceSpec) -> bool: ...
+
+    def health_sync(self, spec: InstanceSpec) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+    def find(
+        self,
+        *,
+        pid: int,
+        create_time: float,
+        argv: tuple[str, ...] | list[str],
+        key: str,
+        log_path: Path,
+        pump_pid: int | None = None,
+    ) -> ProcessHandle | None: ...
+
+
+@runtime_checkable
+class SupervisorApi(Protocol):
+    """One session's owner, as its clients (dashboard, CLI) see it: snapshots, an event feed, and
+    requests. Every method that acts is a coroutine; snapshots are immutable."""
+
+    @property
+    def layout(self) -> Layout: ...
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]: ...
+
+    def status(self) -> tuple[InstanceStatus, ...]: ...
+
+    def pids_of(self, name: str) -> set[int]: ...
+
+    def recent_lines(self, name: str) -> list[str]: ...
+
+    async def adopt(self) -> list[str]: ...
+
+    async def start(self, names: Iterable[str] | None = None) -> None: ...
+
+    async def stop(self, names: Iterable[str] | None = None) -> None: ...
+
+    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None: ...
+
+    async def wait_settled(
+        self, names: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, State]: ...
+
+    async def run(self) -> None: ...
+
+    async def close(self, stop_instances: bool = False) -> None: ...
