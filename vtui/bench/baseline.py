@@ -166,7 +166,8 @@ class Change:
 
 def _steps(data: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
     bench = data.get("bench", data)
-    return {str(s.get("label")): s for s in bench.get("steps", [])}  # type: ignore[union-attr]
+    steps = bench.get("steps", []) if isinstance(bench, Mapping) else []
+    return {str(s.get("label")): s for s in steps if isinstance(s, Mapping)}
 
 
 def _get(step: Mapping[str, object], key: str) -> float | None:

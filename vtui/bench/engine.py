@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Literal
 
 import httpx
 
@@ -38,7 +39,7 @@ class _Step:
 
     def progress(
         self,
-        phase: str = "running",
+        phase: Literal["step-start", "running", "step-done", "done"] = "running",
         step: StepResult | None = None,
         message: str | None = None,
         force: bool = False,

@@ -505,4 +505,4 @@ def _proxied(parts: urllib.parse.SplitResult) -> bool:
     proxies = urllib.request.getproxies_environment()
     if not (proxies.get("http") or proxies.get("all")):
         return False
-    return not urllib.request.proxy_bypass_environment(parts.netloc, proxies)
+    return not urllib.request.proxy_bypass_environment(parts.netloc, proxies)  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ import time
 import httpx
 
 from vtui.bench.types import Dist, ServerStep
-from vtui.telemetry.metrics import MetricsSnapshot, MetricsWindow, parse_metrics
+from vtui.telemetry.metrics import MetricsSample, MetricsSnapshot, MetricsWindow, parse_metrics
 
 TTFT = "vllm:time_to_first_token_seconds"
 
@@ -34,10 +34,12 @@ class ServerWatch:
         self._task: asyncio.Task | None = None
         self._first: MetricsSnapshot | None = None
         self._last: MetricsSnapshot | None = None
-        self._first_sample = None
-        self._last_sample = None
+        self._first_sample: MetricsSample | None = None
+        self._last_sample: MetricsSample | None = None
         self._scrapes = 0
-        self._kv = self._waiting = self._running = None
+        self._kv: float | None = None
+        self._waiting: float | None = None
+        self._running: float | None = None
 
     async def _scrape(self) -> None:
         try:
@@ -76,9 +78,9 @@ class ServerWatch:
         return self.summary()
 
     def summary(self) -> ServerStep:
-        if self._first is None or self._last is None:
-            return ServerStep(scrapes=self._scrapes)
         first, last = self._first_sample, self._last_sample
+        if self._first is None or self._last is None or first is None or last is None:
+            return ServerStep(scrapes=self._scrapes)
         preempt = None
         if first.preemptions_total is not None and last.preemptions_total is not None:
             preempt = max(0.0, last.preemptions_total - first.preemptions_total)

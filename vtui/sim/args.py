@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from vtui.core import flagspec
 
@@ -33,7 +34,7 @@ def options() -> list[tuple[tuple[str, ...], str]]:
     return table
 
 
-TYPED: dict[str, tuple[object, object]] = {  # dest -> (type, default)
+TYPED: dict[str, tuple[Callable[[str], object], object]] = {  # dest -> (type, default)
     "port": (int, 8000),
     "tensor_parallel_size": (int, 1),
     "pipeline_parallel_size": (int, 1),
