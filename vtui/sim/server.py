@@ -162,9 +162,7 @@ class SimServer:
                 return self.respond(writer, 401, b'{"error":"Unauthorized"}')
         if path in ("/health", "/ping", "/load") and method in ("GET", "POST"):
             if path == "/load":
-                return self.respond(
-                    writer, 200, json.dumps({"server_load": self.in_flight}).encode()
-                )
+                return self.respond(writer, 200, json.dumps({"server_load": self.in_flight}).encode())
             return self.respond(writer, 200, b"", "application/json")
         if path == "/version":
             return self.respond(writer, 200, json.dumps({"version": self.cfg.version}).encode())
