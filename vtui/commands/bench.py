@@ -80,7 +80,7 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
         ) from None
     flags = dict(spec.flags)
     key = flags.pop("api-key", None)
-    tp = int(flags.get("tensor-parallel-size", 1) or 1) * int(flags.get("pipeline-parallel-size", 1) or 1)
+    tp = _int_flag(flags, "tensor-parallel-size") * _int_flag(flags, "pipeline-parallel-size")
     return Target(
         base_url=spec.base_url,
         name=spec.name,
@@ -89,8 +89,13 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
         engine=spec.engine,
         gpus=len(spec.gpus) or tp,
         gpu_hour_price=layout.session.gpu_hour_price,
-        api_key=(key[0] if isinstance(key, list) else key) or os.environ.get("VLLM_API_KEY"),
+        api_key=str(key[0] if isinstance(key, list) else key or "") or os.environ.get("VLLM_API_KEY"),
     )
+
+
+def _int_flag(flags: dict, name: str) -> int:
+    value = flags.get(name, 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 def _levels(text: str | None) -> tuple[float, ...]:
@@ -208,9 +213,9 @@ def run(args: argparse.Namespace) -> int:
         if args.save_baseline or baseline is not None
         else None
     )
-    if args.save_baseline:
+    if args.save_baseline and doc is not None:
         print(f"baseline saved: {save_baseline(args.save_baseline, doc)}", file=sys.stderr)
-    if baseline is not None:
+    if baseline is not None and doc is not None:
         for note in context_differences(doc, baseline):
             print(f"note: {note}", file=sys.stderr)
         changes = compare(result, baseline, args.threshold)

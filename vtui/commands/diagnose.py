@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from vtui.commands._input import read_text_input
 from vtui.telemetry.diagnosis import Problem, diagnose
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.startup_log import FACT_KEYS, StartupFacts, parse_startup
@@ -83,10 +83,13 @@ def _gpus_now() -> GpuSample | None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        text = sys.stdin.read() if args.logfile == "-" else Path(args.logfile).read_text(errors="replace")
+        text = read_text_input(args.logfile)
     except OSError as exc:
-        print(f"vtui diagnose: cannot read {args.logfile}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"vtui diagnose: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:
+        print(f"vtui diagnose: {exc}", file=sys.stderr)
+        return 2
     lines = text.splitlines()
     facts = parse_startup(lines)
     problems = diagnose(lines, facts, gpu=_gpus_now())

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
 import httpx
 
+from vtui.commands._input import read_text_input
 from vtui.telemetry.metrics import MetricsSample, Percentiles, sample_of
 from vtui.telemetry.scrape import ScrapeLoop
 
@@ -34,7 +36,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a saved payload, - for stdin, or http://host:port[/metrics]")
     parser.add_argument("--json", action="store_true", help="print the sample's main values as JSON")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a URL (default 5)")
-    parser.add_argument("--api-key", default=None, help="bearer token for a server started with --api-key")
+    add_key_arguments(parser)
+
+
+def add_key_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the bearer token of a server started with --api-key comes from: a file or VLLM_API_KEY,
+    never the command line (every local user reads it in `ps`)."""
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="file holding the bearer token for a server started with --api-key (default: $VLLM_API_KEY)",
+    )
+    parser.add_argument("--api-key", default=None, help=argparse.SUPPRESS)
+
+
+def api_key_of(args: argparse.Namespace) -> str | None:
+    """The token from --api-key-file, else VLLM_API_KEY. A key given with --api-key is refused: it is
+    already visible in `ps`; the message says what to use instead. Raises ValueError (exit 2)."""
+    if getattr(args, "api_key", None) is not None:
+        raise ValueError(
+            "--api-key on the command line is visible to every local user (ps, /proc); "
+            "put the key in a file and pass --api-key-file PATH, or set VLLM_API_KEY"
+        )
+    path = getattr(args, "api_key_file", None)
+    if path is not None:
+        try:
+            key = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise ValueError(f"--api-key-file {path}: cannot read it ({reason})") from None
+        if not key or any(c.isspace() for c in key):
+            raise ValueError(f"--api-key-file {path}: expected one token on one line")
+        return key
+    return os.environ.get("VLLM_API_KEY") or None
 
 
 def _fetch(url: str, timeout: float, api_key: str | None) -> MetricsSample:
@@ -66,7 +102,7 @@ def render(s: MetricsSample) -> str:
     rows = [
         (
             "metric names",
-            _v(s.vllm_names, "{}") + (f" ({s.engines} engines)" if s.engines and s.engines > 1 else ""),
+            (s.vllm_names or "--") + (f" ({s.engines} engines)" if s.engines and s.engines > 1 else ""),
         ),
         ("running / waiting", f"{_v(s.running)} / {_v(s.waiting)}" + (f"  ({reasons})" if reasons else "")),
         ("KV cache usage", _v(s.kv_usage, "{:.1%}")),
@@ -95,12 +131,20 @@ def render(s: MetricsSample) -> str:
 
 def run(args: argparse.Namespace) -> int:
     source: str = args.source
+    url = source.startswith(("http://", "https://"))
     try:
-        if source.startswith(("http://", "https://")):
-            sample = _fetch(source, args.timeout, args.api_key)
+        if not 0 < args.timeout < float("inf"):
+            raise ValueError(f"--timeout {args.timeout:g}: expected a number of seconds > 0")
+        api_key = api_key_of(args)
+        if url:
+            sample = _fetch(source, args.timeout, api_key)
         else:
-            text = sys.stdin.read() if source == "-" else Path(source).read_text(errors="replace")
-            sample = sample_of(text)
+            sample = sample_of(read_text_input(source))
+            if all(getattr(sample, k) is None for k in JSON_KEYS):
+                raise ValueError(f"{'stdin' if source == '-' else source}: no vLLM metrics (vllm:...) in it")
+    except ValueError as exc:
+        print(f"vtui metrics: {exc}", file=sys.stderr)
+        return 2
     except (OSError, httpx.HTTPError) as exc:
         print(f"vtui metrics: {exc}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ import json
 import time
 
 from vtui.commands._runs import CommandError, instance_rows, load_session
+from vtui.core.runstate import masked
 
 HELP = "list the instances of a session: state, pid, port, GPUs, restarts (--json for scripts)"
 
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
         layout, _ = load_session([args.layout] if args.layout else [])
     except CommandError as exc:
         return exc.code
-    rows = instance_rows(layout)
+    rows = [row | {"flags": masked(row.get("flags") or {})} for row in instance_rows(layout)]
     try:
         return _print(layout, rows, args.json)
     except BrokenPipeError:  # `vtui ps | head`

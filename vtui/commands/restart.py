@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
+from vtui.commands._input import seconds
 from vtui.commands._runs import load_session, progress_printer, run_async
-from vtui.core.flagspec import parse_flag_value
+from vtui.core.flagspec import canonical_name, parse_flag_value
+from vtui.core.model import SECRET_FLAGS, FlagValue
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import RunStore, merge_flags
 from vtui.core.state import State
@@ -47,18 +51,69 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="once READY, write the flags into the layout file (comments and order kept)",
     )
-    parser.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds")
+    parser.add_argument("--timeout", type=seconds, default=None, help="stop waiting after this many seconds")
 
 
-def parse_sets(items: list[str]) -> dict[str, object]:
-    flags: dict[str, object] = {}
+# Keys of the instance's own table in the layout, not `vllm serve` flags: the port and host are how vtui
+# (health checks, `ps`, run records, bench) finds the instance, and argv() sets them from the layout, so a
+# `--set port=…` would either be ignored or leave the layout and the running server disagreeing.
+LAYOUT_KEYS = {"port": "port", "host": "host", "model": "model"}
+INT_RANGE = (-(2**63), 2**63 - 1)  # vLLM's integers end up in C/torch int64 fields
+
+
+def parse_sets(items: list[str]) -> dict[str, FlagValue]:
+    """`--set FLAG=VALUE` items typed for their flags. ValueError naming the item and what is wrong: no
+    `=`, an unknown flag, a layout key (port/host/model), a secret (api-key), a value that does not fit."""
+    flags: dict[str, FlagValue] = {}
     for item in items:
         name, sep, text = item.partition("=")
         name = name.strip().removeprefix("--")
         if not sep or not name:
             raise ValueError(f"--set {item}: expected FLAG=VALUE, e.g. --set max-num-seqs=64")
-        flags[name] = parse_flag_value(name, text)
+        canonical = canonical_name(name) or name
+        if canonical in LAYOUT_KEYS:
+            raise ValueError(
+                f"--set {item}: {canonical} is a layout key, not a flag vtui passes through; change "
+                f"`{LAYOUT_KEYS[canonical]} = ...` in the instance's table of the layout file, then "
+                "`vtui check` and `vtui restart NAME`"
+            )
+        if canonical in SECRET_FLAGS:
+            raise ValueError(
+                f"--set {canonical}=...: a secret on the command line is visible to every local user (ps); "
+                f'set it in the layout as {canonical} = "${{VAR}}" with VAR in the environment'
+            )
+        try:
+            value = parse_flag_value(name, text)
+        except ValueError as exc:
+            raise ValueError(f"--set {item}: {exc}") from None
+        problem = _out_of_range(value)
+        if problem:
+            raise ValueError(f"--set {item}: {problem}")
+        flags[canonical] = cast(FlagValue, value)
     return flags
+
+
+def _out_of_range(value: object) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+        return f"{value} is out of range (a 64-bit integer: at most {INT_RANGE[1]:,})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    return None
+
+
+def parse_unsets(items: list[str], current: Mapping[str, object]) -> list[str]:
+    """`--unset FLAG` names, each a flag the instance runs with now; ValueError naming the one that is not."""
+    names = []
+    for item in items:
+        name = item.strip().removeprefix("--")
+        canonical = canonical_name(name) or name
+        if canonical not in current:
+            have = ", ".join(sorted(current)) or "none"
+            raise ValueError(f"--unset {item}: the instance has no flag {canonical} (its flags: {have})")
+        names.append(canonical)
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,16 +126,16 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
         print("vtui restart: name exactly one instance", file=sys.stderr)
         return 2
     name = names[0]
-    try:
-        set_flags = parse_sets(args.set_flags)
-    except ValueError as exc:
-        print(f"vtui restart: {exc}", file=sys.stderr)
-        return 2
-    unset = [u.strip().removeprefix("--") for u in args.unset]
     record = RunStore().load(layout.session.name, name)
     current = layout.instance(name)
     if record is not None:
         current = merge_flags(current, record.flags)
+    try:
+        set_flags = parse_sets(args.set_flags)
+        unset = parse_unsets(args.unset, current.flags)
+    except ValueError as exc:
+        print(f"vtui restart: {exc}", file=sys.stderr)
+        return 2
     spec = current.with_flags(set_flags, unset)
     saved = layout.replace_instance(spec)
     if args.save:
@@ -123,7 +178,7 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
         await sup.close()
 
 
-def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
+def _save(path: Path | None, name: str, flags: Mapping[str, FlagValue]) -> int:
     """Write `name`'s flags into the layout file as it is now, not the copy read before the restart:
     edits made to the file while the instance started are kept, not undone."""
     try:

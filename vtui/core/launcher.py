@@ -6,6 +6,13 @@ server (re-parented to PID 1, still holding memory). So each instance gets its o
 pump of `core.logfile` is the session leader, the API server its child), stop ends with SIGKILL to the
 process group, and a sweep finds leftovers by session id and by the `VTUI_INSTANCE` marker in their
 environment. A zombie counts as gone (PID 1 of a container may never reap it).
+
+Every signal goes to a process proven the instance's own, never to a bare recorded number (pids, pgids
+and sids are reused after a reboot or on a busy box): the leader by pid + create time, its live
+descendants, processes carrying the instance's marker, and — only while the session is provably ours —
+vLLM-titled processes of its session (vLLM's setproctitle wipes their environment). The group SIGKILL
+goes out only while the group's leader (the log pump) is proven ours: our own unreaped child, or alive
+with the marker. psutil re-checks each process's create time before it signals it.
 """
 
 from __future__ import annotations
@@ -18,18 +25,22 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
 import psutil
 
-from vtui.core import logfile
+from vtui.core import drain, logfile
+from vtui.core.drain import Router
 from vtui.core.instance import SpawnError
 from vtui.core.model import InstanceSpec
 
 MARKER = "VTUI_INSTANCE"  # env var every process of an instance inherits: "<session>/<name>"
 SPAWN_TIMEOUT = 10.0
+# An unmarked vLLM-titled process of a session whose leader is gone counts as the instance's only if it
+# started this soon after the API server (EngineCore and Workers start during startup).
+TITLED_START_WINDOW = 1800.0
 
 
 @dataclass
@@ -46,6 +57,13 @@ class ProcessHandle:
     pump_pid: int | None = None
     exit_path: Path | None = None
     popen: subprocess.Popen | None = field(default=None, repr=False)  # the pump, when we spawned it
+    base_url: str | None = None  # where to ask how many requests are in flight before stopping it
+    load_endpoint: bool = False  # its /load counts requests in flight (see core.drain)
+
+    def serves(self, spec: InstanceSpec) -> None:
+        """Set what the drain before a stop asks (an adopted handle learns it from the layout's spec)."""
+        self.base_url = spec.base_url
+        self.load_endpoint = spec.engine == "sim" or spec.flags.get("enable-server-load-tracking") is True
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,15 @@ class StopReport:
     graceful: bool  # every process left after SIGTERM within the grace period
     killed: tuple[int, ...]  # pids that needed SIGKILL (group or sweep)
     leftovers: tuple[int, ...]  # pids still alive at the end (should be empty)
+    in_flight: int | None = None  # requests being served when the stop began (None: not asked/no answer)
+    cut: int | None = None  # of those (and any that came after), still in flight at SIGTERM: cut short
+    drained_s: float = 0.0  # seconds spent waiting for in-flight requests before the SIGTERM
+
+    def cut_text(self) -> str | None:
+        """'N request(s) cut' for the stop event, or None when none was cut (or it is unknown)."""
+        if not self.cut:
+            return None
+        return f"{self.cut} request(s) still in flight after {self.drained_s:g}s were cut"
 
 
 def exit_path_for(log_path: Path) -> Path:
@@ -83,9 +110,10 @@ def _marker(proc: psutil.Process) -> str | None:
         return None
 
 
-def _started_after(proc: psutil.Process, when: float | None) -> bool:
+def _started_within(proc: psutil.Process, when: float | None, window: float) -> bool:
+    """Started no earlier than `when` (less a second of clock slack) and at most `window` s after it."""
     try:
-        return when is None or proc.create_time() >= when - 1.0
+        return not when or when - 1.0 <= proc.create_time() <= when + window
     except psutil.Error:
         return False
 
@@ -125,8 +153,10 @@ class OsLauncher:
         log_max_bytes: int = logfile.DEFAULT_MAX_BYTES,
         log_backups: int = logfile.DEFAULT_BACKUPS,
         health_timeout: float = 2.0,
+        router: Router | None = None,
     ) -> None:
         self.grace = grace
+        self.router = router  # the hook a router fronting the instances will fill (core.drain)
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.health_timeout = health_timeout
@@ -188,7 +218,7 @@ class OsLauncher:
             create_time = psutil.Process(pid).create_time()
         except psutil.NoSuchProcess:  # exited already; the exit file has its code
             create_time = 0.0
-        return ProcessHandle(
+        handle = ProcessHandle(
             pid=pid,
             create_time=create_time,
             pgid=popen.pid,
@@ -200,6 +230,8 @@ class OsLauncher:
             exit_path=exit_path,
             popen=popen,
         )
+        handle.serves(spec)
+        return handle
 
     # -- observe ---------------------------------------------------------------------------------
     def alive(self, handle: ProcessHandle) -> bool:
@@ -233,6 +265,7 @@ class OsLauncher:
         if not thorough:  # cheap (NVML attribution each second): the live tree only
             return {pid: p for pid, p in found.items() if _alive(p)}
         me = os.getpid()
+        session_ours = self._leader_of(handle, handle.sid)
         for proc in psutil.process_iter(["name", "cmdline"]):
             if proc.pid in found or proc.pid == me:
                 continue
@@ -247,11 +280,28 @@ class OsLauncher:
                 marker = _marker(proc)
                 if marker == handle.key:
                     found[proc.pid] = proc
-                elif marker is None and in_session and titled and _started_after(proc, handle.create_time):
+                elif (
+                    marker is None
+                    and in_session
+                    and titled
+                    and _started_within(proc, handle.create_time, TITLED_START_WINDOW)
+                    and session_ours is not False
+                ):
                     # vLLM's setproctitle wipes /proc/PID/environ of EngineCore and Workers, exactly the
-                    # processes that outlive a killed API server: trust the session plus the title.
+                    # processes that outlive a killed API server: trust the session plus the title, while
+                    # the session's leader is ours or gone (a live leader of a recycled sid is not ours).
                     found[proc.pid] = proc
         return {pid: p for pid, p in found.items() if _alive(p)}
+
+    def _leader_of(self, handle: ProcessHandle, pid: int) -> bool | None:
+        """Whether process `pid` (the session or group leader: the log pump) is the instance's: True
+        (our own unreaped child, or alive with the marker), False (alive, someone else's), None (gone)."""
+        if handle.popen is not None and handle.popen.pid == pid and handle.popen.poll() is None:
+            return True
+        proc = self._maybe(pid)
+        if proc is None:
+            return None
+        return _marker(proc) == handle.key
 
     def _maybe(self, pid: int) -> psutil.Process | None:
         try:
@@ -262,9 +312,26 @@ class OsLauncher:
 
     # -- stop ------------------------------------------------------------------------------------
     def stop(self, handle: ProcessHandle, grace: float | None = None) -> StopReport:
-        """SIGTERM to the leader, wait up to `grace`, SIGKILL the group, sweep what is left; returns
+        """Drain (stop routing to it, wait up to `grace` for its in-flight requests: core.drain), then
+        SIGTERM to the leader, wait up to `grace` again, SIGKILL the group, sweep what is left; returns
         once no process of the instance is alive (or reports the leftovers after ~5 s of sweeping)."""
         grace = self.grace if grace is None else grace
+        drained = None
+        if handle.base_url and grace > 0 and _same_process(handle.pid, handle.create_time) is not None:
+            drained = drain.drain(
+                handle.base_url,
+                grace,
+                load_endpoint=handle.load_endpoint,
+                key=handle.key,
+                router=self.router,
+                still_running=lambda: _same_process(handle.pid, handle.create_time) is not None,
+            )
+        report = self._terminate(handle, grace)
+        if drained is None:
+            return report
+        return replace(report, in_flight=drained.at_start, cut=drained.left, drained_s=drained.waited_s)
+
+    def _terminate(self, handle: ProcessHandle, grace: float) -> StopReport:
         procs = self.tree(handle)  # collected BEFORE killing: children lose their parent link after
         leader = _same_process(handle.pid, handle.create_time)
         # The leader shuts its children down itself; when it is already gone, orphans get TERM directly.
@@ -289,10 +356,11 @@ class OsLauncher:
                 self._reap(handle)
                 time.sleep(0.02)
         killed = set(survivors)
-        try:
-            os.killpg(handle.pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self._leader_of(handle, handle.pgid):  # the group is ours: SIGKILL it whole
+            try:
+                os.killpg(handle.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         sweep_deadline = time.monotonic() + 5.0
         while True:
             self._reap(handle)

@@ -104,7 +104,7 @@ class LogTailer:
 
     def _drain(self) -> bytes:
         assert self._fd is not None
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(self._fd, 1 << 16)
             if not chunk:

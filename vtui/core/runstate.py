@@ -2,27 +2,33 @@
 per instance in `paths.runs_dir()` (0600), so a later vtui or `vtui ps` can re-adopt live instances and
 never mistake a recycled pid for one.
 
-Records are keyed by session name + instance name. Secret flag values (api-key) are masked: the layout
-(or `${VAR}`) stays their only source.
+Records are keyed by session name + instance name. Secret flag values (api-key) are masked everywhere a
+record holds flags (`flags`, `last_good_flags`, `spec`): the layout (or `${VAR}`) stays their only source.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vtui.core import paths
-from vtui.core.atomic import atomic_write_text
+from vtui.core.atomic import atomic_write_text, sweep_stale_temps
 from vtui.core.model import SECRET_FLAGS, InstanceSpec, RestartPolicy
 
 MASK = "***"
 
 
+def masked(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags with every secret value (api-key) replaced by MASK: what may be written or shown."""
+    return {k: (MASK if k in SECRET_FLAGS else v) for k, v in flags.items()}
+
+
 def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
-    flags = {k: (MASK if k in SECRET_FLAGS else v) for k, v in spec.flags.items()}
+    flags = masked(spec.flags)
     return {
         "name": spec.name,
         "model": spec.model,
@@ -114,8 +120,11 @@ class RunStore:
         return self.folder / f"{_safe(session)}.{_safe(name)}.json"
 
     def save(self, record: RunRecord) -> None:
-        flags = {k: (MASK if k in SECRET_FLAGS else v) for k, v in record.flags.items()}
-        data = asdict(record) | {"flags": flags}
+        data = asdict(record) | {
+            "flags": masked(record.flags),
+            "last_good_flags": masked(record.last_good_flags) if record.last_good_flags is not None else None,
+            "spec": record.spec | {"flags": masked(record.spec.get("flags") or {})},
+        }
         atomic_write_text(self.path(record.session, record.name), json.dumps(data, indent=2), mode=0o600)
 
     def load(self, session: str, name: str) -> RunRecord | None:
@@ -128,6 +137,7 @@ class RunStore:
         self.path(session, name).unlink(missing_ok=True)
 
     def all(self, session: str | None = None) -> list[RunRecord]:
+        sweep_stale_temps(self.folder)  # what interrupted saves of records left
         records = []
         for file in sorted(self.folder.glob("*.json")):
             try:

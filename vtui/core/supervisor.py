@@ -337,8 +337,11 @@ class Supervisor:
             inst.finish_stop()  # STOPPING with no process (nothing was spawned): STOPPED
             self.store.remove(self.session, name)
             return
+        handle.serves(inst.spec)  # where the stop asks how many requests are in flight (core.drain)
         report = await asyncio.to_thread(self.launcher.stop, handle, self.stop_grace)
         self._drain(name)
+        if report.cut_text():
+            self._notice(name, "warning", f"{name}: {report.cut_text()}")
         if not report.graceful:
             self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
         if report.leftovers:

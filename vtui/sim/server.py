@@ -94,6 +94,7 @@ class SimServer:
         self.log_raw = log_raw
         self.created = int(time.time())
         self.connections: set[asyncio.StreamWriter] = set()
+        self.in_flight = 0  # HTTP generate requests being answered: what vLLM's /load counts
 
     # -- plumbing -------------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -161,9 +162,7 @@ class SimServer:
                 return self.respond(writer, 401, b'{"error":"Unauthorized"}')
         if path in ("/health", "/ping", "/load") and method in ("GET", "POST"):
             if path == "/load":
-                return self.respond(
-                    writer, 200, json.dumps({"server_load": len(self.engine.scheduler.running)}).encode()
-                )
+                return self.respond(writer, 200, json.dumps({"server_load": self.in_flight}).encode())
             return self.respond(writer, 200, b"", "application/json")
         if path == "/version":
             return self.respond(writer, 200, json.dumps({"version": self.cfg.version}).encode())
@@ -189,7 +188,11 @@ class SimServer:
         if path in ("/v1/completions", "/v1/chat/completions"):
             if method != "POST":
                 return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}')
-            return await self.generate(path.endswith("chat/completions"), body, writer)
+            self.in_flight += 1
+            try:
+                return await self.generate(path.endswith("chat/completions"), body, writer)
+            finally:
+                self.in_flight -= 1
         return self.respond(writer, 404, b'{"detail":"Not Found"}')
 
     # -- generation -----------------------------------------------------------------------------

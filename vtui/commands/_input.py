@@ -1,0 +1,57 @@
+"""Reading a user-given text input (a saved /metrics payload, a pasted log) for the file commands: a
+binary file is bad input (ValueError: exit 2), an unreadable one a failure (OSError: exit 1), and
+either is said in words, never an empty answer."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+MAX_LINES = 1_000_000
+
+
+def _stdin_bytes() -> bytes:
+    buffer = getattr(sys.stdin, "buffer", None)  # a test's StringIO stdin has none
+    return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8", errors="replace")
+
+
+def read_text_input(source: str) -> str:
+    """The text of `source` (a path, or - for stdin). Raises OSError("cannot read NAME: why") when it
+    cannot be read, ValueError naming the file when it is binary (a NUL byte, or mostly not UTF-8)."""
+    name = "stdin" if source == "-" else source
+    try:
+        data = _stdin_bytes() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise OSError(f"cannot read {name}: {exc.strerror or exc}") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ValueError(f"{name}: binary data (a NUL byte at offset {nul}), not a text file")
+    text = data.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd")
+    if text and bad > max(16, len(text) // 10):
+        raise ValueError(f"{name}: binary data ({bad} bytes that are not UTF-8 text), not a text file")
+    return text
+
+
+def seconds(text: str) -> float:
+    """argparse type: a duration in seconds, finite and >= 0 (argparse exits 2 naming the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def line_count(text: str) -> int:
+    """argparse type: a number of lines, 0 to MAX_LINES."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of lines, got {text!r}") from None
+    if not 0 <= value <= MAX_LINES:
+        raise argparse.ArgumentTypeError(f"expected 0 to {MAX_LINES:,} lines, got {text!r}")
+    return value

@@ -1,0 +1,89 @@
+"""Graceful stop, step one: let the requests in flight finish before the SIGTERM.
+
+vLLM answers a SIGTERM by aborting what it is serving (0.32: `--shutdown-timeout 0`, "mode=abort"):
+open streams end early. So a stop first (1) tells the router fronting the instance to send it nothing
+new — no router exists yet: `Router` is the hook, `None` skips it — then (2) waits, up to a budget, until
+the instance has no request in flight, and only then signals. What is still in flight when the budget
+runs out is cut, and the count is reported.
+
+In flight: `GET /load` (`server_load`: HTTP requests on the generate routes) where it counts — the sim,
+and vLLM started with `--enable-server-load-tracking` (without it vLLM's /load always says 0) — else
+`vllm:num_requests_running + vllm:num_requests_waiting` from /metrics. Neither needs the API key (vLLM
+only guards /v1, /v2 and /inference).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+POLL = 0.25  # seconds between two looks at the in-flight count
+
+
+class Router(Protocol):
+    """What fronts instances (none yet): told to route nothing new to one before it stops."""
+
+    def stop_routing(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    at_start: int | None  # requests in flight when the drain began (None: the instance did not say)
+    left: int | None  # still in flight when it ended: cut by the stop (None: unknown)
+    waited_s: float
+
+
+def in_flight(base_url: str, *, load_endpoint: bool, timeout: float = 1.0) -> int | None:
+    """Requests the instance is serving now, or None when it does not answer."""
+    try:
+        if load_endpoint:
+            response = httpx.get(f"{base_url}/load", timeout=timeout, trust_env=False)
+            if response.status_code == 200:
+                return int(json.loads(response.text)["server_load"])
+            return None
+        response = httpx.get(f"{base_url}/metrics", timeout=timeout, trust_env=False)
+        if response.status_code != 200:
+            return None
+        return _metrics_in_flight(response.text)
+    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _metrics_in_flight(text: str) -> int | None:
+    """running + waiting summed over every series (data-parallel engines); None when both are absent."""
+    from vtui.telemetry.promtext import parse_metrics
+
+    snap = parse_metrics(text, frozenset(IN_FLIGHT))
+    totals = [snap.total(name) for name in IN_FLIGHT]
+    if all(t is None for t in totals):
+        return None
+    return int(sum(t or 0.0 for t in totals))
+
+
+def drain(
+    base_url: str,
+    budget: float,
+    *,
+    load_endpoint: bool,
+    key: str = "",
+    router: Router | None = None,
+    still_running: Callable[[], bool] = lambda: True,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DrainResult:
+    """Stop routing to the instance, then wait until nothing is in flight, the budget is spent, the
+    instance stops answering, or `still_running()` turns False (its process died)."""
+    if router is not None:
+        router.stop_routing(key)
+    start = clock()
+    first = count = in_flight(base_url, load_endpoint=load_endpoint)
+    while count and clock() - start < budget and still_running():
+        sleep(min(POLL, max(0.0, budget - (clock() - start))))
+        count = in_flight(base_url, load_endpoint=load_endpoint)
+    return DrainResult(at_start=first, left=count, waited_s=round(clock() - start, 3))
