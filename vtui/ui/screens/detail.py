@@ -8,12 +8,11 @@ from collections.abc import Iterable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Sparkline, Static
 
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
-from vtui.ui.screens.base import InstanceActions
+from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import InstanceView, Store
 from vtui.ui.widgets.instance_card import card_text, spark_data
 from vtui.ui.widgets.titlebar import TitleBar
@@ -129,7 +128,7 @@ def history_text(view: InstanceView) -> Text:
     return out
 
 
-class DetailScreen(InstanceActions, Screen):
+class DetailScreen(InstanceScreen):
     BINDINGS = [*DETAIL_BINDINGS, *[b for b in INSTANCE_BINDINGS if b.action != "detail"]]
 
     def __init__(self, name: str) -> None:
