@@ -40,7 +40,7 @@ from vtui.ui.messages import (
 )
 from vtui.ui.screens.dashboard import DashboardScreen
 from vtui.ui.screens.dialogs import QuitScreen
-from vtui.ui.screens.help import HelpScreen, live_rows
+from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
 from vtui.ui.store import Store, run_diagnosis
 
 DEMO_LAYOUT = Path(__file__).resolve().parents[2] / "layouts" / "demo.toml"
@@ -51,7 +51,7 @@ RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes
 class VtuiApp(ControlMixin, App[int]):
     CSS_PATH = "vtui.tcss"
     TITLE = "vtui"
-    BINDINGS = APP_BINDINGS
+    BINDINGS = [*APP_BINDINGS]
     COMMANDS = App.COMMANDS | {VtuiCommands}
     ENABLE_COMMAND_PALETTE = True
 
@@ -75,7 +75,7 @@ class VtuiApp(ControlMixin, App[int]):
         self.store = Store(supervisor.layout)
         self._bridge_args = {"autostart": autostart, "gpu_sampler": gpu_sampler, "scraper": scraper}
         self.bridge = Bridge(self, supervisor, **self._bridge_args)
-        self._keymap = keymap or {}
+        self.user_keymap = keymap or {}
         self.keymap_problems: list[str] = []
         self.first_frame_at: float | None = None
         self._config_pending: set[tuple] = set()
@@ -85,8 +85,8 @@ class VtuiApp(ControlMixin, App[int]):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        if self._keymap:
-            self.set_keymap(self._keymap)
+        if self.user_keymap:
+            self.set_keymap(self.user_keymap)
         for problem in self.keymap_problems:
             self.notify(problem, severity="warning", timeout=10)
         self.push_screen(DashboardScreen())
@@ -263,7 +263,8 @@ class VtuiApp(ControlMixin, App[int]):
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
-        self.push_screen(HelpScreen(live_rows(self.screen)))
+        rows = live_rows(self.screen)
+        self.push_screen(HelpScreen(rows, registry_rows(self, self.user_keymap, {r[2] for r in rows})))
 
     def action_quit_dialog(self) -> None:
         self.push_screen(QuitScreen(), self._quit_answered)

@@ -156,7 +156,7 @@ def bench_summary(result: BenchResult, json_path: str | None = None) -> dict[str
 
 
 class BenchScreen(Screen):
-    BINDINGS = BENCH_BINDINGS
+    BINDINGS = [*BENCH_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()

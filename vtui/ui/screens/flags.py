@@ -61,7 +61,7 @@ class FlagRow(Horizontal):
 
 
 class FlagEditorScreen(Screen):
-    BINDINGS = FLAG_BINDINGS
+    BINDINGS = [*FLAG_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()

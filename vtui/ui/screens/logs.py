@@ -35,7 +35,7 @@ class LevelHighlighter(Highlighter):
 
 
 class LogScreen(Screen):
-    BINDINGS = LOG_BINDINGS
+    BINDINGS = [*LOG_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from vtui.ui import fmt
 from vtui.ui.adapters import fact
+from vtui.ui.keymap import PRESET_BINDINGS
 from vtui.ui.presets import PRESETS, preset_flags
 
 
 class PresetScreen(ModalScreen[None]):
-    BINDINGS = [
-        Binding("a", "apply('A')", "Preset A", id="preset.a"),
-        Binding("b", "apply('B')", "Preset B", id="preset.b"),
-        Binding("escape", "close", "Cancel", id="preset.cancel"),
-    ]
+    BINDINGS = [*PRESET_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()
