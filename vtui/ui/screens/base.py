@@ -1,14 +1,16 @@
-"""Instance actions shared by the dashboard and the detail screen, greyed out where they do not apply
-(the rules: `vtui.ui.actions`, which the command palette reads too)."""
+"""The screens' bases: StoreScreen (repainted from the store) and InstanceScreen (the instance keys of the
+dashboard and the detail screen, greyed out where they do not apply; the rules: `vtui.ui.actions`, which
+the command palette reads too)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 
 from vtui.ui import actions
-from vtui.ui.store import InstanceView
+from vtui.ui.store import InstanceView, Store
 
 if TYPE_CHECKING:
     from textual import getters
@@ -16,11 +18,19 @@ if TYPE_CHECKING:
     from vtui.ui.app import VtuiApp
 
 
-class InstanceScreen(Screen[Any]):
-    """A Screen that has a current instance (`selected_name`) and the instance keys."""
+class StoreScreen(Screen[None]):
+    """A full screen that shows the store: the App calls `refresh_view` after each change (`names`: the
+    instances whose view changed; None: anything may have)."""
 
     if TYPE_CHECKING:
         app = getters.app(VtuiApp)
+
+    def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
+        raise NotImplementedError
+
+
+class InstanceScreen(StoreScreen):
+    """A screen that has a current instance (`selected_name`) and the instance keys."""
 
     _binding_key: tuple[object, ...] | None = None
 

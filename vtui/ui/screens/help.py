@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -56,7 +57,7 @@ def live_rows(screen: Screen[object]) -> list[Row]:
     return sorted(seen.values(), key=lambda r: r[2])
 
 
-def registry_rows(app: App[object], keymap: dict[str, str], skip: set[str]) -> list[tuple[str, list[Row]]]:
+def registry_rows(app: App[Any], keymap: dict[str, str], skip: set[str]) -> list[tuple[str, list[Row]]]:
     """Every registered binding not in `skip`, by screen, with the user's keys where remapped."""
     groups: list[tuple[str, list[Row]]] = []
     for group, bindings in REGISTRY.items():
