@@ -34,8 +34,9 @@ def child(
     n: int, pidfile: str, profile: str | None = None, profile_s: float = 20.0, up_for: float = 0.0
 ) -> int:
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
+    from vtui.telemetry.metrics import MetricsSample, Percentiles
     from vtui.testing.fake_supervisor import FakeSupervisor
-    from vtui.ui.adapters import GpuInfo, GpuProcess, GpuSample, MetricsSample, Percentiles
     from vtui.ui.app import make_app
 
     Path(pidfile).write_text(str(os.getpid()))

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
+from vtui.telemetry.metrics import MetricsSample, Percentiles
 from vtui.testing.fake_supervisor import FakeSupervisor
-from vtui.ui.adapters import GpuInfo, GpuProcess, GpuSample, MetricsSample, Percentiles
 from vtui.ui.app import make_app
 
 NOW = 1_700_000_000.0

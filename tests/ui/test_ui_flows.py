@@ -287,8 +287,8 @@ async def test_preset_a_scaled_to_gpus(fake, app_factory):
 
 
 async def test_open_layout_switches_session_and_leaves_old_instances_running(fake, app_factory, tmp_path, h):
+    from vtui.layouts import save_layout
     from vtui.testing.fake_supervisor import FakeSupervisor
-    from vtui.ui.adapters import save_layout
 
     other = tmp_path / "other.toml"
     layout = h.demo_layout()

@@ -1,4 +1,5 @@
-"""An in-memory Supervisor with the agreed API (notes/API.md): instant starts, scripted failures.
+"""An in-memory supervisor behind the UI's seam (`vtui.core.api.SupervisorApi`): instant starts,
+scripted failures.
 
 For Pilot tests, snapshots and the UI benchmark, where real processes would be slow and nondeterministic.
 It emits the same frozen events as the real one, on the running event loop.
@@ -7,8 +8,10 @@ It emits the same frozen events as the real one, on the running event loop.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged
 from vtui.core.model import InstanceSpec, Layout
@@ -16,6 +19,10 @@ from vtui.core.preflight import PreflightError
 from vtui.core.state import Phase, State
 from vtui.core.supervision import InstanceStatus
 
+if TYPE_CHECKING:
+    from vtui.core.api import SupervisorApi
+
+RECENT_LINES = 200  # log lines kept per instance for recent_lines()
 FailRule = Callable[[InstanceSpec], "list[str] | None"]  # log lines of a failed start, or None: it starts
 
 
@@ -41,7 +48,8 @@ class FakeSupervisor:
             )
             for s in layout.instances
         }
-        self.calls: list[tuple] = []
+        self._recent: dict[str, deque[str]] = {s.name: deque(maxlen=RECENT_LINES) for s in layout.instances}
+        self.calls: list[tuple[object, ...]] = []
         self.closed_with: bool | None = None
 
     # -- API ---------------------------------------------------------------------------------------
@@ -60,6 +68,9 @@ class FakeSupervisor:
         pid = self._status[name].pid
         return {pid} if pid else set()
 
+    def recent_lines(self, name: str) -> list[str]:
+        return list(self._recent.get(name, ()))
+
     async def adopt(self) -> list[str]:
         return []
 
@@ -72,7 +83,9 @@ class FakeSupervisor:
             if not self._status[name].state.running:
                 await self._launch(name)
 
-    async def wait_settled(self, names=None, timeout: float | None = None) -> dict[str, State]:
+    async def wait_settled(
+        self, names: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, State]:
         return {n: self._status[n].state for n in (names or self._layout.names())}
 
     async def stop(self, names: Iterable[str] | None = None) -> None:
@@ -114,7 +127,7 @@ class FakeSupervisor:
     def emit_logs(self, name: str, lines: Iterable[str]) -> None:
         self._emit(LogLines(name, tuple(lines)))
 
-    def set_state(self, name: str, state: State, phase: Phase | None = None, **fields) -> None:
+    def set_state(self, name: str, state: State, phase: Phase | None = None, **fields: Any) -> None:
         self._set(name, state, phase=phase, **fields)
 
     # -- internals ---------------------------------------------------------------------------------
@@ -146,7 +159,13 @@ class FakeSupervisor:
             self._set(name, State.READY, last_good_spec=spec)
 
     def _set(
-        self, name: str, state: State, *, phase: Phase | None = None, reason: str | None = None, **fields
+        self,
+        name: str,
+        state: State,
+        *,
+        phase: Phase | None = None,
+        reason: str | None = None,
+        **fields: Any,
     ) -> None:
         old = self._status[name]
         if reason is not None:
@@ -161,5 +180,13 @@ class FakeSupervisor:
             self._emit(PhaseChanged(name, phase, self._clock()))
 
     def _emit(self, event: Event) -> None:
+        if isinstance(event, LogLines) and event.instance in self._recent:
+            self._recent[event.instance].extend(event.lines)
         for cb in list(self._subs):
             cb(event)
+
+
+if TYPE_CHECKING:  # mypy checks the fake against the seam the UI is typed on
+
+    def _satisfies(fake: FakeSupervisor) -> SupervisorApi:
+        return fake

@@ -11,17 +11,21 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from textual import work
 from textual.app import App
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.widgets import Input
 
 from vtui.core import paths
-from vtui.core.model import Layout, SessionSpec
-from vtui.ui import adapters, history, planning
-from vtui.ui.bridge import Bridge
+from vtui.core.api import SupervisorApi
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.supervisor import Supervisor
+from vtui.layouts import LayoutError, load_layout
+from vtui.planner import ModelConfig
+from vtui.ui import history, planning
+from vtui.ui.bridge import Bridge, GpuSamplerFactory, ScrapeFactory
 from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
 from vtui.ui.keymap import APP_BINDINGS, load_user_keymap
@@ -38,31 +42,38 @@ from vtui.ui.messages import (
     NoticeArrived,
     StatusesChanged,
 )
+from vtui.ui.screens.base import StoreScreen
+from vtui.ui.screens.bench import BenchScreen
 from vtui.ui.screens.dashboard import DashboardScreen
+from vtui.ui.screens.detail import DetailScreen
 from vtui.ui.screens.dialogs import QuitScreen
-from vtui.ui.screens.help import HelpScreen, live_rows
+from vtui.ui.screens.flags import FlagEditorScreen
+from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
+from vtui.ui.screens.logs import LogScreen
+from vtui.ui.screens.presets import PresetScreen
 from vtui.ui.store import Store, run_diagnosis
 
 DEMO_LAYOUT = Path(__file__).resolve().parents[2] / "layouts" / "demo.toml"
-SupervisorFactory = Callable[[Layout], Any]
+SupervisorFactory = Callable[[Layout], SupervisorApi]
+ConfigKey = tuple[str, str, str | None]
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
 
 
-class VtuiApp(ControlMixin, App[int]):
+class VtuiApp(ControlMixin):
     CSS_PATH = "vtui.tcss"
     TITLE = "vtui"
-    BINDINGS = APP_BINDINGS
+    BINDINGS = [*APP_BINDINGS]
     COMMANDS = App.COMMANDS | {VtuiCommands}
     ENABLE_COMMAND_PALETTE = True
 
     def __init__(
         self,
-        supervisor: Any,
+        supervisor: SupervisorApi,
         *,
         supervisor_factory: SupervisorFactory,
         autostart: bool = True,
-        gpu_sampler: Any = None,
-        scraper: Any = None,
+        gpu_sampler: GpuSamplerFactory | bool | None = None,
+        scraper: ScrapeFactory | bool | None = None,
         clock: Callable[[], float] = time.time,
         keymap: dict[str, str] | None = None,
         deterministic: bool = False,
@@ -73,20 +84,20 @@ class VtuiApp(ControlMixin, App[int]):
         self.clock = clock
         self.deterministic = deterministic
         self.store = Store(supervisor.layout)
-        self._bridge_args = {"autostart": autostart, "gpu_sampler": gpu_sampler, "scraper": scraper}
-        self.bridge = Bridge(self, supervisor, **self._bridge_args)
-        self._keymap = keymap or {}
+        self._autostart, self._gpu_sampler, self._scraper = autostart, gpu_sampler, scraper
+        self.bridge = self._make_bridge()
+        self.user_keymap = keymap or {}
         self.keymap_problems: list[str] = []
         self.first_frame_at: float | None = None
-        self._config_pending: set[tuple] = set()
+        self._config_pending: set[ConfigKey] = set()
         self._history_lock = asyncio.Lock()
         self._history_saved: dict[str, int] = {}  # instance -> history_rev last written
         self._history_ready = False  # nothing is written before the files were read
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        if self._keymap:
-            self.set_keymap(self._keymap)
+        if self.user_keymap:
+            self.set_keymap(self.user_keymap)
         for problem in self.keymap_problems:
             self.notify(problem, severity="warning", timeout=10)
         self.push_screen(DashboardScreen())
@@ -96,6 +107,15 @@ class VtuiApp(ControlMixin, App[int]):
             # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
             self.set_interval(RENDER_INTERVAL, self._tick)
         self.call_after_refresh(self._first_frame)
+
+    def _make_bridge(self) -> Bridge:
+        return Bridge(
+            self,
+            self.supervisor,
+            autostart=self._autostart,
+            gpu_sampler=self._gpu_sampler,
+            scraper=self._scraper,
+        )
 
     def on_unmount(self) -> None:
         self.bridge.stop_sources()
@@ -179,20 +199,22 @@ class VtuiApp(ControlMixin, App[int]):
         if not (first or self.deterministic):
             return  # the next render tick shows it
         for screen in self.screen_stack:
-            if hasattr(screen, "refresh_gpu"):
+            if isinstance(screen, DashboardScreen):
                 screen.refresh_gpu(self.store)
 
     def on_logs_arrived(self, message: LogsArrived) -> None:
         if self.store.add_logs(message.instance, message.lines):
             for screen in self.screen_stack:
-                if hasattr(screen, "append_logs"):
+                if isinstance(screen, LogScreen):
                     screen.append_logs(message.instance, message.lines)
 
     def on_notice_arrived(self, message: NoticeArrived) -> None:
         n = message.notice
         prefix = f"{n.instance}: " if n.instance else ""
-        severity = {"error": "error", "warning": "warning"}.get(n.level, "information")
-        self.notify(prefix + n.text, severity=severity, timeout=8 if severity != "information" else 4)
+        if n.level in ("error", "warning"):
+            self.notify(prefix + n.text, severity="error" if n.level == "error" else "warning", timeout=8)
+        else:
+            self.notify(prefix + n.text, timeout=4)
 
     def on_layout_saved(self, message: LayoutSaved) -> None:
         self.store.mark_saved(self.supervisor.layout, message.path)
@@ -206,7 +228,7 @@ class VtuiApp(ControlMixin, App[int]):
         self.store = Store(self.supervisor.layout)
         self._history_ready, self._history_saved = False, {}
         self._load_history(self.store.layout.session.name, self.store.names())
-        self.bridge = Bridge(self, self.supervisor, **self._bridge_args)
+        self.bridge = self._make_bridge()
         while len(self.screen_stack) > 2:
             self.pop_screen()
         self.query_one_screen().rebuild()
@@ -219,16 +241,16 @@ class VtuiApp(ControlMixin, App[int]):
         return next(s for s in self.screen_stack if isinstance(s, DashboardScreen))
 
     def _refresh_screens(self, names: Iterable[str] | None) -> None:
-        names = set(names) if names is not None else None
+        wanted = set(names) if names is not None else None
         for screen in self.screen_stack:
-            if hasattr(screen, "refresh_view") and screen.is_mounted:
+            if isinstance(screen, StoreScreen) and screen.is_mounted:
                 try:
-                    screen.refresh_view(self.store, names)
+                    screen.refresh_view(self.store, wanted)
                 except NoMatches:  # a screen being torn down (quit) while samples still arrive
                     continue
 
     # -- model configs for the planner (read from disk once per model, in a worker) ------------------
-    def model_config(self, spec) -> tuple[Any, str | None] | None:
+    def model_config(self, spec: InstanceSpec) -> tuple[ModelConfig | None, str | None] | None:
         """(config or None, reason) when known; None while it is being read (a ConfigLoaded follows)."""
         key = planning.config_key(spec)
         if key in self.store.configs:
@@ -242,7 +264,7 @@ class VtuiApp(ControlMixin, App[int]):
         return None
 
     @work(exit_on_error=False, group="config")
-    async def _load_config(self, key: tuple) -> None:
+    async def _load_config(self, key: ConfigKey) -> None:
         try:
             config, reason = await asyncio.to_thread(planning.load_config, key)
         except Exception as exc:  # a config the planner cannot read: shown as the reason
@@ -263,7 +285,8 @@ class VtuiApp(ControlMixin, App[int]):
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
-        self.push_screen(HelpScreen(live_rows(self.screen)))
+        rows = live_rows(self.screen)
+        self.push_screen(HelpScreen(rows, registry_rows(self, self.user_keymap, {r[2] for r in rows})))
 
     def action_quit_dialog(self) -> None:
         self.push_screen(QuitScreen(), self._quit_answered)
@@ -282,13 +305,7 @@ class VtuiApp(ControlMixin, App[int]):
         self.run_worker(close(), group="shutdown", exit_on_error=False)
 
     def open_screen(self, kind: str, name: str) -> None:
-        from vtui.ui.screens.bench import BenchScreen
-        from vtui.ui.screens.detail import DetailScreen
-        from vtui.ui.screens.flags import FlagEditorScreen
-        from vtui.ui.screens.logs import LogScreen
-        from vtui.ui.screens.presets import PresetScreen
-
-        cls = {
+        cls: type[Screen[None]] = {
             "detail": DetailScreen,
             "logs": LogScreen,
             "flags": FlagEditorScreen,
@@ -323,20 +340,20 @@ def resolve_layout(layout: str | Path | Layout | None) -> Layout:
             layout = DEMO_LAYOUT
         else:
             return Layout(SessionSpec(), ())
-    return adapters.load_layout(Path(layout))
+    return load_layout(Path(layout))
 
 
-def default_supervisor_factory(layout: Layout) -> Any:
-    return adapters.Supervisor(layout)
+def default_supervisor_factory(layout: Layout) -> SupervisorApi:
+    return Supervisor(layout)
 
 
 def make_app(
     layout: str | Path | Layout | None = None,
     *,
-    supervisor: Any = None,
+    supervisor: SupervisorApi | None = None,
     supervisor_factory: SupervisorFactory | None = None,
-    gpu_sampler: Any = None,
-    scraper: Any = None,
+    gpu_sampler: GpuSamplerFactory | bool | None = None,
+    scraper: ScrapeFactory | bool | None = None,
     autostart: bool = True,
     clock: Callable[[], float] | None = None,
     keymap_path: Path | None = None,
@@ -374,7 +391,7 @@ def run_tui(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         app = make_app(args.layout, autostart=not args.no_start)
-    except adapters.LayoutError as exc:
+    except LayoutError as exc:
         print(f"vtui: {exc}")
         return 2
     if app.store.path:

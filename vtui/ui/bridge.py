@@ -8,16 +8,21 @@ touches widgets; it only posts messages, and the App's handlers own the state.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol
 
 from textual.app import App
 
+from vtui.core.api import SupervisorApi
 from vtui.core.events import Event, LogLines, Notice
 from vtui.core.model import Layout
+from vtui.core.preflight import PreflightError
 from vtui.core.state import State
+from vtui.core.supervision import InstanceStatus
 from vtui.sim.gpuview import SimulatedGpus
-from vtui.ui.adapters import GpuSample, PreflightError, gpu_sampler_class, scrape_loop_class
+from vtui.telemetry.gpu import GpuSample, GpuSampler
+from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.scrape import ScrapeLoop
 from vtui.ui.messages import GpuArrived, LogsArrived, MetricsArrived, NoticeArrived, StatusesChanged
 
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
@@ -28,44 +33,67 @@ class Sampler(Protocol):
     def stop(self) -> None: ...
 
 
-# (on_sample, pid_owner) -> a sampler with start()/stop(); False disables GPU sampling.
-GpuSamplerFactory = Callable[[Callable[[Any], None], Callable[[], Mapping[int, str]]], Sampler]
-# (instance, base_url, on_sample) -> an object with `async run()` and `stop()`.
-ScrapeFactory = Callable[[str, str, Callable[[Any], None]], Any]
+class Scraper(Protocol):
+    def run(self) -> Coroutine[Any, Any, None]: ...
+    def stop(self) -> None: ...
 
 
-def default_gpu_sampler(on_sample, pid_owner, layout: Callable[[], Layout] | None = None) -> Sampler | None:
+# (on_sample, pid_owner) -> a sampler with start()/stop() (None: no sampler); False disables GPU sampling.
+GpuSamplerFactory = Callable[[Callable[[GpuSample], None], Callable[[], Mapping[int, str]]], "Sampler | None"]
+# (instance, base_url, on_sample) -> a scrape loop (None: none for this instance).
+ScrapeFactory = Callable[[str, str, Callable[[MetricsSample], None]], "Scraper | None"]
+
+
+def default_gpu_sampler(
+    on_sample: Callable[[GpuSample], None],
+    pid_owner: Callable[[], Mapping[int, str]],
+    layout: Callable[[], Layout] | None = None,
+) -> Sampler | None:
     """NVML's GPUs; without a driver, the simulated GPUs of the layout's `vtui sim` instances."""
-    fallback = (lambda owners: simulated_sample(layout(), owners)) if layout is not None else None
-    return gpu_sampler_class()(on_sample, interval=1.0, pid_owner=pid_owner, fallback=fallback)
+    fallback: Callable[[Mapping[int, str]], GpuSample | None] | None = None
+    if layout is not None:
+        get_layout = layout
+
+        def fallback(owners: Mapping[int, str]) -> GpuSample | None:
+            return simulated_sample(get_layout(), owners)
+
+    return GpuSampler(on_sample, interval=1.0, pid_owner=pid_owner, fallback=fallback)
 
 
-def simulated_sample(layout: Layout, owners) -> GpuSample | None:
+def _int_flag(value: object, default: int) -> int:
+    return int(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else default
+
+
+def simulated_sample(layout: Layout, owners: Mapping[int, str]) -> GpuSample | None:
     """The simulated box the layout's sim instances run on (their --sim-num-gpus / --sim-gpu-memory-gib,
     else the session's gpu_memory_gib, else the sim's defaults: 8 GPUs of 80 GiB); None without sims."""
     sims = [spec for spec in layout.instances if spec.engine == "sim"]
     if not sims:
         return None
     count = max(
-        [int(spec.flags.get("sim-num-gpus", 8)) for spec in sims]
+        [_int_flag(spec.flags.get("sim-num-gpus"), 8) for spec in sims]
         + [g + 1 for spec in sims for g in spec.gpus]
     )
     gib = next(
-        (float(spec.flags["sim-gpu-memory-gib"]) for spec in sims if "sim-gpu-memory-gib" in spec.flags),
+        (
+            float(value)
+            for spec in sims
+            if isinstance(value := spec.flags.get("sim-gpu-memory-gib"), int | float | str)
+        ),
         layout.session.gpu_memory_gib or 80.0,
     )
     return SimulatedGpus(count, gib)(owners)
 
 
-def default_scraper(instance: str, base_url: str, on_sample) -> Any | None:
-    return scrape_loop_class()(instance, base_url, on_sample, interval=1.0)
+def default_scraper(instance: str, base_url: str, on_sample: Callable[[MetricsSample], None]) -> Scraper:
+    return ScrapeLoop(instance, base_url, on_sample, interval=1.0)
 
 
 class Bridge:
     def __init__(
         self,
-        app: App,
-        supervisor: Any,
+        app: App[Any],
+        supervisor: SupervisorApi,
         *,
         autostart: bool = True,
         gpu_sampler: GpuSamplerFactory | None | bool = None,
@@ -74,25 +102,27 @@ class Bridge:
         self.app = app
         self.supervisor = supervisor
         self.autostart = autostart
-        self._gpu_factory = default_gpu_sampler if gpu_sampler in (None, True) else gpu_sampler
-        self._scrape_factory = default_scraper if scraper in (None, True) else scraper
+        self._gpu_default = gpu_sampler is None or gpu_sampler is True  # NVML, else the sims' GPUs
+        self._gpu_factory = None if isinstance(gpu_sampler, bool) else gpu_sampler
+        self._scrape_factory: ScrapeFactory | None = (
+            default_scraper if scraper is None or scraper is True else None if scraper is False else scraper
+        )
         self._gpu: Sampler | None = None
-        self._scrapers: dict[str, tuple[str, Any]] = {}  # name -> (base_url, loop)
+        self._scrapers: dict[str, tuple[str, Scraper]] = {}  # name -> (base_url, loop)
         self._unsubscribe: Callable[[], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
-        if self._gpu_factory:
-            post = lambda s: self.app.post_message(GpuArrived(s))  # noqa: E731
-            if self._gpu_factory is default_gpu_sampler:
-                sampler = default_gpu_sampler(post, self._pid_owner, lambda: self.supervisor.layout)
-            else:
-                sampler = self._gpu_factory(post, self._pid_owner)
-            if sampler is not None:
-                self._gpu = sampler
-                sampler.start()
+        sampler: Sampler | None = None
+        if self._gpu_factory is not None:
+            sampler = self._gpu_factory(self._post_gpu, self._pid_owner)
+        elif self._gpu_default:
+            sampler = default_gpu_sampler(self._post_gpu, self._pid_owner, lambda: self.supervisor.layout)
+        if sampler is not None:
+            self._gpu = sampler
+            sampler.start()
         if self._gpu is None:
             self.app.post_message(GpuArrived(GpuSample(False, "GPU sampling off", (), (), 0.0)))
         self._post_statuses()
@@ -140,12 +170,18 @@ class Bridge:
         else:
             self._post_statuses()
 
+    def _post_gpu(self, sample: GpuSample) -> None:  # from the sampler's thread
+        self.app.post_message(GpuArrived(sample))
+
+    def _post_metrics(self, sample: MetricsSample) -> None:
+        self.app.post_message(MetricsArrived(sample))
+
     def _post_statuses(self) -> None:
         statuses = self.supervisor.status()
         self.app.post_message(StatusesChanged(statuses))
         self._sync_scrapers(statuses)
 
-    def _sync_scrapers(self, statuses) -> None:
+    def _sync_scrapers(self, statuses: Iterable[InstanceStatus]) -> None:
         """One ScrapeLoop per READY/UNHEALTHY instance; stopped when it leaves, replaced on a new port."""
         if not self._scrape_factory:
             return
@@ -157,7 +193,7 @@ class Bridge:
                 del self._scrapers[st.name]
                 current = None
             if current is None and st.state in SCRAPE_STATES:
-                loop = self._scrape_factory(st.name, url, lambda s: self.app.post_message(MetricsArrived(s)))
+                loop = self._scrape_factory(st.name, url, self._post_metrics)
                 if loop is not None:
                     self._scrapers[st.name] = (url, loop)
                     self.app.run_worker(

@@ -4,57 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from vtui.core.state import State
+from vtui.ui import actions
+
+if TYPE_CHECKING:
+    from vtui.ui.app import VtuiApp
 
 
-def palette_entries(app) -> list[tuple[str, Callable[[], object], str]]:
-    """(title, callback, help) for everything that applies right now."""
+def palette_entries(app: VtuiApp) -> list[tuple[str, Callable[[], object], str]]:
+    """(title, callback, help) for everything that applies right now (the instance rules: actions.py)."""
     entries: list[tuple[str, Callable[[], object], str]] = []
     for name, view in app.store.views.items():
-        state = view.state
-        if not state.running:
-            entries.append((f"instance: start {name}", partial(app.start_instances, [name]), "launch it"))
-        if state.running or state == State.BACKOFF:
-            entries.append(
-                (f"instance: stop {name}", partial(app.stop_instances, [name]), "stop its process group")
-            )
-        entries.append((f"instance: restart {name}", partial(app.restart_instance, name), "graceful restart"))
-        if view.can_rollback():
-            entries.append(
-                (
-                    f"instance: rollback {name}",
-                    partial(app.rollback_instance, name),
-                    "restart with the last flags that reached READY",
+        for entry in actions.INSTANCE_ACTIONS:
+            if entry.applies(view):
+                entries.append(
+                    (
+                        f"instance: {entry.verb} {name}",
+                        partial(actions.perform, app, entry.action, name),
+                        entry.help,
+                    )
                 )
-            )
-        entries.append(
-            (
-                f"instance: details {name}",
-                partial(app.open_screen, "detail", name),
-                "history, facts, diagnosis",
-            )
-        )
-        entries.append((f"instance: logs {name}", partial(app.open_screen, "logs", name), "follow its log"))
-        entries.append(
-            (f"instance: edit flags {name}", partial(app.open_screen, "flags", name), "flag editor")
-        )
-        entries.append(
-            (
-                f"instance: bench {name}",
-                partial(app.open_screen, "bench", name),
-                "load-test it (live progress, plot; results kept in the flag history)",
-            )
-        )
-        entries.append(
-            (
-                f"instance: presets {name}",
-                partial(app.open_screen, "presets", name),
-                "throughput-first (A) / latency-first (B)",
-            )
-        )
     entries += [
         ("layout: save", app.action_save_layout, "save the running session's layout"),
         ("layout: save as...", app.action_save_layout_as, "save to another path"),
@@ -66,13 +38,16 @@ def palette_entries(app) -> list[tuple[str, Callable[[], object], str]]:
 
 
 class VtuiCommands(Provider):
+    def _entries(self) -> list[tuple[str, Callable[[], object], str]]:
+        return palette_entries(cast("VtuiApp", self.app))
+
     async def discover(self) -> Hits:
-        for title, callback, help_text in palette_entries(self.app):
+        for title, callback, help_text in self._entries():
             yield DiscoveryHit(title, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, callback, help_text in palette_entries(self.app):
+        for title, callback, help_text in self._entries():
             score = matcher.match(title)
             if score > 0:
                 yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)

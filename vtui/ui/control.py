@@ -10,16 +10,27 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from textual import work
+from textual.app import App
+from textual.screen import Screen
 
+from vtui.core.api import SupervisorApi
 from vtui.core.model import InstanceSpec
-from vtui.ui.adapters import LayoutError, PreflightError, load_layout, save_layout
+from vtui.core.preflight import PreflightError
+from vtui.layouts import LayoutError, load_layout, save_layout
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen, spec_changes
+from vtui.ui.store import Store
 
 
-class ControlMixin:
+class ControlMixin(App[int]):
+    """The App's requests (VtuiApp's base): the supervisor and the store are set by VtuiApp."""
+
+    supervisor: SupervisorApi
+    store: Store
+
     @work(exit_on_error=False, group="control")
     async def _call(self, label: str, make: Callable[[], Awaitable[object]]) -> None:
         try:
@@ -50,12 +61,15 @@ class ControlMixin:
         if view is None or not view.can_rollback():
             self.notify(f"{name}: nothing to roll back to", severity="warning")
             return
-        good = view.status.last_good_spec
+        good = view.status.last_good_spec if view.status else None
         self.notify(f"rolling {name} back to the last flags that reached READY")
         self.restart_instance(name, good, note="rollback")
 
-    def review_and_restart(self, name: str, spec: InstanceSpec, note: str | None = None, pop=None) -> None:
-        """Show old vs new flags; restart with the new ones only when the user confirms."""
+    def review_and_restart(
+        self, name: str, spec: InstanceSpec, note: str | None = None, pop: Screen[Any] | None = None
+    ) -> None:
+        """Show old vs new flags; restart with the new ones only when the user confirms (then close `pop`,
+        the screen the change was made on)."""
         view = self.store.views[name]
         old = dict(view.spec.flags) if view.spec else {}
 
@@ -63,7 +77,10 @@ class ControlMixin:
             if not ok:
                 return
             if pop is not None and pop in self.screen_stack:
-                pop.dismiss() if hasattr(pop, "dismiss") and pop.is_modal else self.pop_screen()
+                if pop.is_modal:
+                    pop.dismiss()
+                else:
+                    self.pop_screen()
             self.restart_instance(name, spec, note=note)
 
         fields = spec_changes(view.spec, spec) if view.spec else {}
@@ -89,10 +106,12 @@ class ControlMixin:
             if path.exists() and (
                 self.store.path is None or path.resolve() != Path(self.store.path).resolve()
             ):
-                self.push_screen(
-                    ConfirmScreen(f"{path} exists. Overwrite it?"),
-                    lambda ok: self._save(path) if ok else None,
-                )
+
+                def overwrite(ok: bool | None) -> None:
+                    if ok:
+                        self._save(path)
+
+                self.push_screen(ConfirmScreen(f"{path} exists. Overwrite it?"), overwrite)
             else:
                 self._save(path)
 
@@ -119,9 +138,13 @@ class ControlMixin:
             if not text:
                 return
             if self.store.dirty:
+
+                def anyway(ok: bool | None) -> None:
+                    if ok:
+                        self._open(Path(text).expanduser())
+
                 self.push_screen(
-                    ConfirmScreen("The running layout has unsaved changes. Open anyway?"),
-                    lambda ok: self._open(Path(text).expanduser()) if ok else None,
+                    ConfirmScreen("The running layout has unsaved changes. Open anyway?"), anyway
                 )
             else:
                 self._open(Path(text).expanduser())

@@ -1,6 +1,7 @@
 """Every key vtui answers to, as Bindings with ids, plus the user's overrides from keys.toml.
 
-Ids are "noun.verb" so the help screen, the command palette and `paths.config_dir()/keys.toml`
+Every Binding of every screen is declared here (`REGISTRY`); screens only pick their list. Ids are
+"noun.verb" so the help screen, the command palette and `paths.config_dir()/keys.toml`
 (`[keys]` table: `"instance.restart" = "ctrl+r"`) all speak the same names.
 """
 
@@ -73,17 +74,52 @@ BENCH_BINDINGS = [
 ]
 
 
+PRESET_BINDINGS = [
+    Binding("a", "apply('A')", "Preset A", id="preset.a"),
+    Binding("b", "apply('B')", "Preset B", id="preset.b"),
+    Binding("escape", "close", "Cancel", id="preset.cancel"),
+]
+
+DIFF_BINDINGS = [
+    Binding("enter,y", "answer(True)", "Restart", id="diff.restart"),
+    Binding("escape,n", "answer(False)", "Cancel", id="diff.cancel"),
+]
+
+CONFIRM_BINDINGS = [
+    Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+    Binding("escape,n", "answer(False)", "No", id="confirm.no"),
+]
+
+PATH_BINDINGS = [Binding("escape", "cancel", "Cancel", id="path.cancel")]
+
+QUIT_BINDINGS = [
+    Binding("enter,l", "answer('leave')", "Leave running", id="quit.leave"),
+    Binding("s", "answer('stop')", "Stop all", id="quit.stop"),
+    Binding("escape", "answer(None)", "Cancel", id="quit.cancel"),
+]
+
+HELP_BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
+
+# The one registry: every binding of every screen, by where it applies (the help screen's sections).
+REGISTRY: dict[str, list[Binding]] = {
+    "app": APP_BINDINGS,
+    "instance (dashboard, detail)": INSTANCE_BINDINGS,
+    "dashboard": DASHBOARD_BINDINGS,
+    "detail": DETAIL_BINDINGS,
+    "logs": LOG_BINDINGS,
+    "flag editor": FLAG_BINDINGS,
+    "bench": BENCH_BINDINGS,
+    "presets": PRESET_BINDINGS,
+    "flag diff": DIFF_BINDINGS,
+    "confirm": CONFIRM_BINDINGS,
+    "path prompt": PATH_BINDINGS,
+    "quit": QUIT_BINDINGS,
+    "help": HELP_BINDINGS,
+}
+
+
 def all_binding_ids() -> set[str]:
-    groups = (
-        APP_BINDINGS,
-        INSTANCE_BINDINGS,
-        DASHBOARD_BINDINGS,
-        DETAIL_BINDINGS,
-        LOG_BINDINGS,
-        FLAG_BINDINGS,
-        BENCH_BINDINGS,
-    )
-    return {b.id for group in groups for b in group if b.id}
+    return {b.id for group in REGISTRY.values() for b in group if b.id}
 
 
 def keys_file() -> Path:

@@ -9,7 +9,12 @@ from __future__ import annotations
 from textual.message import Message
 
 from vtui.core.events import Notice
-from vtui.ui.adapters import GpuSample, InstanceStatus, MetricsSample
+from vtui.core.supervision import InstanceStatus
+from vtui.planner import ModelConfig
+from vtui.telemetry.diagnosis import Problem
+from vtui.telemetry.gpu import GpuSample
+from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.startup_log import StartupFacts
 
 
 class StatusesChanged(Message):
@@ -66,7 +71,7 @@ class LayoutOpened(Message):
 
 
 class DiagnosisReady(Message):
-    def __init__(self, instance: str, facts: object, problems: list) -> None:
+    def __init__(self, instance: str, facts: StartupFacts, problems: list[Problem]) -> None:
         super().__init__()
         self.instance = instance
         self.facts = facts
@@ -76,7 +81,9 @@ class DiagnosisReady(Message):
 class ConfigLoaded(Message):
     """A model config read from disk (or why none could be), for the planner."""
 
-    def __init__(self, key: tuple, config: object, reason: str | None) -> None:
+    def __init__(
+        self, key: tuple[str, str, str | None], config: ModelConfig | None, reason: str | None
+    ) -> None:
         super().__init__()
         self.key = key
         self.config = config

@@ -11,6 +11,8 @@ from rich.text import Text
 
 from vtui.core.model import InstanceSpec, SessionSpec
 from vtui.planner import ModelConfig, ModelConfigError, Plan, PlanParams, from_dict, load_model_config, plan
+from vtui.telemetry.gpu import GpuSample
+from vtui.telemetry.startup_log import StartupFacts
 from vtui.ui import fmt
 
 GIB = 2**30
@@ -72,9 +74,9 @@ def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, s
     return from_dict(cfg, name=model, source="sim built-in table"), None
 
 
-def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: object | None) -> float | None:
+def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: GpuSample | None) -> float | None:
     """Memory per GPU: the smallest of the instance's GPUs from NVML, else the session's override."""
-    if gpu_sample is not None and getattr(gpu_sample, "available", False) and spec.engine != "sim":
+    if gpu_sample is not None and gpu_sample.available and spec.engine != "sim":
         wanted = set(spec.gpus) or {0}
         totals = [g.memory_total for g in gpu_sample.gpus if g.index in wanted and g.memory_total]
         if totals:
@@ -143,11 +145,11 @@ def plan_params(
     )
 
 
-def device_of(spec: InstanceSpec, gpu_sample: object | None) -> str:
+def device_of(spec: InstanceSpec, gpu_sample: GpuSample | None) -> str:
     """vLLM's CPU build when a real vLLM instance has no GPU to run on; the sim simulates GPUs."""
     if spec.engine == "sim" or spec.gpus:
         return "cuda"
-    if gpu_sample is not None and not getattr(gpu_sample, "available", True):
+    if gpu_sample is not None and not gpu_sample.available:
         return "cpu"
     return "cuda"
 
@@ -232,7 +234,7 @@ def _delta(planned: float | None, reported: float | None) -> str:
     return "exact" if planned == reported else f"{diff:+.1%}"
 
 
-def planned_vs_reported_text(result: Plan | None, reason: str | None, facts: object | None) -> Text:
+def planned_vs_reported_text(result: Plan | None, reason: str | None, facts: StartupFacts | None) -> Text:
     """Planned (same flags, the logged KV budget) beside what vLLM reported at startup."""
     out = Text("Planned vs reported (same flags and KV budget)\n", style="bold")
     if result is None:
@@ -241,14 +243,14 @@ def planned_vs_reported_text(result: Plan | None, reason: str | None, facts: obj
             style="dim",
         )
         return out
-    get = (lambda name: getattr(facts, name, None)) if facts is not None else (lambda name: None)
+    f = facts or StartupFacts()
     rows = (
-        ("KV budget GiB/GPU", result.available_kv_gib, get("available_kv_gib"), ".2f"),
-        ("weights GiB/GPU", result.weights_gib_per_gpu, get("model_weights_gib"), ".2f"),
-        ("KV cache tokens", result.kv_cache_tokens, get("kv_cache_tokens"), ","),
-        ("KV blocks", result.num_gpu_blocks, get("num_gpu_blocks"), ","),
-        ("max concurrency", result.max_concurrency, get("max_concurrency"), ".2f"),
-        ("longest max-model-len", result.estimated_max_model_len, get("estimated_max_model_len"), ","),
+        ("KV budget GiB/GPU", result.available_kv_gib, f.available_kv_gib, ".2f"),
+        ("weights GiB/GPU", result.weights_gib_per_gpu, f.model_weights_gib, ".2f"),
+        ("KV cache tokens", result.kv_cache_tokens, f.kv_cache_tokens, ","),
+        ("KV blocks", result.num_gpu_blocks, f.num_gpu_blocks, ","),
+        ("max concurrency", result.max_concurrency, f.max_concurrency, ".2f"),
+        ("longest max-model-len", result.estimated_max_model_len, f.estimated_max_model_len, ","),
     )
     out.append(f"  {'':<24}{'planned':>12}{'reported':>12}  difference\n", style="dim")
     for label, planned, reported, spec in rows:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vtui.core.model import InstanceSpec
+from vtui.core.model import FlagValue, InstanceSpec
 
 
 @dataclass(frozen=True)
@@ -29,14 +29,14 @@ def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def preset_flags(key: str, spec: InstanceSpec, model_max_len: int | None = None) -> dict[str, object]:
+def preset_flags(key: str, spec: InstanceSpec, model_max_len: int | None = None) -> dict[str, FlagValue]:
     """The flags preset `key` sets on `spec` (merged over its current flags by the caller)."""
     n = max(1, len(spec.gpus))
     pp = spec.flags.get("pipeline-parallel-size", 1)
     tp = n // pp if isinstance(pp, int) and pp > 0 and n % pp == 0 else n
     ctx = 8192 if model_max_len is None else min(8192, model_max_len)
     if key.upper() == "A":
-        flags = {
+        flags: dict[str, FlagValue] = {
             "gpu-memory-utilization": 0.92,
             "max-model-len": ctx,
             "max-num-batched-tokens": _clamp(16384 * n, 8192, 65536),

@@ -10,18 +10,14 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vtui.core.model import InstanceSpec, Layout
+from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.state import State
-from vtui.ui.adapters import (
-    GpuSample,
-    InstanceStatus,
-    MetricsSample,
-    Problem,
-    diagnose,
-    kv_tokens_of,
-    max_concurrency_of,
-    parse_startup,
-)
+from vtui.core.supervision import InstanceStatus
+from vtui.planner import ModelConfig
+from vtui.telemetry.diagnosis import Problem, diagnose
+from vtui.telemetry.gpu import GpuSample
+from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.startup_log import StartupFacts, parse_startup
 
 HISTORY_SAMPLES = 600  # 10 minutes at 1 Hz
 LOG_LINES = 5000  # per instance, whole session
@@ -33,7 +29,7 @@ FLAG_HISTORY = 50
 class FlagRecord:
     """One flag set an instance ran with and what it produced."""
 
-    flags: dict[str, object]
+    flags: dict[str, FlagValue]
     outcome: str = "starting"  # starting | ready | failed
     kv_tokens: int | None = None
     max_concurrency: float | None = None
@@ -51,7 +47,7 @@ class InstanceView:
     history: deque = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
     logs: deque = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     run_lines: deque = field(default_factory=lambda: deque(maxlen=RUN_LINES))
-    facts: object | None = None
+    facts: StartupFacts | None = None
     problems: list[Problem] = field(default_factory=list)
     flag_history: deque = field(default_factory=lambda: deque(maxlen=FLAG_HISTORY))
     pending_note: str | None = None
@@ -85,9 +81,8 @@ class Store:
         self.path = layout.path  # where the layout was loaded from / last saved to
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in layout.instances}
         self.gpu: GpuSample | None = None
-        self.configs: dict[
-            tuple, tuple[object, str | None]
-        ] = {}  # planner model configs by planning.config_key
+        # planner model configs (or why none could be read) by planning.config_key
+        self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
         for spec in layout.instances:
             self.views[spec.name].flag_history.append(FlagRecord(dict(spec.flags), outcome="planned"))
 
@@ -156,8 +151,8 @@ class Store:
             view.problems = []
             if last.outcome in ("starting", "planned"):
                 last.outcome = "ready"
-                last.kv_tokens = kv_tokens_of(view.facts)
-                last.max_concurrency = max_concurrency_of(view.facts)
+                last.kv_tokens = view.facts.kv_cache_tokens
+                last.max_concurrency = view.facts.max_concurrency
         if new.state in (State.CRASHED, State.FAILED) and (old is None or old.state != new.state):
             view.needs_diagnosis = True  # the App runs diagnose() off the UI loop (it may probe ports)
             if last.outcome != "ready":
@@ -186,7 +181,7 @@ class Store:
         view.history_rev += 1
         return True
 
-    def set_diagnosis(self, name: str, facts: object, problems: list[Problem]) -> bool:
+    def set_diagnosis(self, name: str, facts: StartupFacts, problems: list[Problem]) -> bool:
         view = self.views.get(name)
         if view is None:
             return False
@@ -219,14 +214,11 @@ class Store:
 
 def run_diagnosis(
     lines: list[str], gpu: GpuSample | None, gpus: tuple[int, ...], name: str, own_pids: set[int]
-) -> tuple[object, list[Problem]]:
+) -> tuple[StartupFacts, list[Problem]]:
     """Startup facts and problems of a failed run (blocking: may look up port holders; call in a thread)."""
     facts = parse_startup(lines)
-    try:
-        problems = diagnose(lines, facts, gpu=gpu, gpu_indices=gpus, instance=name, own_pids=own_pids)
-    except TypeError:  # a diagnose() without the keyword extras
-        problems = diagnose(lines, facts)
-    return facts, list(problems)
+    problems = diagnose(lines, facts, gpu=gpu, gpu_indices=gpus, instance=name, own_pids=own_pids)
+    return facts, problems
 
 
 def _layout_key(layout: Layout) -> tuple:

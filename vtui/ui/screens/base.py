@@ -1,27 +1,41 @@
-"""Instance actions shared by the dashboard and the detail screen, greyed out where they do not apply."""
+"""The screens' bases: StoreScreen (repainted from the store) and InstanceScreen (the instance keys of the
+dashboard and the detail screen, greyed out where they do not apply; the rules: `vtui.ui.actions`, which
+the command palette reads too)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from vtui.core.state import State
-from vtui.ui.store import InstanceView
+from textual.screen import Screen
+
+from vtui.ui import actions
+from vtui.ui.store import InstanceView, Store
 
 if TYPE_CHECKING:
+    from textual import getters
+
     from vtui.ui.app import VtuiApp
 
-INSTANCE_ACTIONS = {"detail", "logs", "flags", "presets", "restart", "start", "stop", "rollback", "bench"}
+
+class StoreScreen(Screen[None]):
+    """A full screen that shows the store: the App calls `refresh_view` after each change (`names`: the
+    instances whose view changed; None: anything may have)."""
+
+    if TYPE_CHECKING:
+        app = getters.app(VtuiApp)
+
+    def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
+        raise NotImplementedError
 
 
-class InstanceActions:
-    """Mixin for a Screen that has a current instance (`selected_name`)."""
+class InstanceScreen(StoreScreen):
+    """A screen that has a current instance (`selected_name`) and the instance keys."""
 
-    app: VtuiApp
+    _binding_key: tuple[object, ...] | None = None
 
     def selected_name(self) -> str | None:  # pragma: no cover - overridden
         raise NotImplementedError
-
-    _binding_key: tuple | None = None
 
     def refresh_bindings_if_changed(self) -> None:
         """Re-check the greyed-out actions only when what they depend on changed (a footer refresh
@@ -42,66 +56,40 @@ class InstanceActions:
         return self.app.store.views.get(name) if name else None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action not in INSTANCE_ACTIONS:
+        if action not in actions.BY_ACTION:
             return True
         view = self._view()
         if view is None:
             return False
-        state = view.state
-        if action == "start":
-            return True if not state.running else None
-        if action == "stop":
-            return True if state.running or state == State.BACKOFF else None
-        if action == "restart":
-            return True if state != State.STOPPING else None
-        if action == "rollback":
-            return True if view.can_rollback() else None
-        if action == "bench":
-            return True if state == State.READY else None
-        return True
+        return True if actions.applies(action, view) else None
+
+    def _perform(self, action: str) -> None:
+        if name := self.selected_name():
+            actions.perform(self.app, action, name)
 
     def action_detail(self) -> None:
-        from vtui.ui.screens.detail import DetailScreen
-
-        if name := self.selected_name():
-            self.app.push_screen(DetailScreen(name))
+        self._perform("detail")
 
     def action_logs(self) -> None:
-        from vtui.ui.screens.logs import LogScreen
-
-        if name := self.selected_name():
-            self.app.push_screen(LogScreen(name))
+        self._perform("logs")
 
     def action_flags(self) -> None:
-        from vtui.ui.screens.flags import FlagEditorScreen
-
-        if name := self.selected_name():
-            self.app.push_screen(FlagEditorScreen(name))
+        self._perform("flags")
 
     def action_presets(self) -> None:
-        from vtui.ui.screens.presets import PresetScreen
-
-        if name := self.selected_name():
-            self.app.push_screen(PresetScreen(name))
+        self._perform("presets")
 
     def action_bench(self) -> None:
-        from vtui.ui.screens.bench import BenchScreen
-
-        if name := self.selected_name():
-            self.app.push_screen(BenchScreen(name))
+        self._perform("bench")
 
     def action_restart(self) -> None:
-        if name := self.selected_name():
-            self.app.restart_instance(name)
+        self._perform("restart")
 
     def action_start(self) -> None:
-        if name := self.selected_name():
-            self.app.start_instances([name])
+        self._perform("start")
 
     def action_stop(self) -> None:
-        if name := self.selected_name():
-            self.app.stop_instances([name])
+        self._perform("stop")
 
     def action_rollback(self) -> None:
-        if name := self.selected_name():
-            self.app.rollback_instance(name)
+        self._perform("rollback")

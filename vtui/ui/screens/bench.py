@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, Static
 
 from vtui.bench import BenchConfig, BenchProgress, BenchResult, StepResult, run_bench, write_results
 from vtui.core.paths import runs_dir
 from vtui.ui import fmt
-from vtui.ui.adapters import max_concurrency_of
 from vtui.ui.keymap import BENCH_BINDINGS
 from vtui.ui.messages import BenchRecorded
+from vtui.ui.screens.base import StoreScreen
+from vtui.ui.store import Store
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
@@ -52,7 +53,9 @@ class BenchProgressed(Message):
 
 
 class BenchDone(Message):
-    def __init__(self, result: BenchResult | None, paths: tuple | None, error: str | None) -> None:
+    def __init__(
+        self, result: BenchResult | None, paths: tuple[Path, Path] | None, error: str | None
+    ) -> None:
         super().__init__()
         self.result, self.paths, self.error = result, paths, error
 
@@ -155,8 +158,8 @@ def bench_summary(result: BenchResult, json_path: str | None = None) -> dict[str
     }
 
 
-class BenchScreen(Screen):
-    BINDINGS = BENCH_BINDINGS
+class BenchScreen(StoreScreen):
+    BINDINGS = [*BENCH_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()
@@ -171,7 +174,7 @@ class BenchScreen(Screen):
         with Vertical(id="bench-form"):
             view = self.app.store.views.get(self.instance)
             seqs = view.spec.flags.get("max-num-seqs") if view and view.spec else None
-            start = starting_concurrency(max_concurrency_of(view.facts) if view else None, seqs)
+            start = starting_concurrency(view.facts.max_concurrency if view and view.facts else None, seqs)
             for key, default, hint in FIELDS:
                 if key == "concurrency":
                     default = str(start)
@@ -191,7 +194,7 @@ class BenchScreen(Screen):
         self.query_one("#bench-plot", Static).update(plot_text([]))
         self.query(Input).first().focus()
 
-    def refresh_view(self, store, names=None) -> None:
+    def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
         self.query_one(TitleBar).refresh_from(store)
 
     def _url(self) -> str:
@@ -222,8 +225,10 @@ class BenchScreen(Screen):
         values = {box.name or "": box.value for box in self.query(".bench-value").results(Input)}
         spec = view.spec
         key = spec.flags.get("api-key") if spec else None
+        if isinstance(key, list):
+            key = key[0] if key else None
         try:
-            config = config_from(values, self._url(), key[0] if isinstance(key, list) else key)
+            config = config_from(values, self._url(), key if isinstance(key, str) else None)
         except ValueError as exc:
             self._status(Text(str(exc), style="red"))
             return
@@ -251,7 +256,7 @@ class BenchScreen(Screen):
         loop = asyncio.new_event_loop()
         try:
             self._loop = loop
-            self._task = loop.create_task(runner(config, lambda p: self.post_message(BenchProgressed(p))))
+            self._task = loop.create_task(runner(config, self._progressed))
             result = loop.run_until_complete(self._task)
             stem = (
                 time.strftime("bench-%Y%m%d-%H%M%S", time.localtime(result.started_at)) + f"-{self.instance}"
@@ -266,6 +271,9 @@ class BenchScreen(Screen):
         finally:
             self._loop = self._task = None
             loop.close()
+
+    def _progressed(self, progress: BenchProgress) -> None:  # from the run's thread
+        self.post_message(BenchProgressed(progress))
 
     def on_bench_progressed(self, message: BenchProgressed) -> None:
         p = message.progress
@@ -284,7 +292,7 @@ class BenchScreen(Screen):
 
     def on_bench_done(self, message: BenchDone) -> None:
         self.running = False
-        if message.result is None:
+        if message.result is None or message.paths is None:
             self._status(
                 Text(f"bench {message.error}", style="red" if message.error != "cancelled" else "yellow")
             )

@@ -6,11 +6,10 @@ from collections.abc import Iterable
 
 from textual.app import ComposeResult
 from textual.containers import Container, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from vtui.ui.keymap import DASHBOARD_BINDINGS, INSTANCE_BINDINGS
-from vtui.ui.screens.base import InstanceActions
+from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
 from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_card import InstanceCard
@@ -20,7 +19,7 @@ CARD_LINES = 3  # .card height in vtui.tcss
 WIDE = 150  # columns from which the GPU panel moves to the right of the cards
 
 
-class DashboardScreen(InstanceActions, Screen):
+class DashboardScreen(InstanceScreen):
     BINDINGS = [*INSTANCE_BINDINGS, *DASHBOARD_BINDINGS]
 
     def __init__(self) -> None:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from enum import Enum
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Sparkline, Static
 
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
-from vtui.ui.screens.base import InstanceActions
+from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import InstanceView, Store
 from vtui.ui.widgets.instance_card import card_text, spark_data
 from vtui.ui.widgets.titlebar import TitleBar
@@ -29,7 +29,7 @@ PLOTS = (
 def facts_text(view: InstanceView) -> Text:
     out = Text("Startup facts\n", style="bold")
     facts = view.facts
-    if facts is None or not dataclasses.is_dataclass(facts):
+    if facts is None:
         out.append("  -- (known once the instance has started)\n", style="dim")
         return out
     shown = 0
@@ -38,7 +38,7 @@ def facts_text(view: InstanceView) -> Text:
         if value is None or value == () or value == {}:
             continue
         shown += 1
-        value = value.value if hasattr(value, "value") else value
+        value = value.value if isinstance(value, Enum) else value
         out.append(f"  {f.name.replace('_', ' '):<26} {fmt.flag_value(value)}\n")
     if not shown:
         out.append("  --\n", style="dim")
@@ -68,7 +68,7 @@ def diagnosis_text(view: InstanceView) -> Text:
         out.append(f"{problem.message}\n", style="red")
         if problem.explanation:
             out.append(f"      {problem.explanation}\n")
-        for remedy in getattr(problem, "remedies", ())[:4]:
+        for remedy in problem.remedies[:4]:
             out.append(f"      - {remedy}\n", style="dim")
         if problem.fix:
             fix = " ".join(f"--{k} {fmt.flag_value(v)}" for k, v in problem.fix.items())
@@ -129,7 +129,7 @@ def history_text(view: InstanceView) -> Text:
     return out
 
 
-class DetailScreen(InstanceActions, Screen):
+class DetailScreen(InstanceScreen):
     BINDINGS = [*DETAIL_BINDINGS, *[b for b in INSTANCE_BINDINGS if b.action != "detail"]]
 
     def __init__(self, name: str) -> None:
@@ -211,7 +211,7 @@ class DetailScreen(InstanceActions, Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "fix":
             view = self._view()
-            index = int(parameters[0]) if parameters else 0
+            index = parameters[0] if parameters and isinstance(parameters[0], int) else 0
             ok = view is not None and index < len(view.problems) and bool(view.problems[index].fix)
             return True if ok else None
         return super().check_action(action, parameters)
@@ -229,11 +229,14 @@ class DetailScreen(InstanceActions, Screen):
         view = self._view()
         if view is None or view.spec is None or index >= len(view.problems) or not view.problems[index].fix:
             return
-        fix = dict(view.problems[index].fix)
-        fields = {k: fix.pop(k) for k in ("port", "host") if k in fix}  # spec fields, not vLLM flags
+        fix = dict(view.problems[index].fix or {})
+        port, host = fix.pop("port", None), fix.pop("host", None)  # spec fields, not vLLM flags
         spec = view.spec.with_flags(
-            {k: v for k, v in fix.items() if v is not None}, unset=[k for k, v in fix.items() if v is None]
+            {k: v for k, v in fix.items() if isinstance(v, bool | int | float | str | list)},
+            unset=[k for k, v in fix.items() if v is None],
         )
-        if fields:
-            spec = dataclasses.replace(spec, **fields)
+        if isinstance(port, int):
+            spec = dataclasses.replace(spec, port=port)
+        if isinstance(host, str):
+            spec = dataclasses.replace(spec, host=host)
         self.app.review_and_restart(self.instance, spec, note=f"fix: {view.problems[index].kind}")

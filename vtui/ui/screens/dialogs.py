@@ -6,12 +6,12 @@ from collections.abc import Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from vtui.ui import fmt
+from vtui.ui.keymap import CONFIRM_BINDINGS, DIFF_BINDINGS, PATH_BINDINGS, QUIT_BINDINGS
 from vtui.ui.widgets.ordered_input import OrderedInput
 
 
@@ -51,10 +51,7 @@ def spec_changes(old, new) -> dict[str, tuple[object, object]]:
 class DiffScreen(ModalScreen[bool]):
     """Old vs new flags; enter restarts with the new ones, escape cancels."""
 
-    BINDINGS = [
-        Binding("enter,y", "answer(True)", "Restart", id="diff.restart"),
-        Binding("escape,n", "answer(False)", "Cancel", id="diff.cancel"),
-    ]
+    BINDINGS = [*DIFF_BINDINGS]
 
     def __init__(
         self,
@@ -86,10 +83,7 @@ class DiffScreen(ModalScreen[bool]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [
-        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
-        Binding("escape,n", "answer(False)", "No", id="confirm.no"),
-    ]
+    BINDINGS = [*CONFIRM_BINDINGS]
 
     def __init__(self, question: str) -> None:
         super().__init__()
@@ -105,7 +99,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class PathScreen(ModalScreen[str | None]):
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="path.cancel")]
+    BINDINGS = [*PATH_BINDINGS]
 
     def __init__(self, title: str, value: str = "") -> None:
         super().__init__()
@@ -127,11 +121,7 @@ class PathScreen(ModalScreen[str | None]):
 class QuitScreen(ModalScreen[str | None]):
     """Leave the instances running (default; re-adopted next time) or stop them, then quit."""
 
-    BINDINGS = [
-        Binding("enter,l", "answer('leave')", "Leave running", id="quit.leave"),
-        Binding("s", "answer('stop')", "Stop all", id="quit.stop"),
-        Binding("escape", "answer(None)", "Cancel", id="quit.cancel"),
-    ]
+    BINDINGS = [*QUIT_BINDINGS]
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):

@@ -5,23 +5,26 @@ Ctrl+R shows the diff of old vs new flags and restarts with them; nothing restar
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import Footer, Input, Label, Static
 
 from vtui.core.advice import flag_advice
-from vtui.core.model import InstanceSpec
+from vtui.core.flagspec import BUILTIN_FLAGS, SEED_FLAGS, parse_flag_value, validate_flag
+from vtui.core.model import FlagValue, InstanceSpec
 from vtui.ui import fmt, planning
-from vtui.ui.adapters import BUILTIN_FLAGS, SEED_FLAGS, check_value
 from vtui.ui.keymap import FLAG_BINDINGS
+from vtui.ui.screens.base import StoreScreen
+from vtui.ui.store import Store
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
 
-def consistency_problem(spec: InstanceSpec, flags: dict[str, object]) -> str | None:
+def consistency_problem(spec: InstanceSpec, flags: Mapping[str, object]) -> str | None:
     """tensor x pipeline parallel must use exactly the pinned GPUs."""
     if not spec.gpus:
         return None
@@ -32,6 +35,22 @@ def consistency_problem(spec: InstanceSpec, flags: dict[str, object]) -> str | N
             f"{len(spec.gpus)} GPU(s) {list(spec.gpus)}"
         )
     return None
+
+
+def check_value(name: str, text: str) -> tuple[object, str | None]:
+    """(typed value, None) for valid editor text, else (text, the flag schema's message)."""
+    try:
+        value = parse_flag_value(name, text)
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        return text, message.split(": ", 1)[1] if message.startswith(f"{name}: ") else message
+    return value, validate_flag(name, value)
+
+
+def typed_value(name: str, text: str) -> FlagValue:
+    """The editor text as the flag's value: typed when the schema parses it, else the text itself."""
+    value = check_value(name, text)[0]
+    return value if isinstance(value, bool | int | float | str | list) else text
 
 
 def help_of(name: str) -> str:
@@ -60,8 +79,8 @@ class FlagRow(Horizontal):
         )
 
 
-class FlagEditorScreen(Screen):
-    BINDINGS = FLAG_BINDINGS
+class FlagEditorScreen(StoreScreen):
+    BINDINGS = [*FLAG_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()
@@ -97,7 +116,7 @@ class FlagEditorScreen(Screen):
         self._replan()
         self._show_errors()  # the advice on the flags as they are
 
-    def refresh_view(self, store, names=None) -> None:
+    def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
         self.query_one(TitleBar).refresh_from(store)
         self._replan()
 
@@ -178,7 +197,7 @@ class FlagEditorScreen(Screen):
             existing.first().focus()
         event.input.value = ""
 
-    def edited_flags(self) -> dict[str, object]:
+    def edited_flags(self) -> dict[str, FlagValue]:
         """The flags as edited: untouched rows keep their value (and type); empty rows are unset."""
         flags = dict(self.spec.flags)
         for box in self.query(".flag-value").results(Input):
@@ -190,7 +209,7 @@ class FlagEditorScreen(Screen):
             elif original is not None and text == fmt.flag_value(original):
                 continue
             else:
-                flags[name] = check_value(name, text)[0]
+                flags[name] = typed_value(name, text)
         return flags
 
     # -- actions -------------------------------------------------------------------------------------

@@ -1,35 +1,48 @@
-"""Help generated from the live bindings of the screen it was opened on (remapped keys included)."""
+"""Help: the live bindings of the screen it was opened on (greyed where they do not apply now), then
+every other binding of the registry by screen; remapped keys shown as remapped."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
-from vtui.ui.keymap import keys_file
+from vtui.ui.keymap import HELP_BINDINGS, REGISTRY, keys_file
+
+Row = tuple[str, str, str, bool]  # (keys, description, id, enabled)
 
 
-def help_text(rows: list[tuple[str, str, str, bool]]) -> Text:
-    out = Text("Keys (greyed: not available right now)\n\n", style="bold")
+def _rows_text(out: Text, rows: list[Row]) -> None:
     for key, description, ident, enabled in rows:
         style = "" if enabled else "dim"
         out.append(f"  {key:<14}", style="bold cyan" if enabled else "dim")
         out.append(f"{description:<22}", style=style)
         out.append(f"{ident}\n", style="dim")
+
+
+def help_text(rows: list[Row], others: Sequence[tuple[str, list[Row]]] = ()) -> Text:
+    out = Text("Keys (greyed: not available right now)\n\n", style="bold")
+    _rows_text(out, rows)
+    for group, group_rows in others:
+        out.append(f"\nOn {group}\n", style="bold")
+        _rows_text(out, group_rows)
     out.append(
         f'\nctrl+p opens the command palette ("instance: restart NAME", "layout: save as...").\n'
-        f'Remap keys in {keys_file()} under [keys], e.g. "instance.restart" = "ctrl+r".\n',
+        f'Remap any id above in {keys_file()} under [keys], e.g. "instance.restart" = "ctrl+r".\n',
         style="dim",
     )
     return out
 
 
-def live_rows(screen) -> list[tuple[str, str, str, bool]]:
+def live_rows(screen: Screen[object]) -> list[Row]:
     """(key, description, id, enabled) for every binding active on `screen`, grouped by id."""
-    seen: dict[str, tuple[str, str, str, bool]] = {}
+    seen: dict[str, Row] = {}
     for active in screen.active_bindings.values():
         b = active.binding
         if not b.description or b.system or not (b.id or b.action == "command_palette"):
@@ -44,16 +57,33 @@ def live_rows(screen) -> list[tuple[str, str, str, bool]]:
     return sorted(seen.values(), key=lambda r: r[2])
 
 
-class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
+def registry_rows(app: App[Any], keymap: dict[str, str], skip: set[str]) -> list[tuple[str, list[Row]]]:
+    """Every registered binding not in `skip`, by screen, with the user's keys where remapped."""
+    groups: list[tuple[str, list[Row]]] = []
+    for group, bindings in REGISTRY.items():
+        rows: list[Row] = []
+        for b in bindings:
+            if not b.id or b.id in skip:
+                continue
+            keys = keymap.get(b.id, b.key).split(",")
+            display = "/".join(app.get_key_display(replace(b, key=k.strip())) for k in keys)
+            rows.append((display, b.description, b.id, True))
+        if rows:
+            groups.append((group, rows))
+    return groups
 
-    def __init__(self, rows: list[tuple[str, str, str, bool]]) -> None:
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [*HELP_BINDINGS]
+
+    def __init__(self, rows: list[Row], others: list[tuple[str, list[Row]]] | None = None) -> None:
         super().__init__()
         self.rows = rows
+        self.others = others or []
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog", id="help"):
-            yield Static(help_text(self.rows))
+            yield Static(help_text(self.rows, self.others))
 
     def action_close(self) -> None:
         self.dismiss(None)

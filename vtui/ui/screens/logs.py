@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Log
 
 from vtui.ui.keymap import LOG_BINDINGS
+from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import LOG_LINES, Store
 from vtui.ui.widgets.ordered_input import OrderedInput
 from vtui.ui.widgets.titlebar import TitleBar
@@ -34,8 +34,8 @@ class LevelHighlighter(Highlighter):
             text.stylize("yellow")
 
 
-class LogScreen(Screen):
-    BINDINGS = LOG_BINDINGS
+class LogScreen(StoreScreen):
+    BINDINGS = [*LOG_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()

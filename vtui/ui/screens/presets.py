@@ -2,36 +2,46 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from vtui.core.model import InstanceSpec
 from vtui.ui import fmt
-from vtui.ui.adapters import fact
-from vtui.ui.presets import PRESETS, preset_flags
+from vtui.ui.keymap import PRESET_BINDINGS
+from vtui.ui.presets import PRESETS, apply_preset, preset_flags
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from vtui.ui.app import VtuiApp
 
 
 class PresetScreen(ModalScreen[None]):
-    BINDINGS = [
-        Binding("a", "apply('A')", "Preset A", id="preset.a"),
-        Binding("b", "apply('B')", "Preset B", id="preset.b"),
-        Binding("escape", "close", "Cancel", id="preset.cancel"),
-    ]
+    if TYPE_CHECKING:
+        app = getters.app(VtuiApp)
+
+    BINDINGS = [*PRESET_BINDINGS]
 
     def __init__(self, name: str) -> None:
         super().__init__()
         self.instance = name
 
     def _model_len(self) -> int | None:
-        view = self.app.store.views[self.instance]
-        return fact(view.facts, "model_max_len", "derived_max_model_len")
+        """The model's own limit (its config's derived max_model_len), once the planner has read it."""
+        loaded = self.app.model_config(self._spec())
+        config = loaded[0] if loaded is not None else None
+        return config.max_position_embeddings if config is not None else None
+
+    def _spec(self) -> InstanceSpec:
+        return self.app.store.views[self.instance].spec or self.app.store.layout.instance(self.instance)
 
     def compose(self) -> ComposeResult:
-        view = self.app.store.views[self.instance]
-        spec = view.spec or self.app.store.layout.instance(self.instance)
+        spec = self._spec()
         text = Text(
             f"Presets for {self.instance} ({len(spec.gpus) or 'no'} GPU(s), {spec.model})\n\n", style="bold"
         )
@@ -47,9 +57,7 @@ class PresetScreen(ModalScreen[None]):
             yield Static("a/b: review the diff, then restart   escape: cancel", classes="dialog-keys")
 
     def action_apply(self, key: str) -> None:
-        view = self.app.store.views[self.instance]
-        spec = view.spec or self.app.store.layout.instance(self.instance)
-        new = spec.with_flags(preset_flags(key, spec, self._model_len()))
+        new = apply_preset(key, self._spec(), self._model_len())
         self.dismiss(None)
         self.app.review_and_restart(self.instance, new, note=f"preset {key}")
 

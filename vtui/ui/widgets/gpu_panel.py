@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from vtui.telemetry.gpu import GpuSample
 from vtui.ui import fmt
-from vtui.ui.adapters import GpuSample
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan", "bright_magenta")
 
@@ -38,7 +38,7 @@ def gpu_text(sample: GpuSample | None, names: list[str], width: int) -> Text:
     for gpu in sample.gpus:
         if out:
             out.append("\n")
-        label = f"GPU{gpu.index} {gpu.name.removeprefix('NVIDIA ')[:10]:<10} "
+        label = f"GPU{gpu.index} {(gpu.name or '?').removeprefix('NVIDIA ')[:10]:<10} "
         out.append(label, style="bold")
         total = gpu.memory_total
         out.append("[")

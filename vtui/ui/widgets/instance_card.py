@@ -76,9 +76,11 @@ def card_lines(
         err.truncate(width)
         lines.append(err)
         if view.problems and hint:
-            hint = Text(f"  {len(view.problems)} problem(s) diagnosed, press enter for fixes", style="yellow")
-            hint.truncate(width)
-            lines.append(hint)
+            hint_line = Text(
+                f"  {len(view.problems)} problem(s) diagnosed, press enter for fixes", style="yellow"
+            )
+            hint_line.truncate(width)
+            lines.append(hint_line)
         return lines
     kv = s.kv_usage if s else None
     cap = s.kv_capacity_tokens if s else None

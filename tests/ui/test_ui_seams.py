@@ -1,0 +1,30 @@
+"""The UI talks to the supervisor through `SupervisorApi` only; the fake the UI tests drive satisfies it."""
+
+from __future__ import annotations
+
+from vtui.core.api import SupervisorApi
+from vtui.core.supervisor import Supervisor
+from vtui.testing.fake_supervisor import FakeSupervisor
+
+
+def test_the_fake_and_the_real_supervisor_satisfy_the_seam(layout):
+    fake = FakeSupervisor(layout)
+    assert isinstance(fake, SupervisorApi)
+    assert isinstance(Supervisor(layout), SupervisorApi)
+    fake.emit_logs("qwen", ["a", "b"])
+    assert fake.recent_lines("qwen") == ["a", "b"] and fake.recent_lines("llama") == []
+
+
+def test_the_ui_never_reaches_the_supervisor_through_hasattr_or_any():
+    """No `supervisor: Any`, no `hasattr(...)` probing in the UI package (typed seams instead)."""
+    import re
+    from pathlib import Path
+
+    import vtui.ui
+
+    offenders = []
+    for path in Path(vtui.ui.__file__).parent.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"\bhasattr\(|supervisor: Any|getattr\(problem", text):
+            offenders.append(path.name)
+    assert offenders == []

@@ -1,0 +1,73 @@
+"""Which instance actions apply, in one table: the screens' greyed-out keys (`InstanceScreen.check_action`)
+and the command palette's entries both read it, so a key and its palette entry can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vtui.core.state import State
+from vtui.ui.store import InstanceView
+
+if TYPE_CHECKING:
+    from vtui.ui.app import VtuiApp
+
+
+@dataclass(frozen=True)
+class InstanceAction:
+    action: str  # the Textual action name, as in the bindings ("restart" for action_restart)
+    verb: str  # the palette's "instance: VERB NAME"
+    help: str
+    applies: Callable[[InstanceView], bool]
+
+
+def _always(view: InstanceView) -> bool:
+    return True
+
+
+INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
+    InstanceAction("start", "start", "launch it", lambda v: not v.state.running),
+    InstanceAction(
+        "stop", "stop", "stop its process group", lambda v: v.state.running or v.state == State.BACKOFF
+    ),
+    InstanceAction("restart", "restart", "graceful restart", lambda v: v.state != State.STOPPING),
+    InstanceAction(
+        "rollback", "rollback", "restart with the last flags that reached READY", lambda v: v.can_rollback()
+    ),
+    InstanceAction("detail", "details", "history, facts, diagnosis", _always),
+    InstanceAction("logs", "logs", "follow its log", _always),
+    InstanceAction("flags", "edit flags", "flag editor", _always),
+    InstanceAction(
+        "bench",
+        "bench",
+        "load-test it (live progress, plot; results kept in the flag history)",
+        lambda v: v.state == State.READY,
+    ),
+    InstanceAction("presets", "presets", "throughput-first (A) / latency-first (B)", _always),
+)
+BY_ACTION = {a.action: a for a in INSTANCE_ACTIONS}
+SCREENS = ("detail", "logs", "flags", "presets", "bench")  # the actions that open a screen on the instance
+
+
+def applies(action: str, view: InstanceView | None) -> bool:
+    """Whether `action` can be done on the instance shown by `view` now (False without an instance)."""
+    entry = BY_ACTION.get(action)
+    return entry is not None and view is not None and entry.applies(view)
+
+
+def perform(app: VtuiApp, action: str, name: str) -> None:
+    """Do `action` on instance `name` (the key and the palette entry call this alike)."""
+    if action in SCREENS:
+        app.open_screen(action, name)
+    elif action == "start":
+        app.start_instances([name])
+    elif action == "stop":
+        app.stop_instances([name])
+    elif action == "restart":
+        app.restart_instance(name)
+    elif action == "rollback":
+        app.rollback_instance(name)
+    else:
+        raise KeyError(action)
