@@ -109,12 +109,3 @@ def test_plan_command_from_real_log(name, tmp_path, capsys):
         "assumptions",
     ):
         assert key in out
-
-
-def test_human_byte_counts_match_vllm():
-    assert plan_cmd.human_bytes("1G") == 1 << 30
-    assert plan_cmd.human_bytes("64M") == 64 << 20
-    assert plan_cmd.human_bytes("1g") == 10**9
-    assert plan_cmd.human_bytes("1048576") == 1048576
-    with pytest.raises(argparse.ArgumentTypeError):
-        plan_cmd.human_bytes("lots")

@@ -4,26 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
+from vtui.core.flagspec import human_int_arg
+
 HELP = "plan KV-cache capacity (tokens, concurrency, longest context) before a launch"
-
-_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT]?)$")
-
-
-def human_bytes(text: str) -> int:
-    """vLLM's human-readable integers: 1k = 1000, 1K = 1024, 1G = 2**30, 1g = 10**9."""
-    match = _HUMAN.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 64M, 1G, 1073741824)")
-    number, suffix = match.groups()
-    if not suffix:
-        return int(float(number))
-    if suffix.islower():
-        return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
-    return int(float(number) * 2 ** (10 * "KMGT".index(suffix) + 10))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,15 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantization", "-q", default=None)
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--block-size", type=int, default=None, help="default 16 (GPU), 128 (CPU)")
-    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-model-len", type=human_int_arg, default=None)
     parser.add_argument("--max-num-seqs", type=int, default=None)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--max-num-batched-tokens", type=human_int_arg, default=None)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--kv-memory-gib", type=float, default=None, help="known KV budget per GPU (GiB)")
     budget.add_argument(
         "--kv-memory-bytes",
         "--kv-cache-memory-bytes",
-        type=human_bytes,
+        type=human_int_arg,
         default=None,
         help="known KV budget per GPU in bytes (64M, 1G: as vLLM parses them)",
     )

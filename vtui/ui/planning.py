@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from rich.text import Text
 
+from vtui.core.flagspec import human_int
 from vtui.core.model import InstanceSpec, SessionSpec
 from vtui.planner import ModelConfig, ModelConfigError, Plan, PlanParams, from_dict, load_model_config, plan
 from vtui.ui import fmt
@@ -94,12 +95,7 @@ def _int(value: object) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
-        from vtui.commands.plan import human_bytes
-
-        try:
-            return human_bytes(value)
-        except Exception:
-            return None
+        return human_int(value)
     return None
 
 
