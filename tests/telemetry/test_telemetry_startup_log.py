@@ -208,3 +208,15 @@ def test_feed_reports_changes_and_a_new_run_resets() -> None:
 def test_empty_log() -> None:
     facts = parse_startup([])
     assert facts.to_json() == {} and facts.phase is None
+
+
+def test_phase_rank_is_the_one_startup_order() -> None:
+    """Phase.rank (core.state) is the order the instance state machine and the log reader both use."""
+    order = [Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE]
+    order += [Phase.CAPTURING_GRAPHS, Phase.API_UP]
+    assert [p.rank for p in order] == list(range(len(order))) and len(Phase) == len(order)
+    assert Phase.KV_CACHE.advances(None) and Phase.KV_CACHE.advances(Phase.PROFILING)
+    assert not Phase.PROFILING.advances(Phase.KV_CACHE) and not Phase.KV_CACHE.advances(Phase.KV_CACHE)
+    # a late "Loading weights" line after the KV cache line does not move the phase back
+    facts = parse_startup(["INFO GPU KV cache size: 1,024 tokens", "INFO Loading weights took 1.0 seconds"])
+    assert facts.phase is Phase.KV_CACHE

@@ -40,14 +40,6 @@ FACT_KEYS: tuple[str, ...] = (
     "cuda_graph_capture_secs",
     "torch_compile_secs",
 )
-_PHASE_ORDER = (
-    Phase.SPAWNED,
-    Phase.LOADING_WEIGHTS,
-    Phase.PROFILING,
-    Phase.KV_CACHE,
-    Phase.CAPTURING_GRAPHS,
-    Phase.API_UP,
-)
 _V0_DEFAULT_BLOCK_SIZE = 16
 
 
@@ -256,7 +248,7 @@ class StartupTracker:
         if self._phase is None:
             self._phase, changed = Phase.SPAWNED, True
         phase = phase_of(line) or (Phase.CAPTURING_GRAPHS if _V0_CAPTURE.search(line) else None)
-        if phase is not None and _PHASE_ORDER.index(phase) > _PHASE_ORDER.index(self._phase):
+        if phase is not None and phase.advances(self._phase):
             self._phase, changed = phase, True
         for pattern, groups in _RULES:
             m = pattern.search(line)
