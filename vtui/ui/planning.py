@@ -200,15 +200,15 @@ def planned_for_run(
     config: ModelConfig | None, spec: InstanceSpec, lines: list[str], gpu_gib: float | None, device: str
 ) -> tuple[Plan | None, str | None, object | None]:
     """What the planner predicts for a run's flags with the KV budget vLLM logged (exact when
-    --kv-cache-memory-bytes was given). Returns (plan, reason when none, LogFacts)."""
-    from vtui.planner import read_log_facts
+    --kv-cache-memory-bytes was given). Returns (plan, reason when none, StartupFacts)."""
+    from vtui.telemetry.startup_log import parse_startup
 
-    facts = read_log_facts(lines)
+    facts = parse_startup(lines)
     if config is None:
         return None, None, facts
     kv, source = facts.kv_memory_bytes, None
     if kv is not None:
-        source = "log (exact)" if facts.exact else "log (0.01 GiB)"
+        source = "log (exact)" if facts.kv_memory_exact else "log (0.01 GiB)"
     params = plan_params(
         spec.flags,
         gpu_gib,
