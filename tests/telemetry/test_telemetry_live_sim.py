@@ -1,4 +1,4 @@
-"""Live: the simulated engine (`python -m vtui.sim`) started for real, its log read by StartupTracker
+"""Live: the simulated engine (`python -m vtui.sim`) started for real, its log read by parse_startup
 and its /metrics by ScrapeLoop, for both metric namings it speaks."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from vtui.core.state import Phase
 from vtui.telemetry.scrape import ScrapeLoop
-from vtui.telemetry.startup_log import StartupTracker
+from vtui.telemetry.startup_log import parse_startup
 
 
 def _free_port() -> int:
@@ -55,18 +55,13 @@ async def test_sim_log_and_metrics(naming: str, tmp_path: Path) -> None:
             start_new_session=True,
         )
     try:
-        tracker = StartupTracker()
-        seen = 0
+        facts = parse_startup([])
         deadline = time.monotonic() + 30
-        while tracker.phase is not Phase.API_UP:
+        while facts.phase is not Phase.API_UP:
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the sim never came up"
-            lines = log.read_text(errors="replace").splitlines()
-            for line in lines[seen:]:
-                tracker.feed(line)
-            seen = len(lines)
+            facts = parse_startup(log.read_text(errors="replace").splitlines())
             await asyncio.sleep(0.1)
-        facts = tracker.facts
         assert facts.engine == "V1" and facts.max_model_len == 8192 and facts.kv_cache_tokens
 
         samples = []

@@ -165,3 +165,31 @@ def test_preemption_fixtures(fixture_text) -> None:
     assert s.kv_usage == 1.0 and s.waiting == 7.0
     assert s.preemptions_per_s == pytest.approx(1.0)
     assert s.kv_capacity_tokens == 1024
+
+
+def test_one_histogram_table_feeds_the_reader_and_the_sample() -> None:
+    """promtext.HISTOGRAM_ROLES is the only table of histogram names: the reader keeps exactly its names
+    and every role is a percentile field of MetricsSample, read from either name of a rename."""
+    from dataclasses import fields
+
+    from vtui.telemetry.metrics import MetricsSample, Percentiles
+    from vtui.telemetry.promtext import HISTOGRAM_ROLES, HISTOGRAMS, WANTED
+
+    assert set(HISTOGRAMS) == {n for names in HISTOGRAM_ROLES.values() for n in names}
+    assert all(f"{name}_bucket" in WANTED and f"{name}_sum" in WANTED for name in HISTOGRAMS)
+    percentile_fields = {f.name for f in fields(MetricsSample) if f.type in ("Percentiles", Percentiles)}
+    assert set(HISTOGRAM_ROLES) == percentile_fields
+    for role, names in HISTOGRAM_ROLES.items():
+        for name in names:
+            text = "\n".join(
+                [f'{name}_bucket{{le="0.1"}} {n}' for n in (0,)]
+                + [f'{name}_bucket{{le="+Inf"}} 0', f"{name}_count 0", f"{name}_sum 0"]
+            )
+            later = "\n".join(
+                [f'{name}_bucket{{le="0.1"}} 4', f'{name}_bucket{{le="+Inf"}} 4', f"{name}_count 4"]
+                + [f"{name}_sum 0.2"]
+            )
+            window = MetricsWindow()
+            window.update(parse_metrics(text), at=0.0)
+            sample = window.update(parse_metrics(later), at=1.0)
+            assert getattr(sample, role).p50 is not None, (role, name)

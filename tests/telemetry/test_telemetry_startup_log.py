@@ -8,7 +8,7 @@ import re
 import pytest
 
 from vtui.core.state import Phase
-from vtui.telemetry.startup_log import FACT_KEYS, StartupTracker, parse_startup
+from vtui.telemetry.startup_log import FACT_KEYS, parse_startup
 
 EXPECTED = {
     "startup.log": {
@@ -186,25 +186,51 @@ def test_non_literal_args_are_kept_as_text() -> None:
     ],
 )
 def test_live_phases_only_move_forward(name: str, phases: list[Phase], fixture_text) -> None:
-    tracker = StartupTracker()
-    seen: list[Phase] = []
-    for line in fixture_text(name).splitlines():
-        tracker.feed(line)
-        if not seen or seen[-1] is not tracker.phase:
-            seen.append(tracker.phase)
+    lines = fixture_text(name).splitlines()
+    seen: list[Phase | None] = []
+    for end in range(1, len(lines) + 1):  # the phase of the log so far, as it grows
+        phase = parse_startup(lines[:end]).phase
+        if not seen or seen[-1] is not phase:
+            seen.append(phase)
     assert seen == phases
 
 
-def test_feed_reports_changes_and_a_new_run_resets() -> None:
-    tracker = StartupTracker()
-    assert tracker.feed("INFO vLLM API server version 0.6.4")
-    assert tracker.feed("INFO gpu_executor.py:113] # GPU blocks: 100, # CPU blocks: 5")
-    assert not tracker.feed('INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK')
-    assert tracker.facts.num_gpu_blocks == 100
-    tracker.feed("INFO vLLM API server version 0.6.4")  # appended restart
-    assert tracker.facts.num_gpu_blocks is None and tracker.facts.vllm_version == "0.6.4"
+def test_an_appended_run_replaces_the_facts_of_the_last() -> None:
+    first = [
+        "INFO vLLM API server version 0.6.4",
+        "INFO gpu_executor.py:113] # GPU blocks: 100, # CPU blocks: 5",
+    ]
+    assert parse_startup(first).num_gpu_blocks == 100
+    facts = parse_startup([*first, 'INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK', first[0]])
+    assert facts.num_gpu_blocks is None and facts.vllm_version == "0.6.4"
+
+
+def test_kv_budget_exact_from_args_else_the_logged_gib() -> None:
+    given = "INFO non-default args: {'model': 'm', 'kv_cache_memory_bytes': 1048576}"
+    rounded = "INFO [gpu_worker.py:276] Available KV cache memory: 62.11 GiB"
+    cpu = "INFO [cpu_worker.py:260] Auto set (4.5/8.21) GiB for KV cache on node 0."
+    exact = parse_startup([given, "INFO Explicitly set (0.0/9.34) GiB for KV cache on node 0."])
+    assert (exact.kv_memory_bytes, exact.kv_memory_exact) == (1 << 20, True)
+    assert (parse_startup([rounded]).kv_memory_bytes, parse_startup([rounded]).kv_memory_exact) == (
+        round(62.11 * 2**30),
+        False,
+    )
+    assert parse_startup([cpu]).kv_memory_bytes == round(4.5 * 2**30)
+    assert parse_startup(["INFO nothing"]).kv_memory_bytes is None
 
 
 def test_empty_log() -> None:
     facts = parse_startup([])
     assert facts.to_json() == {} and facts.phase is None
+
+
+def test_phase_rank_is_the_one_startup_order() -> None:
+    """Phase.rank (core.state) is the order the instance state machine and the log reader both use."""
+    order = [Phase.SPAWNED, Phase.LOADING_WEIGHTS, Phase.PROFILING, Phase.KV_CACHE]
+    order += [Phase.CAPTURING_GRAPHS, Phase.API_UP]
+    assert [p.rank for p in order] == list(range(len(order))) and len(Phase) == len(order)
+    assert Phase.KV_CACHE.advances(None) and Phase.KV_CACHE.advances(Phase.PROFILING)
+    assert not Phase.PROFILING.advances(Phase.KV_CACHE) and not Phase.KV_CACHE.advances(Phase.KV_CACHE)
+    # a late "Loading weights" line after the KV cache line does not move the phase back
+    facts = parse_startup(["INFO GPU KV cache size: 1,024 tokens", "INFO Loading weights took 1.0 seconds"])
+    assert facts.phase is Phase.KV_CACHE

@@ -4,26 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
+from vtui.core.flagspec import human_int_arg
+
 HELP = "plan KV-cache capacity (tokens, concurrency, longest context) before a launch"
-
-_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT]?)$")
-
-
-def human_bytes(text: str) -> int:
-    """vLLM's human-readable integers: 1k = 1000, 1K = 1024, 1G = 2**30, 1g = 10**9."""
-    match = _HUMAN.match(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 64M, 1G, 1073741824)")
-    number, suffix = match.groups()
-    if not suffix:
-        return int(float(number))
-    if suffix.islower():
-        return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
-    return int(float(number) * 2 ** (10 * "KMGT".index(suffix) + 10))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,15 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantization", "-q", default=None)
     parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--block-size", type=int, default=None, help="default 16 (GPU), 128 (CPU)")
-    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-model-len", type=human_int_arg, default=None)
     parser.add_argument("--max-num-seqs", type=int, default=None)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--max-num-batched-tokens", type=human_int_arg, default=None)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--kv-memory-gib", type=float, default=None, help="known KV budget per GPU (GiB)")
     budget.add_argument(
         "--kv-memory-bytes",
         "--kv-cache-memory-bytes",
-        type=human_bytes,
+        type=human_int_arg,
         default=None,
         help="known KV budget per GPU in bytes (64M, 1G: as vLLM parses them)",
     )
@@ -82,7 +68,7 @@ def _nvml_gib() -> float | None:
 
 def build_params(args: argparse.Namespace):
     """PlanParams from the parsed arguments (and the log, when --from-log)."""
-    from vtui.planner import PlanParams, read_log_facts
+    from vtui.planner import PlanParams
 
     kv_bytes = args.kv_memory_bytes
     source = "given" if kv_bytes is not None else None
@@ -90,24 +76,30 @@ def build_params(args: argparse.Namespace):
         kv_bytes, source = int(round(args.kv_memory_gib * 1024**3)), "given"
     max_len, device = args.max_model_len, args.device
     if args.from_log is not None:
-        facts = read_log_facts(args.from_log.read_text(errors="replace").splitlines())
+        from vtui.telemetry.startup_log import parse_startup
+
+        text = args.from_log.read_text(errors="replace")
+        facts = parse_startup(text.splitlines())
         if facts.kv_memory_bytes is None:
             raise ValueError(f"{args.from_log}: no KV cache budget in this log")
         kv_bytes = facts.kv_memory_bytes
-        source = "log (exact)" if facts.exact else "log (rounded to 0.01 GiB)"
+        source = "log (exact)" if facts.kv_memory_exact else "log (rounded to 0.01 GiB)"
         max_len = max_len or facts.max_model_len
-        logged = facts.args or {}
-        dtype = logged.get("dtype") if args.dtype == "auto" else None
+
+        def logged(name: str, given: object) -> object:
+            value = facts.arg(name)
+            return given if value is None else value
+
         args = argparse.Namespace(
             **{
                 **vars(args),
-                "dtype": dtype or args.dtype,
-                "kv_cache_dtype": logged.get("kv_cache_dtype", args.kv_cache_dtype),
-                "block_size": args.block_size or logged.get("block_size"),
-                "tensor_parallel_size": logged.get("tensor_parallel_size", args.tensor_parallel_size),
+                "dtype": logged("dtype", args.dtype) if args.dtype == "auto" else args.dtype,
+                "kv_cache_dtype": logged("kv_cache_dtype", args.kv_cache_dtype),
+                "block_size": args.block_size or facts.arg("block_size"),
+                "tensor_parallel_size": logged("tensor_parallel_size", args.tensor_parallel_size),
             }
         )
-        if device is None and "CPU KV cache" in args.from_log.read_text(errors="replace"):
+        if device is None and "CPU KV cache" in text:
             device = "cpu"
     gpu_gib = args.gpu_memory_gib
     if kv_bytes is None and gpu_gib is None and (device or "cuda") == "cuda":

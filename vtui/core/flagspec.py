@@ -8,6 +8,7 @@ after a dotted key: `instance[2].flags.max-num-seqs: expected an integer, got "m
 
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
 import json
@@ -370,20 +371,50 @@ def suggest(name: str) -> str | None:
 
 # -- values -----------------------------------------------------------------------------------------
 
-_HUMAN = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT]?)$")
+# vLLM's `human_readable_int` (vllm/utils/argparse_utils.py), the type of --max-model-len,
+# --max-num-batched-tokens, --kv-cache-memory-bytes, ...: a lower-case suffix is decimal and may follow a
+# decimal number (truncated like vLLM: int(float(n) * 1000)), an upper-case one binary and takes whole
+# numbers only; without a suffix the text goes to int() ("1.5" and "2GiB" are rejected).
+_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+def parse_human_int(text: str) -> int:
+    """vLLM's human-readable integer, the same answer as vLLM's parser: '1k' -> 1000, '1K' -> 1024,
+    '25.6k' -> 25600, '2G' -> 2**31; '1.5', '1.5K' and '2GiB' raise ValueError (with the reason)."""
+    value = str(text).strip()
+    match = _HUMAN.fullmatch(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            raise ValueError(
+                f"decimals are not allowed with binary suffixes like {suffix}: {value!r} "
+                f"(did you mean {number}{suffix.lower()}?)"
+            )
+        return int(number) * _BINARY[suffix]
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"not an integer or a size like 64M, 1G, 25.6k: {value!r}") from None
+
+
 def human_int(text: str) -> int | None:
-    """vLLM's human-readable integers: '1k' -> 1000, '1K' -> 1024, '25.6k' -> 25600; else None."""
-    match = _HUMAN.match(text.strip())
-    if not match:
+    """`parse_human_int`, or None where vLLM would reject the text."""
+    try:
+        return parse_human_int(text)
+    except ValueError:
         return None
-    number, suffix = match.groups()
-    scale = _DECIMAL.get(suffix) or _BINARY.get(suffix) or 1
-    value = float(number) * scale
-    return int(value) if value == int(value) else None
+
+
+def human_int_arg(text: str) -> int:
+    """`parse_human_int` as an argparse `type=` (vtui's own CLI options that take vLLM's sizes)."""
+    try:
+        return parse_human_int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _q(value: object) -> str:
@@ -435,7 +466,7 @@ def _check_int(spec: FlagSpec, value: object) -> tuple[float | None, str | None]
     if isinstance(value, int) and not isinstance(value, bool):
         return value, None
     if isinstance(value, str) and spec.human:
-        if spec.name == "max-model-len" and value.strip() in ("auto", "-1"):
+        if spec.name == "max-model-len" and value.strip().lower() in ("auto", "-1"):
             return -1, None
         number = human_int(value)
         if number is not None:

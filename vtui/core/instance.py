@@ -20,19 +20,6 @@ from vtui.core.model import InstanceSpec
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase, State, check_edge
 
-PHASE_ORDER: tuple[Phase, ...] = (
-    Phase.SPAWNED,
-    Phase.LOADING_WEIGHTS,
-    Phase.PROFILING,
-    Phase.KV_CACHE,
-    Phase.CAPTURING_GRAPHS,
-    Phase.API_UP,
-)
-
-
-def phase_rank(phase: Phase | None) -> int:
-    return -1 if phase is None else PHASE_ORDER.index(phase)
-
 
 def describe_exit(returncode: int | None) -> str:
     """`exited with code 1`, `killed by SIGKILL`, `exited (code unknown)`."""
@@ -174,7 +161,7 @@ class Instance:
             self.run_lines.append(line)
             if self.state is State.STARTING:
                 phase = phase_of(line)
-                if phase is not None and phase_rank(phase) > phase_rank(self.phase):
+                if phase is not None and phase.advances(self.phase):
                     self._set_phase(phase)
 
     def on_health(self, ok: bool) -> None:
@@ -276,5 +263,5 @@ class Instance:
     def kv_allocated_or_done(self) -> bool:
         """For staggered starts on a shared GPU: this one no longer competes for memory profiling."""
         if self.state is State.STARTING:
-            return phase_rank(self.phase) >= phase_rank(Phase.KV_CACHE)
+            return self.phase is not None and self.phase.rank >= Phase.KV_CACHE.rank
         return self.state is not State.BACKOFF

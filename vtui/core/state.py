@@ -31,6 +31,19 @@ class Phase(enum.Enum):
     CAPTURING_GRAPHS = "capturing graphs"
     API_UP = "api up"
 
+    @property
+    def rank(self) -> int:
+        """Position in the startup order (SPAWNED 0 ... API_UP 5): the declaration order above."""
+        return _PHASE_RANK[self]
+
+    def advances(self, current: Phase | None) -> bool:
+        """True when this phase comes after `current` (any phase advances from none): a STARTING
+        instance's phase only moves forward, whatever order the log lines arrive in."""
+        return current is None or self.rank > current.rank
+
+
+_PHASE_RANK: dict[Phase, int] = {phase: index for index, phase in enumerate(Phase)}
+
 
 # Allowed edges. Every state change goes through Instance._set_state, which checks this table.
 TRANSITIONS: dict[State, frozenset[State]] = {

@@ -2,17 +2,17 @@
 
 `plan(load_model_config(path), PlanParams(...))` reproduces vLLM V1's block arithmetic (see
 `vtui.planner.kv`) and estimates what the KV budget will be when it is not given
-(see `vtui.planner.memory.ASSUMPTIONS`). Textual-free; the flag editor calls `plan` as values change.
+(see `vtui.planner.memory.ASSUMPTIONS`); a budget that a vLLM log states comes from
+`vtui.telemetry.startup_log` (`StartupFacts.kv_memory_bytes`), the one reader of vLLM's startup lines.
+Textual-free; the flag editor calls `plan` as values change.
 """
 
 from vtui.planner.config import ModelConfig, ModelConfigError, find_config, from_dict, load_model_config
 from vtui.planner.core import Plan, PlanParams, plan
-from vtui.planner.logfacts import LogFacts, read_log_facts
 from vtui.planner.memory import ASSUMPTIONS
 
 __all__ = [
     "ASSUMPTIONS",
-    "LogFacts",
     "ModelConfig",
     "ModelConfigError",
     "Plan",
@@ -21,5 +21,4 @@ __all__ = [
     "from_dict",
     "load_model_config",
     "plan",
-    "read_log_facts",
 ]

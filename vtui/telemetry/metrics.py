@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from vtui.telemetry.promtext import Histogram, MetricsSnapshot, parse_labels, parse_metrics
+from vtui.telemetry.promtext import (
+    HISTOGRAM_ROLES,
+    Histogram,
+    MetricsSnapshot,
+    parse_labels,
+    parse_metrics,
+)
 
 __all__ = [
     "MetricsSample",
@@ -25,13 +31,6 @@ __all__ = [
 
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 
-# Histogram roles -> names, the preferred (newest) name first.
-_HISTOGRAMS: dict[str, tuple[str, ...]] = {
-    "ttft": ("vllm:time_to_first_token_seconds",),
-    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "e2e": ("vllm:e2e_request_latency_seconds",),
-    "queue": ("vllm:request_queue_time_seconds",),
-}
 _PREFIX = (
     ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
     ("vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"),
@@ -152,7 +151,7 @@ def _point(snap: MetricsSnapshot, at: float) -> _Point:
             break
     finished = snap.by_label("vllm:request_success_total", "finished_reason")
     histograms: dict[str, Histogram] = {}
-    for role, names in _HISTOGRAMS.items():
+    for role, names in HISTOGRAM_ROLES.items():
         for name in names:
             hist = snap.histogram(name)
             if hist is not None:
@@ -223,7 +222,7 @@ class MetricsWindow:
         base = points[0] if points else None
 
         percentiles: dict[str, Percentiles] = {}
-        for role in _HISTOGRAMS:
+        for role in HISTOGRAM_ROLES:
             hist = point.histograms.get(role)
             if hist is not None and base is not None and role in base.histograms:
                 hist = hist.minus(base.histograms[role])

@@ -12,15 +12,20 @@ import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
-# Gauges, counters and histograms (base names) that vtui reads, V1 and V0 names alike.
-HISTOGRAMS: tuple[str, ...] = (
-    "vllm:time_to_first_token_seconds",
-    "vllm:inter_token_latency_seconds",  # V1 (>= 0.11)
-    "vllm:time_per_output_token_seconds",  # V0 and early V1: the old name of the above
-    "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds",
+# Histograms vtui reads, by role (the key of MetricsSample's percentiles), newest name first: V1 (>= 0.11)
+# renamed vllm:time_per_output_token_seconds (V0, early V1) to vllm:inter_token_latency_seconds.
+HISTOGRAM_ROLES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "ttft": ("vllm:time_to_first_token_seconds",),
+        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "e2e": ("vllm:e2e_request_latency_seconds",),
+        "queue": ("vllm:request_queue_time_seconds",),
+    }
 )
+# Gauges, counters and histograms (base names) that vtui reads, V1 and V0 names alike.
+HISTOGRAMS: tuple[str, ...] = tuple(name for names in HISTOGRAM_ROLES.values() for name in names)
 SCALARS: tuple[str, ...] = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",

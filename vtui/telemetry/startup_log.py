@@ -1,8 +1,9 @@
 """Startup facts from a `vllm serve` log, for every vLLM generation: the V0 (0.4-0.7) memory profiling
 and "# GPU blocks" lines, the V1 "Available KV cache memory" / "KV cache size" / "Maximum concurrency"
 lines, timings, max model len, non-default args and the version banner; with or without the
-`(EngineCore… pid=…)` prefixes. `StartupTracker.feed(line)` keeps them current for a live log;
-`parse_startup(lines)` reads a whole one.
+`(EngineCore… pid=…)` prefixes. `parse_startup(lines)` reads them: the UI at READY and after a failure,
+`vtui diagnose`, and the planner's "from the log" budget (`StartupFacts.kv_memory_bytes`). The live
+STARTING phase is the supervisor's (core.phases, through core.instance), not this module's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from types import MappingProxyType
 from vtui.core.phases import phase_of
 from vtui.core.state import Phase
 
-__all__ = ["FACT_KEYS", "StartupFacts", "StartupTracker", "parse_startup"]
+__all__ = ["FACT_KEYS", "StartupFacts", "parse_startup"]
 
 # The keys of `vtui diagnose --json` "facts", in order.
 FACT_KEYS: tuple[str, ...] = (
@@ -39,14 +40,6 @@ FACT_KEYS: tuple[str, ...] = (
     "init_engine_secs",
     "cuda_graph_capture_secs",
     "torch_compile_secs",
-)
-_PHASE_ORDER = (
-    Phase.SPAWNED,
-    Phase.LOADING_WEIGHTS,
-    Phase.PROFILING,
-    Phase.KV_CACHE,
-    Phase.CAPTURING_GRAPHS,
-    Phase.API_UP,
 )
 _V0_DEFAULT_BLOCK_SIZE = 16
 
@@ -83,6 +76,21 @@ class StartupFacts:
     def to_json(self) -> dict[str, object]:
         """The `vtui diagnose --json` facts: the FACT_KEYS the log gave, nothing else."""
         return {k: getattr(self, k) for k in FACT_KEYS if getattr(self, k) is not None}
+
+    @property
+    def kv_memory_bytes(self) -> int | None:
+        """The KV budget per GPU in bytes: exact from --kv-cache-memory-bytes when the launch args carry
+        it, else the logged GiB figure (vLLM rounds it to 0.01 GiB, ± 5 MiB), else None."""
+        given = self.arg("kv_cache_memory_bytes")
+        if isinstance(given, int) and not isinstance(given, bool):
+            return given
+        return int(round(self.available_kv_gib * 2**30)) if self.available_kv_gib is not None else None
+
+    @property
+    def kv_memory_exact(self) -> bool:
+        """True when `kv_memory_bytes` is the exact byte count the instance was given."""
+        given = self.arg("kv_cache_memory_bytes")
+        return isinstance(given, int) and not isinstance(given, bool)
 
     def arg(self, name: str) -> object | None:
         """A launch argument (snake_case) from the non-default args, else V0's Namespace dump."""
@@ -134,7 +142,10 @@ _RULES: tuple[_Rule, ...] = tuple(
         (r"kv_cache_size=" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
         (r"available_kv_cache_memory\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
         (r"Available KV cache memory:\s*" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
-        (r"Explicitly set \(" + _N + r"/[\d.]+\) GiB for KV cache", (("available_kv_gib", _num, 3),)),
+        (
+            r"(?:Explicitly|Auto) set \(" + _N + r"/[\d.]+\) GiB for KV cache",
+            (("available_kv_gib", _num, 3),),
+        ),
         # weights and load time
         (r"Loading model weights took " + _N + r"\s*GB", (("model_weights_gib", _num, 2),)),
         (
@@ -229,8 +240,8 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
-class StartupTracker:
-    """Feeds on log lines one at a time and keeps the facts and the phase current (for STARTING)."""
+class _Reader:
+    """Reads log lines one at a time, keeping the facts and the furthest phase seen."""
 
     def __init__(self) -> None:
         self.reset()
@@ -256,7 +267,7 @@ class StartupTracker:
         if self._phase is None:
             self._phase, changed = Phase.SPAWNED, True
         phase = phase_of(line) or (Phase.CAPTURING_GRAPHS if _V0_CAPTURE.search(line) else None)
-        if phase is not None and _PHASE_ORDER.index(phase) > _PHASE_ORDER.index(self._phase):
+        if phase is not None and phase.advances(self._phase):
             self._phase, changed = phase, True
         for pattern, groups in _RULES:
             m = pattern.search(line)
@@ -318,7 +329,7 @@ def _derive(facts: StartupFacts, raw: Mapping[str, object]) -> StartupFacts:
 
 def parse_startup(lines: Iterable[str]) -> StartupFacts:
     """The facts of a whole log (the last run in it, when several were appended)."""
-    tracker = StartupTracker()
+    reader = _Reader()
     for line in lines:
-        tracker.feed(line)
-    return tracker.facts
+        reader.feed(line)
+    return reader.facts

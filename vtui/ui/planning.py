@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from rich.text import Text
 
+from vtui.core.flagspec import human_int
 from vtui.core.model import InstanceSpec, SessionSpec
 from vtui.planner import ModelConfig, ModelConfigError, Plan, PlanParams, from_dict, load_model_config, plan
 from vtui.telemetry.gpu import GpuSample
@@ -96,12 +97,7 @@ def _int(value: object) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
-        from vtui.commands.plan import human_bytes
-
-        try:
-            return human_bytes(value)
-        except Exception:
-            return None
+        return human_int(value)
     return None
 
 
@@ -206,15 +202,15 @@ def planned_for_run(
     config: ModelConfig | None, spec: InstanceSpec, lines: list[str], gpu_gib: float | None, device: str
 ) -> tuple[Plan | None, str | None, object | None]:
     """What the planner predicts for a run's flags with the KV budget vLLM logged (exact when
-    --kv-cache-memory-bytes was given). Returns (plan, reason when none, LogFacts)."""
-    from vtui.planner import read_log_facts
+    --kv-cache-memory-bytes was given). Returns (plan, reason when none, StartupFacts)."""
+    from vtui.telemetry.startup_log import parse_startup
 
-    facts = read_log_facts(lines)
+    facts = parse_startup(lines)
     if config is None:
         return None, None, facts
     kv, source = facts.kv_memory_bytes, None
     if kv is not None:
-        source = "log (exact)" if facts.exact else "log (0.01 GiB)"
+        source = "log (exact)" if facts.kv_memory_exact else "log (0.01 GiB)"
     params = plan_params(
         spec.flags,
         gpu_gib,

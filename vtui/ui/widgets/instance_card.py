@@ -39,9 +39,8 @@ def state_text(view: InstanceView, now: float) -> Text:
     if st is None:
         return text
     if state == State.STARTING:
-        phases = list(Phase)
-        step = phases.index(st.phase) + 1 if st.phase in phases else 0
-        text.append(f"[{fmt.bar(step / len(phases), 6)}] {st.phase.value if st.phase else 'spawning'}")
+        step = st.phase.rank + 1 if st.phase is not None else 0
+        text.append(f"[{fmt.bar(step / len(Phase), 6)}] {st.phase.value if st.phase else 'spawning'}")
     elif state == State.BACKOFF and st.next_restart_at is not None:
         text.append(f"retry in {fmt.duration(max(0.0, st.next_restart_at - now))}")
     elif state in (State.READY, State.UNHEALTHY):
