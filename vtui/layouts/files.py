@@ -12,15 +12,14 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
-from vtui.core import paths
 from vtui.core.atomic import atomic_write_text
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout, origin
 from vtui.layouts.edit import edit_text
+from vtui.layouts.errors import LayoutError, LayoutProblem
 from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
 
 if sys.version_info >= (3, 11):
@@ -28,55 +27,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = [
-    "LayoutError",
-    "LayoutProblem",
-    "NoLayoutError",
-    "dump_layout",
-    "last_layout",
-    "load_layout",
-    "load_layout_with_warnings",
-    "remember_last",
-    "render_layout",
-    "resolve_layout_arg",
-    "save_layout",
-    "split_layout_args",
-]
+__all__ = ["dump_layout", "load_layout", "load_layout_with_warnings", "render_layout", "save_layout"]
 
-_LAST = "last_session"
 _BOM = "\ufeff"
-
-
-@dataclass(frozen=True)
-class LayoutProblem:
-    file: str
-    line: int | None
-    key: str  # dotted: "instance[2].flags.max-num-seqs"; "" for the file as a whole
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
-
-
-class LayoutError(Exception):
-    """A layout that cannot be used; `.problems` lists every problem found, in file order."""
-
-    def __init__(self, problems: Iterable[LayoutProblem], warnings: Iterable[str] = ()) -> None:
-        self.problems = list(problems)
-        self.warnings = list(warnings)  # found alongside the problems (printable lines)
-        super().__init__("\n".join(str(p) for p in self.problems))
-
-
-class NoLayoutError(LayoutError):
-    """No layout path given and none remembered: the user must name one."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__([LayoutProblem("vtui", None, "", message)])
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -290,51 +243,3 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
     except LayoutError:
         return None
     return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None
-
-
-# -- the last-used session ------------------------------------------------------------------------
-
-
-def remember_last(path: str | os.PathLike[str]) -> None:
-    """Record `path` as the session day-to-day commands use when given no layout."""
-    atomic_write_text(paths.state_dir() / _LAST, str(Path(path).expanduser().resolve()) + "\n", mode=0o600)
-
-
-def _recorded_last() -> Path | None:
-    try:
-        text = (paths.state_dir() / _LAST).read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return Path(text) if text else None
-
-
-def last_layout() -> Path | None:
-    """The last-used layout file, or None when none was recorded or it no longer exists."""
-    recorded = _recorded_last()
-    return recorded if recorded is not None and recorded.is_file() else None
-
-
-def resolve_layout_arg(arg: str | os.PathLike[str] | None) -> Path:
-    """An explicit layout path, else the last used one, else NoLayoutError telling the user what to do."""
-    if arg is not None and str(arg) != "":
-        path = Path(arg).expanduser()
-        if not path.is_file():
-            raise NoLayoutError(f"{arg}: no such layout file")
-        return path
-    recorded = _recorded_last()
-    if recorded is None:
-        raise NoLayoutError(
-            "no layout given and no session used before: pass a layout file, e.g. `vtui up layouts/demo.toml`"
-        )
-    if not recorded.is_file():
-        raise NoLayoutError(f"the last session's layout {recorded} no longer exists: pass a layout file")
-    return recorded
-
-
-def split_layout_args(positional: Iterable[str]) -> tuple[Path, list[str]]:
-    """`[LAYOUT] NAME…` -> (layout path, names): the first word is the layout when it names a file
-    or ends in .toml; otherwise every word is a name and the layout is the last used one."""
-    words = list(positional)
-    if words and (words[0].endswith(".toml") or Path(words[0]).expanduser().is_file()):
-        return resolve_layout_arg(words[0]), words[1:]
-    return resolve_layout_arg(None), words
