@@ -25,7 +25,6 @@ from vtui.layouts.dump import (
     emit_table,
     instance_table,
     instance_values,
-    origin,
     plain,
     shared_defaults,
 )
@@ -39,7 +38,7 @@ _SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib"
 
 def edit_text(text: str, old: Layout, new: Layout) -> str | None:
     """`text` (the file `old` was read from) changed where `new` differs; None: not possible in place."""
-    restore = Restorer(origin(new.path))
+    restore = Restorer(new.templates)
     defaults = {k: plain(v) for k, v in shared_defaults(new).items()}
     effective = {**BUILTIN_DEFAULTS, **defaults}
     doc = tomlkit.parse(text)

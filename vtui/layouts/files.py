@@ -3,8 +3,8 @@
 `load_layout` checks the whole file before raising one `LayoutError` listing every `LayoutProblem`
 (`demo.toml:14: instance[1].flags.max-num-seqs: expected an integer, got "many"`), so a user fixes a
 layout in one pass. `${VAR}` references are expanded at load time (processes need real values) and
-the raw references are remembered per (file, instance, key), so `dump_layout` writes `${VAR}` back
-and saving never writes a secret that came from the environment. Saving is atomic.
+the raw references travel with the layout (`Layout.templates`), so saving writes `${VAR}` back, never a
+secret that came from the environment, whatever else the process loaded. Saving is atomic.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
-from vtui.layouts.dump import dump_layout, origin
+from vtui.layouts.dump import dump_layout
 from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
 from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
@@ -53,13 +53,13 @@ def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, lis
     return _load_text(text, file, source)
 
 
-def _load_text(text: str, file: str, source: Path, remember: bool = True) -> tuple[Layout, list[str]]:
+def _load_text(text: str, file: str, source: Path) -> tuple[Layout, list[str]]:
     text = text.removeprefix(_BOM)  # a UTF-8 byte order mark (some Windows editors write one) is no key
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError([_syntax_problem(file, text, exc)]) from None
-    checker = Checker(file, text, origin=_origin(source), remember=remember)
+    checker = Checker(file, text)
     layout = _build(data, checker, source)
     problems = [LayoutProblem(file, line, key, msg) for line, key, msg in _in_file_order(checker.problems)]
     warnings = [
@@ -86,9 +86,6 @@ def _syntax_problem(file: str, text: str, exc: Exception) -> LayoutProblem:
     else:
         line = getattr(exc, "lineno", None)
     return LayoutProblem(file, line, "toml", f"syntax error: {message}")
-
-
-_origin = origin
 
 
 def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | None:
@@ -122,7 +119,7 @@ def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | Non
     if c.problems or session is None:
         return None
     instances = tuple(_spec(fields) for fields in merged)
-    return Layout(session=session, instances=instances, path=source, defaults=defaults)
+    return Layout(session=session, instances=instances, path=source, defaults=defaults, templates=c.templates)
 
 
 def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
@@ -211,7 +208,7 @@ def render_layout(layout: Layout, path: str | os.PathLike[str] | None = None) ->
     if target is None:
         raise ValueError("render_layout: the layout has no path; pass one")
     text = _edited_in_place(layout, target) or dump_layout(layout)
-    _load_text(text, f"{target} (not saved)", target, remember=False)  # raises LayoutError
+    _load_text(text, f"{target} (not saved)", target)  # raises LayoutError
     return text
 
 
@@ -227,7 +224,7 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
         return None
     try:
         original = target.read_bytes().decode("utf-8")  # as is: CRLF line ends stay CRLF
-        old = _load_text(original, str(target), target, remember=False)[0]
+        old = _load_text(original, str(target), target)[0]
     except (OSError, UnicodeDecodeError, LayoutError):
         return None
     bom = _BOM if original.startswith(_BOM) else ""
@@ -239,7 +236,7 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
         return None
     text = bom + text
     try:
-        saved = _load_text(text, str(target), target, remember=False)[0]
+        saved = _load_text(text, str(target), target)[0]
     except LayoutError:
         return None
     return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None

@@ -63,16 +63,14 @@ def _number(value: object) -> bool:
 
 
 class Checker:
-    """Collects problems/warnings for one file; remembers `${VAR}` templates for saving."""
+    """Collects problems/warnings for one file, and the `${VAR}` templates its values came from (they go
+    onto the `Layout`, so saving writes the references back)."""
 
-    # (file origin, instance name or "" for [defaults], key path) -> (expanded value, raw template)
-    TEMPLATES: dict[tuple[str, str, tuple], tuple[str, str]] = {}
-
-    def __init__(self, file: str, text: str, origin: str = "", remember: bool = True) -> None:
+    def __init__(self, file: str, text: str) -> None:
         self.file = file
-        self.origin = origin
-        self.remember = remember  # False: a check of text not (yet) on disk leaves TEMPLATES alone
         self.index = LineIndex(text)
+        # (instance name or "" for [defaults], key path) -> (expanded value, raw template)
+        self.templates: dict[tuple[str, tuple], tuple[str, str]] = {}
         self.problems: list[tuple[int | None, str, str]] = []
         self.warnings: list[tuple[int | None, str, str]] = []
         self._bad: set[str] = set()
@@ -115,18 +113,14 @@ class Checker:
         return out
 
     def _expand(self, dotted: str, scope: str, path: tuple, text: str) -> str | None:
-        key = (self.origin, scope, path)
         if not has_vars(text):
-            if self.remember:
-                self.TEMPLATES.pop(key, None)
             return text
         expanded, missing = expand_vars(text)
         if missing:
             names = ", ".join("${" + name + "}" for name in dict.fromkeys(missing))
             self.problem(dotted, f"undefined environment variable {names} (export it before running vtui)")
             return None
-        if self.remember:
-            self.TEMPLATES[key] = (expanded, text)
+        self.templates[(scope, path)] = (expanded, text)
         return expanded
 
     def _field(self, prefix: str, key: str, value: object, scope: str) -> tuple[bool, object]:
