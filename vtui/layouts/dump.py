@@ -160,6 +160,9 @@ class Restorer:
 
     def __init__(self, templates: Templates) -> None:
         self.templates = templates
+        self._anywhere: dict[tuple[tuple, str], str] = {}  # (key path, value) -> raw, first instance wins
+        for (_, where), (expanded, raw) in templates.items():
+            self._anywhere.setdefault((where, expanded), raw)
 
     def __call__(self, scope: str, path: tuple, value: object) -> object:
         if isinstance(value, dict):
@@ -171,7 +174,7 @@ class Restorer:
                 remembered = self.templates.get(key)
                 if remembered and remembered[0] == value:
                     return remembered[1]
-            for (_, where), (expanded, raw) in self.templates.items():
-                if where == path and expanded == value:
-                    return raw
+            raw = self._anywhere.get((path, value))
+            if raw is not None:
+                return raw
         return value

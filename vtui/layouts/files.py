@@ -20,7 +20,7 @@ from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout
 from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
-from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
+from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, MAX_NAME, SESSION_KEYS, TOP_KEYS, Checker
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,6 +30,9 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["dump_layout", "load_layout", "load_layout_with_warnings", "render_layout", "save_layout"]
 
 _BOM = "\ufeff"
+# Refused above this size: a layout describes a few instances (one is ~0.3 KiB), and the in-place save
+# (tomlkit) costs ~10 µs per byte, so 256 KiB (~800 instances) still saves in about a second.
+MAX_LAYOUT_BYTES = 256 * 1024
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -45,7 +48,11 @@ def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, lis
     file = str(path)
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        with source.open("rb") as handle:
+            raw = handle.read(MAX_LAYOUT_BYTES + 1)  # a huge file is refused unread, whatever its size
+        if len(raw) > MAX_LAYOUT_BYTES:
+            raise LayoutError([_too_big(file)])
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -53,14 +60,28 @@ def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, lis
     return _load_text(text, file, source)
 
 
+def _too_big(file: str) -> LayoutProblem:
+    return LayoutProblem(
+        file,
+        None,
+        "",
+        f"larger than the {MAX_LAYOUT_BYTES // 1024} KiB a layout may be (a layout describes a few "
+        "instances; the in-place save of one this size would take seconds)",
+    )
+
+
 def _load_text(text: str, file: str, source: Path) -> tuple[Layout, list[str]]:
     text = text.removeprefix(_BOM)  # a UTF-8 byte order mark (some Windows editors write one) is no key
+    if len(text) > MAX_LAYOUT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_LAYOUT_BYTES:
+        raise LayoutError([_too_big(file)])
     try:
         data = tomllib.loads(text)
+        checker = Checker(file, text)
+        layout = _build(data, checker, source)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError([_syntax_problem(file, text, exc)]) from None
-    checker = Checker(file, text)
-    layout = _build(data, checker, source)
+    except RecursionError:  # tomllib (and any walk of the values) recurses once per level
+        raise LayoutError([LayoutProblem(file, _deep_line(text), "toml", _TOO_DEEP)]) from None
     problems = [LayoutProblem(file, line, key, msg) for line, key, msg in _in_file_order(checker.problems)]
     warnings = [
         str(LayoutProblem(file, line, key, msg)) for line, key, msg in _in_file_order(checker.warnings)
@@ -68,6 +89,23 @@ def _load_text(text: str, file: str, source: Path) -> tuple[Layout, list[str]]:
     if problems or layout is None:
         raise LayoutError(problems, warnings)
     return layout, warnings
+
+
+_TOO_DEEP = "arrays or inline tables nested too deeply to read (a layout needs only a few levels)"
+
+
+def _deep_line(text: str, limit: int = 100) -> int | None:
+    """The line where brackets first open more than `limit` deep (strings not told apart: a hint)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        for char in line:
+            if char in "[{":
+                depth += 1
+                if depth > limit:
+                    return number
+            elif char in "]}":
+                depth -= 1
+    return None
 
 
 def _in_file_order(items: list[tuple[int | None, str, str]]) -> list[tuple[int | None, str, str]]:
@@ -133,10 +171,14 @@ def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
         if key not in SESSION_KEYS:
             c.unknown(dotted, key, SESSION_KEYS)
         elif key == "name":
-            if isinstance(value, str) and value.strip():
+            if isinstance(value, str) and value.strip() and len(value) <= MAX_NAME and value.isprintable():
                 values[key] = value
             else:
-                c.problem(dotted, f"expected a non-empty string, got {c.q(value)}")
+                c.problem(
+                    dotted,
+                    f"expected a non-empty name of at most {MAX_NAME} printable characters (it lands in "
+                    f"file names), got {c.q(value)}",
+                )
         elif key == "allow_gpu_sharing":
             if isinstance(value, bool):
                 values[key] = value
