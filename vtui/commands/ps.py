@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        layout, _ = load_session([args.layout] if args.layout else [])
+        layout, _ = load_session([args.layout] if args.layout else [], starts=False)
     except CommandError as exc:
         return exc.code
     rows = instance_rows(layout)

@@ -38,12 +38,15 @@ MAX_LAYOUT_BYTES = 256 * 1024
 # -- loading --------------------------------------------------------------------------------------
 
 
-def load_layout(path: str | os.PathLike[str]) -> Layout:
-    """The validated layout at `path`; raises LayoutError listing every problem."""
-    return load_layout_with_warnings(path)[0]
+def load_layout(path: str | os.PathLike[str], *, unset_ok: bool = False) -> Layout:
+    """The validated layout at `path`; raises LayoutError listing every problem. `unset_ok`: for commands
+    that start nothing (down, ps, logs), an unset `${VAR}` is kept as written, not a problem."""
+    return load_layout_with_warnings(path, unset_ok=unset_ok)[0]
 
 
-def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, list[str]]:
+def load_layout_with_warnings(
+    path: str | os.PathLike[str], *, unset_ok: bool = False
+) -> tuple[Layout, list[str]]:
     """The layout plus warnings (network-exposed host, secrets written literally) as printable lines."""
     file = str(path)
     source = Path(path)
@@ -57,7 +60,7 @@ def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, lis
         raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LayoutError([LayoutProblem(file, None, "", f"cannot read: {exc}")]) from None
-    return _load_text(text, file, source)
+    return _load_text(text, file, source, unset_ok)
 
 
 def _too_big(file: str) -> LayoutProblem:
@@ -70,13 +73,13 @@ def _too_big(file: str) -> LayoutProblem:
     )
 
 
-def _load_text(text: str, file: str, source: Path) -> tuple[Layout, list[str]]:
+def _load_text(text: str, file: str, source: Path, unset_ok: bool = False) -> tuple[Layout, list[str]]:
     text = text.removeprefix(_BOM)  # a UTF-8 byte order mark (some Windows editors write one) is no key
     if len(text) > MAX_LAYOUT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_LAYOUT_BYTES:
         raise LayoutError([_too_big(file)])
     try:
         data = tomllib.loads(text)
-        checker = Checker(file, text)
+        checker = Checker(file, text, unset_ok=unset_ok)
         layout = _build(data, checker, source)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError([_syntax_problem(file, text, exc)]) from None

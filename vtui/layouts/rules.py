@@ -93,8 +93,12 @@ class Checker:
     """Collects problems/warnings for one file, and the `${VAR}` templates its values came from (they go
     onto the `Layout`, so saving writes the references back)."""
 
-    def __init__(self, file: str, text: str) -> None:
+    def __init__(self, file: str, text: str, unset_ok: bool = False) -> None:
         self.file = file
+        # True for commands that start nothing (down, ps, logs): an unset `${VAR}` (a secret's, typically)
+        # is left as written instead of being a problem, since stopping and listing never need it
+        self.unset_ok = unset_ok
+        self.unresolved: set[str] = set()  # dotted keys left as written (unset_ok)
         self.index = LineIndex(text)
         # (instance name or "" for [defaults], key path) -> (expanded value, raw template)
         self.templates: dict[tuple[str, tuple], tuple[str, str]] = {}
@@ -143,6 +147,10 @@ class Checker:
         if not has_vars(text):
             return text
         expanded, missing = expand_vars(text)
+        if missing and self.unset_ok:
+            self.unresolved.add(dotted)
+            self.templates[(scope, path)] = (text, text)
+            return text
         if missing:
             names = ", ".join("${" + name + "}" for name in dict.fromkeys(missing))
             self.problem(dotted, f"undefined environment variable {names} (export it before running vtui)")
@@ -276,6 +284,9 @@ class Checker:
                 continue
             item = self._expand_flag(key, scope, name, item)
             if item is None:
+                continue
+            if key in self.unresolved:
+                out[name] = item  # `${VAR}` as written: nothing to validate until it is set
                 continue
             problem = flagspec.validate_flag(name, item)
             if problem:
