@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> module. Keep alphabetical within groups.
@@ -43,11 +44,53 @@ def _usage() -> str:
         except Exception:  # a subcommand that cannot load still gets listed
             help_text = "(unavailable)"
         lines.append(f"  {name:<10} {help_text}")
+    from vtui.layouts import builtin_names
+
+    lines += [
+        "",
+        "LAYOUT: a layout file, or the name of one shipped with vtui: " + ", ".join(builtin_names()),
+    ]
     return "\n".join(lines)
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one command. A reader that goes away (`vtui metrics FILE | head -1`) ends it quietly: piping
+    into `head` is normal use, so a BrokenPipeError is no traceback, in any command."""
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # a pipe closed under buffered output breaks here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test's capture)
+        pass
+
+
+def _layout_word(argv: list[str]) -> list[str]:
+    """`vtui demo`: a shipped layout's name (or a file) as the dashboard's layout path."""
+    if not argv or argv[0].startswith("-"):
+        return argv
+    from vtui.layouts import NoLayoutError, resolve_layout_arg
+
+    try:
+        return [str(resolve_layout_arg(argv[0])), *argv[1:]]
+    except NoLayoutError:
+        return argv  # the dashboard names the missing file
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -73,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             print("vtui: the dashboard is not available in this build; try `vtui ps`", file=sys.stderr)
             return 1
         raise
-    return int(tui.run_tui(argv) or 0)
+    return int(tui.run_tui(_layout_word(argv)) or 0)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from vtui.layouts import (
     load_layout,
     load_layout_with_warnings,
     remember_last,
+    render_layout,
     resolve_layout_arg,
     save_layout,
     split_layout_args,
@@ -119,6 +120,22 @@ def test_edited_values_are_saved_and_untouched_references_kept(full: Path) -> No
     assert again.instances == edited.instances  # an unset default flag is not re-inherited
     assert "max-model-len" not in again.instance("a").flags
     assert again.instance("b").flags["max-model-len"] == 4096
+
+
+def test_saving_depends_only_on_the_layout_not_on_what_was_loaded_since(full: Path, tmp_path: Path) -> None:
+    """The `${VAR}` templates travel with the Layout: loading the same file again (here after it was
+    rewritten with a literal key) or other files does not change what saving an earlier Layout writes."""
+    layout = load_layout(full)
+    first = render_layout(layout, tmp_path / "first.toml")
+    full.write_text(FULL.replace('"${VTUI_TEST_API_KEY}"', '"sk-very-secret"'), encoding="utf-8")
+    load_layout(full)  # under a process-wide table of templates keyed by path, this dropped api-key's
+    other = tmp_path / "other.toml"
+    other.write_text(FULL.replace("${VTUI_TEST_MODEL}", "x/y"), encoding="utf-8")
+    load_layout(other)
+    again = render_layout(layout, tmp_path / "again.toml")
+    assert again == first
+    assert "sk-very-secret" not in again and '"${VTUI_TEST_API_KEY}"' in again
+    assert layout.templates[("a", ("flags", "api-key"))] == ("sk-very-secret", "${VTUI_TEST_API_KEY}")
 
 
 def test_a_changed_secret_value_is_written_as_given(full: Path) -> None:

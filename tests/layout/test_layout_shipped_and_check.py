@@ -9,10 +9,10 @@ import pytest
 
 from vtui.cli import main
 from vtui.layouts import load_layout_with_warnings
+from vtui.layouts.lookup import BUILTIN_DIR
 from vtui.layouts.text import VAR_REF, LineIndex
 
-ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = sorted((ROOT / "layouts").glob("*.toml"))
+SHIPPED = sorted(BUILTIN_DIR.glob("*.toml"))
 
 
 def _define_referenced_vars(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,7 +38,7 @@ def test_shipped_layout_validates_without_warnings(path: Path, monkeypatch: pyte
 def test_vllm_cpu_layout_matches_the_reference_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VTUI_TINY_MODEL", "/models/tiny")
     monkeypatch.delenv("VTUI_VLLM", raising=False)
-    layout, _ = load_layout_with_warnings(ROOT / "layouts" / "vllm-cpu.toml")
+    layout, _ = load_layout_with_warnings(BUILTIN_DIR / "vllm-cpu.toml")
     a, b = layout.instances
     assert [a.env["VLLM_CPU_OMP_THREADS_BIND"], b.env["VLLM_CPU_OMP_THREADS_BIND"]] == ["0", "1"]
     assert a.port != b.port
@@ -82,7 +82,7 @@ def test_vllm_cpu_layout_matches_the_reference_recipe(monkeypatch: pytest.Monkey
     ],
 )
 def test_seed_presets(name: str, tp: int, gpus: tuple, flags: dict) -> None:
-    layout, _ = load_layout_with_warnings(ROOT / "layouts" / name)
+    layout, _ = load_layout_with_warnings(BUILTIN_DIR / name)
     (spec,) = layout.instances
     assert spec.gpus == gpus and spec.flags["tensor-parallel-size"] == tp
     assert {k: spec.flags[k] for k in flags} == flags
@@ -90,7 +90,7 @@ def test_seed_presets(name: str, tp: int, gpus: tuple, flags: dict) -> None:
 
 
 def test_check_ok_prints_one_summary_line(capsys: pytest.CaptureFixture[str]) -> None:
-    path = ROOT / "layouts" / "latency.toml"
+    path = BUILTIN_DIR / "latency.toml"
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out == [f'{path}: OK: session "latency", 1 instance: qwen3-latency (vllm :8000 gpus 0,1)']

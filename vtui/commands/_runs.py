@@ -28,11 +28,13 @@ class CommandError(Exception):
         self.code = code
 
 
-def load_session(words: Iterable[str]) -> tuple[Layout, list[str]]:
-    """`[LAYOUT] NAME…` -> (layout, names); prints the problems and raises CommandError(2) when unusable."""
+def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, list[str]]:
+    """`[LAYOUT] NAME…` -> (layout, names); prints the problems and raises CommandError(2) when unusable.
+    `starts=False` (down, ps, logs: stopping and listing never need a secret): an unset `${VAR}` is no
+    problem; `up`, `restart` and `check` still report it."""
     try:
         path, names = split_layout_args(words)
-        layout = load_layout(path)
+        layout = load_layout(path, unset_ok=not starts)
     except NoLayoutError as exc:
         print(f"vtui: {exc.message}", file=sys.stderr)
         raise CommandError(2) from exc

@@ -19,7 +19,9 @@ EXIT_INVALID = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("layout", nargs="?", help="layout file (default: the session last used)")
+    parser.add_argument(
+        "layout", nargs="?", help="layout file or shipped name, e.g. demo (default: the session last used)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

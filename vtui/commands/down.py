@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _down(args: argparse.Namespace) -> int:
-    layout, names = load_session(args.words)
+    layout, names = load_session(args.words, starts=False)
     launcher = OsLauncher() if args.grace is None else OsLauncher(grace=args.grace)
     sup = Supervisor(layout, launcher=launcher, check_preflight=False)
     sup.subscribe(progress_printer())

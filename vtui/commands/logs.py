@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        layout, names = load_session(args.words)
+        layout, names = load_session(args.words, starts=False)
     except CommandError as exc:
         return exc.code
     if len(names) != 1:

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        layout, _ = load_session([args.layout] if args.layout else [])
+        layout, _ = load_session([args.layout] if args.layout else [], starts=False)
     except CommandError as exc:
         return exc.code
     rows = [row | {"flags": masked(row.get("flags") or {})} for row in instance_rows(layout)]

@@ -18,7 +18,9 @@ HELP = "start the instances of a layout and wait until they are ready (--watch: 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("layout", nargs="?", help="layout file (default: the session last used)")
+    parser.add_argument(
+        "layout", nargs="?", help="layout file or shipped name, e.g. demo (default: the session last used)"
+    )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="start only these instances")
     parser.add_argument(
         "--watch", action="store_true", help="keep supervising with the restart policy until Ctrl-C"

@@ -139,16 +139,25 @@ class SessionSpec:
     gpu_memory_gib: float | None = None  # override when NVML is absent (planner, sim)
 
 
+# Where a layout value came from a `${VAR}` reference: (instance name, or "" for [defaults], key path such
+# as ("flags", "api-key")) -> (the expanded value, the text as written, e.g. "${VLLM_API_KEY}").
+Templates = Mapping[tuple[str, tuple], tuple[str, str]]
+
+
 @dataclass(frozen=True)
 class Layout:
     session: SessionSpec
     instances: tuple[InstanceSpec, ...]
     path: Path | None = None
     defaults: Mapping[str, object] = field(default_factory=lambda: _frozen({}))
+    # The `${VAR}` references its values were expanded from, carried with the layout so that saving it
+    # writes them back (never the secret) and depends on nothing but the layout. Not part of equality.
+    templates: Templates = field(default_factory=lambda: _frozen({}), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instances", tuple(self.instances))
         object.__setattr__(self, "defaults", _frozen(self.defaults))
+        object.__setattr__(self, "templates", _frozen(self.templates))
 
     def instance(self, name: str) -> InstanceSpec:
         for spec in self.instances:

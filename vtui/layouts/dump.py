@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 import tomli_w
 
-from vtui.core.model import InstanceSpec, Layout, RestartPolicy
-from vtui.layouts.rules import INSTANCE_KEYS, Checker
+from vtui.core.model import InstanceSpec, Layout, RestartPolicy, Templates
+from vtui.layouts.rules import INSTANCE_KEYS
 
 __all__ = [
     "BUILTIN_DEFAULTS",
@@ -21,15 +21,9 @@ __all__ = [
     "emit_table",
     "instance_table",
     "instance_values",
-    "origin",
     "plain",
     "shared_defaults",
 ]
-
-
-def origin(path) -> str:
-    """The key `${VAR}` templates are remembered under: the layout file's resolved path."""
-    return str(path.resolve()) if path is not None else ""
 
 
 BUILTIN_DEFAULTS: Mapping[str, object] = {
@@ -84,7 +78,7 @@ def shared_defaults(layout: Layout) -> dict[str, object]:
 
 def dump_layout(layout: Layout) -> str:
     """The layout as TOML: instances list only what differs from [defaults]; `${VAR}` kept, not values."""
-    restore = Restorer(origin(layout.path))
+    restore = Restorer(layout.templates)
     session: dict[str, object] = {"name": layout.session.name}
     if layout.session.allow_gpu_sharing:
         session["allow_gpu_sharing"] = True
@@ -164,8 +158,11 @@ class Restorer:
     instance first, else of [defaults] (a shared flag moved into the instances that keep it), else of
     any instance of the file (an instance added as a copy of another), so a secret is never written."""
 
-    def __init__(self, source: str) -> None:
-        self.origin = source
+    def __init__(self, templates: Templates) -> None:
+        self.templates = templates
+        self._anywhere: dict[tuple[tuple, str], str] = {}  # (key path, value) -> raw, first instance wins
+        for (_, where), (expanded, raw) in templates.items():
+            self._anywhere.setdefault((where, expanded), raw)
 
     def __call__(self, scope: str, path: tuple, value: object) -> object:
         if isinstance(value, dict):
@@ -173,11 +170,11 @@ class Restorer:
         if isinstance(value, list):
             return [self(scope, (*path, i), v) for i, v in enumerate(value)]
         if isinstance(value, str):
-            for key in ((self.origin, scope, path), (self.origin, "", path)):
-                remembered = Checker.TEMPLATES.get(key)
+            for key in ((scope, path), ("", path)):
+                remembered = self.templates.get(key)
                 if remembered and remembered[0] == value:
                     return remembered[1]
-            for (source, _, where), (expanded, raw) in list(Checker.TEMPLATES.items()):
-                if source == self.origin and where == path and expanded == value:
-                    return raw
+            raw = self._anywhere.get((path, value))
+            if raw is not None:
+                return raw
         return value

@@ -25,7 +25,6 @@ from vtui.layouts.dump import (
     emit_table,
     instance_table,
     instance_values,
-    origin,
     plain,
     shared_defaults,
 )
@@ -39,35 +38,41 @@ _SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib"
 
 def edit_text(text: str, old: Layout, new: Layout) -> str | None:
     """`text` (the file `old` was read from) changed where `new` differs; None: not possible in place."""
-    restore = Restorer(origin(new.path))
+    restore = Restorer(new.templates)
     defaults = {k: plain(v) for k, v in shared_defaults(new).items()}
     effective = {**BUILTIN_DEFAULTS, **defaults}
     doc = tomlkit.parse(text)
     aot = doc.get("instance")
     if not isinstance(aot, AoT):
         return None
-    kept = [n for n in old.names() if n in new.names()]
-    added = [n for n in new.names() if n not in old.names()]
-    if kept + added != new.names():
+    olds = {spec.name: spec for spec in old.instances}
+    news = {spec.name: spec for spec in new.instances}  # by name: a big layout is no quadratic walk
+    kept = [n for n in olds if n in news]
+    added = [n for n in news if n not in olds]
+    if kept + added != list(news):
         return None  # reordered: the full rewrite says it plainly
     _session(doc, old, new)
     _defaults(doc, old.defaults, defaults, restore)
+    same_defaults = {k: plain(v) for k, v in old.defaults.items()} == defaults
     for index in reversed(range(len(aot))):
         name = str(aot[index].get("name", ""))
-        if name not in new.names():
+        if name not in news:
             _drop(aot, index)
     for table in aot:
         name = str(table.get("name", ""))
+        before, after = olds[name], news[name]
+        if before == after and same_defaults:
+            continue  # the same instance under the same [defaults]: nothing to write
         _instance(
             table,
-            instance_values(old.instance(name)),
-            instance_values(new.instance(name)),
+            instance_values(before),
+            instance_values(after),
             effective,
             lambda path, value, name=name: restore(name, path, value),
         )
     out = tomlkit.dumps(doc)
     for name in added:
-        block = emit_table("instance", instance_table(new.instance(name), effective, restore), array=True)
+        block = emit_table("instance", instance_table(news[name], effective, restore), array=True)
         out = out.rstrip("\n") + "\n\n" + "\n".join(block) + "\n"
     if "\r\n" in text and "\n" not in text.replace("\r\n", ""):
         out = out.replace("\r\n", "\n").replace("\n", "\r\n")  # new lines as the file's own (CRLF)

@@ -3,8 +3,8 @@
 `load_layout` checks the whole file before raising one `LayoutError` listing every `LayoutProblem`
 (`demo.toml:14: instance[1].flags.max-num-seqs: expected an integer, got "many"`), so a user fixes a
 layout in one pass. `${VAR}` references are expanded at load time (processes need real values) and
-the raw references are remembered per (file, instance, key), so `dump_layout` writes `${VAR}` back
-and saving never writes a secret that came from the environment. Saving is atomic.
+the raw references travel with the layout (`Layout.templates`), so saving writes `${VAR}` back, never a
+secret that came from the environment, whatever else the process loaded. Saving is atomic.
 """
 
 from __future__ import annotations
@@ -12,102 +12,79 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
-from vtui.core import paths
 from vtui.core.atomic import atomic_write_text
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
-from vtui.layouts.dump import dump_layout, origin
+from vtui.layouts.dump import dump_layout
 from vtui.layouts.edit import edit_text
-from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, SESSION_KEYS, TOP_KEYS, Checker
+from vtui.layouts.errors import LayoutError, LayoutProblem
+from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, MAX_NAME, SESSION_KEYS, TOP_KEYS, Checker
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = [
-    "LayoutError",
-    "LayoutProblem",
-    "NoLayoutError",
-    "dump_layout",
-    "last_layout",
-    "load_layout",
-    "load_layout_with_warnings",
-    "remember_last",
-    "render_layout",
-    "resolve_layout_arg",
-    "save_layout",
-    "split_layout_args",
-]
+__all__ = ["dump_layout", "load_layout", "load_layout_with_warnings", "render_layout", "save_layout"]
 
-_LAST = "last_session"
 _BOM = "\ufeff"
-
-
-@dataclass(frozen=True)
-class LayoutProblem:
-    file: str
-    line: int | None
-    key: str  # dotted: "instance[2].flags.max-num-seqs"; "" for the file as a whole
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
-
-
-class LayoutError(Exception):
-    """A layout that cannot be used; `.problems` lists every problem found, in file order."""
-
-    def __init__(self, problems: Iterable[LayoutProblem], warnings: Iterable[str] = ()) -> None:
-        self.problems = list(problems)
-        self.warnings = list(warnings)  # found alongside the problems (printable lines)
-        super().__init__("\n".join(str(p) for p in self.problems))
-
-
-class NoLayoutError(LayoutError):
-    """No layout path given and none remembered: the user must name one."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__([LayoutProblem("vtui", None, "", message)])
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
+# Refused above this size: a layout describes a few instances (one is ~0.3 KiB), and the in-place save
+# (tomlkit) costs ~10 µs per byte, so 256 KiB (~800 instances) still saves in about a second.
+MAX_LAYOUT_BYTES = 256 * 1024
 
 
 # -- loading --------------------------------------------------------------------------------------
 
 
-def load_layout(path: str | os.PathLike[str]) -> Layout:
-    """The validated layout at `path`; raises LayoutError listing every problem."""
-    return load_layout_with_warnings(path)[0]
+def load_layout(path: str | os.PathLike[str], *, unset_ok: bool = False) -> Layout:
+    """The validated layout at `path`; raises LayoutError listing every problem. `unset_ok`: for commands
+    that start nothing (down, ps, logs), an unset `${VAR}` is kept as written, not a problem."""
+    return load_layout_with_warnings(path, unset_ok=unset_ok)[0]
 
 
-def load_layout_with_warnings(path: str | os.PathLike[str]) -> tuple[Layout, list[str]]:
+def load_layout_with_warnings(
+    path: str | os.PathLike[str], *, unset_ok: bool = False
+) -> tuple[Layout, list[str]]:
     """The layout plus warnings (network-exposed host, secrets written literally) as printable lines."""
     file = str(path)
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        with source.open("rb") as handle:
+            raw = handle.read(MAX_LAYOUT_BYTES + 1)  # a huge file is refused unread, whatever its size
+        if len(raw) > MAX_LAYOUT_BYTES:
+            raise LayoutError([_too_big(file)])
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LayoutError([LayoutProblem(file, None, "", f"cannot read: {exc}")]) from None
-    return _load_text(text, file, source)
+    return _load_text(text, file, source, unset_ok)
 
 
-def _load_text(text: str, file: str, source: Path, remember: bool = True) -> tuple[Layout, list[str]]:
+def _too_big(file: str) -> LayoutProblem:
+    return LayoutProblem(
+        file,
+        None,
+        "",
+        f"larger than the {MAX_LAYOUT_BYTES // 1024} KiB a layout may be (a layout describes a few "
+        "instances; the in-place save of one this size would take seconds)",
+    )
+
+
+def _load_text(text: str, file: str, source: Path, unset_ok: bool = False) -> tuple[Layout, list[str]]:
     text = text.removeprefix(_BOM)  # a UTF-8 byte order mark (some Windows editors write one) is no key
+    if len(text) > MAX_LAYOUT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_LAYOUT_BYTES:
+        raise LayoutError([_too_big(file)])
     try:
         data = tomllib.loads(text)
+        checker = Checker(file, text, unset_ok=unset_ok)
+        layout = _build(data, checker, source)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError([_syntax_problem(file, text, exc)]) from None
-    checker = Checker(file, text, origin=_origin(source), remember=remember)
-    layout = _build(data, checker, source)
+    except RecursionError:  # tomllib (and any walk of the values) recurses once per level
+        raise LayoutError([LayoutProblem(file, _deep_line(text), "toml", _TOO_DEEP)]) from None
     problems = [LayoutProblem(file, line, key, msg) for line, key, msg in _in_file_order(checker.problems)]
     warnings = [
         str(LayoutProblem(file, line, key, msg)) for line, key, msg in _in_file_order(checker.warnings)
@@ -115,6 +92,23 @@ def _load_text(text: str, file: str, source: Path, remember: bool = True) -> tup
     if problems or layout is None:
         raise LayoutError(problems, warnings)
     return layout, warnings
+
+
+_TOO_DEEP = "arrays or inline tables nested too deeply to read (a layout needs only a few levels)"
+
+
+def _deep_line(text: str, limit: int = 100) -> int | None:
+    """The line where brackets first open more than `limit` deep (strings not told apart: a hint)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        for char in line:
+            if char in "[{":
+                depth += 1
+                if depth > limit:
+                    return number
+            elif char in "]}":
+                depth -= 1
+    return None
 
 
 def _in_file_order(items: list[tuple[int | None, str, str]]) -> list[tuple[int | None, str, str]]:
@@ -133,9 +127,6 @@ def _syntax_problem(file: str, text: str, exc: Exception) -> LayoutProblem:
     else:
         line = getattr(exc, "lineno", None)
     return LayoutProblem(file, line, "toml", f"syntax error: {message}")
-
-
-_origin = origin
 
 
 def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | None:
@@ -169,7 +160,7 @@ def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | Non
     if c.problems or session is None:
         return None
     instances = tuple(_spec(fields) for fields in merged)
-    return Layout(session=session, instances=instances, path=source, defaults=defaults)
+    return Layout(session=session, instances=instances, path=source, defaults=defaults, templates=c.templates)
 
 
 def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
@@ -183,10 +174,14 @@ def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
         if key not in SESSION_KEYS:
             c.unknown(dotted, key, SESSION_KEYS)
         elif key == "name":
-            if isinstance(value, str) and value.strip():
+            if isinstance(value, str) and value.strip() and len(value) <= MAX_NAME and value.isprintable():
                 values[key] = value
             else:
-                c.problem(dotted, f"expected a non-empty string, got {c.q(value)}")
+                c.problem(
+                    dotted,
+                    f"expected a non-empty name of at most {MAX_NAME} printable characters (it lands in "
+                    f"file names), got {c.q(value)}",
+                )
         elif key == "allow_gpu_sharing":
             if isinstance(value, bool):
                 values[key] = value
@@ -258,7 +253,7 @@ def render_layout(layout: Layout, path: str | os.PathLike[str] | None = None) ->
     if target is None:
         raise ValueError("render_layout: the layout has no path; pass one")
     text = _edited_in_place(layout, target) or dump_layout(layout)
-    _load_text(text, f"{target} (not saved)", target, remember=False)  # raises LayoutError
+    _load_text(text, f"{target} (not saved)", target)  # raises LayoutError
     return text
 
 
@@ -274,7 +269,7 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
         return None
     try:
         original = target.read_bytes().decode("utf-8")  # as is: CRLF line ends stay CRLF
-        old = _load_text(original, str(target), target, remember=False)[0]
+        old = _load_text(original, str(target), target)[0]
     except (OSError, UnicodeDecodeError, LayoutError):
         return None
     bom = _BOM if original.startswith(_BOM) else ""
@@ -286,55 +281,7 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
         return None
     text = bom + text
     try:
-        saved = _load_text(text, str(target), target, remember=False)[0]
+        saved = _load_text(text, str(target), target)[0]
     except LayoutError:
         return None
     return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None
-
-
-# -- the last-used session ------------------------------------------------------------------------
-
-
-def remember_last(path: str | os.PathLike[str]) -> None:
-    """Record `path` as the session day-to-day commands use when given no layout."""
-    atomic_write_text(paths.state_dir() / _LAST, str(Path(path).expanduser().resolve()) + "\n", mode=0o600)
-
-
-def _recorded_last() -> Path | None:
-    try:
-        text = (paths.state_dir() / _LAST).read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return Path(text) if text else None
-
-
-def last_layout() -> Path | None:
-    """The last-used layout file, or None when none was recorded or it no longer exists."""
-    recorded = _recorded_last()
-    return recorded if recorded is not None and recorded.is_file() else None
-
-
-def resolve_layout_arg(arg: str | os.PathLike[str] | None) -> Path:
-    """An explicit layout path, else the last used one, else NoLayoutError telling the user what to do."""
-    if arg is not None and str(arg) != "":
-        path = Path(arg).expanduser()
-        if not path.is_file():
-            raise NoLayoutError(f"{arg}: no such layout file")
-        return path
-    recorded = _recorded_last()
-    if recorded is None:
-        raise NoLayoutError(
-            "no layout given and no session used before: pass a layout file, e.g. `vtui up layouts/demo.toml`"
-        )
-    if not recorded.is_file():
-        raise NoLayoutError(f"the last session's layout {recorded} no longer exists: pass a layout file")
-    return recorded
-
-
-def split_layout_args(positional: Iterable[str]) -> tuple[Path, list[str]]:
-    """`[LAYOUT] NAME…` -> (layout path, names): the first word is the layout when it names a file
-    or ends in .toml; otherwise every word is a name and the layout is the last used one."""
-    words = list(positional)
-    if words and (words[0].endswith(".toml") or Path(words[0]).expanduser().is_file()):
-        return resolve_layout_arg(words[0]), words[1:]
-    return resolve_layout_arg(None), words

@@ -7,6 +7,7 @@ first, and returns only valid, normalised values so later checks still run on th
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -38,7 +39,31 @@ ENGINES = ("vllm", "sim")
 RESTART_MODES = ("never", "on-failure", "always")
 TOP_LEVEL_FLAGS = ("host", "port", "model")  # set as the instance's own keys, never in flags
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+MAX_NAME = 64  # an instance name lands in file names (logs, run records) and the VTUI_INSTANCE marker
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def valid_host(host: str) -> bool:
+    """An IP address (v4 or v6) or a DNS name (RFC 1123 labels, 253 characters at most)."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(_DNS_LABEL.match(label) for label in name.split("."))
+
+
+def name_problem(value: object) -> str | None:
+    """Why `value` cannot be an instance name, None when it can."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        return f"expected a name of letters, digits, '_', '.', '-' (starting with a letter or digit); got {q(value)}"
+    if len(value) > MAX_NAME:
+        return f"a name is at most {MAX_NAME} characters (it lands in file names); got {len(value)}"
+    return None
+
+
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
 
 
@@ -48,8 +73,10 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
 
 def q(value: object) -> str:
-    """A value as the user wrote it in TOML: strings quoted, booleans lower case."""
+    """A value as the user wrote it in TOML: strings quoted, booleans lower case; a long one cut short."""
     if isinstance(value, str):
+        if len(value) > 80:
+            return json.dumps(value[:40], ensure_ascii=False) + f"… ({len(value)} characters)"
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -63,16 +90,18 @@ def _number(value: object) -> bool:
 
 
 class Checker:
-    """Collects problems/warnings for one file; remembers `${VAR}` templates for saving."""
+    """Collects problems/warnings for one file, and the `${VAR}` templates its values came from (they go
+    onto the `Layout`, so saving writes the references back)."""
 
-    # (file origin, instance name or "" for [defaults], key path) -> (expanded value, raw template)
-    TEMPLATES: dict[tuple[str, str, tuple], tuple[str, str]] = {}
-
-    def __init__(self, file: str, text: str, origin: str = "", remember: bool = True) -> None:
+    def __init__(self, file: str, text: str, unset_ok: bool = False) -> None:
         self.file = file
-        self.origin = origin
-        self.remember = remember  # False: a check of text not (yet) on disk leaves TEMPLATES alone
+        # True for commands that start nothing (down, ps, logs): an unset `${VAR}` (a secret's, typically)
+        # is left as written instead of being a problem, since stopping and listing never need it
+        self.unset_ok = unset_ok
+        self.unresolved: set[str] = set()  # dotted keys left as written (unset_ok)
         self.index = LineIndex(text)
+        # (instance name or "" for [defaults], key path) -> (expanded value, raw template)
+        self.templates: dict[tuple[str, tuple], tuple[str, str]] = {}
         self.problems: list[tuple[int | None, str, str]] = []
         self.warnings: list[tuple[int | None, str, str]] = []
         self._bad: set[str] = set()
@@ -115,31 +144,38 @@ class Checker:
         return out
 
     def _expand(self, dotted: str, scope: str, path: tuple, text: str) -> str | None:
-        key = (self.origin, scope, path)
         if not has_vars(text):
-            if self.remember:
-                self.TEMPLATES.pop(key, None)
             return text
         expanded, missing = expand_vars(text)
+        if missing and self.unset_ok:
+            self.unresolved.add(dotted)
+            self.templates[(scope, path)] = (text, text)
+            return text
         if missing:
             names = ", ".join("${" + name + "}" for name in dict.fromkeys(missing))
             self.problem(dotted, f"undefined environment variable {names} (export it before running vtui)")
             return None
-        if self.remember:
-            self.TEMPLATES[key] = (expanded, text)
+        self.templates[(scope, path)] = (expanded, text)
         return expanded
 
     def _field(self, prefix: str, key: str, value: object, scope: str) -> tuple[bool, object]:
         dotted = f"{prefix}.{key}"
         bad = self.problem
         if key == "name":
-            if isinstance(value, str) and _NAME.match(value):
+            problem = name_problem(value)
+            if problem is None:
                 return True, value
-            bad(dotted, f"expected a name of letters, digits, '_', '.', '-'; got {q(value)}")
-        elif key in ("model", "host"):
+            bad(dotted, problem)
+        elif key == "host":
+            if isinstance(value, str) and valid_host(value):
+                return True, value
+            shown = q(value) if not isinstance(value, str) or len(value) <= 80 else q(value[:40]) + "…"
+            bad(
+                dotted,
+                f"expected an IP address or a DNS name (like 127.0.0.1, ::1, gpu-box.lan), got {shown}",
+            )
+        elif key == "model":
             if isinstance(value, str) and value.strip():
-                if key == "host":
-                    return True, value
                 expanded = self._expand(dotted, scope, (key,), value)
                 return expanded is not None, expanded
             bad(dotted, f"expected a non-empty string, got {q(value)}")
@@ -248,6 +284,9 @@ class Checker:
                 continue
             item = self._expand_flag(key, scope, name, item)
             if item is None:
+                continue
+            if key in self.unresolved:
+                out[name] = item  # `${VAR}` as written: nothing to validate until it is set
                 continue
             problem = flagspec.validate_flag(name, item)
             if problem:

@@ -14,11 +14,27 @@ import time
 NAME = "VLLM::EngineCore"
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a child started as `python` under another argv[0] (the title): such a child
+    cannot find its venv's pyvenv.cfg and starts as the base Python, so it is handed this process's
+    sys.path, plus the folder vtui itself was imported from (an installed wheel, or a clone run from
+    anywhere), as PYTHONPATH."""
+    import vtui
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(vtui.__file__)))
+    entries = [p for p in sys.path if p]
+    if root not in entries:
+        entries.append(root)
+    inherited = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([*entries, *([inherited] if inherited else [])])}
+
+
 def spawn() -> subprocess.Popen:
     """Start the child in the caller's process group (so killing the group kills it)."""
     proc = subprocess.Popen(
         [NAME, "-m", "vtui.sim.child"],
         executable=sys.executable,
+        env=child_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         close_fds=True,

@@ -21,6 +21,8 @@ import time
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
+from vtui.sim.child import child_env
+
 NAME = "VLLM::EngineCore"
 _HELD: list[Any] = []  # keeps this process's allocations alive until it exits
 
@@ -111,14 +113,10 @@ class ChildMemory:
 
     def __init__(self, count: int) -> None:
         self.count = count
-        # argv[0] is the title, so a venv's python cannot find its pyvenv.cfg: hand over this sys.path
-        path = os.pathsep.join([p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep
-        )
         self.proc = subprocess.Popen(
             [NAME, "-m", "vtui.sim.device"],
             executable=sys.executable,
-            env={**os.environ, "PYTHONPATH": path},
+            env=child_env(),  # argv[0] is the title: hand over where vtui and its imports are
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,

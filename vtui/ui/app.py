@@ -18,11 +18,11 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input
 
-from vtui.core import paths
 from vtui.core.api import SupervisorApi
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.supervisor import Supervisor
-from vtui.layouts import LayoutError, load_layout
+from vtui.layouts import LayoutError, default_layout, load_layout, remember_last
+from vtui.layouts.lookup import BUILTIN_DIR
 from vtui.planner import ModelConfig
 from vtui.ui import history, planning
 from vtui.ui.bridge import Bridge, GpuSamplerFactory, ScrapeFactory
@@ -53,7 +53,7 @@ from vtui.ui.screens.logs import LogScreen
 from vtui.ui.screens.presets import PresetScreen
 from vtui.ui.store import Store, run_diagnosis
 
-DEMO_LAYOUT = Path(__file__).resolve().parents[2] / "layouts" / "demo.toml"
+DEMO_LAYOUT = BUILTIN_DIR / "demo.toml"
 SupervisorFactory = Callable[[Layout], SupervisorApi]
 ConfigKey = tuple[str, str, str | None]
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
@@ -218,7 +218,7 @@ class VtuiApp(ControlMixin):
 
     def on_layout_saved(self, message: LayoutSaved) -> None:
         self.store.mark_saved(self.supervisor.layout, message.path)
-        _remember_layout(message.path)
+        remember_last(message.path)
         self.notify(f"saved {message.path}")
         self._refresh_screens(None)
 
@@ -234,7 +234,7 @@ class VtuiApp(ControlMixin):
         self.query_one_screen().rebuild()
         self.bridge.start()
         if message.layout.path:
-            _remember_layout(message.layout.path)
+            remember_last(message.layout.path)
         self.notify(f"opened {message.layout.path}")
 
     def query_one_screen(self) -> DashboardScreen:
@@ -316,29 +316,13 @@ class VtuiApp(ControlMixin):
 
 
 # -- the factory ---------------------------------------------------------------------------------------
-def _last_layout_file() -> Path:
-    return paths.state_dir() / "last_layout"
-
-
-def _remember_layout(path: Path | str) -> None:
-    try:
-        _last_layout_file().write_text(str(Path(path).resolve()), encoding="utf-8")
-    except OSError:
-        pass  # remembering the last session is a convenience, never a failure
-
-
 def resolve_layout(layout: str | Path | Layout | None) -> Layout:
     """A Layout from a path, the last session, or the demo; an empty layout when none exists."""
     if isinstance(layout, Layout):
         return layout
     if layout is None:
-        last = _last_layout_file()
-        candidate = Path(last.read_text(encoding="utf-8").strip()) if last.exists() else None
-        if candidate is not None and candidate.exists():
-            layout = candidate
-        elif DEMO_LAYOUT.exists():
-            layout = DEMO_LAYOUT
-        else:
+        layout = default_layout()  # the last session (one record with the CLI's), else the demo
+        if layout is None:
             return Layout(SessionSpec(), ())
     return load_layout(Path(layout))
 
@@ -385,7 +369,7 @@ def run_tui(argv: list[str]) -> int:
     """`vtui [LAYOUT]`: open the dashboard on LAYOUT (default: the last session, else the demo)."""
     parser = argparse.ArgumentParser(prog="vtui", description="open the vtui dashboard")
     parser.add_argument(
-        "layout", nargs="?", help="layout TOML (default: last session, else layouts/demo.toml)"
+        "layout", nargs="?", help="layout TOML or shipped name (default: last session, else demo)"
     )
     parser.add_argument("--no-start", action="store_true", help="adopt running instances but start nothing")
     args = parser.parse_args(argv)
@@ -395,6 +379,6 @@ def run_tui(argv: list[str]) -> int:
         print(f"vtui: {exc}")
         return 2
     if app.store.path:
-        _remember_layout(app.store.path)
+        remember_last(app.store.path)
     result = app.run()
     return int(result or 0)

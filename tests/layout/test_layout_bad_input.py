@@ -1,0 +1,79 @@
+"""Bad input that used to get through: over-deep nesting (RecursionError), hosts that are no host, names
+that cannot be file names, huge files (seconds to load and save). Each is one clear problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vtui.cli import main
+from vtui.layouts import LayoutError, load_layout, render_layout
+from vtui.layouts.files import MAX_LAYOUT_BYTES
+from vtui.layouts.rules import valid_host
+
+ONE = '[[instance]]\nname = "a"\nmodel = "m"\nport = 8001\n'
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "0.0.0.0", "::", "localhost", "gpu-box.lan", "a.b.c."])
+def test_hosts_that_are_hosts(host: str) -> None:
+    assert valid_host(host)
+
+
+@pytest.mark.parametrize("host", ["not a host!!", "", "-x.lan", "x..lan", "a" * 64, "http://x", "1.2.3.4:80"])
+def test_hosts_that_are_not(host: str) -> None:
+    assert not valid_host(host)
+
+
+def test_check_rejects_a_bad_host_and_a_5000_character_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        ONE + 'host = "not a host!!"\n' + ONE.replace('"a"', '"' + "n" * 5000 + '"').replace("8001", "8002")
+    )
+    assert main(["check", str(path)]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{path}:5: instance[0].host: expected an IP address or a DNS name")
+    assert (
+        out[1]
+        == f"{path}:7: instance[1].name: a name is at most 64 characters (it lands in file names); got 5000"
+    )
+    assert all(len(line) < 300 for line in out)  # the 5000 characters are not echoed back
+
+
+def test_a_file_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "huge.toml"
+    path.write_text(ONE + "# " + "x" * MAX_LAYOUT_BYTES + "\n")
+    with pytest.raises(LayoutError) as caught:
+        load_layout(path)
+    assert str(caught.value) == f"{path}: " + caught.value.problems[0].message
+    assert "larger than the 256 KiB a layout may be" in str(caught.value)
+
+
+def test_a_save_that_would_go_over_the_limit_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "ok.toml"
+    path.write_text(ONE)
+    layout = load_layout(path)
+    grown = layout.replace_instance(layout.instances[0].with_flags({"served-model-name": ["x" * 1000] * 300}))
+    with pytest.raises(LayoutError, match=r"ok.toml \(not saved\): larger than"):
+        render_layout(grown)
+
+
+@pytest.mark.parametrize("opener,closer", [("[", "]"), ("{ a = ", "}")])
+def test_nesting_5000_deep_is_a_problem_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], opener: str, closer: str
+) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text(
+        ONE
+        + "[instance.flags]\nserved-model-name = "
+        + opener * 5000
+        + "1" * (opener == "{ a = ")
+        + closer * 5000
+        + "\n"
+    )
+    assert main(["check", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{path}:6: toml: arrays or inline tables nested too deeply to read")
+    assert "Traceback" not in captured.out + captured.err

@@ -1,0 +1,40 @@
+"""The layout errors every part of vtui.layouts raises: one problem is `file:line: key: message`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["LayoutError", "LayoutProblem", "NoLayoutError"]
+
+
+@dataclass(frozen=True)
+class LayoutProblem:
+    file: str
+    line: int | None
+    key: str  # dotted: "instance[2].flags.max-num-seqs"; "" for the file as a whole
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+class LayoutError(Exception):
+    """A layout that cannot be used; `.problems` lists every problem found, in file order."""
+
+    def __init__(self, problems: Iterable[LayoutProblem], warnings: Iterable[str] = ()) -> None:
+        self.problems = list(problems)
+        self.warnings = list(warnings)  # found alongside the problems (printable lines)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class NoLayoutError(LayoutError):
+    """No layout path given and none remembered: the user must name one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__([LayoutProblem("vtui", None, "", message)])
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
