@@ -32,10 +32,10 @@ _HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "e2e": ("vllm:e2e_request_latency_seconds",),
     "queue": ("vllm:request_queue_time_seconds",),
 }
-_PREFIX = (
-    ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
-    ("vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"),
-)
+# Prefix-cache counters, the newest name first. Each half is read on its own: a payload mid-rename (0.10)
+# can hold the new name of one and the old name of the other.
+_PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+_PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 _TOKEN_LABELS = ("kv_cache_size_tokens", "num_gpu_tokens", "kv_cache_tokens")
 
 
@@ -145,11 +145,10 @@ def _point(snap: MetricsSnapshot, at: float) -> _Point:
         value = snap.total(name)
         if value is not None:
             counters[key] = value
-    for queries, hits in _PREFIX:
-        q, h = snap.total(queries), snap.total(hits)
-        if q is not None and h is not None:
-            counters["prefix_queries"], counters["prefix_hits"] = q, h
-            break
+    q = next((v for v in map(snap.total, _PREFIX_QUERIES) if v is not None), None)
+    h = next((v for v in map(snap.total, _PREFIX_HITS) if v is not None), None)
+    if q is not None and h is not None:
+        counters["prefix_queries"], counters["prefix_hits"] = q, h
     finished = snap.by_label("vllm:request_success_total", "finished_reason")
     histograms: dict[str, Histogram] = {}
     for role, names in _HISTOGRAMS.items():
