@@ -193,3 +193,32 @@ def test_one_histogram_table_feeds_the_reader_and_the_sample() -> None:
             window.update(parse_metrics(text), at=0.0)
             sample = window.update(parse_metrics(later), at=1.0)
             assert getattr(sample, role).p50 is not None, (role, name)
+
+
+@pytest.mark.parametrize(
+    ("queries_name", "hits_name"),
+    [
+        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"),
+        ("vllm:gpu_prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
+    ],
+)
+def test_prefix_pair_mid_rename_still_gives_the_hit_rate(queries_name: str, hits_name: str) -> None:
+    """A 0.10 payload mid-rename: one half of the pair under its new name, the other under its old one."""
+
+    def payload(queries: int, hits: int) -> str:
+        return "\n".join(
+            [
+                f"# TYPE {queries_name} counter",
+                f'{queries_name}{{engine="0",model_name="m"}} {queries}.0',
+                f"# TYPE {hits_name} counter",
+                f'{hits_name}{{engine="0",model_name="m"}} {hits}.0',
+                "",
+            ]
+        )
+
+    s = sample_of(payload(800, 200))
+    assert (s.prefix_cache_queries_total, s.prefix_cache_hits_total) == (800.0, 200.0)
+    assert s.prefix_hit_rate == pytest.approx(0.25)
+    w = MetricsWindow()
+    w.update(parse_metrics(payload(800, 200)), at=0.0)
+    assert w.update(parse_metrics(payload(1000, 350)), at=1.0).prefix_hit_rate == pytest.approx(0.75)

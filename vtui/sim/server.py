@@ -1,6 +1,8 @@
 """The sim's OpenAI-compatible HTTP/1.1 server on bare asyncio streams (fast, no dependencies):
 /health, /version, /v1/models, /v1/completions, /v1/chat/completions (SSE streaming with usage, or one JSON
-body), /metrics, and vLLM's API-key check (401 on /v1 paths). Access lines in uvicorn's format.
+body), /metrics, and vLLM's API-key check (401 on /v1 paths). Access lines in uvicorn's format. HEAD is
+answered wherever GET is, with GET's headers and no body (RFC 9110 §9.3.2); a 405 names the allowed
+methods in `allow`.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class SimServer:
         self.cfg = cfg
         self.http = http or HttpMetrics()
         self._sent: dict[asyncio.StreamWriter, int] = {}  # Content-Length of the answer being written
+        self._head: set[asyncio.StreamWriter] = set()  # connections answering a HEAD: headers only
         self.engine = engine
         self.metrics_text = metrics_text
         self.log_raw = log_raw
@@ -121,7 +124,14 @@ class SimServer:
                 path = target.split("?", 1)[0]
                 started = time.perf_counter()
                 self._sent[writer] = 0  # a streamed answer has no Content-Length: counted 0, as vLLM's
-                status = await self.route(method, path, headers, body, writer)
+                if method == "HEAD":  # GET's answer without its body
+                    self._head.add(writer)
+                try:
+                    status = await self.route(
+                        "GET" if method == "HEAD" else method, path, headers, body, writer
+                    )
+                finally:
+                    self._head.discard(writer)
                 if path in KNOWN_ROUTES:
                     self.http.record(
                         path, method, status, length, self._sent.get(writer, 0), time.perf_counter() - started
@@ -137,19 +147,27 @@ class SimServer:
         finally:
             self.connections.discard(writer)
             self._sent.pop(writer, None)
+            self._head.discard(writer)
             try:
                 writer.close()
             except RuntimeError:
                 pass
 
     def respond(
-        self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json"
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        ctype: str = "application/json",
+        allow: str | None = None,
     ) -> int:
-        self._sent[writer] = len(body)
+        head = writer in self._head
+        self._sent[writer] = 0 if head else len(body)
+        extra = f"allow: {allow}\r\n" if allow else ""
         writer.write(
             f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: uvicorn\r\ncontent-type: {ctype}\r\n"
-            f"content-length: {len(body)}\r\n\r\n".encode()
-            + body
+            f"{extra}content-length: {len(body)}\r\n\r\n".encode()
+            + (b"" if head else body)
         )
         return status
 
@@ -187,7 +205,7 @@ class SimServer:
             return self.respond(writer, 200, json.dumps({"object": "list", "data": data}).encode())
         if path in ("/v1/completions", "/v1/chat/completions"):
             if method != "POST":
-                return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}')
+                return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}', allow="POST")
             self.in_flight += 1
             try:
                 return await self.generate(path.endswith("chat/completions"), body, writer)

@@ -31,10 +31,10 @@ __all__ = [
 
 _EMPTY: Mapping[str, float] = MappingProxyType({})
 
-_PREFIX = (
-    ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"),
-    ("vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"),
-)
+# Prefix-cache counters, the newest name first. Each half is read on its own: a payload mid-rename (0.10)
+# can hold the new name of one and the old name of the other.
+_PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+_PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 _TOKEN_LABELS = ("kv_cache_size_tokens", "num_gpu_tokens", "kv_cache_tokens")
 
 
@@ -144,11 +144,10 @@ def _point(snap: MetricsSnapshot, at: float) -> _Point:
         value = snap.total(name)
         if value is not None:
             counters[key] = value
-    for queries, hits in _PREFIX:
-        q, h = snap.total(queries), snap.total(hits)
-        if q is not None and h is not None:
-            counters["prefix_queries"], counters["prefix_hits"] = q, h
-            break
+    q = next((v for v in map(snap.total, _PREFIX_QUERIES) if v is not None), None)
+    h = next((v for v in map(snap.total, _PREFIX_HITS) if v is not None), None)
+    if q is not None and h is not None:
+        counters["prefix_queries"], counters["prefix_hits"] = q, h
     finished = snap.by_label("vllm:request_success_total", "finished_reason")
     histograms: dict[str, Histogram] = {}
     for role, names in HISTOGRAM_ROLES.items():

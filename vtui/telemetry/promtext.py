@@ -236,6 +236,9 @@ class MetricsSnapshot:
         return None
 
 
+_PASTE_MARKS = " \t>+|│"
+
+
 def parse_metrics(text: str, wanted: frozenset[str] | Iterable[str] = WANTED) -> MetricsSnapshot:
     """Parse a /metrics payload, keeping only the `vllm:` samples in `wanted`."""
     wanted = wanted if isinstance(wanted, frozenset) else frozenset(wanted)
@@ -243,7 +246,9 @@ def parse_metrics(text: str, wanted: frozenset[str] | Iterable[str] = WANTED) ->
     bad = 0
     for line in text.split("\n"):
         if not line.startswith("vllm:"):
-            continue
+            line = line.lstrip(_PASTE_MARKS)  # a pasted payload: indented, quoted, a diff's "+"
+            if not line.startswith("vllm:"):
+                continue
         brace = line.find("{")
         if brace < 0:
             name, _, rest = line.partition(" ")
@@ -261,6 +266,8 @@ def parse_metrics(text: str, wanted: frozenset[str] | Iterable[str] = WANTED) ->
         if name not in wanted:
             continue
         rest = rest.strip()
+        if not rest and name.endswith("_info"):
+            rest = "1"  # an info gauge is always 1; a paste that elides it still gives its labels
         space = rest.find(" ")
         try:
             value = float(rest if space < 0 else rest[:space])

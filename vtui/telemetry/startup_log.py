@@ -42,6 +42,14 @@ FACT_KEYS: tuple[str, ...] = (
     "torch_compile_secs",
 )
 _V0_DEFAULT_BLOCK_SIZE = 16
+# Printed once per worker (tensor/pipeline parallel): the engine sizes its cache by the smallest.
+_SMALLEST_WINS = frozenset({"kv_cache_tokens", "max_concurrency", "available_kv_gib"})
+# A line that starts a log record; any other line may be the rest of the one before (a wrapped paste).
+_RECORD_START = re.compile(
+    r"^\s*(?:[>+*│-]\s*)*(?:\S+\s+\|\s*)?"  # quote / list markers, a compose service name
+    r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} )"
+)
+_MAX_JOINED = 8192
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,10 @@ def _int(text: str) -> int:
     return int(float(text.replace(",", "")))
 
 
+def _mib(text: str) -> float:
+    return round(_num(text) / 1024, 4)
+
+
 _N = r"([\d][\d,]*(?:\.\d+)?)"  # 1,048,576 / 2048.00 / 79.22
 
 # (pattern, [(fact, converter, priority) per group]). A later match replaces an earlier one of lower or
@@ -122,9 +134,11 @@ _RULES: tuple[_Rule, ...] = tuple(
         (r"LLM engine \(v(\d[\w.+\-]*)\) with config", (("vllm_version", str, 2),)),
         (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
         (r"with config: model='([^']*)'", (("model", str, 1),)),
+        (r"^\s*model='([^']*)', (?:speculative_config|tokenizer)=", (("model", str, 1),)),  # config split off
         # max model len
         (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
         (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
+        (r"\bmax_seq_len=(\d+), download_dir=", (("max_model_len", _int, 2),)),  # the config dump, split off
         # memory profile: V0 0.6.4 key=value, 0.6.5 table, 0.7 sentences
         (r"total_gpu_memory(?:=|\s*\(|\s+)\s*" + _N + r"\s*GiB", (("total_gpu_gib", _num, 3),)),
         (r"gpu_memory_utilization(?:=|\s*\(|\s+)\s*" + _N, (("gpu_memory_utilization", _num, 3),)),
@@ -148,18 +162,41 @@ _RULES: tuple[_Rule, ...] = tuple(
         ),
         # weights and load time
         (r"Loading model weights took " + _N + r"\s*GB", (("model_weights_gib", _num, 2),)),
+        (r"Loading model weights took " + _N + r"\s*MB", (("model_weights_gib", _mib, 2),)),  # 0.3
         (
-            r"Model loading took " + _N + r"\s*GiB(?: memory)? and " + _N + r"\s*s",
+            r"Loading model weights took " + _N + r"\s*GB and " + _N + r"\s*s",  # 0.7.3
             (("model_weights_gib", _num, 2), ("model_load_secs", _num, 2)),
         ),
-        (r"Model loading took " + _N + r"\s*GiB", (("model_weights_gib", _num, 2),)),
+        (
+            r"Model loading took " + _N + r"\s*Gi?B(?: memory)? and " + _N + r"\s*s",  # GB in 0.7-0.8
+            (("model_weights_gib", _num, 2), ("model_load_secs", _num, 2)),
+        ),
+        (r"Model loading took " + _N + r"\s*Gi?B", (("model_weights_gib", _num, 2),)),
         (r"Loading weights took " + _N + r" seconds", (("model_load_secs", _num, 1),)),
         # KV cache size
         (
-            r"# \w+ blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",  # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7)
+            # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7); a paste can lose the leading "# "
+            r"(?:# |\b)(?:GPU|CUDA|cuda|gpu|XPU|HPU|NPU|TPU) blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",
             (("num_gpu_blocks", _int, 3), ("num_cpu_blocks", _int, 3)),
         ),
         (r"# (?:GPU|CUDA|gpu) blocks: (\d+)\s*$", (("num_gpu_blocks", _int, 3),)),
+        (
+            r"cache_config_info with initialization after num_gpu_blocks is: (\d+)",
+            (("num_gpu_blocks", _int, 3),),
+        ),
+        (
+            r"reserved " + _N + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes",
+            (("available_kv_gib", _num, 3),),
+        ),
+        # the gpu_worker summary after graph capture (0.11+): what the run really used
+        (
+            r"Free memory on device[^(]*\(" + _N + "/" + _N + r" GiB\) on startup\. Desired GPU memory "
+            r"utilization is \(" + _N,
+            (("_free_gib", _num, 2), ("total_gpu_gib", _num, 2), ("gpu_memory_utilization", _num, 2)),
+        ),
+        (r"Actual usage(?: is|:) " + _N + r"\s*GiB for weights?", (("model_weights_gib", _num, 2),)),
+        (r"\b" + _N + r"\s*GiB for peak activation", (("activation_peak_gib", _num, 2),)),
+        (r"\b" + _N + r"\s*GiB for non-torch memory", (("non_torch_gib", _num, 2),)),
         (r"(?:GPU|CPU|XPU|TPU|NPU|HPU)? ?KV cache size: " + _N + " tokens", (("kv_cache_tokens", _int, 3),)),
         (
             r"Maximum concurrency for " + _N + r" tokens per request: " + _N + "x",
@@ -252,10 +289,15 @@ class _Reader:
         self._phase: Phase | None = None
         self._non_default: dict[str, object] | None = None
         self._args: dict[str, object] | None = None
+        self._prev = ""  # the record so far, continuation lines appended
 
     def _set(self, key: str, value: object, prio: int) -> bool:
         if prio < self._prio.get(key, -1) or self._values.get(key) == value:
             return False
+        old = self._values.get(key)
+        if key in _SMALLEST_WINS and prio == self._prio.get(key) and isinstance(old, float | int):
+            if isinstance(value, float | int) and value >= old:
+                return False
         self._values[key], self._prio[key] = value, prio
         return True
 
@@ -270,7 +312,7 @@ class _Reader:
         if phase is not None and phase.advances(self._phase):
             self._phase, changed = phase, True
         for pattern, groups in _RULES:
-            m = pattern.search(line)
+            m = pattern.search(line) or self._across_wrap(pattern, line)
             if m is None:
                 continue
             for i, (key, convert, prio) in enumerate(groups, start=1):
@@ -286,7 +328,23 @@ class _Reader:
             self._non_default, changed = _dict_of(m.group(1)), True
         elif m := _NAMESPACE.search(line):
             self._args, changed = {k: _literal(v) for k, v in _NS_PAIR.findall(m.group(1))}, True
+        self._prev = (self._prev + line)[-_MAX_JOINED:] if self._continues(line) else line
         return changed
+
+    def _continues(self, line: str) -> bool:
+        return bool(self._prev) and bool(line.strip()) and not _RECORD_START.match(line)
+
+    def _across_wrap(self, pattern: re.Pattern[str], line: str) -> re.Match[str] | None:
+        """A match of a fact that a paste wrapped onto this line: the previous record joined to this
+        line, cut mid-word (terminal width) or at a space (re-flowed), and matching across the cut."""
+        if not self._continues(line):
+            return None
+        for sep in ("", " "):
+            joined = self._prev + sep + line
+            m = pattern.search(joined, max(0, len(self._prev) - 400))
+            if m is not None and m.start() < len(self._prev) < m.end():
+                return m
+        return None
 
     @property
     def phase(self) -> Phase | None:
