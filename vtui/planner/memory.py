@@ -45,7 +45,8 @@ def param_counts(m: ModelConfig) -> tuple[int, int]:
             if m.q_lora_rank
             else h * heads * (nope + rope)
         )
-        attn = q + h * (m.kv_lora_rank + rope) + m.kv_lora_rank * heads * (nope + v) + heads * v * h
+        rank = m.kv_lora_rank or 0
+        attn = q + h * (rank + rope) + rank * heads * (nope + v) + heads * v * h
     else:
         attn = h * m.head_dim * (m.num_attention_heads * 2 + m.num_kv_heads * 2)
     dense_mlp = 3 * h * m.intermediate_size
