@@ -253,7 +253,7 @@ def test_max_model_len_that_does_not_fit():
 
 
 def test_estimated_budget_from_gpu_memory():
-    # 80 GiB × 0.9 = 72 GiB − 14.96 weights − activation − 0.25 non-torch − 0.5 graphs: between 50 and 57 GiB.
+    # 80 GiB × 0.9 = 72 GiB − 14.96 weights − activation − 0.45 non-torch: between 50 and 57 GiB.
     p = _plan(LLAMA31_8B, gpu_memory_gib=80, gpu_memory_utilization=0.9, max_model_len=8192)
     assert p.kv_budget_source == "estimate" and 50 < p.available_kv_gib < 57
     assert p.kv_cache_tokens == p.num_gpu_blocks * 16  # 8,192 is a whole number of blocks

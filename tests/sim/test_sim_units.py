@@ -181,3 +181,32 @@ def test_cost_model_moves_in_the_seeds_directions():
     assert StepCost(16e9, 8e9, 131072, 32, 4096, tp=1, eager=True).seconds(
         StepPlan([], 0, 8, 8000, 0)
     ) > step(0, 8, 8000)
+
+
+def test_sim_memory_uses_the_shared_vllm_tables() -> None:
+    """The sim's dtype, quantized-weight bytes and overheads are core.vllm_memory's (the planner's too)."""
+    from vtui.core import vllm_memory
+    from vtui.sim.memory import weight_dtype
+
+    tiny = resolve("vtui/tiny-llama")
+    assert tiny is not None and tiny.dtype == "float32"
+    assert weight_dtype(tiny, "auto") == "bfloat16"  # vLLM >= 0.7 casts float32 checkpoints to bf16
+    assert weight_dtype(tiny, "half") == "float16"
+    shape = resolve("Qwen/Qwen3-8B")
+    assert shape is not None
+    common = dict(gpu_bytes=80 * GIB, utilization=0.9, pp=1, dtype="auto", kv_cache_dtype="auto")
+    common |= dict(block_size=16, max_model_len=8192, max_num_batched_tokens=8192, max_num_seqs=1024)
+    for tp in (1, 4):
+        p = plan_kv(shape, tp=tp, quantization=None, **common)
+        assert p.non_torch_bytes == vllm_memory.non_torch_bytes(tp, 1)
+        assert p.activation_bytes == vllm_memory.activation_peak_bytes(
+            hidden=shape.hidden,
+            intermediate=shape.intermediate,
+            vocab=shape.vocab,
+            tp=tp,
+            act_bytes=2,
+            max_num_batched_tokens=8192,
+            max_num_seqs=1024,
+        )
+    awq = plan_kv(shape, tp=1, quantization="awq", **common)
+    assert awq.weights_bytes < plan_kv(shape, tp=1, quantization=None, **common).weights_bytes / 2

@@ -13,8 +13,9 @@ import httpx
 
 from vtui.bench.types import Dist, ServerStep
 from vtui.telemetry.metrics import MetricsSample, MetricsSnapshot, MetricsWindow, parse_metrics
+from vtui.telemetry.promtext import HISTOGRAM_ROLES
 
-TTFT = "vllm:time_to_first_token_seconds"
+TTFT = HISTOGRAM_ROLES["ttft"][0]  # vllm:time_to_first_token_seconds
 
 
 def _max(a: float | None, b: float | None) -> float | None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from vtui.core.flagspec import human_int_arg
+from vtui.planner.core import flag_default
 
 HELP = "plan KV-cache capacity (tokens, concurrency, longest context) before a launch"
 
@@ -15,14 +16,20 @@ HELP = "plan KV-cache capacity (tokens, concurrency, longest context) before a l
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", help="model folder, config.json, or HF id cached on disk")
     parser.add_argument("--config", dest="config_path", help="path to config.json or its folder")
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument(
+        "--tensor-parallel-size", "-tp", type=int, default=flag_default("tensor-parallel-size")
+    )
+    parser.add_argument(
+        "--pipeline-parallel-size", "-pp", type=int, default=flag_default("pipeline-parallel-size")
+    )
+    parser.add_argument("--dtype", default=flag_default("dtype"))
     parser.add_argument("--quantization", "-q", default=None)
-    parser.add_argument("--kv-cache-dtype", default="auto")
+    parser.add_argument("--kv-cache-dtype", default=flag_default("kv-cache-dtype"))
     parser.add_argument("--block-size", type=int, default=None, help="default 16 (GPU), 128 (CPU)")
     parser.add_argument("--max-model-len", type=human_int_arg, default=None)
-    parser.add_argument("--max-num-seqs", type=int, default=None)
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=None, help="default: vLLM's (1024 on GPUs of >= 70 GiB, else 256)"
+    )
     parser.add_argument("--max-num-batched-tokens", type=human_int_arg, default=None)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--kv-memory-gib", type=float, default=None, help="known KV budget per GPU (GiB)")
@@ -40,7 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="take the KV budget (and max-model-len) from a vLLM startup log",
     )
     parser.add_argument("--gpu-memory-gib", type=float, default=None, help="memory per GPU (default: NVML)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help=f"default: vLLM's ({flag_default('gpu-memory-utilization')})",
+    )
     parser.add_argument(
         "--device",
         choices=("cuda", "cpu"),
@@ -113,7 +125,7 @@ def build_params(args: argparse.Namespace):
         block_size=args.block_size,
         device=device or "cuda",
         gpu_memory_gib=gpu_gib,
-        gpu_memory_utilization=args.gpu_memory_utilization,
+        gpu_memory_utilization=args.gpu_memory_utilization or flag_default("gpu-memory-utilization"),
         kv_memory_bytes=kv_bytes,
         kv_budget_source=source,
         max_model_len=max_len,
@@ -159,7 +171,7 @@ def render(result) -> str:
         ("KV bytes per token", _fmt(result.kv_bytes_per_token)),
         ("weights per GPU", _fmt(result.weights_gib_per_gpu, f" GiB ({result.weights_source})")),
         ("activation peak (est.)", _fmt(result.activation_gib, " GiB")),
-        ("non-torch + CUDA graphs (est.)", _fmt(result.non_torch_gib + result.cudagraph_gib, " GiB")),
+        ("non-torch (est.)", _fmt(result.non_torch_gib, " GiB")),
         ("KV memory per GPU", f"{_size(result.available_kv_bytes)} ({result.kv_budget_source})"),
         ("KV blocks", _fmt(result.num_gpu_blocks)),
         ("KV cache tokens", _fmt(result.kv_cache_tokens)),

@@ -528,7 +528,7 @@ def validate_flag(name: str, value: object) -> str | None:
         if value.strip().startswith(("{", "[")):
             try:
                 json.loads(value)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 return f"invalid JSON ({exc.msg} at column {exc.colno})"
         return None
     return _check_scalar(spec, value)

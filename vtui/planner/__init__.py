@@ -8,7 +8,7 @@ Textual-free; the flag editor calls `plan` as values change.
 """
 
 from vtui.planner.config import ModelConfig, ModelConfigError, find_config, from_dict, load_model_config
-from vtui.planner.core import Plan, PlanParams, plan
+from vtui.planner.core import Plan, PlanParams, flag_default, params_from_flags, plan
 from vtui.planner.memory import ASSUMPTIONS
 
 __all__ = [
@@ -18,7 +18,9 @@ __all__ = [
     "Plan",
     "PlanParams",
     "find_config",
+    "flag_default",
     "from_dict",
     "load_model_config",
+    "params_from_flags",
     "plan",
 ]

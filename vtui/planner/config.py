@@ -178,6 +178,14 @@ def from_dict(
     qcfg = merged.get("quantization_config") or {}
     quant = str(qcfg.get("quant_method")).lower() if isinstance(qcfg, Mapping) and qcfg else None
     bits = qcfg.get("bits") if isinstance(qcfg, Mapping) else None
+    if bits is None and isinstance(qcfg, Mapping) and isinstance(qcfg.get("config_groups"), Mapping):
+        # compressed-tensors: the weights' width is per scheme group (W4A16, W8A8, ...); the widest wins
+        widths = [
+            g["weights"].get("num_bits")
+            for g in qcfg["config_groups"].values()
+            if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
+        ]
+        bits = max((w for w in widths if isinstance(w, int)), default=None)
     experts = int(_first(merged, "n_routed_experts", "num_local_experts", "num_experts", default=0) or 0)
     return ModelConfig(
         name=name,

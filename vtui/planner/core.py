@@ -7,8 +7,12 @@ to the block; otherwise the budget is estimated from GPU memory (see `memory.ASS
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from vtui.core import vllm_memory
+from vtui.core.flagspec import BUILTIN_FLAGS, human_int
 from vtui.planner import memory
 from vtui.planner.config import ModelConfig
 from vtui.planner.kv import blocks_per_request, capacity, kv_layout
@@ -18,25 +22,31 @@ from vtui.planner.memory import GiB
 _SPECIAL_KV_BYTES = {"fp8_ds_mla": 656}
 
 
+def flag_default(name: str) -> Any:
+    """A `vllm serve` flag's default in vLLM's own schema (core.flagspec): where the engine's come from."""
+    return BUILTIN_FLAGS[name].default
+
+
 @dataclass(frozen=True)
 class PlanParams:
-    """The `vllm serve` settings that decide memory (None = vLLM's default for `device`)."""
+    """The `vllm serve` settings that decide memory. Defaults are the schema's (core.flagspec); None =
+    what vLLM resolves at startup for `device` and the GPU's size (core.vllm_memory)."""
 
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    dtype: str = "auto"
-    quantization: str | None = None
-    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = flag_default("tensor-parallel-size")
+    pipeline_parallel_size: int = flag_default("pipeline-parallel-size")
+    dtype: str = flag_default("dtype")
+    quantization: str | None = flag_default("quantization")
+    kv_cache_dtype: str = flag_default("kv-cache-dtype")
     block_size: int | None = None  # None: 16 on GPUs, 128 on vLLM's CPU build
     device: str = "cuda"  # "cuda" | "cpu"
     gpu_memory_gib: float | None = None  # per GPU (NVML, or given)
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = flag_default("gpu-memory-utilization")
     kv_memory_bytes: int | None = None  # known KV budget per GPU: exact, skips the estimate
     kv_budget_source: str | None = None  # where kv_memory_bytes came from ("given", "log", ...)
     max_model_len: int | None = None  # None: the model's derived maximum
-    max_num_seqs: int | None = None  # None: 256
-    max_num_batched_tokens: int | None = None  # None: 8192 on GPUs, 2048 on CPU (vLLM 0.32 API server)
-    enforce_eager: bool = False
+    max_num_seqs: int | None = None  # None: 1024 on GPUs of >= 70 GiB, else 256
+    max_num_batched_tokens: int | None = None  # None: 8192 on GPUs of >= 70 GiB, else 2048 (and CPU)
+    enforce_eager: bool = flag_default("enforce-eager")
     async_scheduling: bool | None = None  # None: on for GPUs (2 batches in flight), off on CPU
     hybrid_kv_cache_manager: bool = True  # False = --disable-hybrid-kv-cache-manager
 
@@ -45,8 +55,14 @@ class PlanParams:
         return self.block_size or (128 if self.device == "cpu" else 16)
 
     @property
+    def resolved_max_num_seqs(self) -> int:
+        return self.max_num_seqs or vllm_memory.default_max_num_seqs(self.gpu_memory_gib, self.device)
+
+    @property
     def resolved_max_num_batched_tokens(self) -> int:
-        return self.max_num_batched_tokens or (2048 if self.device == "cpu" else 8192)
+        return self.max_num_batched_tokens or vllm_memory.default_max_num_batched_tokens(
+            self.gpu_memory_gib, self.device
+        )
 
     @property
     def in_flight_tokens(self) -> int:
@@ -55,6 +71,65 @@ class PlanParams:
         async_on = self.async_scheduling if self.async_scheduling is not None else self.device != "cpu"
         batches = (2 if pp <= 1 else pp) if async_on else pp
         return batches * self.resolved_max_num_batched_tokens
+
+
+def _int_flag(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        return human_int(value)
+    return None
+
+
+def params_from_flags(
+    flags: Mapping[str, object],
+    gpu_memory_gib: float | None,
+    *,
+    device: str = "cuda",
+    kv_memory_bytes: int | None = None,
+    kv_source: str | None = None,
+    max_model_len: int | None = None,
+) -> PlanParams:
+    """PlanParams from `vllm serve` flags as a layout writes them (`gpu-memory-utilization = 0.92`);
+    unset or invalid values take the engine's defaults (PlanParams'), never a planner-only guess."""
+    util = flags.get("gpu-memory-utilization")
+    given_kv = _int_flag(flags.get("kv-cache-memory-bytes"))
+    if kv_memory_bytes is None and given_kv is not None:
+        kv_memory_bytes, kv_source = given_kv, "kv-cache-memory-bytes"
+
+    def text(name: str) -> str | None:
+        value = flags.get(name)
+        return value if isinstance(value, str) and value else None
+
+    def positive(name: str) -> int | None:
+        value = _int_flag(flags.get(name))
+        return value if value is not None and value > 0 else None
+
+    defaults = PlanParams()
+    return PlanParams(
+        tensor_parallel_size=positive("tensor-parallel-size") or defaults.tensor_parallel_size,
+        pipeline_parallel_size=positive("pipeline-parallel-size") or defaults.pipeline_parallel_size,
+        dtype=text("dtype") or defaults.dtype,
+        quantization=text("quantization") or defaults.quantization,
+        kv_cache_dtype=text("kv-cache-dtype") or defaults.kv_cache_dtype,
+        block_size=positive("block-size"),
+        device=device,
+        gpu_memory_gib=gpu_memory_gib,
+        gpu_memory_utilization=float(util)
+        if isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1
+        else defaults.gpu_memory_utilization,
+        kv_memory_bytes=kv_memory_bytes,
+        kv_budget_source=kv_source,
+        max_model_len=max_model_len or positive("max-model-len"),
+        max_num_seqs=positive("max-num-seqs"),
+        max_num_batched_tokens=positive("max-num-batched-tokens"),
+        enforce_eager=flags.get("enforce-eager") is True,
+        hybrid_kv_cache_manager=flags.get("disable-hybrid-kv-cache-manager") is not True,
+    )
 
 
 @dataclass(frozen=True)
@@ -75,7 +150,6 @@ class Plan:
     weights_source: str
     activation_gib: float
     non_torch_gib: float
-    cudagraph_gib: float
     gpu_memory_gib: float | None
     available_kv_gib: float | None
     available_kv_bytes: int | None
@@ -142,11 +216,9 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
         tp=tp,
         act_bytes=memory.dtype_bytes(model_dtype),
         max_num_batched_tokens=params.resolved_max_num_batched_tokens,
-        max_num_seqs=params.max_num_seqs or 256,
+        max_num_seqs=params.resolved_max_num_seqs,
     )
-    non_torch, graphs = memory.overhead_bytes(
-        tp=tp, pp=pp, enforce_eager=params.enforce_eager or params.device == "cpu"
-    )
+    non_torch = vllm_memory.non_torch_bytes(tp, pp)
     if params.device == "cpu":
         act, non_torch = 0, 0  # vLLM's CPU build takes the KV size as given (--kv-cache-memory-bytes)
 
@@ -156,7 +228,7 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
         available, source = int(params.kv_memory_bytes), params.kv_budget_source or "given"
     elif params.gpu_memory_gib:
         requested = params.gpu_memory_gib * params.gpu_memory_utilization * GiB
-        available = int(requested - weights - act - non_torch - graphs)
+        available = int(requested - weights - act - non_torch)
         source = "estimate"
         if available <= 0:
             warnings.append("weights and overheads exceed gpu-memory × utilization: no room for a KV cache")
@@ -191,7 +263,6 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
         weights_source=weights_source,
         activation_gib=_gib(act),
         non_torch_gib=_gib(non_torch),
-        cudagraph_gib=_gib(graphs if params.device != "cpu" else 0),
         gpu_memory_gib=params.gpu_memory_gib,
         available_kv_gib=_gib(available) if available is not None else None,
         available_kv_bytes=available,

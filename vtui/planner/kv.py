@@ -98,7 +98,7 @@ def kv_layout(
     if model.is_mla:
         kv_heads = 1
         per_token = kv_bytes_per_token_override or int(
-            (model.kv_lora_rank + (model.qk_rope_head_dim or 0)) * kv_dtype_bytes
+            ((model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0)) * kv_dtype_bytes
         )
     else:
         kv_heads = max(1, model.num_kv_heads // tp)

@@ -39,7 +39,7 @@ TYPED: dict[str, tuple[Callable[[str], object], object]] = {  # dest -> (type, d
     "tensor_parallel_size": (int, 1),
     "pipeline_parallel_size": (int, 1),
     "data_parallel_size": (int, 1),
-    "gpu_memory_utilization": (float, 0.92),
+    "gpu_memory_utilization": (float, flagspec.BUILTIN_FLAGS["gpu-memory-utilization"].default),
     "max_model_len": (human_int, None),
     "max_num_seqs": (int, None),
     "max_num_batched_tokens": (human_int, None),

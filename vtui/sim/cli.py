@@ -12,6 +12,7 @@ import socket
 import sys
 import time
 
+from vtui.core import vllm_memory
 from vtui.sim import args as simargs
 from vtui.sim import device, logfmt, models
 from vtui.sim.memory import GIB, GpuRegistry, KvPlan, physical_gpus, plan_kv, weight_dtype
@@ -45,7 +46,6 @@ def _bind(host: str | None, port: int) -> socket.socket:
 
 
 def _defaults(a: argparse.Namespace, shape: models.ModelShape) -> None:
-    big = a.sim_gpu_memory_gib >= 70
     if a.max_model_len is None:
         a.max_model_len = shape.max_position
     if a.enable_chunked_prefill is None:
@@ -53,11 +53,11 @@ def _defaults(a: argparse.Namespace, shape: models.ModelShape) -> None:
     if a.enable_prefix_caching is None:
         a.enable_prefix_caching = True
     if a.max_num_seqs is None:
-        a.max_num_seqs = 1024 if big else 256
+        a.max_num_seqs = vllm_memory.default_max_num_seqs(a.sim_gpu_memory_gib)
     if a.max_num_batched_tokens is None:
-        a.max_num_batched_tokens = 8192 if big else 2048
-        if not a.enable_chunked_prefill:
-            a.max_num_batched_tokens = max(a.max_num_batched_tokens, a.max_model_len)
+        a.max_num_batched_tokens = vllm_memory.default_max_num_batched_tokens(
+            a.sim_gpu_memory_gib, chunked_prefill=a.enable_chunked_prefill, max_model_len=a.max_model_len
+        )
     if a.block_size is None:
         a.block_size = 16
 

@@ -3,7 +3,10 @@ see each other's memory on the same (simulated) GPU, as vLLM instances pinned to
 
 KV budget = utilization × GPU memory − weights per GPU − activation peak − non-torch overhead (or
 --kv-cache-memory-bytes); bytes per token = 2 × layers × KV heads per GPU × head dim × dtype bytes;
-the cache is whole blocks of block-size tokens.
+the cache is whole blocks of block-size tokens. The tables (dtype and quantized-weight bytes) and the
+overhead estimate are core.vllm_memory's, the planner's too: the sim plays vLLM as the planner predicts
+it. The block arithmetic here stays the sim's own (plain full-attention models only), so a planner that
+got vLLM's blocks wrong would still disagree with the sim's log (tests/e2e/test_e2e_planner.py).
 """
 
 from __future__ import annotations
@@ -12,37 +15,20 @@ import math
 import os
 from dataclasses import dataclass
 
+from vtui.core import vllm_memory
 from vtui.sim.gpus import GpuRegistry, registry_dir  # noqa: F401 - re-exported for the sim
-from vtui.sim.models import DTYPE_BYTES, ModelShape
+from vtui.sim.models import ModelShape
 
-GIB = 1 << 30
-QUANT_BYTES = {
-    "awq": 0.5,
-    "gptq": 0.5,
-    "awq_marlin": 0.5,
-    "gptq_marlin": 0.5,
-    "bitsandbytes": 0.5,
-    "marlin": 0.5,
-    "compressed-tensors": 0.5,
-    "fp8": 1.0,
-    "modelopt": 1.0,
-    "mxfp4": 0.5,
-}
+GIB = vllm_memory.GiB
 
 
-def weight_dtype(shape: ModelShape, dtype: str) -> str:
-    """The dtype vLLM runs with: `auto` keeps BF16 checkpoints and makes FP32/FP16 ones FP16."""
-    if dtype in ("auto", None):
-        return "bfloat16" if shape.dtype == "bfloat16" else "float16"
-    return {"half": "float16", "float": "float32"}.get(dtype, dtype)
+def weight_dtype(shape: ModelShape, dtype: str | None) -> str:
+    """The dtype vLLM runs with (core.vllm_memory: `auto` casts float32 checkpoints to bfloat16)."""
+    return vllm_memory.resolve_model_dtype(shape.dtype, dtype)
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
-    if kv_cache_dtype.startswith(("fp8", "int8", "nvfp4", "int4", "turboquant", "ultraquant")):
-        return 1
-    if kv_cache_dtype in ("bfloat16", "float16"):
-        return 2
-    return DTYPE_BYTES.get(model_dtype, 2)
+    return vllm_memory.kv_dtype_bytes(kv_cache_dtype, model_dtype)
 
 
 @dataclass(frozen=True)
@@ -107,17 +93,22 @@ def plan_kv(
     cpu_offload_gib: float = 0.0,
 ) -> KvPlan:
     wdtype = weight_dtype(shape, dtype)
-    dbytes = DTYPE_BYTES.get(wdtype, 2)
-    embed = shape.vocab * shape.hidden * 2
+    dbytes = vllm_memory.dtype_bytes(wdtype)
+    embed = shape.vocab * shape.hidden * (1 if shape.tie_word_embeddings else 2)
     body = max(0.0, shape.params - embed)
-    per_param = QUANT_BYTES.get((quantization or "").lower(), dbytes)
+    per_param = vllm_memory.linear_bytes_per_param(quantization) or dbytes
     weights = (body * per_param + embed * dbytes) / (tp * pp) - cpu_offload_gib * GIB
     weights = int(max(0.0, weights))
-    activation = int(
-        max_num_batched_tokens * (4 * shape.hidden + 2 * shape.intermediate / tp) * dbytes
-        + min(max_num_batched_tokens, max_num_seqs) * shape.vocab * 4 / tp
+    activation = vllm_memory.activation_peak_bytes(
+        hidden=shape.hidden,
+        intermediate=shape.intermediate,
+        vocab=shape.vocab,
+        tp=tp,
+        act_bytes=dbytes,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
     )
-    non_torch = int((0.45 + (0.35 if tp * pp > 1 else 0.0)) * GIB)
+    non_torch = vllm_memory.non_torch_bytes(tp, pp)
     requested = int(utilization * gpu_bytes)
     if kv_cache_memory_bytes is not None:
         available = int(kv_cache_memory_bytes)

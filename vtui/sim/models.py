@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp8": 1}
+from vtui.core.vllm_memory import DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,23 @@ class ModelShape:
     max_position: int = 131072
     dtype: str = "bfloat16"  # the checkpoint's torch_dtype
     from_config: bool = False
+    tie_word_embeddings: bool = False  # the LM head shares the embedding matrix (small models)
+
+    def config_json(self) -> dict[str, object]:
+        """This shape as the config.json keys a model's own would state (for the planner)."""
+        return {
+            "architectures": [self.architecture],
+            "num_hidden_layers": self.layers,
+            "hidden_size": self.hidden,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate,
+            "vocab_size": self.vocab,
+            "torch_dtype": self.dtype,
+            "max_position_embeddings": self.max_position,
+            "tie_word_embeddings": self.tie_word_embeddings,
+        }
 
 
 def _llama(
@@ -44,8 +61,23 @@ def _llama(
     max_pos: int,
     arch: str = "LlamaForCausalLM",
     dtype: str = "bfloat16",
+    tied: bool = False,
 ) -> ModelShape:
-    return ModelShape(name, arch, layers, hidden, heads, kv, hd, inter, vocab, params, max_pos, dtype)
+    return ModelShape(
+        name,
+        arch,
+        layers,
+        hidden,
+        heads,
+        kv,
+        hd,
+        inter,
+        vocab,
+        params,
+        max_pos,
+        dtype,
+        tie_word_embeddings=tied,
+    )
 
 
 # Lower-case HF ids; matched by suffix so `/models/Qwen3-8B` and `Qwen/Qwen3-8B` both resolve.
@@ -54,12 +86,18 @@ BUILTIN: dict[str, ModelShape] = {
     for s in (
         _llama("meta-llama/Llama-3.1-8B-Instruct", 32, 4096, 32, 8, 128, 14336, 128256, 8.03e9, 131072),
         _llama("meta-llama/Llama-3.1-70B-Instruct", 80, 8192, 64, 8, 128, 28672, 128256, 70.55e9, 131072),
-        _llama("meta-llama/Llama-3.2-1B-Instruct", 16, 2048, 32, 8, 64, 8192, 128256, 1.24e9, 131072),
-        _llama("Qwen/Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 0.6e9, 40960, "Qwen3ForCausalLM"),
+        _llama(
+            "meta-llama/Llama-3.2-1B-Instruct", 16, 2048, 32, 8, 64, 8192, 128256, 1.24e9, 131072, tied=True
+        ),
+        _llama(
+            "Qwen/Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 0.6e9, 40960, "Qwen3ForCausalLM", tied=True
+        ),
         _llama("Qwen/Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936, 8.19e9, 40960, "Qwen3ForCausalLM"),
         _llama("Qwen/Qwen3-32B", 64, 5120, 64, 8, 128, 25600, 151936, 32.8e9, 40960, "Qwen3ForCausalLM"),
         _llama(
-            "Qwen/Qwen2.5-0.5B-Instruct", 24, 896, 14, 2, 64, 4864, 151936, 0.49e9, 32768, "Qwen2ForCausalLM"
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            *(24, 896, 14, 2, 64, 4864, 151936, 0.49e9, 32768, "Qwen2ForCausalLM"),
+            tied=True,
         ),
         _llama(
             "Qwen/Qwen2.5-7B-Instruct", 28, 3584, 28, 4, 128, 18944, 152064, 7.62e9, 32768, "Qwen2ForCausalLM"
@@ -142,6 +180,7 @@ def shape_from_config(name: str, folder: Path) -> ModelShape:
         max_position=int(cfg.get("max_position_embeddings", 2048)),
         dtype=dtype,
         from_config=True,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
     )
 
 

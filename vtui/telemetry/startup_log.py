@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Any
 
 from vtui.core.phases import phase_of
 from vtui.core.state import Phase
@@ -352,19 +353,18 @@ class _Reader:
 
     @property
     def facts(self) -> StartupFacts:
-        values = {k: v for k, v in self._values.items() if not k.startswith("_")}
+        values: dict[str, Any] = {k: v for k, v in self._values.items() if not k.startswith("_")}
         facts = StartupFacts(
-            **values,
             non_default_args=MappingProxyType(self._non_default) if self._non_default is not None else None,
             args=MappingProxyType(self._args) if self._args is not None else None,
             phase=self._phase,
         )
-        return _derive(facts, self._values)
+        return _derive(replace(facts, **values), self._values)
 
 
 def _derive(facts: StartupFacts, raw: Mapping[str, object]) -> StartupFacts:
     """Fill what follows from what was read: launch args, V0's activation peak, tokens from blocks."""
-    extra: dict[str, object] = {}
+    extra: dict[str, Any] = {}  # fact name -> value of that field's type
     if facts.max_model_len is None and isinstance(facts.arg("max_model_len"), int):
         extra["max_model_len"] = facts.arg("max_model_len")
     util = facts.arg("gpu_memory_utilization")
@@ -382,7 +382,7 @@ def _derive(facts: StartupFacts, raw: Mapping[str, object]) -> StartupFacts:
         extra["engine"] = "V0"  # V1 was opt-in before 0.8
     if not extra:
         return facts
-    return StartupFacts(**{f.name: extra.get(f.name, getattr(facts, f.name)) for f in fields(StartupFacts)})
+    return replace(facts, **extra)
 
 
 def parse_startup(lines: Iterable[str]) -> StartupFacts:

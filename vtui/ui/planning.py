@@ -11,7 +11,16 @@ from rich.text import Text
 
 from vtui.core.flagspec import human_int
 from vtui.core.model import InstanceSpec, SessionSpec
-from vtui.planner import ModelConfig, ModelConfigError, Plan, PlanParams, from_dict, load_model_config, plan
+from vtui.planner import (
+    ModelConfig,
+    ModelConfigError,
+    Plan,
+    PlanParams,
+    from_dict,
+    load_model_config,
+    params_from_flags,
+    plan,
+)
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.startup_log import StartupFacts
 from vtui.ui import fmt
@@ -61,18 +70,7 @@ def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, s
         return None, f"{model}: {exc}"
     if shape is None:
         return None, f"{model}: not in the sim's built-in table and no config.json on disk"
-    cfg = {
-        "num_hidden_layers": shape.layers,
-        "hidden_size": shape.hidden,
-        "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads,
-        "head_dim": shape.head_dim,
-        "intermediate_size": shape.intermediate,
-        "vocab_size": shape.vocab,
-        "torch_dtype": shape.dtype,
-        "max_position_embeddings": shape.max_position,
-    }
-    return from_dict(cfg, name=model, source="sim built-in table"), None
+    return from_dict(shape.config_json(), name=model, source="sim built-in table"), None
 
 
 def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: GpuSample | None) -> float | None:
@@ -101,10 +99,6 @@ def _int(value: object) -> int | None:
     return None
 
 
-def _str(value: object, default: str) -> str:
-    return str(value) if isinstance(value, str) and value else default
-
-
 def plan_params(
     flags: Mapping[str, object],
     gpu_gib: float | None,
@@ -115,29 +109,13 @@ def plan_params(
     max_model_len: int | None = None,
 ) -> PlanParams:
     """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults)."""
-    util = flags.get("gpu-memory-utilization")
-    given_kv = _int(flags.get("kv-cache-memory-bytes"))
-    if kv_memory_bytes is None and given_kv is not None:
-        kv_memory_bytes, kv_source = given_kv, "kv-cache-memory-bytes"
-    quant = flags.get("quantization")
-    return PlanParams(
-        tensor_parallel_size=max(1, _int(flags.get("tensor-parallel-size")) or 1),
-        pipeline_parallel_size=max(1, _int(flags.get("pipeline-parallel-size")) or 1),
-        dtype=_str(flags.get("dtype"), "auto"),
-        quantization=quant if isinstance(quant, str) and quant else None,
-        kv_cache_dtype=_str(flags.get("kv-cache-dtype"), "auto"),
-        block_size=_int(flags.get("block-size")) or None,
+    return params_from_flags(
+        flags,
+        gpu_gib,
         device=device,
-        gpu_memory_gib=gpu_gib,
-        gpu_memory_utilization=float(util)
-        if isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1
-        else 0.9,
         kv_memory_bytes=kv_memory_bytes,
-        kv_budget_source=kv_source,
-        max_model_len=max_model_len or _int(flags.get("max-model-len")) or None,
-        max_num_seqs=_int(flags.get("max-num-seqs")) or None,
-        max_num_batched_tokens=_int(flags.get("max-num-batched-tokens")) or None,
-        enforce_eager=flags.get("enforce-eager") is True,
+        kv_source=kv_source,
+        max_model_len=max_model_len,
     )
 
 
