@@ -16,7 +16,6 @@ from textual import work
 from textual.app import App
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Input
 
 from vtui.core import paths
 from vtui.core.api import SupervisorApi
@@ -76,13 +75,11 @@ class VtuiApp(ControlMixin):
         scraper: ScrapeFactory | bool | None = None,
         clock: Callable[[], float] = time.time,
         keymap: dict[str, str] | None = None,
-        deterministic: bool = False,
     ) -> None:
         super().__init__()
         self.supervisor = supervisor
         self.supervisor_factory = supervisor_factory
         self.clock = clock
-        self.deterministic = deterministic
         self.store = Store(supervisor.layout)
         self._autostart, self._gpu_sampler, self._scraper = autostart, gpu_sampler, scraper
         self.bridge = self._make_bridge()
@@ -103,9 +100,8 @@ class VtuiApp(ControlMixin):
         self.push_screen(DashboardScreen())
         self.bridge.start()
         self._load_history(self.store.layout.session.name, self.store.names())
-        if not self.deterministic:
-            # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
-            self.set_interval(RENDER_INTERVAL, self._tick)
+        # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
+        self.set_interval(RENDER_INTERVAL, self.repaint)
         self.call_after_refresh(self._first_frame)
 
     def _make_bridge(self) -> Bridge:
@@ -123,11 +119,9 @@ class VtuiApp(ControlMixin):
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
 
-    def on_descendant_mount(self, event) -> None:
-        if self.deterministic and isinstance(event.widget, Input):
-            event.widget.cursor_blink = False
-
-    def _tick(self) -> None:
+    def repaint(self) -> None:
+        """One render pass of every screen from the store (the render timer's callback; state changes
+        repaint at once, samples wait for it)."""
         self._refresh_screens(None)
 
     # -- handlers: the only place that mutates the store ---------------------------------------------
@@ -190,14 +184,13 @@ class VtuiApp(ControlMixin):
             self._refresh_screens([message.instance])
 
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
-        if (name := self.store.add_sample(message.sample)) and self.deterministic:
-            self._refresh_screens([name])  # else the next render tick shows it
+        self.store.add_sample(message.sample)  # the next render pass shows it
 
     def on_gpu_arrived(self, message: GpuArrived) -> None:
         first = self.store.gpu is None
         self.store.set_gpu(message.sample)
-        if not (first or self.deterministic):
-            return  # the next render tick shows it
+        if not first:
+            return  # the next render pass shows it
         for screen in self.screen_stack:
             if isinstance(screen, DashboardScreen):
                 screen.refresh_gpu(self.store)
@@ -254,9 +247,6 @@ class VtuiApp(ControlMixin):
         """(config or None, reason) when known; None while it is being read (a ConfigLoaded follows)."""
         key = planning.config_key(spec)
         if key in self.store.configs:
-            return self.store.configs[key]
-        if self.deterministic:  # snapshots: no race between the read and the frame
-            self.store.configs[key] = planning.load_config(key)
             return self.store.configs[key]
         if key not in self._config_pending:
             self._config_pending.add(key)
@@ -357,10 +347,9 @@ def make_app(
     autostart: bool = True,
     clock: Callable[[], float] | None = None,
     keymap_path: Path | None = None,
-    deterministic: bool = False,
 ) -> VtuiApp:
     """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
-    for none. `deterministic`: no timers or cursor blink (snapshots)."""
+    for none. `clock`: wall-clock time for uptimes and countdowns (tests pass a fixed one)."""
     factory = supervisor_factory or default_supervisor_factory
     if supervisor is None:
         supervisor = factory(resolve_layout(layout))
@@ -373,7 +362,6 @@ def make_app(
         scraper=scraper,
         clock=clock or time.time,
         keymap=keymap,
-        deterministic=deterministic,
     )
     app.keymap_problems = problems
     if isinstance(layout, (str, Path)):

@@ -56,8 +56,6 @@ class DashboardScreen(InstanceScreen):
         if names:
             name_width = max(8, min(24, max(len(n) for n in names)))
             new = [InstanceCard(n, name_width) for n in names]
-            for card in new:
-                card.spark_every = 0.0 if self.app.deterministic else card.spark_every
             cards.mount_all(new)
             self._cards = new
         else:

@@ -184,7 +184,7 @@ class InstanceCard(Widget):
         self._view: InstanceView | None = None
         self._now = 0.0
         self._spark_at: float | None = None
-        self.spark_every = SPARK_EVERY_S  # 0: every update (deterministic snapshots)
+        self.spark_every = SPARK_EVERY_S
         self.lines: list[Text] = []
         self.spark: list[float] | None = None  # None: no plot (not READY, or all zeros)
         self._strips: list[Strip | None] = [None] * CARD_LINES
