@@ -40,6 +40,7 @@ from vtui.ui.messages import (
     MetricsArrived,
     NoticeArrived,
     StatusesChanged,
+    SupervisorFailed,
 )
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.screens.bench import BenchScreen
@@ -200,6 +201,11 @@ class VtuiApp(ControlMixin):
             for screen in self.screen_stack:
                 if isinstance(screen, LogScreen):
                     screen.append_logs(message.instance, message.lines)
+
+    def on_supervisor_failed(self, message: SupervisorFailed) -> None:
+        self.store.supervisor_error = message.error
+        self.notify(f"the supervisor stopped: {message.error}", severity="error", timeout=30)
+        self._refresh_screens(None)
 
     def on_notice_arrived(self, message: NoticeArrived) -> None:
         n = message.notice

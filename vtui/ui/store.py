@@ -81,6 +81,7 @@ class Store:
         self.path = layout.path  # where the layout was loaded from / last saved to
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in layout.instances}
         self.gpu: GpuSample | None = None
+        self.supervisor_error: str | None = None  # why the supervisor stopped working, once it has
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
         for spec in layout.instances:
