@@ -63,6 +63,8 @@ def card_lines(
     head = Text()
     head.append(f"{view.name[:name_width]:<{name_width}} ", style="bold")
     head.append_text(state_text(view, now))
+    if view.runtime_problems and view.state in (State.READY, State.UNHEALTHY):
+        head.append("  KV SHORT", style="bold red")  # the detail screen says why and what to change
     if spec is not None:
         where = f"  gpu {fmt.gpus(spec.gpus)} :{spec.port}  "
         room = max(8, width - head.cell_len - len(where))
