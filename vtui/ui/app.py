@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from textual import work
@@ -17,6 +17,8 @@ from textual.app import App
 from textual.css.query import NoMatches
 from textual.screen import Screen
 
+from vtui.bench import BenchConfig, BenchResult, run_bench
+from vtui.bench.engine import ProgressCallback
 from vtui.core import paths
 from vtui.core.api import SupervisorApi
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
@@ -56,6 +58,7 @@ from vtui.ui.store import Store, run_diagnosis
 DEMO_LAYOUT = Path(__file__).resolve().parents[2] / "layouts" / "demo.toml"
 SupervisorFactory = Callable[[Layout], SupervisorApi]
 ConfigKey = tuple[str, str, str | None]
+BenchRunner = Callable[[BenchConfig, ProgressCallback | None], Awaitable[BenchResult]]
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
 
 
@@ -76,8 +79,10 @@ class VtuiApp(ControlMixin):
         scraper: ScrapeFactory | bool | None = None,
         clock: Callable[[], float] = time.time,
         keymap: dict[str, str] | None = None,
+        bench_runner: BenchRunner = run_bench,
     ) -> None:
         super().__init__()
+        self.bench_runner = bench_runner  # the bench screen's load generator
         self.supervisor = supervisor
         self.supervisor_factory = supervisor_factory
         self.clock = clock
@@ -353,6 +358,7 @@ def make_app(
     autostart: bool = True,
     clock: Callable[[], float] | None = None,
     keymap_path: Path | None = None,
+    bench_runner: BenchRunner = run_bench,
 ) -> VtuiApp:
     """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
     for none. `clock`: wall-clock time for uptimes and countdowns (tests pass a fixed one)."""
@@ -368,6 +374,7 @@ def make_app(
         scraper=scraper,
         clock=clock or time.time,
         keymap=keymap,
+        bench_runner=bench_runner,
     )
     app.keymap_problems = problems
     if isinstance(layout, (str, Path)):
