@@ -140,7 +140,6 @@ def app_factory():
             gpu_sampler=FixedGpu(gpu or gpu_sample()),
             scraper=False,
             clock=lambda: NOW,
-            deterministic=True,
             **kw,
         )
 

@@ -67,8 +67,7 @@ def test_form_validation_and_plot():
 
 
 async def test_bench_screen_runs_ramp_saves_results_and_records_history(fake, app_factory):
-    app = app_factory(fake)
-    app.bench_runner = fake_runner
+    app = app_factory(fake, bench_runner=fake_runner)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("B")

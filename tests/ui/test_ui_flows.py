@@ -38,6 +38,8 @@ async def test_dashboard_shows_instances_metrics_and_dashes(fake, app_factory, h
         await settle(pilot)
         app.post_message(MetricsArrived(h.metrics("qwen")))
         await settle(pilot)
+        app.repaint()  # the render timer's pass (samples wait for it; state changes do not)
+        await settle(pilot)
         text = screen_text(app)
         assert "qwen" in text and "READY" in text and "up 1h02m" in text
         assert "12.5k/20.5k tok" in text and "run 12/256" in text and "TTFT 120ms/450ms" in text

@@ -1,6 +1,7 @@
 """Snapshot tests of each screen state at 80x24 and 120x40, through the same make_app the CLI uses.
 
-Deterministic: fake supervisor and fixed clock, fixed samples, no timers or cursor blink.
+Deterministic: fake supervisor, a fixed clock (make_app's `clock`), fixed samples, the terminal size of
+`snap_compare` (App.run_test's size); the tests wait for the workers and run the render pass themselves.
 Update after an intended change with `python -m pytest tests/ui/test_ui_snapshots.py --snapshot-update`.
 """
 
@@ -32,7 +33,7 @@ DATA = Path(__file__).parent / "data"
 async def _settle(pilot, n: int = 4) -> None:
     for _ in range(n):
         await pilot.pause()
-    pending = [w for w in pilot.app.workers if w.group in ("diagnosis", "control")]
+    pending = [w for w in pilot.app.workers if w.group in ("diagnosis", "control", "config")]
     if pending:
         await pilot.app.workers.wait_for_complete(pending)
     await pilot.pause()
@@ -62,9 +63,11 @@ def test_snapshot_starting(snap_compare, app_factory, layout, h, size):
 def test_snapshot_ready_under_load(snap_compare, app_factory, fake, h, size):
     async def before(pilot):
         await _settle(pilot)
+        # 40 s of samples through the App's handler, in one go (no render pass can see half of them),
+        # then the render timer's pass.
         for i in range(40):
             for name, scale in (("qwen", 1.0), ("llama", 0.4)):
-                pilot.app.post_message(
+                pilot.app.on_metrics_arrived(
                     MetricsArrived(
                         h.metrics(
                             name,
@@ -75,7 +78,7 @@ def test_snapshot_ready_under_load(snap_compare, app_factory, fake, h, size):
                         )
                     )
                 )
-            await pilot.pause()
+        pilot.app.repaint()
         await _settle(pilot)
 
     assert snap_compare(app_factory(fake), terminal_size=size, run_before=before)

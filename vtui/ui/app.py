@@ -9,15 +9,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from textual import work
 from textual.app import App
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Input
 
+from vtui.bench import BenchConfig, BenchResult, run_bench
+from vtui.bench.engine import ProgressCallback
 from vtui.core.api import SupervisorApi
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.supervisor import Supervisor
@@ -41,6 +42,7 @@ from vtui.ui.messages import (
     MetricsArrived,
     NoticeArrived,
     StatusesChanged,
+    SupervisorFailed,
 )
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.screens.bench import BenchScreen
@@ -56,6 +58,7 @@ from vtui.ui.store import Store, run_diagnosis
 DEMO_LAYOUT = BUILTIN_DIR / "demo.toml"
 SupervisorFactory = Callable[[Layout], SupervisorApi]
 ConfigKey = tuple[str, str, str | None]
+BenchRunner = Callable[[BenchConfig, ProgressCallback | None], Awaitable[BenchResult]]
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
 
 
@@ -76,13 +79,13 @@ class VtuiApp(ControlMixin):
         scraper: ScrapeFactory | bool | None = None,
         clock: Callable[[], float] = time.time,
         keymap: dict[str, str] | None = None,
-        deterministic: bool = False,
+        bench_runner: BenchRunner = run_bench,
     ) -> None:
         super().__init__()
+        self.bench_runner = bench_runner  # the bench screen's load generator
         self.supervisor = supervisor
         self.supervisor_factory = supervisor_factory
         self.clock = clock
-        self.deterministic = deterministic
         self.store = Store(supervisor.layout)
         self._autostart, self._gpu_sampler, self._scraper = autostart, gpu_sampler, scraper
         self.bridge = self._make_bridge()
@@ -103,9 +106,8 @@ class VtuiApp(ControlMixin):
         self.push_screen(DashboardScreen())
         self.bridge.start()
         self._load_history(self.store.layout.session.name, self.store.names())
-        if not self.deterministic:
-            # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
-            self.set_interval(RENDER_INTERVAL, self._tick)
+        # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
+        self.set_interval(RENDER_INTERVAL, self.repaint)
         self.call_after_refresh(self._first_frame)
 
     def _make_bridge(self) -> Bridge:
@@ -123,11 +125,9 @@ class VtuiApp(ControlMixin):
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
 
-    def on_descendant_mount(self, event) -> None:
-        if self.deterministic and isinstance(event.widget, Input):
-            event.widget.cursor_blink = False
-
-    def _tick(self) -> None:
+    def repaint(self) -> None:
+        """One render pass of every screen from the store (the render timer's callback; state changes
+        repaint at once, samples wait for it)."""
         self._refresh_screens(None)
 
     # -- handlers: the only place that mutates the store ---------------------------------------------
@@ -190,14 +190,13 @@ class VtuiApp(ControlMixin):
             self._refresh_screens([message.instance])
 
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
-        if (name := self.store.add_sample(message.sample)) and self.deterministic:
-            self._refresh_screens([name])  # else the next render tick shows it
+        self.store.add_sample(message.sample)  # the next render pass shows it
 
     def on_gpu_arrived(self, message: GpuArrived) -> None:
         first = self.store.gpu is None
         self.store.set_gpu(message.sample)
-        if not (first or self.deterministic):
-            return  # the next render tick shows it
+        if not first:
+            return  # the next render pass shows it
         for screen in self.screen_stack:
             if isinstance(screen, DashboardScreen):
                 screen.refresh_gpu(self.store)
@@ -207,6 +206,11 @@ class VtuiApp(ControlMixin):
             for screen in self.screen_stack:
                 if isinstance(screen, LogScreen):
                     screen.append_logs(message.instance, message.lines)
+
+    def on_supervisor_failed(self, message: SupervisorFailed) -> None:
+        self.store.supervisor_error = message.error
+        self.notify(f"the supervisor stopped: {message.error}", severity="error", timeout=30)
+        self._refresh_screens(None)
 
     def on_notice_arrived(self, message: NoticeArrived) -> None:
         n = message.notice
@@ -254,9 +258,6 @@ class VtuiApp(ControlMixin):
         """(config or None, reason) when known; None while it is being read (a ConfigLoaded follows)."""
         key = planning.config_key(spec)
         if key in self.store.configs:
-            return self.store.configs[key]
-        if self.deterministic:  # snapshots: no race between the read and the frame
-            self.store.configs[key] = planning.load_config(key)
             return self.store.configs[key]
         if key not in self._config_pending:
             self._config_pending.add(key)
@@ -341,10 +342,10 @@ def make_app(
     autostart: bool = True,
     clock: Callable[[], float] | None = None,
     keymap_path: Path | None = None,
-    deterministic: bool = False,
+    bench_runner: BenchRunner = run_bench,
 ) -> VtuiApp:
     """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
-    for none. `deterministic`: no timers or cursor blink (snapshots)."""
+    for none. `clock`: wall-clock time for uptimes and countdowns (tests pass a fixed one)."""
     factory = supervisor_factory or default_supervisor_factory
     if supervisor is None:
         supervisor = factory(resolve_layout(layout))
@@ -357,7 +358,7 @@ def make_app(
         scraper=scraper,
         clock=clock or time.time,
         keymap=keymap,
-        deterministic=deterministic,
+        bench_runner=bench_runner,
     )
     app.keymap_problems = problems
     if isinstance(layout, (str, Path)):

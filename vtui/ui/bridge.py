@@ -23,7 +23,14 @@ from vtui.sim.gpuview import SimulatedGpus
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.scrape import ScrapeLoop
-from vtui.ui.messages import GpuArrived, LogsArrived, MetricsArrived, NoticeArrived, StatusesChanged
+from vtui.ui.messages import (
+    GpuArrived,
+    LogsArrived,
+    MetricsArrived,
+    NoticeArrived,
+    StatusesChanged,
+    SupervisorFailed,
+)
 
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
 
@@ -128,16 +135,21 @@ class Bridge:
         self._post_statuses()
 
     async def _supervise(self) -> None:
+        """Adopt, start, then run the supervisor; if any of it fails, the App shows the error (a dashboard
+        reading "3 stopped" after a dead supervisor would look like all is well)."""
         try:
-            await self.supervisor.adopt()
+            try:
+                await self.supervisor.adopt()
+                self._post_statuses()
+                if self.autostart:
+                    await self.supervisor.start()
+            except PreflightError as exc:
+                for problem in exc.problems:
+                    self.app.post_message(NoticeArrived(Notice(None, "error", f"preflight: {problem}")))
             self._post_statuses()
-            if self.autostart:
-                await self.supervisor.start()
-        except PreflightError as exc:
-            for problem in exc.problems:
-                self.app.post_message(NoticeArrived(Notice(None, "error", f"preflight: {problem}")))
-        self._post_statuses()
-        await self.supervisor.run()
+            await self.supervisor.run()
+        except Exception as exc:  # the supervisor is gone: say so, never swallow it in a worker
+            self.app.post_message(SupervisorFailed(f"{type(exc).__name__}: {exc}"))
 
     def stop_sources(self) -> None:
         """Stop the scrape loops and the GPU thread (the app is going away; the supervisor is not ours

@@ -57,6 +57,14 @@ class NoticeArrived(Message):
         self.notice = notice
 
 
+class SupervisorFailed(Message):
+    """The supervisor's worker ended with an exception: nothing is being supervised any more."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
 class LayoutSaved(Message):
     def __init__(self, layout, path) -> None:
         super().__init__()

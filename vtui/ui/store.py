@@ -14,7 +14,7 @@ from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.state import State
 from vtui.core.supervision import InstanceStatus
 from vtui.planner import ModelConfig
-from vtui.telemetry.diagnosis import Problem, diagnose
+from vtui.telemetry.diagnosis import Problem, diagnose, diagnose_runtime
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.startup_log import StartupFacts, parse_startup
@@ -44,12 +44,13 @@ class InstanceView:
     name: str
     status: InstanceStatus | None = None
     sample: MetricsSample | None = None
-    history: deque = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
-    logs: deque = field(default_factory=lambda: deque(maxlen=LOG_LINES))
-    run_lines: deque = field(default_factory=lambda: deque(maxlen=RUN_LINES))
+    history: deque[MetricsSample] = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
+    logs: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
+    run_lines: deque[str] = field(default_factory=lambda: deque(maxlen=RUN_LINES))
     facts: StartupFacts | None = None
-    problems: list[Problem] = field(default_factory=list)
-    flag_history: deque = field(default_factory=lambda: deque(maxlen=FLAG_HISTORY))
+    problems: list[Problem] = field(default_factory=list)  # of the startup log (a failed run)
+    runtime_problems: list[Problem] = field(default_factory=list)  # of the latest metrics sample
+    flag_history: deque[FlagRecord] = field(default_factory=lambda: deque(maxlen=FLAG_HISTORY))
     pending_note: str | None = None
     history_rev: int = 0  # bumped on every flag_history change (the App persists it when it moves)
     needs_diagnosis: bool = False
@@ -61,6 +62,11 @@ class InstanceView:
     @property
     def spec(self) -> InstanceSpec | None:
         return self.status.spec if self.status else None
+
+    @property
+    def all_problems(self) -> list[Problem]:
+        """What the detail screen lists and its fix keys index: the startup log's, then the live ones."""
+        return [*self.problems, *self.runtime_problems]
 
     def can_rollback(self) -> bool:
         st = self.status
@@ -81,6 +87,7 @@ class Store:
         self.path = layout.path  # where the layout was loaded from / last saved to
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in layout.instances}
         self.gpu: GpuSample | None = None
+        self.supervisor_error: str | None = None  # why the supervisor stopped working, once it has
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
         for spec in layout.instances:
@@ -142,6 +149,8 @@ class Store:
     def _record_outcome(
         self, view: InstanceView, old: InstanceStatus | None, new: InstanceStatus, last: FlagRecord
     ) -> None:
+        if new.state not in (State.READY, State.UNHEALTHY):
+            view.runtime_problems = []  # no longer serving: the live diagnosis no longer holds
         if new.state == State.STARTING and (old is None or old.state != State.STARTING):
             view.run_lines.clear()
             view.problems = []
@@ -194,6 +203,11 @@ class Store:
             return None
         view.sample = sample
         view.history.append(sample)
+        if view.state in (State.READY, State.UNHEALTHY):
+            # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
+            view.runtime_problems = diagnose_runtime(
+                sample, view.history, view.spec.flags if view.spec else None
+            )
         return view.name
 
     def add_logs(self, name: str, lines: Iterable[str]) -> bool:

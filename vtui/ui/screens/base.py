@@ -45,7 +45,7 @@ class InstanceScreen(StoreScreen):
             self.selected_name(),
             view.state if view else None,
             view.can_rollback() if view else None,
-            len(view.problems) if view else 0,
+            len(view.all_problems) if view else 0,
         )
         if key != self._binding_key:
             self._binding_key = key

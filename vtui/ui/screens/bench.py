@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from pathlib import Path
 
 from rich.text import Text
@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer, Input, Label, Static
 
-from vtui.bench import BenchConfig, BenchProgress, BenchResult, StepResult, run_bench, write_results
+from vtui.bench import BenchConfig, BenchProgress, BenchResult, StepResult, write_results
 from vtui.core.paths import runs_dir
 from vtui.ui import fmt
 from vtui.ui.keymap import BENCH_BINDINGS
@@ -158,6 +158,10 @@ def bench_summary(result: BenchResult, json_path: str | None = None) -> dict[str
     }
 
 
+async def _awaited(result: Awaitable[BenchResult]) -> BenchResult:
+    return await result
+
+
 class BenchScreen(StoreScreen):
     BINDINGS = [*BENCH_BINDINGS]
 
@@ -252,11 +256,11 @@ class BenchScreen(StoreScreen):
     # -- the run (a thread with its own event loop) -------------------------------------------------
     @work(exit_on_error=False, thread=True, group="bench")
     def _run(self, config: BenchConfig, flags: dict) -> None:
-        runner = getattr(self.app, "bench_runner", None) or run_bench
+        runner = self.app.bench_runner
         loop = asyncio.new_event_loop()
         try:
             self._loop = loop
-            self._task = loop.create_task(runner(config, self._progressed))
+            self._task = loop.create_task(_awaited(runner(config, self._progressed)))
             result = loop.run_until_complete(self._task)
             stem = (
                 time.strftime("bench-%Y%m%d-%H%M%S", time.localtime(result.started_at)) + f"-{self.instance}"

@@ -31,12 +31,14 @@ class DashboardScreen(InstanceScreen):
 
     def compose(self) -> ComposeResult:
         yield TitleBar()
+        yield Static(id="supervisor-error", classes="error-banner")
         with Container(id="body"):
             yield VerticalScroll(id="cards")
             yield GpuPanel()
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
+        self.query_one("#supervisor-error").display = False
         self.rebuild()
 
     def on_screen_resume(self) -> None:
@@ -56,8 +58,6 @@ class DashboardScreen(InstanceScreen):
         if names:
             name_width = max(8, min(24, max(len(n) for n in names)))
             new = [InstanceCard(n, name_width) for n in names]
-            for card in new:
-                card.spark_every = 0.0 if self.app.deterministic else card.spark_every
             cards.mount_all(new)
             self._cards = new
         else:
@@ -79,6 +79,7 @@ class DashboardScreen(InstanceScreen):
         if not self.is_active and names is None and self.app.screen.is_modal is False:
             return  # hidden under a full screen: on_screen_resume repaints it
         self.query_one(TitleBar).refresh_from(store)
+        self._show_supervisor_error(store.supervisor_error)
         now = self.app.clock()
         wanted = set(names) if names is not None else None
         first, last = self._visible_range()
@@ -97,6 +98,15 @@ class DashboardScreen(InstanceScreen):
                     card.update_view(view, now)
         self.refresh_gpu(store)
         self.refresh_bindings_if_changed()
+
+    def _show_supervisor_error(self, error: str | None) -> None:
+        banner = self.query_one("#supervisor-error", Static)
+        if error is not None and not banner.display:
+            banner.update(
+                f"The supervisor stopped: {error}\nThe states below are the last known ones; nothing is "
+                "watched or restarted. Quit (q, leave running) and start vtui again to re-adopt the instances."
+            )
+        banner.display = error is not None
 
     def _visible_range(self) -> tuple[int, int]:
         """Indices of the cards in the scrolled view (cards are CARD_LINES tall), without asking the

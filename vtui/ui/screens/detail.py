@@ -61,9 +61,10 @@ def flags_text(view: InstanceView) -> Text:
 
 def diagnosis_text(view: InstanceView) -> Text:
     out = Text("Diagnosis\n", style="bold")
-    if not view.problems:
+    problems = view.all_problems
+    if not problems:
         out.append("  no problems found\n", style="dim")
-    for i, problem in enumerate(view.problems[:9]):
+    for i, problem in enumerate(problems[:9]):
         out.append(f"  [{i + 1}] " if i < 3 else "      ", style="bold yellow")
         out.append(f"{problem.message}\n", style="red")
         if problem.explanation:
@@ -212,7 +213,7 @@ class DetailScreen(InstanceScreen):
         if action == "fix":
             view = self._view()
             index = parameters[0] if parameters and isinstance(parameters[0], int) else 0
-            ok = view is not None and index < len(view.problems) and bool(view.problems[index].fix)
+            ok = view is not None and index < len(view.all_problems) and bool(view.all_problems[index].fix)
             return True if ok else None
         return super().check_action(action, parameters)
 
@@ -227,9 +228,10 @@ class DetailScreen(InstanceScreen):
 
     def action_fix(self, index: int) -> None:
         view = self._view()
-        if view is None or view.spec is None or index >= len(view.problems) or not view.problems[index].fix:
+        problems = view.all_problems if view is not None else []
+        if view is None or view.spec is None or index >= len(problems) or not problems[index].fix:
             return
-        fix = dict(view.problems[index].fix or {})
+        fix = dict(problems[index].fix or {})
         port, host = fix.pop("port", None), fix.pop("host", None)  # spec fields, not vLLM flags
         spec = view.spec.with_flags(
             {k: v for k, v in fix.items() if isinstance(v, bool | int | float | str | list)},
@@ -239,4 +241,4 @@ class DetailScreen(InstanceScreen):
             spec = dataclasses.replace(spec, port=port)
         if isinstance(host, str):
             spec = dataclasses.replace(spec, host=host)
-        self.app.review_and_restart(self.instance, spec, note=f"fix: {view.problems[index].kind}")
+        self.app.review_and_restart(self.instance, spec, note=f"fix: {problems[index].kind}")

@@ -62,6 +62,8 @@ def card_lines(
     head = Text()
     head.append(f"{view.name[:name_width]:<{name_width}} ", style="bold")
     head.append_text(state_text(view, now))
+    if view.runtime_problems and view.state in (State.READY, State.UNHEALTHY):
+        head.append("  KV SHORT", style="bold red")  # the detail screen says why and what to change
     if spec is not None:
         where = f"  gpu {fmt.gpus(spec.gpus)} :{spec.port}  "
         room = max(8, width - head.cell_len - len(where))
@@ -183,7 +185,7 @@ class InstanceCard(Widget):
         self._view: InstanceView | None = None
         self._now = 0.0
         self._spark_at: float | None = None
-        self.spark_every = SPARK_EVERY_S  # 0: every update (deterministic snapshots)
+        self.spark_every = SPARK_EVERY_S
         self.lines: list[Text] = []
         self.spark: list[float] | None = None  # None: no plot (not READY, or all zeros)
         self._strips: list[Strip | None] = [None] * CARD_LINES

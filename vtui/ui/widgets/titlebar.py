@@ -1,4 +1,5 @@
-"""The one-line title: session, layout path with the unsaved-changes marker, instance counts."""
+"""The one-line title: session, a failed supervisor, layout path with the unsaved-changes marker, instance
+counts."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ def title_text(store: Store, screen_title: str = "") -> Text:
     layout = store.layout
     out = Text(" vtui ", style="bold reverse")
     out.append(f" {layout.session.name}", style="bold")
+    if store.supervisor_error:
+        out.append("  SUPERVISOR FAILED", style="bold white on red")
     out.append(f"  {store.path or '(no file yet)'}", style="dim")
     if store.dirty:
         out.append(" [+] unsaved", style="bold yellow")
     counts = Counter(v.state.name.lower() for v in store.views.values())
     if counts:
-        out.append("  " + " ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="cyan")
+        known = "  last known: " if store.supervisor_error else "  "  # no longer watched
+        out.append(known + " ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="cyan")
     if screen_title:
         out.append(f"  | {screen_title}", style="bold")
     return out
