@@ -18,6 +18,7 @@ from vtui.core.model import Layout
 from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_from_dict
 from vtui.core.state import State
 from vtui.layouts import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
+from vtui.telemetry import flagschema
 
 
 class CommandError(Exception):
@@ -34,7 +35,9 @@ def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, 
     problem; `up`, `restart` and `check` still report it."""
     try:
         path, names = split_layout_args(words)
-        layout = load_layout(path, unset_ok=not starts)
+        # what starts is checked against the flags of the vLLM it runs (read once per version, cached)
+        flags = flagschema.union_table(flagschema.layout_schemas(path).values()) if starts else None
+        layout = load_layout(path, unset_ok=not starts, flags=flags)
     except NoLayoutError as exc:
         print(f"vtui: {exc.message}", file=sys.stderr)
         raise CommandError(2) from exc

@@ -12,6 +12,7 @@ import sys
 
 from vtui.core.advice import flag_advice
 from vtui.layouts import LayoutError, load_layout_with_warnings, resolve_layout_arg
+from vtui.telemetry import flagschema
 
 HELP = "validate a layout file: every problem with file:line and key (exit 2 on errors)"
 
@@ -27,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         path = resolve_layout_arg(args.layout)
-        layout, warnings = load_layout_with_warnings(path)
+        # each vllm instance's flags are checked against its own vLLM's parser (read once per version)
+        schemas = flagschema.layout_schemas(path)
+        layout, warnings = load_layout_with_warnings(path, flags=flagschema.union_table(schemas.values()))
     except LayoutError as exc:
         for problem in exc.problems:
             print(problem if exc.problems[0].file != "vtui" else exc)
@@ -38,6 +41,19 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     for warning in warnings:
         print(f"warning: {warning}")
+    wrong = []
+    for index, spec in enumerate(layout.instances):
+        schema = schemas.get(spec.name) or flagschema.schema_for(spec.engine, spec.command)
+        if schema.source != "builtin":  # the bundled schema is the default: said only when it is not
+            print(f"{spec.name}: {schema.label()}")
+        wrong += [
+            f"{path}: instance[{index}].flags.{n}: {why}"
+            for n, why in flagschema.unknown_flags(spec.flags, schema)
+        ]
+    if wrong:
+        print("\n".join(wrong))
+        print(f"{len(wrong)} problem{'s' if len(wrong) != 1 else ''}; nothing was started", file=sys.stderr)
+        return EXIT_INVALID
     for spec in layout.instances:
         for line in flag_advice(spec.flags):
             print(f"advice: {spec.name}: {line}")

@@ -17,13 +17,14 @@ from typing import cast
 
 from vtui.commands._input import seconds
 from vtui.commands._runs import load_session, progress_printer, run_async
-from vtui.core.flagspec import canonical_name, parse_flag_value
+from vtui.core.flagspec import FlagTable, canonical_name, parse_flag_value
 from vtui.core.model import SECRET_FLAGS, FlagValue
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import RunStore, merge_flags
 from vtui.core.state import State
 from vtui.core.supervisor import Supervisor
 from vtui.layouts import LayoutError, load_layout, render_layout, save_layout
+from vtui.telemetry import flagschema
 
 HELP = "restart one instance, optionally with changed flags (--set flag=value, --unset flag)"
 
@@ -61,16 +62,17 @@ LAYOUT_KEYS = {"port": "port", "host": "host", "model": "model"}
 INT_RANGE = (-(2**63), 2**63 - 1)  # vLLM's integers end up in C/torch int64 fields
 
 
-def parse_sets(items: list[str]) -> dict[str, FlagValue]:
+def parse_sets(items: list[str], table: FlagTable | None = None) -> dict[str, FlagValue]:
     """`--set FLAG=VALUE` items typed for their flags. ValueError naming the item and what is wrong: no
-    `=`, an unknown flag, a layout key (port/host/model), a secret (api-key), a value that does not fit."""
+    `=`, an unknown flag, a layout key (port/host/model), a secret (api-key), a value that does not fit.
+    `table`: the instance's vLLM's flags (None: the bundled 0.32 schema)."""
     flags: dict[str, FlagValue] = {}
     for item in items:
         name, sep, text = item.partition("=")
         name = name.strip().removeprefix("--")
         if not sep or not name:
             raise ValueError(f"--set {item}: expected FLAG=VALUE, e.g. --set max-num-seqs=64")
-        canonical = canonical_name(name) or name
+        canonical = canonical_name(name, table) or name
         if canonical in LAYOUT_KEYS:
             raise ValueError(
                 f"--set {item}: {canonical} is a layout key, not a flag vtui passes through; change "
@@ -83,7 +85,7 @@ def parse_sets(items: list[str]) -> dict[str, FlagValue]:
                 f'set it in the layout as {canonical} = "${{VAR}}" with VAR in the environment'
             )
         try:
-            value = parse_flag_value(name, text)
+            value = parse_flag_value(name, text, table)
         except ValueError as exc:
             raise ValueError(f"--set {item}: {exc}") from None
         problem = _out_of_range(value)
@@ -131,7 +133,8 @@ async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
     if record is not None:
         current = merge_flags(current, record.flags)
     try:
-        set_flags = parse_sets(args.set_flags)
+        schema = flagschema.schema_for(current.engine, current.command) if args.set_flags else None
+        set_flags = parse_sets(args.set_flags, schema.flags if schema is not None else None)
         unset = parse_unsets(args.unset, current.flags)
     except ValueError as exc:
         print(f"vtui restart: {exc}", file=sys.stderr)

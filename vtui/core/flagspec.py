@@ -309,9 +309,7 @@ SEED_FLAGS: tuple[str, ...] = tuple(
     if name in BUILTIN_FLAGS
 )
 
-_ALIASES: Mapping[str, str] = MappingProxyType(
-    {alias.lstrip("-"): spec.name for spec in BUILTIN_FLAGS.values() for alias in spec.aliases}
-)
+FlagTable = Mapping[str, FlagSpec]  # canonical name -> spec: BUILTIN_FLAGS or an installed vLLM's
 
 
 def _sim(
@@ -339,33 +337,53 @@ SIM_FLAGS: Mapping[str, FlagSpec] = MappingProxyType(
         )
     }
 )
-_ALL: Mapping[str, FlagSpec] = MappingProxyType({**BUILTIN_FLAGS, **SIM_FLAGS})
+_ALL: FlagTable = MappingProxyType({**BUILTIN_FLAGS, **SIM_FLAGS})
+_TABLES: dict[int, tuple[FlagTable, FlagTable, Mapping[str, str]]] = {}
 
 
-def flag_spec(name: str) -> FlagSpec | None:
-    """The spec of a canonical vLLM flag or a `sim-…` option of the simulated engine."""
-    return _ALL.get(name)
+def _table(flags: FlagTable | None) -> tuple[FlagTable, Mapping[str, str]]:
+    """(the flags plus the sim engine's options, alias -> canonical name) for a flag table (None: the
+    bundled one). Memoised per table object: a schema is read once and kept."""
+    base = BUILTIN_FLAGS if flags is None else flags
+    hit = _TABLES.get(id(base))
+    if hit is None or hit[0] is not base:
+        merged = _ALL if flags is None else MappingProxyType({**base, **SIM_FLAGS})
+        aliases = MappingProxyType(
+            {alias.lstrip("-"): spec.name for spec in base.values() for alias in spec.aliases}
+        )
+        if len(_TABLES) > 16:
+            _TABLES.clear()
+        hit = _TABLES[id(base)] = (base, merged, aliases)
+    return hit[1], hit[2]
 
 
-def canonical_name(name: str) -> str | None:
+def flag_spec(name: str, flags: FlagTable | None = None) -> FlagSpec | None:
+    """The spec of a canonical vLLM flag or a `sim-…` option of the simulated engine. `flags`: the table
+    to look in (an installed vLLM's schema); None: the bundled 0.32 one (also for every function below)."""
+    return _table(flags)[0].get(name)
+
+
+def canonical_name(name: str, flags: FlagTable | None = None) -> str | None:
     """The canonical flag name for a name or alias (`tp`, `-tp`, `--device-memory-utilization`)."""
+    known, aliases = _table(flags)
     bare = name.lstrip("-")
-    if bare in _ALL:
+    if bare in known:
         return bare
-    return _ALIASES.get(bare)
+    return aliases.get(bare)
 
 
-def suggest(name: str) -> str | None:
+def suggest(name: str, flags: FlagTable | None = None) -> str | None:
     """The closest known flag name (did-you-mean), or None: `max_num_seqs` -> `max-num-seqs`."""
+    known, aliases = _table(flags)
     bare = name.lstrip("-")
     for candidate in (bare, bare.replace("_", "-"), bare.lower().replace("_", "-")):
-        if candidate in _ALL:
+        if candidate in known:
             return candidate
-        if candidate in _ALIASES:
-            return _ALIASES[candidate]
-        if candidate.startswith("no-") and candidate[3:] in _ALL:
+        if candidate in aliases:
+            return aliases[candidate]
+        if candidate.startswith("no-") and candidate[3:] in known:
             return candidate[3:]
-    close = difflib.get_close_matches(bare.replace("_", "-"), list(_ALL), n=1, cutoff=0.75)
+    close = difflib.get_close_matches(bare.replace("_", "-"), list(known), n=1, cutoff=0.75)
     return close[0] if close else None
 
 
@@ -502,11 +520,11 @@ def _check_scalar(spec: FlagSpec, value: object) -> str | None:
     return None
 
 
-def validate_flag(name: str, value: object) -> str | None:
+def validate_flag(name: str, value: object, flags: FlagTable | None = None) -> str | None:
     """None when `value` suits flag `name` (canonical name), else a one-line reason."""
-    spec = _ALL.get(name)
+    spec = flag_spec(name, flags)
     if spec is None:
-        hint = suggest(name)
+        hint = suggest(name, flags)
         return f'unknown flag; did you mean "{hint}"?' if hint else "unknown vllm serve flag"
     if spec.type == "list":
         items = value if isinstance(value, list) else [value]
@@ -534,13 +552,13 @@ def validate_flag(name: str, value: object) -> str | None:
     return _check_scalar(spec, value)
 
 
-def parse_flag_value(name: str, text: str) -> object:
+def parse_flag_value(name: str, text: str, flags: FlagTable | None = None) -> object:
     """A CLI `--set flag=value` value typed for its flag; ValueError with the reason when it does not fit."""
-    canonical = canonical_name(name)
+    canonical = canonical_name(name, flags)
     if canonical is None:
-        hint = suggest(name)
+        hint = suggest(name, flags)
         raise ValueError(f'unknown flag "{name}"' + (f'; did you mean "{hint}"?' if hint else ""))
-    spec = _ALL[canonical]
+    spec = _table(flags)[0][canonical]
     raw = text.strip()
     value: object = raw
     if spec.type == "bool" or (spec.optional_value and raw.lower() in ("true", "false")):
@@ -558,7 +576,7 @@ def parse_flag_value(name: str, text: str) -> object:
             value = raw
     elif spec.type == "list":
         value = [part.strip() for part in raw.split(",") if part.strip()]
-    problem = validate_flag(canonical, value)
+    problem = validate_flag(canonical, value, flags)
     if problem:
         raise ValueError(f"{canonical}: {problem}")
     return value

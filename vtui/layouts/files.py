@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
+from vtui.core.flagspec import FlagTable
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout
 from vtui.layouts.edit import edit_text
@@ -38,16 +39,20 @@ MAX_LAYOUT_BYTES = 256 * 1024
 # -- loading --------------------------------------------------------------------------------------
 
 
-def load_layout(path: str | os.PathLike[str], *, unset_ok: bool = False) -> Layout:
+def load_layout(
+    path: str | os.PathLike[str], *, unset_ok: bool = False, flags: FlagTable | None = None
+) -> Layout:
     """The validated layout at `path`; raises LayoutError listing every problem. `unset_ok`: for commands
-    that start nothing (down, ps, logs), an unset `${VAR}` is kept as written, not a problem."""
-    return load_layout_with_warnings(path, unset_ok=unset_ok)[0]
+    that start nothing (down, ps, logs), an unset `${VAR}` is kept as written, not a problem. `flags`:
+    the vllm serve flags to accept (an installed vLLM's schema); None: the bundled 0.32 one."""
+    return load_layout_with_warnings(path, unset_ok=unset_ok, flags=flags)[0]
 
 
 def load_layout_with_warnings(
-    path: str | os.PathLike[str], *, unset_ok: bool = False
+    path: str | os.PathLike[str], *, unset_ok: bool = False, flags: FlagTable | None = None
 ) -> tuple[Layout, list[str]]:
-    """The layout plus warnings (network-exposed host, secrets written literally) as printable lines."""
+    """The layout plus warnings (network-exposed host, secrets written literally) as printable lines.
+    `flags`: the vllm serve flags to accept (an installed vLLM's schema); None: the bundled 0.32 one."""
     file = str(path)
     source = Path(path)
     try:
@@ -60,7 +65,7 @@ def load_layout_with_warnings(
         raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LayoutError([LayoutProblem(file, None, "", f"cannot read: {exc}")]) from None
-    return _load_text(text, file, source, unset_ok)
+    return _load_text(text, file, source, unset_ok, flags)
 
 
 def _too_big(file: str) -> LayoutProblem:
@@ -73,13 +78,15 @@ def _too_big(file: str) -> LayoutProblem:
     )
 
 
-def _load_text(text: str, file: str, source: Path, unset_ok: bool = False) -> tuple[Layout, list[str]]:
+def _load_text(
+    text: str, file: str, source: Path, unset_ok: bool = False, flags: FlagTable | None = None
+) -> tuple[Layout, list[str]]:
     text = text.removeprefix(_BOM)  # a UTF-8 byte order mark (some Windows editors write one) is no key
     if len(text) > MAX_LAYOUT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_LAYOUT_BYTES:
         raise LayoutError([_too_big(file)])
     try:
         data = tomllib.loads(text)
-        checker = Checker(file, text, unset_ok=unset_ok)
+        checker = Checker(file, text, unset_ok=unset_ok, flags=flags)
         layout = _build(data, checker, source)
     except tomllib.TOMLDecodeError as exc:
         raise LayoutError([_syntax_problem(file, text, exc)]) from None

@@ -93,8 +93,11 @@ class Checker:
     """Collects problems/warnings for one file, and the `${VAR}` templates its values came from (they go
     onto the `Layout`, so saving writes the references back)."""
 
-    def __init__(self, file: str, text: str, unset_ok: bool = False) -> None:
+    def __init__(
+        self, file: str, text: str, unset_ok: bool = False, flags: flagspec.FlagTable | None = None
+    ) -> None:
         self.file = file
+        self.flags = flags  # the vllm serve flags to check against (None: the bundled 0.32 schema)
         # True for commands that start nothing (down, ps, logs): an unset `${VAR}` (a secret's, typically)
         # is left as written instead of being a problem, since stopping and listing never need it
         self.unset_ok = unset_ok
@@ -267,16 +270,16 @@ class Checker:
             if name in TOP_LEVEL_FLAGS:
                 self.problem(key, f'set "{name}" with the top-level key {prefix}.{name}, not in flags')
                 continue
-            canonical = flagspec.canonical_name(name)
+            canonical = flagspec.canonical_name(name, self.flags)
             if canonical is None or name.startswith("-"):
-                hint = flagspec.suggest(name)
+                hint = flagspec.suggest(name, self.flags)
                 if hint and name.lstrip("-").startswith("no-") and hint == name.lstrip("-")[3:]:
                     self.problem(key, f"unknown flag; write {hint} = false instead")
                 else:
                     self.problem(
                         key,
                         "unknown flag"
-                        + (f'; did you mean "{hint}"?' if hint else " (not a vllm serve 0.32 option)"),
+                        + (f'; did you mean "{hint}"?' if hint else " (not a vllm serve option)"),
                     )
                 continue
             if canonical != name:
@@ -288,11 +291,11 @@ class Checker:
             if key in self.unresolved:
                 out[name] = item  # `${VAR}` as written: nothing to validate until it is set
                 continue
-            problem = flagspec.validate_flag(name, item)
+            problem = flagspec.validate_flag(name, item, self.flags)
             if problem:
                 self.problem(key, problem)
                 continue
-            spec = flagspec.flag_spec(name)
+            spec = flagspec.flag_spec(name, self.flags)
             if spec is not None and spec.type == "json" and isinstance(item, (dict, list)):
                 item = json.dumps(item, separators=(",", ":"))  # vLLM reads JSON text; argv needs a string
             out[name] = item

@@ -11,7 +11,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -19,7 +20,16 @@ from types import MappingProxyType
 from vtui.core import paths
 from vtui.core.flagspec import BUILTIN_FLAGS, VLLM_VERSION, FlagSpec
 
-__all__ = ["FlagSchema", "installed_schema", "python_of", "vllm_version_of"]
+__all__ = [
+    "FlagSchema",
+    "installed_schema",
+    "python_of",
+    "layout_schemas",
+    "schema_for",
+    "union_table",
+    "unknown_flags",
+    "vllm_version_of",
+]
 
 _MARK = "VTUI_FLAGSCHEMA_JSON:"
 
@@ -136,6 +146,13 @@ class FlagSchema:
     source: str
     error: str | None = None  # why the installed parser could not be read, when source == "builtin"
 
+    def label(self) -> str:
+        """One line for the editor and `vtui check`: which schema validates the flags."""
+        if self.source == "builtin":
+            why = f": {self.error}" if self.error else ""
+            return f"flags: vtui's bundled vLLM {self.vllm_version} schema{why}"
+        return f"flags: installed vLLM {self.vllm_version} ({self.source})"
+
     def get(self, name: str) -> FlagSpec | None:
         bare = name.lstrip("-")
         if bare in self.flags:
@@ -146,13 +163,29 @@ class FlagSchema:
         return None
 
 
+_PYTHON = re.compile(r"python[\d.]*$")
+
+
 def python_of(executable: Sequence[str] | None) -> list[str]:
     """The Python command that runs an instance's vLLM: a `vllm` script's sibling python (or its
-    shebang), the given Python command, else the `vllm` on PATH's, else this interpreter."""
+    shebang), the Python of a `python -m vllm...` command, else the `vllm` on PATH's, else this
+    interpreter. ValueError for a command that is neither (a container runner, a wrapper script)."""
     if executable:
-        head = Path(executable[0])
+        first_part = os.path.expanduser(os.path.expandvars(executable[0]))
+        head = Path(first_part)
+        if _PYTHON.match(head.name):
+            options = []  # `python -I -m vllm.entrypoints...`: the interpreter and its own options
+            for part in executable[1:]:
+                if part in ("-m", "-c") or not part.startswith("-"):
+                    break
+                options.append(part)
+            return [first_part, *options]
         if head.name != "vllm":
-            return list(executable)
+            raise ValueError(f"cannot tell which Python {first_part} runs")
+        if not head.is_absolute() and head.parent == Path("."):
+            found = shutil.which(first_part)
+            if found:
+                head = Path(found)
         sibling = head.parent / "python"
         if sibling.exists():
             return [str(sibling)]
@@ -224,7 +257,10 @@ def installed_schema(
     Blocking (the first read of a version imports vLLM: seconds); call it from a worker thread."""
     from vtui.core.atomic import atomic_write_text
 
-    python = python_of(executable)
+    try:
+        python = python_of(executable)
+    except ValueError as exc:
+        return _builtin(str(exc))
     try:
         version = vllm_version_of(python)
     except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
@@ -254,3 +290,84 @@ def installed_schema(
         + "\n",
     )
     return FlagSchema(specs, version, "installed")
+
+
+_MEMO: dict[tuple[str, ...], tuple[float, FlagSchema]] = {}
+_MEMO_SECONDS = 60.0  # a process (the UI, one `vtui check`) asks its vLLM's version at most once a minute
+
+
+def schema_for(engine: str, command: Sequence[str] | None) -> FlagSchema:
+    """The flag schema of an instance: its own vLLM's (`command`, else `vllm` on PATH) read once per
+    version and cached on disk; the bundled one for the simulated engine or without vLLM. Blocking on
+    a version's first read (seconds): call it from a worker thread in the UI."""
+    if engine == "sim":
+        return _builtin("the simulated engine takes the bundled schema")
+    if not command and shutil.which("vllm") is None:
+        return _builtin("no vllm on PATH")
+    key = tuple(command or ())
+    hit = _MEMO.get(key)
+    now = time.monotonic()
+    if hit is not None and now - hit[0] < _MEMO_SECONDS:
+        return hit[1]
+    schema = installed_schema(command)
+    _MEMO[key] = (now, schema)
+    return schema
+
+
+def unknown_flags(flags: Mapping[str, object], schema: FlagSchema) -> list[tuple[str, str]]:
+    """(flag, reason) for each flag the schema's vLLM would reject (unknown there, or a value it does not
+    take), checked with the same rules as the bundled schema; nothing for the bundled schema itself
+    (the layout loader already checked against it)."""
+    if schema.source == "builtin":
+        return []
+    from vtui.core import flagspec
+
+    out = []
+    for name, value in flags.items():
+        if name in flagspec.SIM_FLAGS:
+            continue
+        if name not in schema.flags:
+            out.append((name, f"not a flag of vLLM {schema.vllm_version}"))
+            continue
+        problem = flagspec.validate_flag(name, value, schema.flags)
+        if problem:
+            out.append((name, f"{problem} (vLLM {schema.vllm_version})"))
+    return out
+
+
+def layout_schemas(path: str | os.PathLike[str]) -> dict[str, FlagSchema]:
+    """The schema of each instance of a layout file, by instance name, from a quick read of its
+    `engine` and `command` (with `[defaults]`); {} when the file does not read (the loader says why)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8").removeprefix("\ufeff"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+    out: dict[str, FlagSchema] = {}
+    instances = data.get("instance")
+    for i, raw in enumerate(instances if isinstance(instances, list) else []):
+        if not isinstance(raw, dict):
+            continue
+        engine = raw.get("engine", defaults.get("engine", "vllm"))
+        command = raw.get("command", defaults.get("command"))
+        if not (isinstance(command, list) and command and all(isinstance(p, str) for p in command)):
+            command = None
+        out[str(raw.get("name", f"instance[{i}]"))] = schema_for(str(engine), command)
+    return out
+
+
+def union_table(schemas: Iterable[FlagSchema]) -> Mapping[str, FlagSpec] | None:
+    """Every flag any of the schemas knows (the bundled ones first, an installed vLLM's spec winning):
+    what the layout loader accepts before each instance is checked against its own vLLM. None when
+    every schema is the bundled one."""
+    installed = [s for s in schemas if s.source != "builtin"]
+    if not installed:
+        return None
+    merged: dict[str, FlagSpec] = dict(BUILTIN_FLAGS)
+    for schema in installed:
+        merged.update(schema.flags)
+    return MappingProxyType(merged)

@@ -14,8 +14,16 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Footer, Input, Label, Static
 
 from vtui.core.advice import flag_advice
-from vtui.core.flagspec import BUILTIN_FLAGS, SEED_FLAGS, parse_flag_value, validate_flag
+from vtui.core.flagspec import (
+    BUILTIN_FLAGS,
+    SEED_FLAGS,
+    VLLM_VERSION,
+    FlagTable,
+    parse_flag_value,
+    validate_flag,
+)
 from vtui.core.model import FlagValue, InstanceSpec
+from vtui.telemetry.flagschema import FlagSchema, schema_for
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import FLAG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
@@ -37,24 +45,24 @@ def consistency_problem(spec: InstanceSpec, flags: Mapping[str, object]) -> str 
     return None
 
 
-def check_value(name: str, text: str) -> tuple[object, str | None]:
+def check_value(name: str, text: str, table: FlagTable | None = None) -> tuple[object, str | None]:
     """(typed value, None) for valid editor text, else (text, the flag schema's message)."""
     try:
-        value = parse_flag_value(name, text)
+        value = parse_flag_value(name, text, table)
     except (ValueError, TypeError) as exc:
         message = str(exc)
         return text, message.split(": ", 1)[1] if message.startswith(f"{name}: ") else message
-    return value, validate_flag(name, value)
+    return value, validate_flag(name, value, table)
 
 
-def typed_value(name: str, text: str) -> FlagValue:
+def typed_value(name: str, text: str, table: FlagTable | None = None) -> FlagValue:
     """The editor text as the flag's value: typed when the schema parses it, else the text itself."""
-    value = check_value(name, text)[0]
+    value = check_value(name, text, table)[0]
     return value if isinstance(value, bool | int | float | str | list) else text
 
 
-def help_of(name: str) -> str:
-    spec = BUILTIN_FLAGS.get(name)
+def help_of(name: str, table: FlagTable = BUILTIN_FLAGS) -> str:
+    spec = table.get(name)
     if spec is None:
         return f"--{name}: not a flag of this vLLM"
     extra = f" (choices: {', '.join(spec.choices)})" if spec.choices else ""
@@ -87,6 +95,8 @@ class FlagEditorScreen(StoreScreen):
         self.instance = name
         self.errors: dict[str, str] = {}
         self._plan_key: tuple | None = None
+        # the bundled schema until the worker has read the instance's own vLLM (cached per version)
+        self.schema = FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin")
 
     @property
     def spec(self) -> InstanceSpec:
@@ -104,6 +114,7 @@ class FlagEditorScreen(StoreScreen):
                     id="add-name",
                     suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False),
                 )
+        yield Static(self.schema.label() + " (reading the installed vLLM's…)", id="flag-schema")
         yield Static(id="flag-plan")
         yield Static(id="flag-help")
         yield Static(id="flag-errors")
@@ -115,6 +126,20 @@ class FlagEditorScreen(StoreScreen):
         self.query(".flag-value").first(Input).focus()
         self._replan()
         self._show_errors()  # the advice on the flags as they are
+        spec = self.spec
+        self.run_worker(lambda: self._read_schema(spec), thread=True, exclusive=True, group="flag-schema")
+
+    def _read_schema(self, spec: InstanceSpec) -> None:
+        """Worker thread: the instance's vLLM's parser (a subprocess on a version's first read)."""
+        schema = schema_for(spec.engine, spec.command)
+        self.app.call_from_thread(self._schema_read, schema)
+
+    def _schema_read(self, schema: FlagSchema) -> None:
+        self.schema = schema
+        self.query_one("#flag-schema", Static).update(schema.label())
+        for box in self.query(".flag-value").results(Input):
+            self._check(box)
+        self._show_errors()
 
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
         self.query_one(TitleBar).refresh_from(store)
@@ -149,7 +174,7 @@ class FlagEditorScreen(StoreScreen):
     def on_descendant_focus(self, event) -> None:
         widget = event.widget
         if isinstance(widget, Input) and widget.name:
-            self.query_one("#flag-help", Static).update(help_of(widget.name))
+            self.query_one("#flag-help", Static).update(help_of(widget.name, self.schema.flags))
 
     @on(Input.Changed, ".flag-value")
     def _validate(self, event: Input.Changed) -> None:
@@ -162,7 +187,7 @@ class FlagEditorScreen(StoreScreen):
     def _check(self, box: Input) -> None:
         name = box.name or ""
         text = box.value.strip()
-        error = check_value(name, text)[1] if text else None
+        error = check_value(name, text, self._table())[1] if text else None
         if error:
             self.errors[name] = error
         else:
@@ -185,7 +210,7 @@ class FlagEditorScreen(StoreScreen):
         name = event.value.strip().lstrip("-")
         if not name:
             return
-        if name not in BUILTIN_FLAGS:
+        if name not in self.schema.flags:
             self.query_one("#flag-errors", Static).update(f"--{name}: not a flag of this vLLM")
             return
         existing = self.query(f"#flag-{name}")
@@ -209,8 +234,11 @@ class FlagEditorScreen(StoreScreen):
             elif original is not None and text == fmt.flag_value(original):
                 continue
             else:
-                flags[name] = typed_value(name, text)
+                flags[name] = typed_value(name, text, self._table())
         return flags
+
+    def _table(self) -> FlagTable | None:
+        return None if self.schema.source == "builtin" else self.schema.flags
 
     # -- actions -------------------------------------------------------------------------------------
     def action_back(self) -> None:
