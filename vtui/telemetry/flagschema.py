@@ -346,7 +346,8 @@ def layout_schemas(path: str | os.PathLike[str]) -> dict[str, FlagSchema]:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8").removeprefix("\ufeff"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}
-    defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+    found = data.get("defaults")
+    defaults: dict = found if isinstance(found, dict) else {}
     out: dict[str, FlagSchema] = {}
     instances = data.get("instance")
     for i, raw in enumerate(instances if isinstance(instances, list) else []):
