@@ -580,3 +580,48 @@ def parse_flag_value(name: str, text: str, flags: FlagTable | None = None) -> ob
     if problem:
         raise ValueError(f"{canonical}: {problem}")
     return value
+
+
+# -- parallel sizes ---------------------------------------------------------------------------------
+
+# vLLM 0.32's data-parallel supervisor (vllm/entrypoints/launchers/dp_supervisor.py): in
+# --data-parallel-multi-port-external-lb mode local rank r serves the API on port + r and a supervisor
+# serves the aggregated /health, /ready and /readyz on --data-parallel-supervisor-port (default 9256).
+DP_SUPERVISOR_PORT = 9256
+
+
+def _size(flags: Mapping[str, object], name: str, default: int = 1) -> int | None:
+    value = flags.get(name, default)
+    if value is None:
+        return default
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def gpus_needed(flags: Mapping[str, object]) -> tuple[int, str] | None:
+    """(GPUs one instance uses on this machine, how: "tensor-parallel-size × …") — tensor × pipeline
+    parallel × the data-parallel ranks on this node (--data-parallel-size-local, else
+    --data-parallel-size); None while a size is not a whole number >= 1 (a `${VAR}`, a typo)."""
+    tp, pp = _size(flags, "tensor-parallel-size"), _size(flags, "pipeline-parallel-size")
+    dp = _size(flags, "data-parallel-size")
+    if tp is None or pp is None or dp is None:
+        return None
+    local = _size(flags, "data-parallel-size-local", dp) if "data-parallel-size-local" in flags else dp
+    if local is None:
+        return None
+    terms = ["tensor-parallel-size", "pipeline-parallel-size"]
+    if dp > 1 or "data-parallel-size" in flags:
+        terms.append(
+            "data-parallel-size-local" if "data-parallel-size-local" in flags else "data-parallel-size"
+        )
+    return tp * pp * local, " × ".join(terms)
+
+
+def dp_ports(flags: Mapping[str, object], port: int) -> tuple[tuple[int, ...], int | None]:
+    """(the API ports an instance's ranks listen on, its DP supervisor port or None). One API port
+    unless --data-parallel-multi-port-external-lb, where each local rank has its own."""
+    if flags.get("data-parallel-multi-port-external-lb") is not True:
+        return (port,), None
+    dp = _size(flags, "data-parallel-size") or 1
+    local = _size(flags, "data-parallel-size-local", dp) or dp
+    supervisor = flags.get("data-parallel-supervisor-port", DP_SUPERVISOR_PORT)
+    return tuple(range(port, port + local)), supervisor if isinstance(supervisor, int) else DP_SUPERVISOR_PORT

@@ -1,6 +1,7 @@
 """Checks before any start, so a refusal costs nothing: ports already taken (naming the holder), GPU
 indices absent, GPU sets overlapping, instances without gpus piling onto GPU 0, too few CPU cores for
-the vLLM instances (sims need none of their own), a public bind address.
+the vLLM instances (sims need none of their own), a public bind address, and the extra ports of data
+parallel (a port per rank and the DP supervisor's).
 
 Problems refuse the start (one clear line each); warnings and notes are reported and the start goes on.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from vtui.core.flagspec import dp_ports
 from vtui.core.model import InstanceSpec, Layout
 
 
@@ -115,6 +117,7 @@ def preflight(
             holder = port_holder(spec.port)
             who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
             result.problems.append(f'instance "{spec.name}": port {spec.port} is already in use {who}')
+        result.problems.extend(_dp_port_problems(spec, host, layout))
         if spec.host in ("0.0.0.0", "::", ""):
             result.warnings.append(
                 f'instance "{spec.name}": binds {spec.host or "all addresses"}, reachable '
@@ -164,6 +167,33 @@ def preflight(
             f"this machine has {cores}"
         )
     return result
+
+
+def _dp_port_problems(spec: InstanceSpec, host: str, layout: Layout) -> list[str]:
+    """Data parallel with --data-parallel-multi-port-external-lb: the ports of ranks 1.. (port + rank) and
+    the DP supervisor's (/readyz; 9256 unless --data-parallel-supervisor-port) must be free, and not
+    another instance's port."""
+    rank_ports, supervisor = dp_ports(spec.flags, spec.port)
+    extra = [(p, f"data-parallel rank {p - spec.port}") for p in rank_ports[1:]]
+    if supervisor is not None:
+        extra.append((supervisor, "data-parallel supervisor (/readyz)"))
+    others = {}
+    for other in layout.instances:
+        if other.name != spec.name:
+            for p in (*dp_ports(other.flags, other.port)[0], dp_ports(other.flags, other.port)[1]):
+                if p is not None:
+                    others[p] = other.name
+    problems = []
+    for port, role in extra:
+        if port in others:
+            problems.append(
+                f'instance "{spec.name}": port {port} ({role}) is also instance "{others[port]}"\'s'
+            )
+        elif port_in_use(host, port):
+            holder = port_holder(port)
+            who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
+            problems.append(f'instance "{spec.name}": port {port} ({role}) is already in use {who}')
+    return problems
 
 
 def _overlaps(specs: list[InstanceSpec], new: set[str]) -> list[str]:

@@ -371,12 +371,6 @@ class Checker:
 
     def _parallel(self, key: str, fields: Mapping[str, object], gpus: list[int]) -> None:
         flags = fields.get("flags") or {}
-        sizes = {n: flags.get(n, 1) for n in ("tensor-parallel-size", "pipeline-parallel-size")}  # type: ignore[union-attr]
-        if not gpus or not all(isinstance(v, int) for v in sizes.values()):
-            return
-        needed = sizes["tensor-parallel-size"] * sizes["pipeline-parallel-size"]  # type: ignore[operator]
-        if needed != len(gpus):
-            self.problem(
-                f"{key}.gpus",
-                f"tensor-parallel-size × pipeline-parallel-size = {needed}, but {len(gpus)} GPU(s) listed",
-            )
+        needed = flagspec.gpus_needed(flags) if gpus and isinstance(flags, dict) else None
+        if needed is not None and needed[0] != len(gpus):
+            self.problem(f"{key}.gpus", f"{needed[1]} = {needed[0]}, but {len(gpus)} GPU(s) listed")

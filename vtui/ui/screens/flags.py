@@ -19,6 +19,7 @@ from vtui.core.flagspec import (
     SEED_FLAGS,
     VLLM_VERSION,
     FlagTable,
+    gpus_needed,
     parse_flag_value,
     validate_flag,
 )
@@ -33,13 +34,13 @@ from vtui.ui.widgets.titlebar import TitleBar
 
 
 def consistency_problem(spec: InstanceSpec, flags: Mapping[str, object]) -> str | None:
-    """tensor x pipeline parallel must use exactly the pinned GPUs."""
+    """tensor x pipeline parallel x the data-parallel ranks must use exactly the pinned GPUs."""
     if not spec.gpus:
         return None
-    tp, pp = flags.get("tensor-parallel-size", 1), flags.get("pipeline-parallel-size", 1)
-    if isinstance(tp, int) and isinstance(pp, int) and tp * pp != len(spec.gpus):
+    needed = gpus_needed(flags)
+    if needed is not None and needed[0] != len(spec.gpus):
         return (
-            f"tensor-parallel-size x pipeline-parallel-size = {tp * pp}, but the instance is pinned to "
+            f"{needed[1]} = {needed[0]}, but the instance is pinned to "
             f"{len(spec.gpus)} GPU(s) {list(spec.gpus)}"
         )
     return None
@@ -257,7 +258,13 @@ class FlagEditorScreen(StoreScreen):
             return
         flags = self.edited_flags()
         touched = any(
-            flags.get(k) != self.spec.flags.get(k) for k in ("tensor-parallel-size", "pipeline-parallel-size")
+            flags.get(k) != self.spec.flags.get(k)
+            for k in (
+                "tensor-parallel-size",
+                "pipeline-parallel-size",
+                "data-parallel-size",
+                "data-parallel-size-local",
+            )
         )
         if touched and (problem := consistency_problem(self.spec, flags)):
             self.notify(problem, severity="error")
