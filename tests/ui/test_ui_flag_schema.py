@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 
 from _support.fake_vllm import make_fake_vllm
+from textual.widgets import Input
 
 from vtui.core.model import Layout
 from vtui.testing.fake_supervisor import FakeSupervisor
@@ -48,12 +49,12 @@ async def test_vllm_instance_uses_its_installed_vllm(layout: Layout, app_factory
         assert "flags: installed vLLM 0.99.0 (installed)" in text
         screen = app.screen
         assert isinstance(screen, FlagEditorScreen)
-        box = screen.query_one("#add-name")
-        box.focus()
-        await pilot.pause()
+        box = screen.query_one("#add-name", Input)
         box.value = "fancy-new-flag"  # not in 0.32: the bundled schema would refuse it
-        await pilot.press("enter")
-        for _ in range(4):
+        await box.action_submit()
+        for _ in range(40):
             await pilot.pause()
+            if screen.query("#flag-fancy-new-flag"):
+                break
         assert screen.query("#flag-fancy-new-flag")
         assert "--fancy-new-flag: not a flag" not in screen_text(app)

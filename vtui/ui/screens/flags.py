@@ -207,7 +207,7 @@ class FlagEditorScreen(StoreScreen):
         self.query_one("#flag-advice", Static).update("\n".join(advice))
 
     @on(Input.Submitted, "#add-name")
-    def _add_flag(self, event: Input.Submitted) -> None:
+    async def _add_flag(self, event: Input.Submitted) -> None:
         name = event.value.strip().lstrip("-")
         if not name:
             return
@@ -217,8 +217,8 @@ class FlagEditorScreen(StoreScreen):
         existing = self.query(f"#flag-{name}")
         if not existing:
             row = FlagRow(name, None)
-            self.query_one("#flag-list").mount(row, before=self.query_one("#flag-add"))
-            self.call_after_refresh(lambda: self.query_one(f"#flag-{name}", Input).focus())
+            await self.query_one("#flag-list").mount(row, before=self.query_one("#flag-add"))
+            row.query_one(Input).focus()
         else:
             existing.first().focus()
         event.input.value = ""
