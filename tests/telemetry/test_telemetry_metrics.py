@@ -222,3 +222,26 @@ def test_prefix_pair_mid_rename_still_gives_the_hit_rate(queries_name: str, hits
     w = MetricsWindow()
     w.update(parse_metrics(payload(800, 200)), at=0.0)
     assert w.update(parse_metrics(payload(1000, 350)), at=1.0).prefix_hit_rate == pytest.approx(0.75)
+
+
+def test_data_parallel_engines_are_shown_per_rank(fixture_text) -> None:
+    from vtui.telemetry.metrics import MetricsWindow, RankSample, parse_metrics
+
+    text = fixture_text("metrics_v1_0.10_dp2.txt")
+    s = sample_of(text)
+    assert s.ranks == (RankSample("0", 10.0, 2.0, 0.5, None), RankSample("1", 6.0, 0.0, 0.25, None))
+    assert sum(r.running for r in s.ranks) == s.running  # the total is the ranks' sum
+    # a later scrape: rank 1 generated 500 tokens in 5 s, rank 0 none
+    later = text.replace(
+        'vllm:generation_tokens_total{engine="1",model_name="Qwen/Qwen3-8B"} 20000.0',
+        'vllm:generation_tokens_total{engine="1",model_name="Qwen/Qwen3-8B"} 20500.0',
+    )
+    window = MetricsWindow()
+    window.update(parse_metrics(text), 10.0)
+    second = window.update(parse_metrics(later), 15.0)
+    assert [r.generation_tps for r in second.ranks] == [0.0, pytest.approx(100.0)]
+    assert second.generation_tps == pytest.approx(100.0)
+
+
+def test_one_engine_has_no_rank_breakdown(fixture_text) -> None:
+    assert sample_of(fixture_text("metrics_busy.txt")).ranks == ()

@@ -106,6 +106,13 @@ def render(s: MetricsSample) -> str:
         ),
         ("running / waiting", f"{_v(s.running)} / {_v(s.waiting)}" + (f"  ({reasons})" if reasons else "")),
         ("KV cache usage", _v(s.kv_usage, "{:.1%}")),
+        *(
+            (
+                f"  engine {r.engine}: run / wait / KV",
+                f"{_v(r.running)} / {_v(r.waiting)} / {_v(r.kv_usage, '{:.1%}')}",
+            )
+            for r in s.ranks
+        ),
         (
             "KV capacity (tokens)",
             _v(s.kv_capacity_tokens, "{:,}") + (f"  (block size {s.block_size})" if s.block_size else ""),

@@ -24,6 +24,7 @@ __all__ = [
     "MetricsSnapshot",
     "MetricsWindow",
     "Percentiles",
+    "RankSample",
     "parse_labels",
     "parse_metrics",
     "sample_of",
@@ -57,6 +58,18 @@ NO_PERCENTILES = Percentiles()
 
 
 @dataclass(frozen=True)
+class RankSample:
+    """One data-parallel engine (the `engine` label of vLLM's V1 metrics) of an instance. None = not
+    reported by that engine."""
+
+    engine: str
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None  # 0..1
+    generation_tps: float | None = None
+
+
+@dataclass(frozen=True)
 class MetricsSample:
     """One scrape of one instance, ready for display. None = not reported (the UI shows "--")."""
 
@@ -87,6 +100,9 @@ class MetricsSample:
     counter_reset: bool = False  # a counter went down since the last scrape: the server restarted
     vllm_names: str | None = None  # "v1" / "v0" / "mixed"
     engines: int | None = None  # data-parallel engines reporting
+    # per engine, in engine order, when more than one reports (the totals above are their sum; kv_usage
+    # their mean): a rank that lags or fills up shows here while the sum looks fine
+    ranks: tuple[RankSample, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,7 @@ class _Point:
     counters: Mapping[str, float]
     finished: Mapping[str, float]
     histograms: Mapping[str, Histogram]
+    generation_by_engine: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 
 
 def _kv_capacity(snap: MetricsSnapshot) -> tuple[int | None, int | None]:
@@ -156,7 +173,37 @@ def _point(snap: MetricsSnapshot, at: float) -> _Point:
             if hist is not None:
                 histograms[role] = hist
                 break
-    return _Point(at, counters, finished, histograms)
+    by_engine = snap.by_label("vllm:generation_tokens_total", "engine")
+    return _Point(
+        at, counters, finished, histograms, MappingProxyType(by_engine) if len(by_engine) > 1 else _EMPTY
+    )
+
+
+def _engine_key(engine: str) -> tuple[int, str]:
+    return (int(engine), "") if engine.isdigit() else (1 << 30, engine)
+
+
+def _ranks(snap: MetricsSnapshot, point: _Point, prev: _Point | None) -> tuple[RankSample, ...]:
+    """Per data-parallel engine figures, when more than one engine reports."""
+    running = snap.by_label("vllm:num_requests_running", "engine")
+    if len(running) < 2:
+        return ()
+    waiting = snap.by_label("vllm:num_requests_waiting", "engine")
+    kv: dict[str, float] = {}
+    for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+        kv = snap.by_label(name, "engine")
+        if kv:
+            break
+    dt = point.at - prev.at if prev is not None else 0.0
+    out = []
+    for engine in sorted(running, key=_engine_key):
+        tps = None
+        before = prev.generation_by_engine.get(engine) if prev is not None else None
+        now = point.generation_by_engine.get(engine)
+        if before is not None and now is not None and dt > 0 and now >= before:
+            tps = (now - before) / dt
+        out.append(RankSample(engine, running.get(engine), waiting.get(engine), kv.get(engine), tps))
+    return tuple(out)
 
 
 def _went_down(new: _Point, old: _Point) -> bool:
@@ -259,6 +306,7 @@ class MetricsWindow:
             counter_reset=reset,
             vllm_names=snap.vllm_names,
             engines=len(engines) if engines else None,
+            ranks=_ranks(snap, point, prev),
         )
         points.append(point)
         return sample
