@@ -26,6 +26,10 @@ class FakeServer:
     peak_in_flight: int = 0
     connections: int = 0
     ttft_obs: list[float] = field(default_factory=list)
+    # process_start_time_seconds answered by successive /metrics scrapes, in turn (several: replicas
+    # behind a load balancer); empty: not reported
+    start_times: tuple[float, ...] = ()
+    scrapes: int = 0
     _server: asyncio.AbstractServer | None = None
 
     @property
@@ -49,6 +53,11 @@ class FakeServer:
             )
         lines.append(f"vllm:time_to_first_token_seconds_count{{{lab}}} {len(self.ttft_obs)}")
         lines.append(f"vllm:time_to_first_token_seconds_sum{{{lab}}} {sum(self.ttft_obs)}")
+        if self.start_times:
+            lines.append(
+                f"process_start_time_seconds {self.start_times[self.scrapes % len(self.start_times)]}"
+            )
+        self.scrapes += 1
         return "\n".join(lines) + "\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

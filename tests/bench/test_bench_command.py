@@ -96,3 +96,118 @@ def test_bench_unknown_name_is_one_clear_line(tmp_path, capsys):
     layout.write_text('[session]\nname = "t"\n\n[[instance]]\nname = "a"\nmodel = "m"\nport = 9\n')
     assert main(["bench", "nope", "--layout", str(layout)]) == 2
     assert "no instance 'nope'" in capsys.readouterr().err
+
+
+LAYOUT = """
+[session]
+name = "t"
+
+[[instance]]
+name = "a"
+engine = "sim"
+model = "org/m"
+port = {port}
+
+[instance.flags]
+max-num-seqs = 64
+"""
+
+
+def _argv(layout, tmp_path, *more):
+    return [
+        "bench",
+        "a",
+        "--layout",
+        str(layout),
+        "-c",
+        "2",
+        "-n",
+        "4",
+        "--output-len",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+        *more,
+    ]
+
+
+def test_baseline_records_the_flags_in_effect_not_the_layouts(threaded_server, tmp_path, capsys):
+    """After `restart --set max-num-seqs=4` the run record holds 4 while the layout file says 64."""
+    from vtui.core.runstate import RunRecord, RunStore
+
+    layout = tmp_path / "l.toml"
+    layout.write_text(LAYOUT.format(port=threaded_server.port))
+    record = RunRecord(
+        session="t", name="a", pid=1, create_time=0.0, pgid=1, sid=1, port=threaded_server.port,
+        log_path="", argv=[], flags={"max-num-seqs": 4}, spec={}, started_at=0.0,
+    )  # fmt: skip
+    RunStore().save(record)
+    base = tmp_path / "base.json"
+    assert main([*_argv(layout, tmp_path), "--save-baseline", str(base)]) == 0
+    saved = json.loads(base.read_text())
+    assert saved["flags"] == {"max-num-seqs": 4} and saved["flags_source"] == "the run record"
+    # the layout's 64 against the baseline's 4: --compare reports the change
+    RunStore().remove("t", "a")
+    capsys.readouterr()
+    main([*_argv(layout, tmp_path), "--compare", str(base)])
+    assert "note: flags: max-num-seqs 4 -> 64" in capsys.readouterr().err
+
+
+def test_a_url_behind_a_load_balancer_is_detected(threaded_server, tmp_path, capsys):
+    threaded_server.start_times = (1_700_000_000.5, 1_700_000_321.25)  # two replicas, scrapes alternate
+    argv = [
+        "bench",
+        threaded_server.base_url,
+        "-c",
+        "2",
+        "-n",
+        "6",
+        "--output-len",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "answered /metrics from 2 processes" in err and "Bench each replica's own URL" in err
+
+
+def test_one_server_restarting_is_no_load_balancer(threaded_server, tmp_path, capsys):
+    threaded_server.start_times = (1_700_000_000.5,)
+    argv = [
+        "bench",
+        threaded_server.base_url,
+        "-c",
+        "2",
+        "-n",
+        "4",
+        "--output-len",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    assert "load balancer" not in capsys.readouterr().err
+
+
+def test_jitter_and_length_spread_reach_the_requests(threaded_server, tmp_path, capsys):
+    argv = [
+        "bench",
+        threaded_server.base_url,
+        "-c",
+        "4",
+        "-n",
+        "8",
+        "--output-len",
+        "3",
+        "--out",
+        str(tmp_path),
+    ]
+    assert (
+        main([*argv, "--jitter", "0.2", "--input-len-stddev", "20", "--output-len-stddev", "1", "--json"])
+        == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"]["jitter_s"] == 0.2 and result["config"]["input_len_stddev"] == 20
+    assert main([*argv, "--jitter", "-1"]) == 2
+    assert "--jitter must be >= 0" in capsys.readouterr().err

@@ -109,11 +109,13 @@ def make_baseline(
     result: BenchResult,
     *,
     flags: Mapping[str, object] | None = None,
+    flags_source: str | None = None,
     model: str | None = None,
     engine: str | None = None,
     gpu_hour_price: float | None = None,
     gpus: int = 1,
 ) -> dict[str, object]:
+    """`flags`: the flags in effect (the run record's after `restart --set`), `flags_source` says which."""
     data = result_json(result)
     name = model or result.model
     baseline: dict[str, object] = {
@@ -127,6 +129,7 @@ def make_baseline(
         "served_model": result.model,
         "engine": engine,
         "flags": dict(flags or {}),
+        "flags_source": flags_source,
         "gpus": gpus,
         "gpu_hour_price": gpu_hour_price,
         "bench": data,

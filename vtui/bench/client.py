@@ -94,14 +94,20 @@ def payloads(config: BenchConfig, model: str) -> Iterator[dict]:
     file_items = _jsonl_prompts(config.prompts_file) if config.prompts_file else None
     ids = range(*config.token_id_range)
     index = 0
+    lengths = random.Random(config.seed + 7)  # its own stream: fixed lengths keep the prompts of before
+
+    def length(mean: int, stddev: float) -> int:
+        return mean if stddev <= 0 else max(1, round(lengths.gauss(mean, stddev)))
+
     while True:
         body: dict = {
             "model": model,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "max_tokens": config.output_len,
+            "max_tokens": length(config.output_len, config.output_len_stddev),
             "ignore_eos": True,
         }
+        input_len = length(config.input_len, config.input_len_stddev)
         if file_items is not None:
             item = file_items[index % len(file_items)]
             index += 1
@@ -109,10 +115,10 @@ def payloads(config: BenchConfig, model: str) -> Iterator[dict]:
             if "max_tokens" in item:
                 body["ignore_eos"] = item.get("ignore_eos", True)
         elif config.endpoint == "chat":
-            words = " ".join(rng.choice(_WORDS) for _ in range(config.input_len))
+            words = " ".join(rng.choice(_WORDS) for _ in range(input_len))
             body["messages"] = [{"role": "user", "content": words}]
         else:
-            body["prompt"] = rng.choices(ids, k=config.input_len)
+            body["prompt"] = rng.choices(ids, k=input_len)
         yield body
 
 

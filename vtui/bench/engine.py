@@ -91,7 +91,11 @@ async def _concurrency_step(
     limit, seconds = _budget(config)
     deadline = step.started + seconds if seconds else None
 
-    async def worker() -> None:
+    jitter = random.Random(config.seed + 11 + step.index)
+
+    async def worker(delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
         while True:
             if limit is not None and step.sent >= limit:
                 return
@@ -99,7 +103,10 @@ async def _concurrency_step(
                 return
             await step.one(client, url, next(bodies))
 
-    await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+    delays = [
+        jitter.uniform(0.0, config.jitter_s) if config.jitter_s > 0 else 0.0 for _ in range(max(1, workers))
+    ]
+    await asyncio.gather(*(worker(d) for d in delays))
 
 
 async def _rate_step(

@@ -16,6 +16,23 @@ from vtui.telemetry.metrics import MetricsSample, MetricsSnapshot, MetricsWindow
 from vtui.telemetry.promtext import HISTOGRAM_ROLES
 
 TTFT = HISTOGRAM_ROLES["ttft"][0]  # vllm:time_to_first_token_seconds
+# prometheus_client's process collector (every vLLM API server on Linux, and the sim): when a URL's
+# scrapes answer with different start times that come back, a load balancer spreads them over replicas
+START_TIME = "process_start_time_seconds"
+
+
+def start_time(text: str) -> float | None:
+    """The payload's `process_start_time_seconds` (the telemetry reader keeps only `vllm:` families)."""
+    at = text.find(START_TIME + " ")
+    while at > 0 and text[at - 1] != "\n":
+        at = text.find(START_TIME + " ", at + 1)
+    if at < 0:
+        return None
+    line = text[at + len(START_TIME) + 1 : text.find("\n", at) if "\n" in text[at:] else len(text)]
+    try:
+        return float(line.split()[0])
+    except (ValueError, IndexError):
+        return None
 
 
 def _max(a: float | None, b: float | None) -> float | None:
@@ -41,6 +58,9 @@ class ServerWatch:
         self._kv: float | None = None
         self._waiting: float | None = None
         self._running: float | None = None
+        self._starts: list[float] = []  # distinct process start times, in the order first seen
+        self._last_start: float | None = None
+        self._balancer = False
 
     async def _scrape(self) -> None:
         try:
@@ -50,6 +70,7 @@ class ServerWatch:
         if response.status_code != 200:
             return
         snap = parse_metrics(response.text)
+        self._note_start(start_time(response.text))
         sample = MetricsWindow().update(snap, time.monotonic())
         self._scrapes += 1
         if self._first is None:
@@ -59,14 +80,26 @@ class ServerWatch:
         self._waiting = _max(self._waiting, sample.waiting)
         self._running = _max(self._running, sample.running)
 
+    def _note_start(self, start: float | None) -> None:
+        """A start time seen before coming back after another one: scrapes reach several processes."""
+        if start is None:
+            return
+        if self._last_start is not None and start != self._last_start and start in self._starts:
+            self._balancer = True
+        if start not in self._starts and len(self._starts) < 64:
+            self._starts.append(start)
+        self._last_start = start
+
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
             await self._scrape()
 
     async def start(self) -> None:
-        """Take the baseline scrape, then keep scraping in the background."""
-        await self._scrape()
+        """Take the baseline scrape (and two more at once: a load balancer's round robin shows up as a
+        start time that changes and comes back), then keep scraping in the background."""
+        for _ in range(3):
+            await self._scrape()
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> ServerStep:
@@ -81,7 +114,9 @@ class ServerWatch:
     def summary(self) -> ServerStep:
         first, last = self._first_sample, self._last_sample
         if self._first is None or self._last is None or first is None or last is None:
-            return ServerStep(scrapes=self._scrapes)
+            return ServerStep(
+                scrapes=self._scrapes, start_times=tuple(self._starts), behind_balancer=self._balancer
+            )
         preempt = None
         if first.preemptions_total is not None and last.preemptions_total is not None:
             preempt = max(0.0, last.preemptions_total - first.preemptions_total)
@@ -107,4 +142,6 @@ class ServerWatch:
             requests=requests,
             ttft=ttft,
             generation_tokens=gen,
+            start_times=tuple(self._starts),
+            behind_balancer=self._balancer,
         )

@@ -38,6 +38,13 @@ class BenchConfig:
     api_key: str | None = None
     token_id_range: tuple[int, int] = (100, 1000)  # synthetic prompts draw ids from here (any vocab > 1000)
     warmup_requests: int = 0
+    # De-synchronised streams, like guidellm's and aiperf's: each closed-loop worker waits a seeded
+    # uniform 0..jitter_s before its first request (0: all start at once, vtui's lock-step default),
+    # and prompt/answer lengths may vary around input_len/output_len (normal, this standard deviation,
+    # at least 1 token; aiperf's --synthetic-input-tokens-stddev, guidellm's prompt_tokens_stdev)
+    jitter_s: float = 0.0
+    input_len_stddev: float = 0.0
+    output_len_stddev: float = 0.0
 
     def step_levels(self) -> tuple[float, ...]:
         """The steps this run walks through: concurrencies (fixed, ramp) or request rates (rate)."""
@@ -101,6 +108,10 @@ class ServerStep:
     requests: float | None = None  # TTFT histogram observations during the step
     ttft: Dist = field(default_factory=Dist)  # from the TTFT histogram delta (mean exact, pXX bucketed)
     generation_tokens: float | None = None
+    # distinct `process_start_time_seconds` seen, in order: two or more that alternate mean the URL is a
+    # load balancer spreading the scrapes over replicas (a restart changes it once and never goes back)
+    start_times: tuple[float, ...] = ()
+    behind_balancer: bool = False
 
 
 @dataclass(frozen=True)

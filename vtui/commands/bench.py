@@ -32,6 +32,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="seconds per step (instead of -n)")
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument(
+        "--input-len-stddev",
+        type=float,
+        default=0.0,
+        help="vary prompt lengths: normal around --input-len with this standard deviation (like aiperf)",
+    )
+    parser.add_argument("--output-len-stddev", type=float, default=0.0, help="the same for --output-len")
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start each concurrent stream after a random 0..SECONDS (de-synchronised, as guidellm and "
+        "aiperf run; default 0: all streams start together)",
+    )
     parser.add_argument("--prompts", type=Path, default=None, help="JSONL prompts instead of synthetic ones")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     parser.add_argument("--model", default=None, help="served model name (default: the first listed)")
@@ -58,6 +73,7 @@ class Target:
     base_url: str
     name: str | None = None
     flags: dict = field(default_factory=dict)
+    flags_from: str = ""  # where `flags` came from: "the run record" (the flags in effect) or "the layout"
     model: str | None = None
     engine: str | None = None
     gpus: int = 1
@@ -69,6 +85,7 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
     """A URL as is; a name through the layout (`--layout`, else the last session's)."""
     if target.startswith(("http://", "https://")):
         return Target(base_url=target.rstrip("/"), api_key=os.environ.get("VLLM_API_KEY"))
+    from vtui.core.runstate import RunStore, merge_flags
     from vtui.layouts import load_layout, resolve_layout_arg
 
     layout = load_layout(resolve_layout_arg(layout_arg))
@@ -78,6 +95,12 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
         raise ValueError(
             f"no instance {target!r} in {layout.path}; instances: {', '.join(layout.names())}"
         ) from None
+    # the flags it runs with (after `restart --set`), not the layout file's: the supervisor's run record
+    record = RunStore().load(layout.session.name, spec.name)
+    flags_from = "the layout"
+    if record is not None and record.flags:
+        spec = merge_flags(spec, record.flags)
+        flags_from = "the run record"
     flags = dict(spec.flags)
     key = flags.pop("api-key", None)
     tp = _int_flag(flags, "tensor-parallel-size") * _int_flag(flags, "pipeline-parallel-size")
@@ -85,11 +108,25 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
         base_url=spec.base_url,
         name=spec.name,
         flags=flags,
+        flags_from=flags_from,
         model=spec.model,
         engine=spec.engine,
         gpus=len(spec.gpus) or tp,
         gpu_hour_price=layout.session.gpu_hour_price,
         api_key=str(key[0] if isinstance(key, list) else key or "") or os.environ.get("VLLM_API_KEY"),
+    )
+
+
+def balancer_warning(result, target: Target) -> str | None:
+    """The server columns are not one server's when the URL's scrapes reached several processes."""
+    starts = {t for s in result.steps for t in s.server.start_times}
+    if not any(s.server.behind_balancer for s in result.steps):
+        return None
+    where = target.name or target.base_url
+    return (
+        f"{where} answered /metrics from {len(starts)} processes (process_start_time_seconds alternates): "
+        "a load balancer; the server columns mix replicas. Bench each replica's own URL, or the "
+        "session's instances by name (vtui bench NAME)"
     )
 
 
@@ -175,7 +212,13 @@ def run(args: argparse.Namespace) -> int:
             scrape_metrics=not args.no_metrics,
             api_key=target.api_key,
             warmup_requests=args.warmup,
+            jitter_s=args.jitter,
+            input_len_stddev=args.input_len_stddev,
+            output_len_stddev=args.output_len_stddev,
         )
+        for option in ("jitter", "input_len_stddev", "output_len_stddev"):
+            if getattr(args, option) < 0:
+                raise ValueError(f"--{option.replace('_', '-')} must be >= 0, got {getattr(args, option):g}")
         config.step_levels()
         baseline = load_baseline(args.compare) if args.compare else None
     except Exception as exc:  # layout, arguments, baseline file: one clear line, no traceback
@@ -201,10 +244,14 @@ def run(args: argparse.Namespace) -> int:
     json_path, csv_path = write_results(result, args.out or (runs_dir() / "bench"), stem)
     print(json.dumps(result_json(result), indent=2) if args.json else render_steps(result, price, gpus))
     print(f"results: {json_path} and {csv_path}", file=sys.stderr)
+    balancer = balancer_warning(result, target)
+    if balancer:
+        print(f"warning: {balancer}", file=sys.stderr)
     doc = (
         make_baseline(
             result,
             flags=target.flags,
+            flags_source=target.flags_from or None,
             model=target.model,
             engine=target.engine,
             gpu_hour_price=price,
