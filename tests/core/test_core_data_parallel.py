@@ -108,3 +108,11 @@ def test_preflight_refuses_a_rank_port_that_is_another_instances() -> None:
         f'instance "dp": port {port + 1} (data-parallel rank 1) is also instance "other"\'s'
         in result.problems
     )
+
+
+def test_gpus_and_device_ids_together_are_refused() -> None:
+    spec = InstanceSpec(name="x", model="m", port=free_port(), gpus=(2, 3), flags={"device-ids": "2,3"})
+    result = preflight(Layout(SessionSpec(name="s"), (spec,)), nvml=None, cpu_count=64)
+    assert any("sets both gpus" in p and "device-ids" in p for p in result.problems)
+    alone = InstanceSpec(name="y", model="m", port=free_port(), flags={"device-ids": "2,3"})
+    assert not preflight(Layout(SessionSpec(name="s"), (alone,)), nvml=None, cpu_count=64).problems

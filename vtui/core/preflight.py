@@ -118,6 +118,13 @@ def preflight(
             who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
             result.problems.append(f'instance "{spec.name}": port {spec.port} is already in use {who}')
         result.problems.extend(_dp_port_problems(spec, host, layout))
+        if spec.gpus and spec.flags.get("device-ids") is not None:
+            # vLLM 0.32 (engine/arg_utils.py, _resolve_device_ids): with CUDA_VISIBLE_DEVICES set, the
+            # --device-ids values are indices into the visible set, not physical GPUs
+            result.problems.append(
+                f'instance "{spec.name}": sets both gpus (vtui pins them with CUDA_VISIBLE_DEVICES) and '
+                "device-ids, which vLLM then reads as indices into those GPUs; keep one of the two"
+            )
         if spec.host in ("0.0.0.0", "::", ""):
             result.warnings.append(
                 f'instance "{spec.name}": binds {spec.host or "all addresses"}, reachable '

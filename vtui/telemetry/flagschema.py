@@ -314,6 +314,15 @@ def schema_for(engine: str, command: Sequence[str] | None) -> FlagSchema:
     return schema
 
 
+def known_schema(engine: str, command: Sequence[str] | None) -> FlagSchema | None:
+    """The schema `schema_for` already read for this instance in this process, else None: no I/O
+    (for the UI thread; the flag editor's worker reads it)."""
+    if engine == "sim":
+        return _builtin("the simulated engine takes the bundled schema")
+    hit = _MEMO.get(tuple(command or ()))
+    return hit[1] if hit is not None else None
+
+
 def unknown_flags(flags: Mapping[str, object], schema: FlagSchema) -> list[tuple[str, str]]:
     """(flag, reason) for each flag the schema's vLLM would reject (unknown there, or a value it does not
     take), checked with the same rules as the bundled schema; nothing for the bundled schema itself

@@ -2,14 +2,18 @@
 
 A (throughput-first, seed: TP4, 0.92, 8k ctx, 65536 batched tokens, 512 seqs, chunked prefill) and
 B (latency-first, seed: TP2, 0.88, 8k ctx, 4096 batched tokens, 128 seqs). The seed figures are per
-their GPU count, so batch sizes scale per GPU; tensor-parallel-size follows the pinned GPUs.
+their GPU count, so batch sizes scale per GPU; tensor-parallel-size follows the pinned GPUs. Where the
+instance's vLLM has `--performance-mode` (0.32 does: vllm/config/vllm.py, balanced / interactivity /
+throughput), A sets throughput and B interactivity.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vtui.core.flagspec import BUILTIN_FLAGS, FlagTable
 from vtui.core.model import FlagValue, InstanceSpec
+from vtui.telemetry.flagschema import known_schema
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,14 @@ def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def preset_flags(key: str, spec: InstanceSpec, model_max_len: int | None = None) -> dict[str, FlagValue]:
-    """The flags preset `key` sets on `spec` (merged over its current flags by the caller)."""
+def preset_flags(
+    key: str, spec: InstanceSpec, model_max_len: int | None = None, table: FlagTable | None = None
+) -> dict[str, FlagValue]:
+    """The flags preset `key` sets on `spec` (merged over its current flags by the caller). `table`: the
+    instance's vLLM's flags (default: the schema already read for it, else the bundled one)."""
+    if table is None:
+        schema = known_schema(spec.engine, spec.command)
+        table = schema.flags if schema is not None else BUILTIN_FLAGS
     n = max(1, len(spec.gpus))
     pp = spec.flags.get("pipeline-parallel-size", 1)
     tp = n // pp if isinstance(pp, int) and pp > 0 and n % pp == 0 else n
@@ -52,6 +62,10 @@ def preset_flags(key: str, spec: InstanceSpec, model_max_len: int | None = None)
         }
     else:
         raise KeyError(key)
+    mode = table.get("performance-mode")
+    wanted = "throughput" if key.upper() == "A" else "interactivity"
+    if mode is not None and mode.choices is not None and wanted in mode.choices:
+        flags["performance-mode"] = wanted
     if spec.gpus:
         flags["tensor-parallel-size"] = tp
     return flags
