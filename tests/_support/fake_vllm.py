@@ -19,6 +19,47 @@ def make_arg_parser(parser):
 """
 
 
+MOVED_CLI = """
+import argparse
+from vllm.frontend.serving.cli_args import make_arg_parser
+def main():
+    parser = argparse.ArgumentParser(prog="vllm")
+    sub = parser.add_subparsers(dest="subparser")
+    serve = sub.add_parser("serve")
+    serve.add_argument("model_tag", nargs="?")
+    make_arg_parser(serve)
+    parser.parse_args()
+"""
+
+
+def make_moved_vllm(root: Path, version: str = "0.99.1") -> Path:
+    """A vLLM laid out the way RFC #54653 proposes (modules under vllm/frontend/, no shims): only the
+    `vllm` console script's entry point leads to the serve parser."""
+    site = root / "site"
+    (site / "vllm" / "frontend" / "serving").mkdir(parents=True)
+    for package in ("vllm", "vllm/frontend", "vllm/frontend/serving"):
+        (site / package / "__init__.py").write_text("")
+    (site / "vllm" / "frontend" / "serving" / "cli_args.py").write_text(FAKE_PARSER)
+    (site / "vllm" / "frontend" / "cli.py").write_text(MOVED_CLI)
+    dist = site / f"vllm-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    (dist / "entry_points.txt").write_text("[console_scripts]\nvllm = vllm.frontend.cli:main\n")
+    return _bin(root, site)
+
+
+def _bin(root: Path, site: Path) -> Path:
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    vllm = bin_dir / "vllm"
+    vllm.write_text(f"#!{python}\nraise SystemExit('the fake vLLM serves nothing')\n")
+    vllm.chmod(0o755)
+    return vllm
+
+
 def make_fake_vllm(root: Path, version: str = "0.99.0") -> Path:
     """root/bin/{python,vllm} and root/site/vllm/...: a vLLM install as far as vtui can tell."""
     site = root / "site"
@@ -31,12 +72,4 @@ def make_fake_vllm(root: Path, version: str = "0.99.0") -> Path:
     (site / "vllm" / "utils" / "argparse_utils.py").write_text(
         "import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n"
     )
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    python = bin_dir / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
-    python.chmod(0o755)
-    vllm = bin_dir / "vllm"
-    vllm.write_text(f"#!{python}\nraise SystemExit('the fake vLLM serves nothing')\n")
-    vllm.chmod(0o755)
-    return vllm
+    return _bin(root, site)

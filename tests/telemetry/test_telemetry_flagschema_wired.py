@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _support.fake_vllm import make_fake_vllm
+from _support.fake_vllm import make_fake_vllm, make_moved_vllm
 
 from vtui.cli import main
 from vtui.core.flagspec import BUILTIN_FLAGS, parse_flag_value
@@ -124,3 +124,22 @@ def test_real_vllm_cpu_check(vllm_bin: Path, tmp_path: Path, capsys) -> None:
     assert main(["check", str(_layout(tmp_path, 'kv-cache-dtype = "fp9"', command))]) == 2
     out = capsys.readouterr().out
     assert "instance[0].flags.kv-cache-dtype: expected one of" in out and "fp8" in out
+
+
+def test_a_vllm_reorganised_as_rfc_54653_proposes_is_read_through_its_entry_point(tmp_path: Path) -> None:
+    """vllm-project/vllm issue #54653 (and draft PR #54654, closed) move the serving code under
+    vllm/frontend/; without the old module paths the serve parser is reached through `vllm serve`."""
+    vllm = make_moved_vllm(tmp_path / "moved")
+    schema = flagschema.installed_schema([str(vllm)])
+    assert (schema.source, schema.vllm_version, schema.error) == ("installed", "0.99.1", None)
+    assert {"fancy-new-flag", "performance-mode", "tensor-parallel-size"} <= set(schema.flags)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_real_vllm_cpu_through_its_entry_point(vllm_bin: Path, monkeypatch) -> None:
+    monkeypatch.setenv("VTUI_FLAGSCHEMA_VIA", "entry-point")
+    schema = flagschema.installed_schema([str(vllm_bin)], refresh=True)
+    assert schema.source == "installed", schema.error
+    # the same options as the module route; the subcommand's own --model comes along
+    assert set(schema.flags) - {"model"} == set(BUILTIN_FLAGS)

@@ -56,18 +56,57 @@ print("@MARK@" + json.dumps({"version": version, "present": spec is not None}))
 
 # Runs inside the instance's Python: builds vLLM's own serve parser and describes every option.
 _DUMP_SCRIPT = r"""
-import argparse, json, sys
-def make():
-    try:  # 0.32 moved the launcher arguments
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
+import argparse, importlib, json, os, sys
+def from_modules():
+    # where make_arg_parser has lived: 0.32's launchers, then the openai entrypoint of 0.5-0.31
+    for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
         try:
-            from vllm.utils.argparse_utils import FlexibleArgumentParser
-        except ImportError:
-            from vllm.utils import FlexibleArgumentParser
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+            make_arg_parser = importlib.import_module(module).make_arg_parser
+        except (ImportError, AttributeError):
+            continue
+        flexible = argparse.ArgumentParser
+        for home in ("vllm.utils.argparse_utils", "vllm.utils"):
+            try:
+                flexible = importlib.import_module(home).FlexibleArgumentParser
+                break
+            except (ImportError, AttributeError):
+                pass
+        return make_arg_parser(flexible(prog="vllm serve"))
+    return None
+
+class _Parser(Exception):
+    pass
+
+def from_entry_point():
+    # whatever the package layout (RFC #54653 proposes moving modules under vllm/frontend/...): run the
+    # `vllm` console script with `serve --help` and take the serve subparser when it is about to parse
+    from importlib.metadata import entry_points
+    found = entry_points(group="console_scripts")
+    found = found.select(name="vllm") if hasattr(found, "select") else [
+        e for e in found.get("console_scripts", ()) if e.name == "vllm"]
+    main = list(found)[0].load()
+    original = argparse.ArgumentParser.parse_args
+    def grab(self, args=None, namespace=None):
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and "serve" in action.choices:
+                raise _Parser(action.choices["serve"])
+        return original(self, args, namespace)
+    argparse.ArgumentParser.parse_args = grab
+    sys.argv = ["vllm", "serve", "--help"]
+    try:
+        main()
+    except _Parser as caught:
+        return caught.args[0]
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    raise RuntimeError("the vllm command has no serve subcommand")
+
+def make():
+    if os.environ.get("VTUI_FLAGSCHEMA_VIA") != "entry-point":
+        parser = from_modules()
+        if parser is not None:
+            return parser
+    return from_entry_point()
 
 def base_type(fn, depth=0):
     # vLLM wraps types (optional_type(int), human_readable_int, json.loads...): look inside closures.
