@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import replace
 
 from _support.fake_vllm import make_fake_vllm
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from vtui.core.model import Layout
 from vtui.testing.fake_supervisor import FakeSupervisor
@@ -58,3 +58,45 @@ async def test_vllm_instance_uses_its_installed_vllm(layout: Layout, app_factory
                 break
         assert screen.query("#flag-fancy-new-flag")
         assert "--fancy-new-flag: not a flag" not in screen_text(app)
+
+
+async def test_editor_plans_a_running_instance_from_the_budget_in_its_log(layout: Layout, app_factory):
+    """The log's KV budget (10 GiB -> 145,632 tokens for Qwen3-8B TP 2), not the estimate, while the
+    edits leave the budget alone; an edit of gpu-memory-utilization goes back to the estimate."""
+    from vtui.core.state import State
+
+    fake = FakeSupervisor(layout, auto_ready=False)
+    app = app_factory(fake)
+    async with app.run_test(size=(120, 60)) as pilot:
+        for _ in range(3):
+            await pilot.pause()
+        fake.emit_logs(
+            "qwen",
+            [
+                "INFO 01-01 12:00:01 [gpu_worker.py:298] Available KV cache memory: 10.00 GiB",
+                "INFO 01-01 12:00:01 [kv_cache_utils.py:2327] GPU KV cache size: 145,632 tokens, Maximum "
+                "concurrency for 8,192 tokens per request: 17.78x",
+            ],
+        )
+        fake.set_state("qwen", State.READY)
+        for _ in range(3):
+            await pilot.pause()
+        await pilot.press("f")
+        for _ in range(200):
+            if app.store.configs:
+                break
+            await pilot.pause(0.01)
+        for _ in range(4):
+            await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FlagEditorScreen)
+        plan = screen.query_one("#flag-plan", Static).render().plain
+        assert "KV tokens 145.6k" in plan and "log (0.01 GiB)" in plan, plan
+        screen.query_one("#flag-max-num-seqs", Input).value = "32"  # does not move the budget
+        for _ in range(4):
+            await pilot.pause()
+        assert "log (0.01 GiB)" in screen.query_one("#flag-plan", Static).render().plain
+        screen.query_one("#flag-gpu-memory-utilization", Input).value = "0.5"
+        for _ in range(4):
+            await pilot.pause()
+        assert "log (" not in screen.query_one("#flag-plan", Static).render().plain

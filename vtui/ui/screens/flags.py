@@ -70,6 +70,21 @@ def help_of(name: str, table: FlagTable = BUILTIN_FLAGS) -> str:
     return f"--{name} [{spec.type}, default {fmt.flag_value(spec.default)}]{extra}: {' '.join(spec.help.split())}"
 
 
+# The flags that move the KV budget vLLM profiles at startup; editing others (max-num-seqs,
+# max-model-len, kv-cache-dtype...) keeps the budget the log gave.
+_BUDGET_FLAGS = (
+    "gpu-memory-utilization",
+    "kv-cache-memory-bytes",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "max-num-batched-tokens",
+    "enforce-eager",
+    "dtype",
+    "quantization",
+    "cpu-offload-gb",
+)
+
+
 class FlagRow(Horizontal):
     def __init__(self, name: str, value: object) -> None:
         super().__init__(classes="flag-row")
@@ -159,6 +174,7 @@ class FlagEditorScreen(StoreScreen):
             gpu_gib,
             device,
             loaded is not None,
+            self._logged_budget(flags),
         )
         if key == self._plan_key:
             return
@@ -167,9 +183,24 @@ class FlagEditorScreen(StoreScreen):
             text = planning.plan_text(None, None)
         else:
             config, reason = loaded
-            result, why = planning.try_plan(config, planning.plan_params(flags, gpu_gib, device=device))
+            kv, source = self._logged_budget(flags)
+            params = planning.plan_params(flags, gpu_gib, device=device, kv_memory_bytes=kv, kv_source=source)
+            result, why = planning.try_plan(config, params)
             text = planning.plan_text(result, why or reason, flags.get("max-num-seqs"))
         self.query_one("#flag-plan", Static).update(text)
+
+    def _logged_budget(self, flags: Mapping[str, object]) -> tuple[int | None, str | None]:
+        """The KV budget the running instance's log gave, while the edits leave what sets it alone
+        (memory share, parallel sizes, the profiled batch, graphs, weights): the plan is then exact,
+        not an estimate. (None, None) for an instance not started or an edit that moves the budget."""
+        view = self.app.store.views.get(self.instance)
+        facts = view.facts if view is not None else None
+        if facts is None or facts.kv_memory_bytes is None:
+            return None, None
+        running = self.spec.flags
+        if any(flags.get(k) != running.get(k) for k in _BUDGET_FLAGS):
+            return None, None
+        return facts.kv_memory_bytes, "log (exact)" if facts.kv_memory_exact else "log (0.01 GiB)"
 
     # -- editing -----------------------------------------------------------------------------------
     def on_descendant_focus(self, event) -> None:
