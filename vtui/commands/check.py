@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from vtui.core.advice import flag_advice
-from vtui.layouts import LayoutError, load_layout_with_warnings, resolve_layout_arg
+from vtui.layouts import LayoutError, LayoutProblem, load_layout_with_warnings, resolve_layout_arg
+from vtui.layouts.text import LineIndex
 from vtui.telemetry import flagschema
 
 HELP = "validate a layout file: every problem with file:line and key (exit 2 on errors)"
@@ -41,17 +43,17 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     for warning in warnings:
         print(f"warning: {warning}")
-    wrong = []
+    wrong: list[LayoutProblem] = []
+    lines = LineIndex(Path(path).read_text(encoding="utf-8", errors="replace"))
     for index, spec in enumerate(layout.instances):
         schema = schemas.get(spec.name) or flagschema.schema_for(spec.engine, spec.command)
         if schema.source != "builtin":  # the bundled schema is the default: said only when it is not
             print(f"{spec.name}: {schema.label()}")
-        wrong += [
-            f"{path}: instance[{index}].flags.{n}: {why}"
-            for n, why in flagschema.unknown_flags(spec.flags, schema)
-        ]
+        for name, why in flagschema.unknown_flags(spec.flags, schema):
+            key = f"instance[{index}].flags.{name}"
+            wrong.append(LayoutProblem(str(path), lines.line_of(key), key, why))
     if wrong:
-        print("\n".join(wrong))
+        print("\n".join(map(str, wrong)))
         print(f"{len(wrong)} problem{'s' if len(wrong) != 1 else ''}; nothing was started", file=sys.stderr)
         return EXIT_INVALID
     for spec in layout.instances:
