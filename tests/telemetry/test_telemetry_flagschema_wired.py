@@ -68,7 +68,10 @@ def test_check_rejects_what_the_installed_vllm_rejects(tmp_path: Path, capsys) -
     )
     # a bundled 0.32 flag the fake vLLM lacks
     assert main(["check", str(_layout(tmp_path, "enforce-eager = true", command))]) == 2
-    assert "layout.toml:10: instance[0].flags.enforce-eager: not a flag of vLLM 0.99.0" in capsys.readouterr().out
+    assert (
+        "layout.toml:10: instance[0].flags.enforce-eager: not a flag of vLLM 0.99.0"
+        in capsys.readouterr().out
+    )
 
 
 def test_vllm_on_path_is_the_default(tmp_path: Path, monkeypatch, capsys) -> None:
