@@ -55,3 +55,19 @@ def line_count(text: str) -> int:
     if not 0 <= value <= MAX_LINES:
         raise argparse.ArgumentTypeError(f"expected 0 to {MAX_LINES:,} lines, got {text!r}")
     return value
+
+
+class Value(argparse.Action):
+    """An option's action that refuses `--opt=--`: argparse drops a value of `--` and would hand the
+    command an empty list instead of calling the option's type."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if isinstance(values, list):
+            parser.error(f"argument {option_string or self.dest}: expected a value")
+        setattr(namespace, self.dest, values)
