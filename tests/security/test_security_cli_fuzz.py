@@ -22,7 +22,8 @@ EXAMPLES = int(os.environ.get("VTUI_FUZZ_EXAMPLES", "400"))
 
 LAYOUT_KEYS = ("port", "host", "model")
 INT_FLAGS = ("max-num-seqs", "max-model-len", "max-num-batched-tokens", "tensor-parallel-size")
-SECONDS_OPTIONS = {"down": "--grace", "restart": "--timeout", "metrics": "--timeout"}
+BENCH_COUNTS = ("--num-requests", "--input-len", "--output-len", "--gpus")  # whole numbers >= 1
+BENCH_POSITIVE = ("--rate", "--duration", "--timeout", "--ttft-target")  # numbers > 0
 
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=30)
 huge_ints = st.one_of(
@@ -99,6 +100,15 @@ def bad_command_lines(layout: str) -> st.SearchStrategy[list[str]]:
         unknown_names.map(lambda name: ["down", layout, name.strip()]),
         st.sampled_from(["restart", "logs"]).map(lambda cmd: [cmd, layout, "svc", "svc"]),
         st.sampled_from([["diagnose"], ["metrics"]]).map(lambda cmd: [*cmd, "BINARY"]),
+        st.tuples(
+            st.sampled_from(BENCH_COUNTS), st.one_of(st.integers(max_value=0).map(str), bad_seconds)
+        ).map(lambda kv: ["bench", "http://127.0.0.1:9", f"{kv[0]}={kv[1]}"]),
+        st.tuples(st.sampled_from(BENCH_POSITIVE), st.one_of(st.just("0"), bad_seconds)).map(
+            lambda kv: ["bench", "http://127.0.0.1:9", f"{kv[0]}={kv[1]}"]
+        ),
+        st.sampled_from(["a,b", ",", "1,-2", "0", "nan,1"]).map(
+            lambda v: ["bench", "http://127.0.0.1:9", "--mode", "ramp", f"--levels={v}"]
+        ),
     )
 
 
@@ -141,6 +151,7 @@ def test_bad_command_lines_exit_2_with_a_message_and_launch_nothing(world: dict,
         (["metrics", "BINARY"], ["blob.bin", "binary data"]),
         (["diagnose", "BINARY"], ["blob.bin", "binary data"]),
         (["metrics", "http://127.0.0.1:9", "--api-key", "sk-x"], ["--api-key-file", "VLLM_API_KEY"]),
+        (["bench", "http://127.0.0.1:9", "-n", "-5"], ["-n/--num-requests", ">= 1", "-5"]),
     ],
 )
 def test_the_reported_command_lines_name_what_is_wrong(
