@@ -125,6 +125,7 @@ def run_main(argv: list[str]) -> tuple[int, str, str]:
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
+    database=None,  # no .hypothesis folder in the tree; a failure prints its example
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=st.data())
