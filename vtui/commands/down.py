@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import contextlib
 
-from vtui.commands._input import seconds
+from vtui.commands._input import Value, seconds
 from vtui.commands._runs import load_session, progress_printer, record_handle, run_async
 from vtui.core.launcher import OsLauncher
 from vtui.core.runstate import RunStore, spec_from_dict
@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grace",
         type=seconds,
+        action=Value,
         default=None,
         help="seconds to wait for requests in flight to finish, then again after SIGTERM before SIGKILL",
     )

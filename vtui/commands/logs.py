@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from vtui.commands._input import line_count
+from vtui.commands._input import Value, line_count
 from vtui.commands._runs import CommandError, load_session
 from vtui.core.logfile import LogTailer, read_tail
 from vtui.core.runstate import RunStore
@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="layout file (default: the session last used), then the instance name",
     )
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    parser.add_argument("-n", "--lines", type=line_count, default=50, help="how many lines (default 50)")
+    parser.add_argument(
+        "-n", "--lines", type=line_count, action=Value, default=50, help="how many lines (default 50)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
-from vtui.commands._input import seconds
+from vtui.commands._input import Value, seconds
 from vtui.commands._runs import load_session, progress_printer, run_async
 from vtui.core.flagspec import canonical_name, parse_flag_value
 from vtui.core.model import SECRET_FLAGS, FlagValue
@@ -51,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="once READY, write the flags into the layout file (comments and order kept)",
     )
-    parser.add_argument("--timeout", type=seconds, default=None, help="stop waiting after this many seconds")
+    parser.add_argument(
+        "--timeout", type=seconds, action=Value, default=None, help="stop waiting after this many seconds"
+    )
 
 
 # Keys of the instance's own table in the layout, not `vllm serve` flags: the port and host are how vtui
@@ -66,6 +68,8 @@ def parse_sets(items: list[str]) -> dict[str, FlagValue]:
     `=`, an unknown flag, a layout key (port/host/model), a secret (api-key), a value that does not fit."""
     flags: dict[str, FlagValue] = {}
     for item in items:
+        if not isinstance(item, str):  # argparse hands `--set=--` over as an empty list
+            raise ValueError("--set: expected FLAG=VALUE, e.g. --set max-num-seqs=64")
         name, sep, text = item.partition("=")
         name = name.strip().removeprefix("--")
         if not sep or not name:
@@ -107,6 +111,8 @@ def parse_unsets(items: list[str], current: Mapping[str, object]) -> list[str]:
     """`--unset FLAG` names, each a flag the instance runs with now; ValueError naming the one that is not."""
     names = []
     for item in items:
+        if not isinstance(item, str) or not item.strip():  # `--unset=--` arrives as an empty list
+            raise ValueError("--unset: expected a flag name, e.g. --unset max-num-seqs")
         name = item.strip().removeprefix("--")
         canonical = canonical_name(name) or name
         if canonical not in current:
