@@ -82,7 +82,10 @@ def q(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         return "a table"
-    return json.dumps(value) if isinstance(value, (list, int, float)) else repr(value)
+    if isinstance(value, (list, int, float)):
+        text = json.dumps(value, default=str)  # dates and times (TOML has them) as written
+        return text if len(text) <= 80 else f"{text[:40]}… ({len(text)} characters)"
+    return repr(value)
 
 
 def _number(value: object) -> bool:
