@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
-from vtui.layouts.dump import dump_layout
+from vtui.layouts.dump import dump_layout, mapping
 from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
 from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, MAX_NAME, SESSION_KEYS, TOP_KEYS, Checker
@@ -198,7 +198,7 @@ def _merge(defaults: Mapping[str, object], own: Mapping[str, object]) -> dict[st
     merged = dict(defaults)
     for key, value in own.items():
         if key in ("env", "flags"):
-            merged[key] = {**dict(defaults.get(key, {})), **dict(value)}  # type: ignore[arg-type]
+            merged[key] = {**mapping(defaults.get(key)), **mapping(value)}
         else:
             merged[key] = value
     return merged
