@@ -30,8 +30,9 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["dump_layout", "load_layout", "load_layout_with_warnings", "render_layout", "save_layout"]
 
 _BOM = "\ufeff"
-# Refused above this size: a layout describes a few instances (one is ~0.3 KiB), and the in-place save
-# (tomlkit) costs ~10 µs per byte, so 256 KiB (~800 instances) still saves in about a second.
+# Refused above this size: a layout describes a few instances (one is ~0.3 KiB). The in-place save
+# (tomlkit) costs 10-30 µs per byte (benchmarks/bench_layout_size.py): 256 KiB (~1000 instances) saves in
+# seconds; the 8 MB files that were accepted took minutes.
 MAX_LAYOUT_BYTES = 256 * 1024
 
 
