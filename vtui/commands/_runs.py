@@ -14,7 +14,7 @@ from typing import Any
 
 from vtui.core.events import Event, Notice, PhaseChanged, StateChanged
 from vtui.core.launcher import OsLauncher, ProcessHandle, exit_path_for
-from vtui.core.model import Layout
+from vtui.core.model import InstanceSpec, Layout
 from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_from_dict
 from vtui.core.state import State
 from vtui.layouts import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
@@ -123,6 +123,7 @@ def instance_rows(
     rows = []
     for name in names:
         record = records.get(name)
+        spec: InstanceSpec | None
         try:
             spec = layout.instance(name)
         except KeyError:

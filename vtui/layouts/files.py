@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
-from vtui.layouts.dump import dump_layout
+from vtui.layouts.dump import dump_layout, mapping
 from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
 from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, MAX_NAME, SESSION_KEYS, TOP_KEYS, Checker
@@ -30,8 +30,9 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["dump_layout", "load_layout", "load_layout_with_warnings", "render_layout", "save_layout"]
 
 _BOM = "\ufeff"
-# Refused above this size: a layout describes a few instances (one is ~0.3 KiB), and the in-place save
-# (tomlkit) costs ~10 µs per byte, so 256 KiB (~800 instances) still saves in about a second.
+# Refused above this size: a layout describes a few instances (one is ~0.3 KiB). The in-place save
+# (tomlkit) costs 10-30 µs per byte (benchmarks/bench_layout_size.py): 256 KiB (~1000 instances) saves in
+# seconds; the 8 MB files that were accepted took minutes.
 MAX_LAYOUT_BYTES = 256 * 1024
 
 
@@ -198,7 +199,7 @@ def _merge(defaults: Mapping[str, object], own: Mapping[str, object]) -> dict[st
     merged = dict(defaults)
     for key, value in own.items():
         if key in ("env", "flags"):
-            merged[key] = {**dict(defaults.get(key, {})), **dict(value)}  # type: ignore[arg-type]
+            merged[key] = {**mapping(defaults.get(key)), **mapping(value)}
         else:
             merged[key] = value
     return merged

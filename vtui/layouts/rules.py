@@ -82,7 +82,10 @@ def q(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         return "a table"
-    return json.dumps(value) if isinstance(value, (list, int, float)) else repr(value)
+    if isinstance(value, (list, int, float)):
+        text = json.dumps(value, default=str)  # dates and times (TOML has them) as written
+        return text if len(text) <= 80 else f"{text[:40]}… ({len(text)} characters)"
+    return repr(value)
 
 
 def _number(value: object) -> bool:
@@ -349,9 +352,10 @@ class Checker:
                             f"{key}.flags.{flag}",
                             'an option of the simulated engine; set engine = "sim" or remove it',
                         )
-            gpus = fields.get("gpus") or []
-            self._parallel(key, fields, list(gpus))  # type: ignore[call-overload]
-            for gpu in gpus:  # type: ignore[union-attr]
+            listed = fields.get("gpus")
+            gpus: list[int] = list(listed) if isinstance(listed, list) else []
+            self._parallel(key, fields, gpus)
+            for gpu in gpus:
                 if gpu in gpu_users and not allow_gpu_sharing:
                     j = gpu_users[gpu]
                     self.problem(
@@ -367,8 +371,9 @@ class Checker:
                 self.problem(f"{key}.backoff_max", f"must be >= backoff ({backoff:g}s), got {cap:g}s")
 
     def _parallel(self, key: str, fields: Mapping[str, object], gpus: list[int]) -> None:
-        flags = fields.get("flags") or {}
-        sizes = {n: flags.get(n, 1) for n in ("tensor-parallel-size", "pipeline-parallel-size")}  # type: ignore[union-attr]
+        given = fields.get("flags")
+        flags: Mapping[str, object] = given if isinstance(given, Mapping) else {}
+        sizes = {n: flags.get(n, 1) for n in ("tensor-parallel-size", "pipeline-parallel-size")}
         if not gpus or not all(isinstance(v, int) for v in sizes.values()):
             return
         needed = sizes["tensor-parallel-size"] * sizes["pipeline-parallel-size"]  # type: ignore[operator]
