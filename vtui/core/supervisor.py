@@ -402,13 +402,14 @@ class Supervisor:
         return {n: self.instances[n].state for n in wanted}
 
     # -- stop / restart --------------------------------------------------------------------------
-    async def stop(self, names: Iterable[str] | None = None) -> None:
-        """Stop each instance: SIGTERM, grace, SIGKILL of the group, sweep; STOPPED once nothing is left."""
+    async def stop(self, names: Iterable[str] | None = None, grace: float | None = None) -> None:
+        """Stop each instance: SIGTERM, grace, SIGKILL of the group, sweep; STOPPED once nothing is left.
+        `grace`: seconds between SIGTERM and SIGKILL for this stop (default: `stop_grace`)."""
         if not self._adopted_once:
             await self.adopt()
-        await asyncio.gather(*(self._stop_one(n) for n in self._names(names)))
+        await asyncio.gather(*(self._stop_one(n, grace) for n in self._names(names)))
 
-    async def _stop_one(self, name: str) -> None:
+    async def _stop_one(self, name: str, grace: float | None = None) -> None:
         inst = self.instances[name]
         pending = self._pending.pop(name, None)
         if pending is not None:
@@ -421,7 +422,9 @@ class Supervisor:
             inst.finish_stop()  # STOPPING with no process (nothing was spawned): STOPPED
             self.store.remove(self.session, name)
             return
-        report = await asyncio.to_thread(self.launcher.stop, handle, self.stop_grace)
+        report = await asyncio.to_thread(
+            self.launcher.stop, handle, self.stop_grace if grace is None else grace
+        )
         self._drain(name)
         if not report.graceful:
             self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
