@@ -10,6 +10,7 @@ and finding an unconfirmed launch again by the `VTUI_INSTANCE` marker (`find_lau
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,14 +200,31 @@ def find_launched(launcher: Any, record: RunRecord) -> Any:
 
 
 def kill_marked(key: str, timeout: float = 5.0) -> list[int]:
-    """SIGKILL every live process marked `key` and wait for them; the pids killed."""
+    """SIGKILL every live process marked `key` and wait for them, again until a scan finds none (a log
+    pump killed while forking leaves a child the first scan missed); the pids killed."""
     import psutil
 
-    procs = marked_processes(key)
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=timeout)
-    return sorted(p.pid for p in procs)
+    killed: set[int] = set()
+    for _ in range(5):
+        procs = marked_processes(key)
+        if not procs:
+            break
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        killed.update(p.pid for p in procs)
+        deadline = time.monotonic() + timeout
+        while any(_live(p) for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.01)  # a zombie counts as gone: PID 1 of a container may never reap it
+    return sorted(killed)
+
+
+def _live(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
