@@ -3,6 +3,8 @@ started on demand, detached, by `vtui.service.client.ensure_supervisor`).
 
 Takes the session's lock first (fcntl, on a file in the state dir): while one supervisor holds it,
 another start exits at once with status 0, so two supervisors of one session cannot both run.
+Environment: VTUI_SUPERVISOR_IDLE_S (idle seconds before exiting, 30), VTUI_SUPERVISOR_GPU=0 (no NVML
+sampler), VTUI_SUPERVISOR_SCRAPE_S (seconds between /metrics scrapes, 1; 0: none).
 Exit status: 0 ended (or another one runs), 2 the layout does not validate, 1 anything else.
 """
 
@@ -57,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     idle = args.idle if args.idle is not None else float(os.environ.get("VTUI_SUPERVISOR_IDLE_S", "30"))
     gpu = os.environ.get("VTUI_SUPERVISOR_GPU", "1") != "0"
+    scrape_s = float(os.environ.get("VTUI_SUPERVISOR_SCRAPE_S", "1"))  # 0: no /metrics scrapes
 
     async def run() -> None:
-        service = SessionService(layout, idle_grace=idle, gpu=gpu)
+        service = SessionService(
+            layout, idle_grace=idle, gpu=gpu, scrape=scrape_s > 0, scrape_interval=scrape_s or 1.0
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(service.shutdown()))

@@ -48,6 +48,7 @@ from vtui.core.state import State
 from vtui.core.supervision import kill_marked
 from vtui.core.supervisor import Supervisor
 from vtui.service import locations
+from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 from vtui.service.wire import encode_event, encode_facts, encode_gpu, encode_sample, encode_status
 
 __all__ = ["SessionService"]
@@ -80,7 +81,7 @@ class SessionService:
         gpu: bool = False,
         scrape_interval: float = 1.0,
     ) -> None:
-        self.supervisor = supervisor or Supervisor(layout, adopt_unlisted=True)
+        self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
         self._file_names = set(layout.names())  # the layout file's instances (others: adopted leftovers)
@@ -193,8 +194,8 @@ class SessionService:
     def _sync_scrapers(self) -> None:
         if not self.scrape:
             return
-        from vtui.telemetry.scrape import ScrapeLoop
-
+        launcher = self.supervisor.launcher
+        pool = launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool
         for st in self.supervisor.status():
             url = st.spec.base_url
             current = self._scrapers.get(st.name)
@@ -204,14 +205,20 @@ class SessionService:
                 del self._scrapers[st.name]
                 current = None
             if current is None and st.state in SCRAPE_STATES:
-                loop = ScrapeLoop(st.name, url, self._sample_sink(st.name), interval=self.scrape_interval)
+                loop = LeanScrapeLoop(
+                    st.name, url, self._sample_sink(st.name), pool, interval=self.scrape_interval
+                )
                 self._scrapers[st.name] = (url, loop, self._spawn(loop.run()))
 
     def _sample_sink(self, name: str) -> Callable[[Any], None]:
         return lambda sample: self._on_sample(name, sample)
 
     def _on_sample(self, name: str, sample: Any) -> None:
-        encoded = encode_sample(sample)
+        try:
+            encoded = encode_sample(sample)
+        except Exception as exc:  # noqa: BLE001 — a sample that cannot be sent must not end the scrape loop
+            log(f"{name}: metrics sample not encodable: {exc!r}")
+            return
         self.samples.setdefault(name, deque(maxlen=SAMPLE_HISTORY)).append(encoded)
         self._broadcast({"type": "sample", "sample": encoded})
 

@@ -8,6 +8,7 @@ One encoder/decoder pair per kind, by its dataclass: events (`core.events`), `In
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,14 @@ _PERCENTILE_FIELDS = {
 
 
 def encode_sample(sample: MetricsSample) -> dict[str, Any]:
-    data = dataclasses.asdict(sample)
-    data["waiting_by_reason"] = dict(sample.waiting_by_reason)
+    data: dict[str, Any] = {}
+    for f in dataclasses.fields(sample):
+        value = getattr(sample, f.name)
+        if isinstance(value, Percentiles):
+            value = {"p50": value.p50, "p95": value.p95, "p99": value.p99}
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        data[f.name] = value
     return data
 
 
