@@ -15,6 +15,7 @@ samples per instance, the recent events, the startup facts and the flag history 
     GET  /logs?name=N&n=50        the log's last lines (across rotations)
     GET  /events?n=200            recent events
     GET  /history?name=N          the instance's metrics samples
+    GET  /pids                    every live process of each running instance
     GET  /feed                    NDJSON stream: hello (status), then events, statuses, samples
     POST /shutdown {stop}         end supervision (instances keep running unless stop)
 
@@ -102,7 +103,6 @@ class SessionService:
         self._last_client = time.monotonic()
         self._scrapers: dict[str, tuple[str, Any, asyncio.Task]] = {}
         self._gpu_sampler: Any = None
-        self._status_queued = False
         self._server: asyncio.AbstractServer | None = None
         self._done = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -127,12 +127,11 @@ class SessionService:
     def _on_event(self, event: Event) -> None:
         encoded = encode_event(event)
         self.events.append(encoded)
+        if isinstance(event, (StateChanged, PhaseChanged, ProcessExited)):
+            self._broadcast_status()  # first: a client hearing of the event already has the snapshot
         self._broadcast({"type": "event", "event": encoded})
         if isinstance(event, StateChanged):
             self._on_state(event)
-        if isinstance(event, (StateChanged, PhaseChanged, ProcessExited)) and not self._status_queued:
-            self._status_queued = True
-            asyncio.get_running_loop().call_soon(self._broadcast_status)
 
     def _on_state(self, event: StateChanged) -> None:
         inst = self.supervisor.instances.get(event.instance)
@@ -181,8 +180,8 @@ class SessionService:
                     queue.put_nowait(None)
 
     def _broadcast_status(self) -> None:
-        self._status_queued = False
-        self._broadcast({"type": "status", "instances": self._statuses()})
+        if self._feeds:
+            self._broadcast({"type": "status", "instances": self._statuses()})
 
     def _statuses(self) -> list[dict[str, Any]]:
         return [
@@ -240,6 +239,18 @@ class SessionService:
         self.last_gpu = encoded
         self._broadcast({"type": "gpu", "sample": encoded})
 
+    def _pids(self) -> dict[str, list[int]]:
+        """Every live process of each running instance (GPU memory is held by EngineCore/Workers)."""
+        return {pid_owner: sorted(pids) for pid_owner, pids in self._trees().items()}
+
+    def _trees(self) -> dict[str, set[int]]:
+        trees: dict[str, set[int]] = {}
+        for st in self.supervisor.status():
+            if st.state.running:
+                with contextlib.suppress(Exception):
+                    trees[st.name] = self.supervisor.pids_of(st.name)
+        return trees
+
     def _pid_owner(self) -> dict[int, str]:
         owners: dict[int, str] = {}
         for st in self.supervisor.status():
@@ -274,6 +285,8 @@ class SessionService:
             if route == ("GET", "/events"):
                 n = int(query.get("n", 200))
                 return 200, {"events": list(self.events)[-n:] if n > 0 else []}
+            if route == ("GET", "/pids"):
+                return 200, {"pids": await asyncio.to_thread(self._pids)}
             if route == ("GET", "/history"):
                 return 200, {"samples": list(self.samples.get(query.get("name", ""), ()))}
             if route == ("POST", "/shutdown"):
