@@ -3,8 +3,9 @@
 - `Launcher`: what the supervisor needs from the OS (spawn, observe, stop, probe, find again).
   `core.launcher.OsLauncher` is the real one; tests pass doubles with the same methods.
 - `SupervisorApi`: what the dashboard and the CLI need from whoever owns a session's instances.
-  `core.supervisor.Supervisor` (in-process) satisfies it, and so does the fake the UI tests drive;
-  the session supervisor's socket client is the next implementation behind the same seam.
+  `service.remote.RemoteSupervisor` (the session supervisor's socket client, the dashboard's default),
+  `core.supervisor.Supervisor` (in-process: what the session supervisor runs) and the fake the UI
+  tests drive all satisfy it.
 """
 
 from __future__ import annotations
