@@ -10,7 +10,7 @@
 
 Everything runs in a temporary state dir; the instances and the supervisor are stopped at the end.
 
-    python benchmarks/bench_service.py [--instances 8] [--window 30] [--out benchmarks/results/bench_service.json]
+    python benchmarks/bench_service.py [--instances 8] [--window 30] [--scrape-s 1] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -74,6 +74,12 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=30.0, help="seconds of steady-state CPU sampling")
     parser.add_argument("--ps-runs", type=int, default=20)
     parser.add_argument("--restarts", type=int, default=3, help="restart rounds (all instances) for latency")
+    parser.add_argument(
+        "--scrape-s",
+        type=float,
+        default=1.0,
+        help="supervisor's /metrics interval (0: none; isolates its cost)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -85,13 +91,18 @@ def main() -> int:
         "VTUI_STATE_DIR": str(tmp / "state"),
         "PYTHONPATH": str(ROOT),
         "VTUI_SUPERVISOR_GPU": "0",  # no NVML on most benchmark machines; the sampler would only idle
+        "VTUI_SUPERVISOR_SCRAPE_S": str(args.scrape_s),
     }
     os.environ.update(env)
     path = tmp / "layout.toml"
     path.write_text(layout_text(session, args.instances))
     from vtui.service.client import ServiceClient
 
-    result: dict[str, object] = {"instances": args.instances, "cores": os.cpu_count()}
+    result: dict[str, object] = {
+        "instances": args.instances,
+        "cores": os.cpu_count(),
+        "scrape_s": args.scrape_s,
+    }
     try:
         up = vtui("up", str(path), env=env)
         if up.returncode != 0:
@@ -158,11 +169,12 @@ def main() -> int:
             "p95": round(1000 * pct(state_lat, 0.95), 2),
             "max": round(1000 * max(state_lat), 2),
         }
-        result["sample_to_client_ms"] = {
-            "samples": len(sample_lat),
-            "p50": round(1000 * statistics.median(sample_lat), 2),
-            "p95": round(1000 * pct(sample_lat, 0.95), 2),
-        }
+        if sample_lat:
+            result["sample_to_client_ms"] = {
+                "samples": len(sample_lat),
+                "p50": round(1000 * statistics.median(sample_lat), 2),
+                "p95": round(1000 * pct(sample_lat, 0.95), 2),
+            }
         result["load_average_1m"] = round(os.getloadavg()[0], 2)
     finally:
         vtui("down", str(path), env=env)
