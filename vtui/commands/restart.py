@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"vtui restart: {name} did not reach READY; {layout_path} left as it is", file=sys.stderr)
         return 1
     if args.save:
-        return _save(Path(layout_path) if layout_path else None, name, inst["spec"]["flags"], session)
+        return _save(Path(layout_path) if layout_path else None, name, inst["spec"]["flags"])
     return 0
 
 
@@ -149,7 +149,7 @@ def _check_save(layout_path, name, session, set_flags, unset) -> int:
     return 0
 
 
-def _save(path: Path | None, name: str, flags: Mapping[str, object], session) -> int:
+def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
     """Write `name`'s flags into the layout file as it is now, not the copy read before the restart:
     edits made to the file while the instance started are kept, not undone. Secrets stay the file's."""
     from vtui.core.model import SECRET_FLAGS
