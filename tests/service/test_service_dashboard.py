@@ -129,3 +129,18 @@ async def test_the_dashboard_rides_out_a_kill_9_of_the_supervisor(tmp_path: Path
         assert all(healthy(st.spec.port) for st in app.supervisor.status())
         await app.supervisor.stop()
     assert not marked(session + "/")
+
+
+async def test_a_dashboard_opened_on_running_instances_has_their_startup_facts(
+    tmp_path: Path, session: str
+) -> None:
+    path = write_layout(tmp_path, session, [sim_instance("a")])
+    up = await asyncio.to_thread(vtui, "up", str(path))
+    assert up.returncode == 0, up.stdout + up.stderr
+    app = make_app(path, gpu_sampler=False, autostart=False)
+    async with app.run_test(size=(110, 32)):
+        view = app.store.views["a"]
+        await until(lambda: view.state == State.READY, what="READY in the dashboard")
+        assert view.facts is not None and view.facts.kv_cache_tokens, view.facts
+        assert any("KV cache" in line for line in app.supervisor.recent_lines("a"))
+        await app.supervisor.stop()

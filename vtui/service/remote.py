@@ -30,7 +30,7 @@ from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sam
 
 __all__ = ["RemoteSupervisor"]
 
-RECENT_LINES = 2000
+RECENT_LINES = 3000  # as many as the dashboard keeps of a run (startup facts need its first lines)
 
 
 class RemoteError(RuntimeError):
@@ -204,8 +204,13 @@ class RemoteSupervisor:
                 assert self._client is not None
                 async with self._client.stream("GET", "/feed") as response:
                     async for line in response.aiter_lines():
-                        if line:
-                            self._on_message(json.loads(line))
+                        if not line:
+                            continue
+                        message = json.loads(line)
+                        if message.get("type") == "hello":
+                            self._apply_statuses(message.get("instances") or [])
+                            await self._backfill()
+                        self._on_message(message)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
@@ -213,6 +218,24 @@ class RemoteSupervisor:
                     return
                 print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
             await asyncio.sleep(self.reconnect_delay)
+
+    async def _backfill(self) -> None:
+        """The log tail of each instance this client has no lines of yet (a dashboard opened on running
+        instances), handed to the subscribers as `LogLines` before the first snapshot: what it derives
+        from a run's lines (startup facts, diagnosis) is there when it sees the instance READY."""
+        assert self._client is not None
+        for st in self.status():
+            if self._lines.get(st.name) or st.log_path is None:
+                continue
+            try:
+                response = await self._client.get("/logs", params={"name": st.name, "n": RECENT_LINES})
+                lines = tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
+            except (httpx.HTTPError, ValueError):
+                continue
+            if lines:
+                self._on_message(
+                    {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
+                )
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
