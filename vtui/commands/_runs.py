@@ -112,25 +112,33 @@ def _recorded_last() -> str | None:
     return text or None
 
 
-def _layout_word(words: list[str]) -> tuple[str | None, list[str]]:
-    """The layout path the words name (or the last session's) and the instance names; the same rule
-    as `vtui.layouts.split_layout_args`, without loading the layout code."""
-    if words and (words[0].endswith(".toml") or Path(words[0]).expanduser().is_file()):
-        return str(Path(words[0]).expanduser().resolve()), words[1:]
+def _layout_word(words: list[str], layout_only: bool) -> tuple[str | None, list[str]]:
+    """The layout file the words name (or the last session's) and the instance names, for the fast
+    path only: a word that is not an existing file (a shipped layout's name, a typo) gets None, and the
+    caller takes the full rule of `vtui.layouts.split_layout_args`."""
+    if words and (layout_only or words[0].endswith(".toml") or Path(words[0]).expanduser().is_file()):
+        path = Path(words[0]).expanduser()
+        return (str(path.resolve()) if path.is_file() else None), words[1:]
     return _recorded_last(), words
 
 
-def connect(words: Iterable[str], *, command: str, reload: bool = False) -> Session:
-    """The session supervisor of `[LAYOUT] NAME…`. A live supervisor given that layout file answers
-    even when the file was moved, deleted or no longer validates; otherwise the layout is loaded
-    (exit 2 when unusable) and its session's supervisor started on demand. `reload`: make it run the
-    file as it is now (`vtui up`). Unknown names exit 2."""
+def connect(
+    words: Iterable[str], *, command: str, reload: bool = False, layout_only: bool = False
+) -> Session:
+    """The session supervisor of `[LAYOUT] NAME…` (`layout_only`: the words are just `[LAYOUT]`). A
+    live supervisor given that layout file answers even when the file was moved, deleted or no longer
+    validates; otherwise the layout is loaded (exit 2 when unusable) and its session's supervisor
+    started on demand. `reload`: make it run the file as it is now (`vtui up`). Unknown names exit 2."""
     words = list(words)
-    path, names = _layout_word(words)
+    path, names = _layout_word(words, layout_only)
     client = None if reload else find_supervisor(path)
     layout = None
     started = False
     try:
+        if client is not None and names:
+            listed = {i["name"] for i in client.get("/status")["instances"]}
+            if not set(names) <= listed:
+                client = None  # maybe the first word names a layout after all: the full rule decides
         if client is None:
             layout, names = load_session(words)
             assert layout.path is not None

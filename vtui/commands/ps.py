@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        session = connect([args.layout] if args.layout else [], command="ps")
+        session = connect([args.layout] if args.layout else [], command="ps", layout_only=True)
         status = session.status()
     except CommandError as exc:
         return exc.code

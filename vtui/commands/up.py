@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        session = connect([args.layout] if args.layout else [], command="up", reload=True)
+        session = connect([args.layout] if args.layout else [], command="up", reload=True, layout_only=True)
     except CommandError as exc:
         return exc.code
     only = args.only
