@@ -200,3 +200,25 @@ def test_supervisor_leaves_when_idle_and_down_returns_with_every_process_gone(
     assert not [pid for pid in tree if alive(pid)]  # at return, not a moment later
     wait_for(lambda: not supervisors(session), timeout=15, what="the idle supervisor to exit")
     assert not locations.socket_path(session).exists()
+
+
+def test_an_instance_the_layout_no_longer_names_stays_known_until_down(tmp_path: Path, session: str) -> None:
+    path = write_layout(tmp_path, session, [sim_instance("a", gpus=(0,)), sim_instance("b", gpus=(1,))])
+    assert vtui("up", str(path)).returncode == 0
+    b_pid = ps_rows(str(path))["b"]["pid"]
+    write_layout(tmp_path, session, [sim_instance("a", gpus=(0,))])  # b removed from the file
+    again = vtui("up", str(path))  # the supervisor runs the edited file; b runs on
+    assert again.returncode == 0, again.stdout + again.stderr
+    rows = ps_rows(str(path))
+    assert rows["b"]["pid"] == b_pid and rows["b"]["in_layout"] is False and rows["a"]["in_layout"]
+
+    [old] = supervisors(session)  # a successor knows b from its run record alone
+    old.kill()
+    old.wait(5)
+    rows = ps_rows(str(path))
+    assert rows["b"]["state"] == "ready" and rows["b"]["pid"] == b_pid and rows["b"]["adopted"]
+
+    down = vtui("down", str(path))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "b: stopped" in down.stdout
+    assert not marked(session + "/") and not alive(b_pid)
