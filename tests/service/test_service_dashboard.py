@@ -131,16 +131,20 @@ async def test_the_dashboard_rides_out_a_kill_9_of_the_supervisor(tmp_path: Path
     assert not marked(session + "/")
 
 
-async def test_a_dashboard_opened_on_running_instances_has_their_startup_facts(
+async def test_a_dashboard_opened_on_running_instances_has_their_facts_and_history(
     tmp_path: Path, session: str
 ) -> None:
     path = write_layout(tmp_path, session, [sim_instance("a")])
     up = await asyncio.to_thread(vtui, "up", str(path))
     assert up.returncode == 0, up.stdout + up.stderr
+    await asyncio.sleep(4.0)  # the supervisor scrapes meanwhile: a few samples of history
     app = make_app(path, gpu_sampler=False, autostart=False)
     async with app.run_test(size=(110, 32)):
         view = app.store.views["a"]
         await until(lambda: view.state == State.READY, what="READY in the dashboard")
+        await until(
+            lambda: len(view.history) >= 3, timeout=1.5, what="the plot's history, not only live samples"
+        )
         assert view.facts is not None and view.facts.kv_cache_tokens, view.facts
         assert any("KV cache" in line for line in app.supervisor.recent_lines("a"))
         await app.supervisor.stop()

@@ -30,6 +30,7 @@ from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sam
 
 __all__ = ["RemoteSupervisor"]
 
+HISTORY_BACKFILL = 600  # samples handed to a newly attached dashboard (its plots: 10 min at 1 Hz)
 RECENT_LINES = 3000  # as many as the dashboard keeps of a run (startup facts need its first lines)
 
 
@@ -48,6 +49,7 @@ class RemoteSupervisor:
         self._order: list[str] = layout.names()
         self._lines: dict[str, deque[str]] = {}
         self._pids: dict[str, set[int]] = {}
+        self._sampled: set[str] = set()  # instances whose samples this client has (no backfill)
         self._subscribers: list[Callable[[Event], None]] = []
         self._sample_subscribers: list[Callable[[str, Any], None]] = []
         self._status_subscribers: list[Callable[[], None]] = []
@@ -222,7 +224,8 @@ class RemoteSupervisor:
     async def _backfill(self) -> None:
         """The log tail of each instance this client has no lines of yet (a dashboard opened on running
         instances), handed to the subscribers as `LogLines` before the first snapshot: what it derives
-        from a run's lines (startup facts, diagnosis) is there when it sees the instance READY."""
+        from a run's lines (startup facts, diagnosis) is there when it sees the instance READY. Then
+        the supervisor's recent metrics samples, so plots do not start empty."""
         assert self._client is not None
         for st in self.status():
             if self._lines.get(st.name) or st.log_path is None:
@@ -236,6 +239,16 @@ class RemoteSupervisor:
                 self._on_message(
                     {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
                 )
+            if st.state.running and st.name not in self._sampled:
+                try:
+                    response = await self._client.get(
+                        "/history", params={"name": st.name, "n": HISTORY_BACKFILL}
+                    )
+                    samples = (response.json().get("samples") or []) if response.status_code == 200 else []
+                except (httpx.HTTPError, ValueError):
+                    samples = []
+                for data in samples:  # the plots start where the supervisor's history does
+                    self._on_message({"type": "sample", "sample": data})
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -257,6 +270,8 @@ class RemoteSupervisor:
                 except Exception as exc:  # noqa: BLE001 — a broken consumer must not end the feed
                     print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
         elif kind in ("sample", "gpu"):
+            if kind == "sample":
+                self._sampled.add(message["sample"].get("instance"))
             sample = decode_sample(message["sample"]) if kind == "sample" else decode_gpu(message["sample"])
             for telemetry in list(self._sample_subscribers):
                 telemetry(kind, sample)

@@ -14,7 +14,7 @@ samples per instance, the recent events, the startup facts and the flag history 
     POST /restart {name, set, unset}
     GET  /logs?name=N&n=50        the log's last lines (across rotations)
     GET  /events?n=200            recent events
-    GET  /history?name=N          the instance's metrics samples
+    GET  /history?name=N[&n=K]    the instance's metrics samples (the last K)
     GET  /pids                    every live process of each running instance
     GET  /feed                    NDJSON stream: hello (status), then events, statuses, samples
     POST /shutdown {stop}         end supervision (instances keep running unless stop)
@@ -288,7 +288,9 @@ class SessionService:
             if route == ("GET", "/pids"):
                 return 200, {"pids": await asyncio.to_thread(self._pids)}
             if route == ("GET", "/history"):
-                return 200, {"samples": list(self.samples.get(query.get("name", ""), ()))}
+                samples = list(self.samples.get(query.get("name", ""), ()))
+                n = int(query.get("n", len(samples)))
+                return 200, {"samples": samples[-n:] if n > 0 else []}
             if route == ("POST", "/shutdown"):
                 self._spawn(self.shutdown(stop_instances=bool(body.get("stop"))))
                 return 200, {"ok": True}
