@@ -208,7 +208,10 @@ def pump_main(argv: list[str] | None = None) -> int:
     os.close(write_fd)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # keep capturing the shutdown; only SIGKILL ends the pump
-    print(f"pid {child.pid}", flush=True)
+    try:
+        print(f"pid {child.pid}", flush=True)
+    except OSError:  # the launcher died before reading it: keep pumping (a supervisor finds us by marker)
+        pass
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
 
