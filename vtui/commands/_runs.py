@@ -8,6 +8,7 @@ Cheap to import: `vtui ps` against a running supervisor loads no layout code, ps
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -153,7 +154,10 @@ def connect(
             assert layout.path is not None
             client, started = ensure_supervisor(layout.session.name, layout.path)
             if reload and not started:
-                client.post("/layout", {"path": str(layout.path)})
+                from vtui.layouts import referenced_vars
+
+                env = {v: os.environ[v] for v in referenced_vars(layout) if v in os.environ}
+                client.post("/layout", {"path": str(layout.path), "env": env})
         session = Session(client, names, layout, started)
         known = session.instance_names()
     except ServiceError as exc:

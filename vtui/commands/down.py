@@ -46,9 +46,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"vtui down: {exc}", file=sys.stderr)
         return 1
     stopped, leftovers = answer.get("stopped", []), answer.get("leftovers", [])
+    notices = answer.get("notices", [])
     if args.json:
-        print_json({"session": session.name, "stopped": stopped, "leftovers": leftovers})
+        print_json({"session": session.name, "stopped": stopped, "leftovers": leftovers, "notices": notices})
     else:
+        for text in notices:  # requests cut by the stop, trees that needed SIGKILL
+            print(text)
         for name in stopped:
             print(f"{name}: stopped")
         if leftovers:

@@ -27,7 +27,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["dump_layout", "load_layout", "load_layout_with_warnings", "render_layout", "save_layout"]
+__all__ = [
+    "dump_layout",
+    "load_layout",
+    "load_layout_with_warnings",
+    "referenced_vars",
+    "render_layout",
+    "save_layout",
+    "unresolved",
+]
 
 _BOM = "\ufeff"
 # Refused above this size: a layout describes a few instances (one is ~0.3 KiB). The in-place save
@@ -286,3 +294,26 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
     except LayoutError:
         return None
     return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None
+
+
+def referenced_vars(layout: Layout) -> list[str]:
+    """Every environment variable the layout's `${VAR}` references name (what a supervisor started
+    elsewhere needs from the environment of the command that runs the layout)."""
+    from vtui.layouts.text import var_names
+
+    return list(dict.fromkeys(n for _, raw in layout.templates.values() for n in var_names(raw)))
+
+
+def unresolved(layout: Layout) -> dict[str, list[str]]:
+    """Instance name -> the `${VAR}`s left as written (loaded with `unset_ok`): such an instance can be
+    listed and stopped, never started. A reference in [defaults] counts for every instance."""
+    from vtui.layouts.text import has_vars, var_names
+
+    out: dict[str, list[str]] = {}
+    for (scope, _), (value, raw) in layout.templates.items():
+        if value != raw or not has_vars(raw):
+            continue
+        for name in [scope] if scope else layout.names():
+            out.setdefault(name, [])
+            out[name] += [v for v in var_names(raw) if v not in out[name]]
+    return out

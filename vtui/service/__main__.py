@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     from vtui.service.server import SessionService, log
 
     try:
-        layout = load_layout(args.layout)
+        # An unset ${VAR} does not keep the supervisor from listing and stopping (`vtui ps`/`down` may be
+        # what starts it); an instance that needs one is refused at start until a command sends it.
+        layout = load_layout(args.layout, unset_ok=True)
     except LayoutError as exc:
         for problem in exc.problems:
             log(f"{problem}")

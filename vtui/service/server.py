@@ -34,6 +34,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -41,10 +42,11 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 
 from vtui.core.atomic import atomic_write_text
-from vtui.core.events import Event, PhaseChanged, ProcessExited, StateChanged
+from vtui.core.events import Event, Notice, PhaseChanged, ProcessExited, StateChanged
 from vtui.core.logfile import read_tail
 from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
+from vtui.core.runstate import masked
 from vtui.core.state import State
 from vtui.core.supervision import kill_marked
 from vtui.core.supervisor import Supervisor
@@ -139,7 +141,7 @@ class SessionService:
             return
         history = self.flag_history.setdefault(event.instance, [])
         if event.new is State.STARTING and event.reason != "adopted":
-            history.append({"at": event.at, "flags": dict(inst.spec.flags), "outcome": None})
+            history.append({"at": event.at, "flags": masked(inst.spec.flags), "outcome": None})
             del history[:-FLAG_HISTORY]
             self._save_state()
         elif event.new is State.READY and event.reason != "adopted":
@@ -271,7 +273,9 @@ class SessionService:
             if route == ("POST", "/layout"):
                 return 200, await self._set_layout(body)
             if route == ("POST", "/start"):
-                await self.supervisor.start(self._names(body))
+                names = self._names(body)
+                self._refuse_unresolved(names if names is not None else self.supervisor.layout.names())
+                await self.supervisor.start(names)
                 return 200, {"ok": True}
             if route == ("POST", "/wait"):
                 states = await self.supervisor.wait_settled(self._names(body), timeout=body.get("timeout"))
@@ -332,8 +336,14 @@ class SessionService:
         path = body.get("path")
         if not isinstance(path, str):
             raise _BadRequest(400, "path: expected the layout file's path")
+        env = body.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise _BadRequest(400, "env: expected an object of strings")
+        # The values of the layout's ${VAR}s as the requesting command sees them (a supervisor started
+        # earlier, by `ps` in another shell, may lack them); its instances inherit them too.
+        os.environ.update({str(k): v for k, v in env.items()})
         try:
-            layout = await asyncio.to_thread(load_layout, path)
+            layout = await asyncio.to_thread(partial(load_layout, path, unset_ok=True))
         except LayoutError as exc:
             raise _BadRequest(400, f"{path} does not validate", [str(p) for p in exc.problems]) from exc
         except OSError as exc:
@@ -349,12 +359,34 @@ class SessionService:
 
     async def _stop(self, names: list[str] | None, grace: float | None) -> dict[str, Any]:
         wanted = names if names is not None else [st.name for st in self.supervisor.status()]
-        await self.supervisor.stop(wanted, grace=grace)
+        notices: list[str] = []  # what the stop had to say (requests cut, SIGKILL needed), for the answer
+
+        def collect(event: Event) -> None:
+            if isinstance(event, Notice) and event.level != "info" and event.instance in wanted:
+                notices.append(event.text)
+
+        unsubscribe = self.supervisor.subscribe(collect)
+        try:
+            await self.supervisor.stop(wanted, grace=grace)
+        finally:
+            unsubscribe()
         # The launcher's stop ends each tree; make sure nothing marked as one of them outlived it.
         leftovers: list[int] = []
         for name in wanted:
             leftovers += await asyncio.to_thread(kill_marked, f"{self.session}/{name}")
-        return {"stopped": wanted, "leftovers": leftovers}
+        return {"stopped": wanted, "leftovers": leftovers, "notices": notices}
+
+    def _refuse_unresolved(self, names: list[str]) -> None:
+        from vtui.layouts import unresolved
+
+        missing = {n: v for n, v in unresolved(self.supervisor.layout).items() if n in names}
+        if missing:
+            problems = [
+                f"{name}: {', '.join('${' + v + '}' for v in found)} not set in the supervisor's environment "
+                "(run `vtui up` from a shell where it is set)"
+                for name, found in missing.items()
+            ]
+            raise _BadRequest(400, problems[0], problems)
 
     async def _restart(self, body: dict[str, Any]) -> dict[str, Any]:
         name = body.get("name")
@@ -363,13 +395,14 @@ class SessionService:
         inst = self.supervisor.instances.get(name)
         if inst is None:
             raise KeyError(f"no instance named {name} in session {self.session}")
+        self._refuse_unresolved([name])
         set_flags = body.get("set") or {}
         unset = body.get("unset") or []
         if not isinstance(set_flags, dict) or not isinstance(unset, list):
             raise _BadRequest(400, "set: expected an object of flags, unset: a list of flag names")
         spec = inst.spec.with_flags(set_flags, tuple(unset)) if (set_flags or unset) else None
         await self.supervisor.restart(name, spec)
-        return {"ok": True, "flags": dict(self.supervisor.instances[name].spec.flags)}
+        return {"ok": True, "flags": masked(self.supervisor.instances[name].spec.flags)}
 
     async def _logs(self, query: dict[str, str]) -> dict[str, Any]:
         name = query.get("name", "")
