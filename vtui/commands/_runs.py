@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from vtui.core import logfile
 from vtui.core.events import Event, Notice, PhaseChanged, StateChanged
 from vtui.core.launcher import OsLauncher, ProcessHandle, exit_path_for
 from vtui.core.model import InstanceSpec, Layout
@@ -104,10 +105,8 @@ def record_handle(record: RunRecord) -> ProcessHandle:
 
 
 def exit_code_of(record: RunRecord) -> int | None:
-    try:
-        return int(exit_path_for(Path(record.log_path)).read_text().strip())
-    except (OSError, ValueError):
-        return None
+    info = logfile.read_exit(exit_path_for(Path(record.log_path)))
+    return info.returncode if info is not None else None
 
 
 def instance_rows(
