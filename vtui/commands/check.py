@@ -1,8 +1,9 @@
 """`vtui check [LAYOUT]`: validate a layout without starting anything.
 
 Prints every problem (`file:line: dotted.key: message`, one per line) and exits 2 when there is any;
-prints warnings (network-exposed host, literal secrets) and the seeds' advice on the flags; exits 0 with
-a one-line summary when usable.
+prints warnings (network-exposed host, literal secrets, known killers of vLLM processes installed or running
+on this machine: core.killers) and the seeds' advice on the flags; exits 0 with a one-line summary when
+usable.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import sys
 
 from vtui.core.advice import flag_advice
+from vtui.core.killers import warnings as killer_warnings
 from vtui.layouts import LayoutError, load_layout_with_warnings, resolve_layout_arg
 
 HELP = "validate a layout file: every problem with file:line and key (exit 2 on errors)"
@@ -36,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         count = len(exc.problems)
         print(f"{count} problem{'s' if count != 1 else ''}; nothing was started", file=sys.stderr)
         return EXIT_INVALID
+    warnings = [*warnings, *killer_warnings()]
     for warning in warnings:
         print(f"warning: {warning}")
     for spec in layout.instances:

@@ -83,9 +83,10 @@ def dump_layout(layout: Layout) -> str:
     session: dict[str, object] = {"name": layout.session.name}
     if layout.session.allow_gpu_sharing:
         session["allow_gpu_sharing"] = True
-    for key in ("gpu_hour_price", "gpu_memory_gib"):
+    for key in ("gpu_hour_price", "gpu_memory_gib", "on_event", "webhook", "on_event_cooldown"):
         if getattr(layout.session, key) is not None:
-            session[key] = getattr(layout.session, key)
+            value = getattr(layout.session, key)
+            session[key] = list(value) if isinstance(value, tuple) else value
     doc: dict[str, object] = {"session": session}
     defaults = shared_defaults(layout)
     if defaults:

@@ -20,7 +20,16 @@ from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout, mapping
 from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
-from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, MAX_NAME, SESSION_KEYS, TOP_KEYS, Checker
+from vtui.layouts.rules import (
+    DEFAULT_KEYS,
+    INSTANCE_KEYS,
+    MAX_NAME,
+    NOTIFY_KEYS,
+    SESSION_KEYS,
+    TOP_KEYS,
+    Checker,
+    notify_value,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -196,6 +205,10 @@ def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
                 values[key] = value
             else:
                 c.problem(dotted, f"expected true or false, got {c.q(value)}")
+        elif key in NOTIFY_KEYS:
+            values[key], error = notify_value(key, value)
+            if error:
+                c.problem(dotted, error)
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             values[key] = float(value)
         else:

@@ -16,7 +16,8 @@ from vtui.core import flagspec
 from vtui.layouts.text import LineIndex, expand_vars, has_vars
 
 TOP_KEYS = ("session", "defaults", "instance")
-SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib")
+NOTIFY_KEYS = ("on_event", "webhook", "on_event_cooldown")  # core.notify: tell someone about events
+SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib", *NOTIFY_KEYS)
 INSTANCE_KEYS = (
     "name",
     "model",
@@ -382,3 +383,21 @@ class Checker:
                 f"{key}.gpus",
                 f"tensor-parallel-size × pipeline-parallel-size = {needed}, but {len(gpus)} GPU(s) listed",
             )
+
+
+def notify_value(key: str, value: object) -> tuple[object, str | None]:
+    """A [session] notification key's normalised value, or the problem with it (core.notify)."""
+    if key == "on_event":
+        if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+            return tuple(value), None
+        return (
+            None,
+            f'expected a command as a non-empty list of strings, e.g. ["notify-send", "vtui"], got {q(value)}',
+        )
+    if key == "webhook":
+        if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            return value, None
+        return None, f"expected an http:// or https:// URL, got {q(value)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:  # on_event_cooldown
+        return float(value), None
+    return None, f"expected a number of seconds >= 0 (0: no cooldown), got {q(value)}"
