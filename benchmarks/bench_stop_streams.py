@@ -92,6 +92,7 @@ class Stream(threading.Thread):
         self.finish: str | None = None
         self.error: str | None = None
         self.ended_at: float | None = None
+        self.chunks_at: dict[str, int] = {}
 
     def run(self) -> None:
         body = {
@@ -122,17 +123,34 @@ class Stream(threading.Thread):
             self.first.set()
 
 
-def stop_seconds(output: str) -> float | None:
-    """From `vtui down`'s progress lines: seconds from 'one: stopping' to 'one: stopped' (the stop itself,
-    without the command's start-up)."""
-    stamps = {}
-    for line in output.splitlines():
+def timed_down(env: dict[str, str], layout: Path, grace: float) -> tuple[subprocess.CompletedProcess, dict]:
+    """`vtui down`, each progress line stamped when it arrives: 'stopping'/'stopped' -> monotonic time
+    (the stop itself, without the command's own start-up, which a loaded machine stretches)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vtui", "down", str(layout), "--grace", str(grace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env | {"PYTHONUNBUFFERED": "1"},
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    stamps: dict[str, float] = {}
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
         parts = line.split()
-        if len(parts) >= 3 and parts[0].endswith("s") and parts[1] == "one:":
-            stamps.setdefault(parts[2], float(parts[0][:-1]))
-    if "stopping" in stamps and "stopped" in stamps:
-        return round(stamps["stopped"] - stamps["stopping"], 2)
-    return None
+        if len(parts) >= 3 and parts[1] == "one:" and parts[2] in ("stopping", "stopped"):
+            stamps.setdefault(parts[2], time.monotonic())
+            if parts[2] == "stopping":
+                for stream in STREAMS:
+                    stream.chunks_at["stop"] = stream.chunks
+    err = proc.stderr.read()
+    proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), err), stamps
+
+
+STREAMS: list[Stream] = []
 
 
 def main() -> int:
@@ -161,13 +179,15 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
     streams = [Stream(url, model, args.max_tokens) for _ in range(args.streams)]
+    STREAMS.extend(streams)
     for stream in streams:
         stream.start()
     for stream in streams:
         stream.first.wait(120)
     t_down = time.monotonic()
-    down = vtui(env, "down", str(layout), "--grace", str(args.grace))
+    down, stamps = timed_down(env, layout, args.grace)
     down_s = time.monotonic() - t_down
+    t_stop = stamps.get("stopping", t_down)
     for stream in streams:
         stream.join(30)
     log = (home / "state" / "logs").glob("*.log")
@@ -188,14 +208,15 @@ def main() -> int:
                 "down_s": round(down_s, 2),
                 "down_rc": down.returncode,
                 "down_output": down.stdout.strip().splitlines()[-4:],
-                "stop_s": stop_seconds(down.stdout),
+                "stop_s": round(stamps["stopped"] - t_stop, 2) if "stopped" in stamps else None,
+                "tokens_at_stop": [s.chunks_at.get("stop") for s in streams],
                 "streams_complete": sum(s.done_marker and s.finish == "length" for s in streams),
                 "streams_cut": sum(not (s.done_marker and s.finish == "length") for s in streams),
                 "tokens": [s.chunks for s in streams],
                 "finish_reasons": [s.finish for s in streams],
                 "done_markers": [s.done_marker for s in streams],
-                "stream_end_after_down_start_s": [
-                    round(s.ended_at - t_down, 2) if s.ended_at else None for s in streams
+                "stream_end_after_stop_began_s": [
+                    round(s.ended_at - t_stop, 2) if s.ended_at else None for s in streams
                 ],
                 "log_shutdown_lines": shutdown_lines[-6:],
             },

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,18 @@ TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "
 
 
 @pytest.fixture(autouse=True)
-def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """State, config and cache dirs under a temp folder: tests never touch ~/.local/state/vtui."""
     root = tmp_path_factory.mktemp("vtui-home")
     monkeypatch.setenv("VTUI_STATE_DIR", str(root / "state"))
     monkeypatch.setenv("VTUI_CONFIG_DIR", str(root / "config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
-    return root
+    yield root
+    from _support.procs import kill_state_dir  # session supervisors started on demand, then their instances
+
+    kill_state_dir(str(root / "state"))
 
 
 def _require_vllm() -> bool:

@@ -25,3 +25,41 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def kill_state_dir(state_dir: str) -> None:
+    """SIGKILL the session supervisors (`python -m vtui.service`) running on `state_dir`, then every
+    instance process started under it (they inherit VTUI_STATE_DIR): supervisors first, so none
+    relaunches what is being killed."""
+    supervisors, instances = [], []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if env.get("VTUI_STATE_DIR") != state_dir or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if "vtui.service" in proc.cmdline():
+                supervisors.append(proc)
+            elif MARKER in env:
+                instances.append(proc)
+        except psutil.Error:
+            continue
+    for group in (supervisors, instances + marked_in(state_dir)):
+        for proc in group:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(group, timeout=3)
+
+
+def marked_in(state_dir: str) -> list[psutil.Process]:
+    """Marked processes of `state_dir` found after its supervisors died (a launch under way)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if env.get("VTUI_STATE_DIR") == state_dir and MARKER in env:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found

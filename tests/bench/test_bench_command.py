@@ -209,5 +209,6 @@ def test_jitter_and_length_spread_reach_the_requests(threaded_server, tmp_path, 
     )
     result = json.loads(capsys.readouterr().out)
     assert result["config"]["jitter_s"] == 0.2 and result["config"]["input_len_stddev"] == 20
-    assert main([*argv, "--jitter", "-1"]) == 2
-    assert "--jitter must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        main([*argv, "--jitter", "-1"])
+    assert caught.value.code == 2 and "argument --jitter: expected a number >= 0" in capsys.readouterr().err

@@ -197,3 +197,122 @@ def test_a_command_line_caught_inside_execve_is_waited_for():
     assert settled_cmdline(Exec(3), pause=0) == ["python3", "engine.py", "--port", "1"]
     never = Exec(10**6)
     assert settled_cmdline(never, tries=5, pause=0) == [] and never.reads == 5
+
+
+class _InFlightServer:
+    """/metrics (and /load) answering a request count that a test lowers over time."""
+
+    def __init__(self, counts: list[int], engines: int = 1) -> None:
+        import http.server
+        import threading
+
+        self.counts = counts
+        self.asked = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the stdlib's name)
+                n = outer.counts[min(outer.asked, len(outer.counts) - 1)]
+                outer.asked += 1
+                if self.path == "/load":
+                    body = f'{{"server_load": {n}}}'
+                else:
+                    lines = [
+                        f'vllm:num_requests_running{{engine="{e}",model_name="m"}} {n / engines}'
+                        for e in range(engines)
+                    ]
+                    lines += [f'vllm:num_requests_waiting{{engine="{e}"}} 0.0' for e in range(engines)]
+                    body = "\n".join(lines) + "\n"
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("load_endpoint", [False, True])
+def test_drain_waits_until_nothing_is_in_flight(load_endpoint):
+    from vtui.core.drain import drain
+
+    server = _InFlightServer([3, 3, 2, 1, 0], engines=1 if load_endpoint else 2)
+    try:
+        result = drain(server.url, 10.0, load_endpoint=load_endpoint)
+    finally:
+        server.close()
+    assert (result.at_start, result.left) == (3, 0)
+    assert server.asked == 5 and result.waited_s < 5
+
+
+def test_drain_stops_at_the_budget_and_reports_what_is_left():
+    from vtui.core.drain import drain
+
+    class Router:
+        def __init__(self):
+            self.told = []
+
+        def stop_routing(self, key):
+            self.told.append(key)
+
+    router = Router()
+    server = _InFlightServer([4])
+    try:
+        result = drain(server.url, 0.6, load_endpoint=False, key="s/a", router=router)
+    finally:
+        server.close()
+    assert router.told == ["s/a"]  # the hook for a router fronting the instance
+    assert (result.at_start, result.left) == (4, 4) and 0.5 <= result.waited_s < 3
+
+
+def test_drain_of_a_silent_instance_does_not_wait():
+    from vtui.core.drain import drain
+
+    from .conftest import free_port
+
+    result = drain(f"http://127.0.0.1:{free_port()}", 30.0, load_endpoint=False)
+    assert result.at_start is None and result.left is None and result.waited_s < 3
+
+
+def test_stop_drains_a_live_instance_first_and_counts_the_cut(tmp_path, session_name):
+    """The fake engine serves no /metrics: the drain asks once, gets no count, and the stop goes on."""
+    launcher = OsLauncher(grace=3)
+    spec = fake_spec("a")
+    handle = launcher.spawn(spec, log_path=tmp_path / "a.log", session=session_name)
+    assert handle.base_url == spec.base_url and handle.load_endpoint is False
+    assert wait_for(lambda: launcher.health_sync(spec))
+    report = launcher.stop(handle)
+    assert report.graceful and report.cut is None and report.cut_text() is None
+    assert report.drained_s < 2
+
+
+def test_api_key_comes_from_a_file_or_the_environment_never_argv(tmp_path, monkeypatch):
+    import argparse
+
+    from vtui.commands.metrics import add_key_arguments, api_key_of
+
+    parser = argparse.ArgumentParser()
+    add_key_arguments(parser)
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    assert api_key_of(parser.parse_args([])) is None
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    assert api_key_of(parser.parse_args([])) == "from-env"
+    keyfile = tmp_path / "key"
+    keyfile.write_text("from-file\n")
+    assert api_key_of(parser.parse_args(["--api-key-file", str(keyfile)])) == "from-file"
+    keyfile.write_text("two words\n")
+    with pytest.raises(ValueError, match="one token"):
+        api_key_of(parser.parse_args(["--api-key-file", str(keyfile)]))
+    with pytest.raises(ValueError, match="cannot read"):
+        api_key_of(parser.parse_args(["--api-key-file", str(tmp_path / "none")]))
+    with pytest.raises(ValueError, match="visible to every local user"):
+        api_key_of(parser.parse_args(["--api-key", "sk-x"]))

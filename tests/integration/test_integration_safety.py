@@ -80,7 +80,7 @@ def test_recycled_pgid_in_a_removed_instances_record_survives_down(
     RunStore().save(planted_record(session, "removed", stranger, tmp_path))
     down = vtui("down", str(path), "--grace", "1")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "removed: stopped (not in the layout any more; killed [])" in down.stdout
+    assert "removed: stopped" in down.stdout
     time.sleep(0.3)
     assert stranger.poll() is None and alive(stranger.pid), "vtui down killed a process that was not its own"
     assert RunStore().load(session, "removed") is None  # the stale record is gone

@@ -98,6 +98,6 @@ def test_split_args_takes_a_shipped_name_as_the_layout_unless_it_is_an_instance(
     assert split_layout_args(["demo"]) == ((tmp_path / "l.toml").resolve(), ["demo"])
 
 
-def test_check_and_up_take_a_name(capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_takes_a_shipped_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "latency"]) == 0
     assert 'OK: session "latency"' in capsys.readouterr().out

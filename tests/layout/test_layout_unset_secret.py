@@ -77,3 +77,27 @@ def test_ps_and_down_work_with_the_secret_unset(
     finally:
         monkeypatch.setenv(VAR, "sk-test-unset-secret")
         main(["down", str(path)])
+
+
+def test_a_supervisor_started_without_the_secret_gets_it_from_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vtui ps` in a shell without the key starts the session supervisor; a later `vtui up` from a
+    shell that has it hands the layout's ${VAR}s over, and the instance runs with that key."""
+    import httpx
+
+    path = _layout(tmp_path)
+    monkeypatch.delenv(VAR, raising=False)
+    try:
+        assert [row["state"] for row in _ps(path, capsys)] == ["stopped"]  # the supervisor now runs
+        monkeypatch.setenv(VAR, "sk-test-handed-over")
+        assert main(["up", str(path), "--timeout", "60"]) == 0
+        (row,) = _ps(path, capsys)
+        assert row["state"] == "ready"
+        url = f"http://127.0.0.1:{row['port']}/v1/models"
+        assert httpx.get(url, timeout=5).status_code == 401
+        ok = httpx.get(url, headers={"Authorization": "Bearer sk-test-handed-over"}, timeout=5)
+        assert ok.status_code == 200
+    finally:
+        monkeypatch.setenv(VAR, "sk-test-handed-over")
+        main(["down", str(path)])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_LINES = 1_000_000
@@ -55,3 +56,49 @@ def line_count(text: str) -> int:
     if not 0 <= value <= MAX_LINES:
         raise argparse.ArgumentTypeError(f"expected 0 to {MAX_LINES:,} lines, got {text!r}")
     return value
+
+
+class Value(argparse.Action):
+    """An option's action that refuses `--opt=--`: argparse drops a value of `--` and would hand the
+    command an empty list instead of calling the option's type."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if isinstance(values, list):
+            parser.error(f"argument {option_string or self.dest}: expected a value")
+        setattr(namespace, self.dest, values)
+
+
+def bounded(
+    low: float, high: float | None = None, *, integer: bool = False, above: bool = False
+) -> Callable[[str], float]:
+    """argparse type: a finite number >= low (> low with `above`), <= high when given; whole with
+    `integer`. The error names the range."""
+    kind = "a whole number" if integer else "a number"
+    rng = f"{'>' if above else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+
+    def parse(text: str) -> float:
+        try:
+            value: float = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind} {rng}, got {text!r}") from None
+        ok = math.isfinite(value) and (value > low if above else value >= low)
+        if not ok or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {kind} {rng}, got {text!r}")
+        return value
+
+    return parse
+
+
+def number_list(text: str) -> tuple[float, ...]:
+    """argparse type: comma-separated positive numbers (ramp levels, request rates)."""
+    parse = bounded(0, above=True)
+    values = tuple(parse(part.strip()) for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers > 0, got {text!r}")
+    return values

@@ -1,24 +1,47 @@
-"""Shared plumbing of the supervision commands (up, down, ps, logs, restart): layout resolution,
-progress lines, and the instance table read from run records when no supervisor is running."""
+"""Shared plumbing of the supervision commands (up, down, ps, logs, restart): layout resolution, the
+connection to the session supervisor (found by the layout file it runs, else started on demand),
+progress lines from its feed, and the `vtui ps` row of an instance.
+
+Cheap to import: `vtui ps` against a running supervisor loads no layout code, psutil or httpx.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
+import json
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vtui.core.events import Event, Notice, PhaseChanged, StateChanged
-from vtui.core.launcher import OsLauncher, ProcessHandle, exit_path_for
-from vtui.core.model import Layout
-from vtui.core.runstate import RunRecord, RunStore, merge_flags, spec_from_dict
-from vtui.core.state import State
-from vtui.layouts import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
-from vtui.telemetry import flagschema
+from vtui.core.runstate import masked
+from vtui.service.client import (
+    ServiceClient,
+    ServiceError,
+    ServiceUnavailable,
+    ensure_supervisor,
+    find_supervisor,
+)
+
+if TYPE_CHECKING:
+    from vtui.core.events import Event
+    from vtui.core.model import Layout
+
+__all__ = [
+    "CommandError",
+    "ServiceError",
+    "ServiceUnavailable",
+    "Session",
+    "base_url_of",
+    "connect",
+    "follow_feed",
+    "load_session",
+    "print_json",
+    "progress_printer",
+    "row_of",
+]
 
 
 class CommandError(Exception):
@@ -33,10 +56,13 @@ def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, 
     """`[LAYOUT] NAME…` -> (layout, names); prints the problems and raises CommandError(2) when unusable.
     `starts=False` (down, ps, logs: stopping and listing never need a secret): an unset `${VAR}` is no
     problem; `up`, `restart` and `check` still report it."""
+    from vtui.layouts import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
+    from vtui.telemetry import flagschema
+
     try:
         path, names = split_layout_args(words)
         # what starts is checked against the flags of the vLLM it runs (read once per version, cached)
-        flags = flagschema.union_table(flagschema.layout_schemas(path).values()) if starts else None
+        flags = flagschema.layout_flags(path) if starts else None
         layout = load_layout(path, unset_ok=not starts, flags=flags)
     except NoLayoutError as exc:
         print(f"vtui: {exc.message}", file=sys.stderr)
@@ -57,8 +83,109 @@ def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, 
     return layout, names
 
 
+# -- the session supervisor ------------------------------------------------------------------------
+class Session:
+    """A command's view of its session: the supervisor's client and its status, and the layout when
+    one was loaded (None when the supervisor was found by the layout's path alone)."""
+
+    def __init__(self, client: ServiceClient, names: list[str], layout: Layout | None, started: bool) -> None:
+        self.client = client
+        self.names = names
+        self.layout = layout
+        self.started = started
+        self._status: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.client.session
+
+    def status(self, refresh: bool = False) -> dict[str, Any]:
+        if self._status is None or refresh:
+            self._status = self.client.get("/status")
+        return self._status
+
+    def instance_names(self) -> list[str]:
+        return [i["name"] for i in self.status()["instances"]]
+
+
+def _recorded_last() -> str | None:
+    """The last session's layout path as recorded (read directly: no layout code on the fast path)."""
+    from vtui.core import paths
+
+    try:
+        text = (paths.state_dir() / "last_session").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
+
+
+def _layout_word(words: list[str], layout_only: bool) -> tuple[str | None, list[str]]:
+    """The layout file the words name (or the last session's) and the instance names, for the fast
+    path only: a word that is not an existing file (a shipped layout's name, a typo) gets None, and the
+    caller takes the full rule of `vtui.layouts.split_layout_args`."""
+    if words and (layout_only or words[0].endswith(".toml") or Path(words[0]).expanduser().is_file()):
+        path = Path(words[0]).expanduser()
+        return (str(path.resolve()) if path.is_file() else None), words[1:]
+    return _recorded_last(), words
+
+
+def connect(
+    words: Iterable[str],
+    *,
+    command: str,
+    reload: bool = False,
+    layout_only: bool = False,
+    starts: bool = True,
+) -> Session:
+    """The session supervisor of `[LAYOUT] NAME…` (`layout_only`: the words are just `[LAYOUT]`). A
+    live supervisor given that layout file answers even when the file was moved, deleted or no longer
+    validates; otherwise the layout is loaded (exit 2 when unusable) and its session's supervisor
+    started on demand. `reload`: make it run the file as it is now (`vtui up`). `starts=False` (ps, down,
+    logs): an unset `${VAR}` in the layout is no problem. Unknown names exit 2."""
+    words = list(words)
+    path, names = _layout_word(words, layout_only)
+    client = None if reload else find_supervisor(path)
+    layout = None
+    started = False
+    try:
+        if client is not None and names:
+            listed = {i["name"] for i in client.get("/status")["instances"]}
+            if not set(names) <= listed:
+                client = None  # maybe the first word names a layout after all: the full rule decides
+        if client is None:
+            layout, names = load_session(words, starts=starts)
+            assert layout.path is not None
+            client, started = ensure_supervisor(layout.session.name, layout.path)
+            if reload and not started:
+                from vtui.layouts import referenced_vars
+
+                env = {v: os.environ[v] for v in referenced_vars(layout) if v in os.environ}
+                client.post("/layout", {"path": str(layout.path), "env": env})
+        session = Session(client, names, layout, started)
+        known = session.instance_names()
+    except ServiceError as exc:
+        for problem in exc.problems:
+            print(f"vtui {command}: {problem}", file=sys.stderr)
+        raise CommandError(2 if exc.status in (400, 404, 409) else 1) from exc
+    except ServiceUnavailable as exc:
+        print(f"vtui {command}: {exc}", file=sys.stderr)
+        raise CommandError(1) from exc
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(
+            f"vtui {command}: no instance named {', '.join(unknown)} in session {session.name} "
+            f"(instances: {', '.join(known)})",
+            file=sys.stderr,
+        )
+        raise CommandError(2)
+    return session
+
+
+# -- output ----------------------------------------------------------------------------------------
 def progress_printer(started: float | None = None) -> Callable[[Event], None]:
     """Prints one line per lifecycle change, phase and notice (not log lines)."""
+    from vtui.core.events import Notice, PhaseChanged, StateChanged
+
     t0 = started if started is not None else time.monotonic()
 
     def show(event: Event) -> None:
@@ -75,114 +202,63 @@ def progress_printer(started: float | None = None) -> Callable[[Event], None]:
     return show
 
 
-def run_async(coro_factory: Callable[[asyncio.Event], Any]) -> int:
-    """Run a command coroutine; Ctrl-C sets the event it is given (instead of a traceback)."""
+def follow_feed(client: ServiceClient, on_event: Callable[[Event], None]) -> threading.Event:
+    """Print the supervisor's events from a daemon thread; returns once the feed is open (so nothing
+    the next request causes is missed). The event it returns is set when the feed ends."""
+    from vtui.service.wire import decode_event
 
-    async def main() -> int:
-        interrupted = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signal.SIGINT, interrupted.set)
-            loop.add_signal_handler(signal.SIGTERM, interrupted.set)
-        return int(await coro_factory(interrupted) or 0)
+    opened = threading.Event()
+    ended = threading.Event()
 
-    try:
-        return asyncio.run(main())
-    except CommandError as exc:
-        return exc.code
-
-
-def record_handle(record: RunRecord) -> ProcessHandle:
-    return ProcessHandle(
-        pid=record.pid,
-        create_time=record.create_time,
-        pgid=record.pgid,
-        sid=record.sid,
-        key=record.key,
-        log_path=Path(record.log_path),
-        argv=tuple(record.argv),
-        pump_pid=record.pump_pid,
-        exit_path=exit_path_for(Path(record.log_path)),
-    )
-
-
-def exit_code_of(record: RunRecord) -> int | None:
-    try:
-        return int(exit_path_for(Path(record.log_path)).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def instance_rows(
-    layout: Layout, store: RunStore | None = None, launcher: OsLauncher | None = None
-) -> list[dict[str, Any]]:
-    """The state of every instance of the session from its run record, with no supervisor: alive and
-    /health 200 -> ready, alive -> starting (or unhealthy once it was ready), dead -> what the record
-    and the exit code say."""
-    store = store or RunStore()
-    launcher = launcher or OsLauncher(health_timeout=1.0)
-    records = {r.name: r for r in store.all(layout.session.name)}
-    names = layout.names() + [n for n in records if n not in layout.names()]
-    rows = []
-    for name in names:
-        record = records.get(name)
+    def pump() -> None:
         try:
-            spec = layout.instance(name)
-        except KeyError:
-            spec = spec_from_dict(record.spec) if record else None
-        if record is not None and spec is not None:
-            spec = merge_flags(spec, record.flags)
-        row: dict[str, Any] = {
-            "name": name,
-            "state": State.STOPPED.value,
-            "pid": None,
-            "port": spec.port if spec else None,
-            "gpus": list(spec.gpus) if spec else [],
-            "restarts": 0,
-            "model": spec.model if spec else None,
-            "engine": spec.engine if spec else None,
-            "started_at": None,
-            "uptime_s": None,
-            "last_error": None,
-            "log_path": None,
-            "flags": dict(spec.flags) if spec else {},
-            "in_layout": name in layout.names(),
-        }
-        if record is not None:
-            row.update(
-                restarts=record.restarts,
-                last_error=record.last_error,
-                log_path=record.log_path,
-                port=record.port,
-            )
-            handle = launcher.find(
-                pid=record.pid,
-                create_time=record.create_time,
-                argv=record.argv,
-                key=record.key,
-                log_path=Path(record.log_path),
-                pump_pid=record.pump_pid,
-            )
-            if handle is not None:
-                healthy = spec is not None and launcher.health_sync(spec)
-                state = (
-                    State.READY
-                    if healthy
-                    else (State.UNHEALTHY if record.last_state in ("ready", "unhealthy") else State.STARTING)
-                )
-                row.update(
-                    state=state.value,
-                    pid=record.pid,
-                    started_at=record.started_at,
-                    uptime_s=round(time.time() - record.started_at, 1),
-                )
-            else:
-                code = exit_code_of(record)
-                if record.last_state in ("backoff", "failed", "crashed"):
-                    row["state"] = record.last_state
-                else:
-                    row["state"] = State.STOPPED.value if code == 0 else State.CRASHED.value
-                if code not in (None, 0) and not row["last_error"]:
-                    row["last_error"] = f"exited with code {code}"
-        rows.append(row)
-    return rows
+            for message in client.feed():
+                if message.get("type") == "hello":
+                    opened.set()
+                elif message.get("type") == "event":
+                    on_event(decode_event(message["event"]))
+        except (ServiceUnavailable, ServiceError, OSError, ValueError):
+            pass
+        finally:
+            opened.set()
+            ended.set()
+
+    threading.Thread(target=pump, name="vtui-feed", daemon=True).start()
+    opened.wait(10.0)
+    return ended
+
+
+def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = None) -> dict[str, Any]:
+    """One `vtui ps` row from the supervisor's snapshot of an instance."""
+    spec = instance.get("spec") or {}
+    started = instance.get("started_at")
+    now = time.time() if now is None else now
+    return {
+        "name": instance["name"],
+        "state": instance["state"],
+        "phase": instance.get("phase"),
+        "pid": instance.get("pid"),
+        "port": spec.get("port"),
+        "gpus": list(spec.get("gpus") or []),
+        "restarts": instance.get("restarts", 0),
+        "model": spec.get("model"),
+        "engine": spec.get("engine"),
+        "started_at": started,
+        "uptime_s": round(now - started, 1) if started is not None and instance.get("pid") else None,
+        "last_error": instance.get("last_error"),
+        "log_path": instance.get("log_path"),
+        "flags": masked(dict(spec.get("flags") or {})),
+        "in_layout": instance.get("in_layout", True),
+        "adopted": instance.get("adopted", False),
+        "supervisor_pid": supervisor_pid,
+    }
+
+
+def base_url_of(spec: dict[str, Any]) -> str:
+    """`InstanceSpec.base_url` of a spec as the supervisor sends it."""
+    host = spec.get("host") or "127.0.0.1"
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{spec.get('port')}"
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))

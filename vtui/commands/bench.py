@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vtui.commands._input import Value, bounded, number_list
+
 HELP = "load-test an instance or URL (fixed concurrency, ramp, request rate); save/compare baselines"
 
 
@@ -22,26 +24,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-c",
         "--concurrency",
-        type=int,
+        type=bounded(0, 1_000_000, integer=True),
+        action=Value,
         default=8,
         help="fixed concurrency; the ramp's ceiling; in rate mode a cap (0 = none)",
     )
-    parser.add_argument("--levels", default=None, help="comma-separated ramp concurrencies or request rates")
-    parser.add_argument("--rate", type=float, default=None, help="requests per second (rate mode)")
-    parser.add_argument("-n", "--num-requests", type=int, default=64, help="requests per step")
-    parser.add_argument("--duration", type=float, default=None, help="seconds per step (instead of -n)")
-    parser.add_argument("--input-len", type=int, default=128)
-    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument(
+        "--levels",
+        type=number_list,
+        action=Value,
+        default=None,
+        help="comma-separated ramp concurrencies or request rates",
+    )
+    parser.add_argument(
+        "--rate",
+        type=bounded(0, above=True),
+        action=Value,
+        default=None,
+        help="requests per second (rate mode)",
+    )
+    parser.add_argument(
+        "-n",
+        "--num-requests",
+        type=bounded(1, 10**9, integer=True),
+        action=Value,
+        default=64,
+        help="requests per step",
+    )
+    parser.add_argument(
+        "--duration",
+        type=bounded(0, above=True),
+        action=Value,
+        default=None,
+        help="seconds per step (instead of -n)",
+    )
+    parser.add_argument("--input-len", type=bounded(1, 10**8, integer=True), action=Value, default=128)
+    parser.add_argument("--output-len", type=bounded(1, 10**8, integer=True), action=Value, default=64)
     parser.add_argument(
         "--input-len-stddev",
-        type=float,
+        type=bounded(0, 10**8),
+        action=Value,
         default=0.0,
         help="vary prompt lengths: normal around --input-len with this standard deviation (like aiperf)",
     )
-    parser.add_argument("--output-len-stddev", type=float, default=0.0, help="the same for --output-len")
+    parser.add_argument(
+        "--output-len-stddev",
+        type=bounded(0, 10**8),
+        action=Value,
+        default=0.0,
+        help="the same for --output-len",
+    )
     parser.add_argument(
         "--jitter",
-        type=float,
+        type=bounded(0, 3600),
+        action=Value,
         default=0.0,
         metavar="SECONDS",
         help="start each concurrent stream after a random 0..SECONDS (de-synchronised, as guidellm and "
@@ -51,11 +87,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     parser.add_argument("--model", default=None, help="served model name (default: the first listed)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warmup", type=int, default=0, help="unmeasured requests before the first step")
-    parser.add_argument("--max-error-rate", type=float, default=0.05, help="ramp stops above this")
-    parser.add_argument("--ttft-target", type=float, default=None, help="ramp stops above this TTFT (s)")
+    parser.add_argument(
+        "--warmup",
+        type=bounded(0, 10**9, integer=True),
+        action=Value,
+        default=0,
+        help="unmeasured requests before the first step",
+    )
+    parser.add_argument(
+        "--max-error-rate", type=bounded(0, 1), action=Value, default=0.05, help="ramp stops above this"
+    )
+    parser.add_argument(
+        "--ttft-target",
+        type=bounded(0, above=True),
+        action=Value,
+        default=None,
+        help="ramp stops above this TTFT (s)",
+    )
     parser.add_argument("--ttft-percentile", choices=("p50", "p95", "p99"), default="p95")
-    parser.add_argument("--timeout", type=float, default=300.0, help="per-request timeout (s)")
+    parser.add_argument(
+        "--timeout", type=bounded(0, above=True), action=Value, default=300.0, help="per-request timeout (s)"
+    )
     parser.add_argument("--no-metrics", action="store_true", help="do not scrape the server's /metrics")
     parser.add_argument(
         "--out", type=Path, default=None, help="folder for results (default: vtui's runs dir)"
@@ -63,9 +115,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
     parser.add_argument("--save-baseline", type=Path, default=None, metavar="PATH")
     parser.add_argument("--compare", type=Path, default=None, metavar="BASELINE")
-    parser.add_argument("--threshold", type=float, default=0.05, help="relative change counted as regression")
-    parser.add_argument("--gpu-hour-price", type=float, default=None, help="price of one GPU-hour")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs the server uses (for cost)")
+    parser.add_argument(
+        "--threshold",
+        type=bounded(0),
+        action=Value,
+        default=0.05,
+        help="relative change counted as regression",
+    )
+    parser.add_argument(
+        "--gpu-hour-price", type=bounded(0), action=Value, default=None, help="price of one GPU-hour"
+    )
+    parser.add_argument(
+        "--gpus",
+        type=bounded(1, 100_000, integer=True),
+        action=Value,
+        default=None,
+        help="GPUs the server uses (for cost)",
+    )
 
 
 @dataclass
@@ -135,12 +201,6 @@ def _int_flag(flags: dict, name: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-def _levels(text: str | None) -> tuple[float, ...]:
-    if not text:
-        return ()
-    return tuple(float(x) for x in text.split(",") if x.strip())
-
-
 def _ms(value: float | None) -> str:
     return "--" if value is None else f"{value * 1000:.1f}"
 
@@ -196,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             mode=args.mode,
             concurrency=args.concurrency,
-            levels=_levels(args.levels),
+            levels=args.levels or (),
             request_rate=args.rate,
             num_requests=args.num_requests,
             duration_s=args.duration,
@@ -216,9 +276,6 @@ def run(args: argparse.Namespace) -> int:
             input_len_stddev=args.input_len_stddev,
             output_len_stddev=args.output_len_stddev,
         )
-        for option in ("jitter", "input_len_stddev", "output_len_stddev"):
-            if getattr(args, option) < 0:
-                raise ValueError(f"--{option.replace('_', '-')} must be >= 0, got {getattr(args, option):g}")
         config.step_levels()
         baseline = load_baseline(args.compare) if args.compare else None
     except Exception as exc:  # layout, arguments, baseline file: one clear line, no traceback

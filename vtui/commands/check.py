@@ -1,8 +1,9 @@
 """`vtui check [LAYOUT]`: validate a layout without starting anything.
 
 Prints every problem (`file:line: dotted.key: message`, one per line) and exits 2 when there is any;
-prints warnings (network-exposed host, literal secrets) and the seeds' advice on the flags; exits 0 with
-a one-line summary when usable.
+prints warnings (network-exposed host, literal secrets, known killers of vLLM processes installed or running
+on this machine: core.killers) and the seeds' advice on the flags; exits 0 with a one-line summary when
+usable.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from vtui.core.advice import flag_advice
+from vtui.core.killers import warnings as killer_warnings
 from vtui.layouts import LayoutError, LayoutProblem, load_layout_with_warnings, resolve_layout_arg
 from vtui.layouts.text import LineIndex
 from vtui.telemetry import flagschema
@@ -41,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         count = len(exc.problems)
         print(f"{count} problem{'s' if count != 1 else ''}; nothing was started", file=sys.stderr)
         return EXIT_INVALID
+    warnings = [*warnings, *killer_warnings()]
     for warning in warnings:
         print(f"warning: {warning}")
     wrong: list[LayoutProblem] = []

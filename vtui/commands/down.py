@@ -1,17 +1,15 @@
-"""`vtui down [LAYOUT] [NAME…]`: stop instances (SIGTERM, grace, SIGKILL of the group, sweep of
-orphans) — including ones a previous vtui started and ones the layout no longer lists."""
+"""`vtui down [LAYOUT] [NAME…] [--json]`: stop instances (SIGTERM, grace, SIGKILL of the group, sweep of
+orphans) through the session supervisor — including ones a previous vtui started and ones the layout
+no longer lists. Returns once no process of any of their trees is alive. Works from a running
+supervisor even when the layout file was moved, edited into an invalid state or deleted."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
+import sys
 
-from vtui.commands._input import seconds
-from vtui.commands._runs import load_session, progress_printer, record_handle, run_async
-from vtui.core.launcher import OsLauncher
-from vtui.core.runstate import RunStore, spec_from_dict
-from vtui.core.supervisor import Supervisor
+from vtui.commands._input import Value, seconds
+from vtui.commands._runs import CommandError, ServiceError, ServiceUnavailable, connect, print_json
 
 HELP = "stop instances of a layout (all, or the names given) and every process they started"
 
@@ -26,35 +24,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grace",
         type=seconds,
+        action=Value,
         default=None,
         help="seconds to wait for requests in flight to finish, then again after SIGTERM before SIGKILL",
     )
+    parser.add_argument("--json", action="store_true", help="print the outcome as a JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_async(lambda interrupted: _down(args))
-
-
-async def _down(args: argparse.Namespace) -> int:
-    layout, names = load_session(args.words, starts=False)
-    launcher = OsLauncher() if args.grace is None else OsLauncher(grace=args.grace)
-    sup = Supervisor(layout, launcher=launcher, check_preflight=False)
-    sup.subscribe(progress_printer())
-    await sup.stop(names or None)
-    await sup.close()
-    if not names:  # records of instances the layout no longer names
-        store = RunStore()
-        for record in store.all(layout.session.name):
-            if record.name in layout.names():
-                continue
-            handle = record_handle(record)
-            with contextlib.suppress(KeyError, TypeError, ValueError):  # a record too old to say
-                handle.serves(spec_from_dict(record.spec))
-            # stop() signals only processes proven this record's (create time, marker): a recycled pid
-            # or process group in an old record is left alone.
-            report = await asyncio.to_thread(launcher.stop, handle)
-            store.remove(record.session, record.name)
-            cut = f"; {report.cut_text()}" if report.cut_text() else ""
-            print(f"{record.name}: stopped (not in the layout any more; killed {list(report.killed)}){cut}")
-    print(f"session {layout.session.name}: {len(names) or len(layout.names())} instance(s) down")
+    try:
+        session = connect(args.words, command="down", starts=False)
+    except CommandError as exc:
+        return exc.code
+    body = {"names": session.names or None, "grace": args.grace}
+    try:
+        answer = session.client.post("/stop", body, timeout=None)
+    except KeyboardInterrupt:
+        print("vtui down: interrupted; the supervisor finishes the stop", file=sys.stderr)
+        return 130
+    except (ServiceError, ServiceUnavailable) as exc:
+        print(f"vtui down: {exc}", file=sys.stderr)
+        return 1
+    stopped, leftovers = answer.get("stopped", []), answer.get("leftovers", [])
+    notices = answer.get("notices", [])
+    if args.json:
+        print_json({"session": session.name, "stopped": stopped, "leftovers": leftovers, "notices": notices})
+    else:
+        for text in notices:  # requests cut by the stop, trees that needed SIGKILL
+            print(text)
+        for name in stopped:
+            print(f"{name}: stopped")
+        if leftovers:
+            print(f"vtui down: killed processes that outlived the stop: {leftovers}", file=sys.stderr)
+        print(f"session {session.name}: {len(stopped)} instance(s) down")
     return 0

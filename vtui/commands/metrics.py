@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from vtui.commands._input import read_text_input
+from vtui.commands._input import Value, read_text_input, seconds
 from vtui.telemetry.metrics import MetricsSample, Percentiles, sample_of
 from vtui.telemetry.scrape import ScrapeLoop
 
@@ -35,7 +35,9 @@ JSON_KEYS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a saved payload, - for stdin, or http://host:port[/metrics]")
     parser.add_argument("--json", action="store_true", help="print the sample's main values as JSON")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a URL (default 5)")
+    parser.add_argument(
+        "--timeout", type=seconds, action=Value, default=5.0, help="seconds to wait for a URL (default 5)"
+    )
     add_key_arguments(parser)
 
 

@@ -1,14 +1,14 @@
-"""`vtui ps [LAYOUT] [--json]`: the instances of a session and their state, read from run records
-(pid + create time) and /health, with no supervisor running."""
+"""`vtui ps [LAYOUT] [--json]`: the instances of a session and their state, as the session supervisor
+sees them (started on demand; it re-adopts what runs). Works from a running supervisor even when the
+layout file was moved, edited into an invalid state or deleted."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 
-from vtui.commands._runs import CommandError, instance_rows, load_session
-from vtui.core.runstate import masked
+from vtui.commands._runs import CommandError, ServiceUnavailable, connect, print_json, row_of
 
 HELP = "list the instances of a session: state, pid, port, GPUs, restarts (--json for scripts)"
 
@@ -20,21 +20,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        layout, _ = load_session([args.layout] if args.layout else [], starts=False)
+        session = connect([args.layout] if args.layout else [], command="ps", layout_only=True, starts=False)
+        status = session.status()
     except CommandError as exc:
         return exc.code
-    rows = [row | {"flags": masked(row.get("flags") or {})} for row in instance_rows(layout)]
+    except ServiceUnavailable as exc:
+        print(f"vtui ps: {exc}", file=sys.stderr)
+        return 1
+    rows = [row_of(i, status["supervisor_pid"]) for i in status["instances"]]
     try:
-        return _print(layout, rows, args.json)
+        return _print(status, rows, args.json)
     except BrokenPipeError:  # `vtui ps | head`
         return 0
 
 
-def _print(layout, rows: list[dict], as_json: bool) -> int:
+def _print(status: dict, rows: list[dict], as_json: bool) -> int:
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return 0
-    print(f"session {layout.session.name} ({layout.path})")
+    print(
+        f"session {status['session']} ({status.get('layout_path')}; supervisor pid {status['supervisor_pid']})"
+    )
     for line in table(rows):
         print(line)
     return 0

@@ -1,30 +1,34 @@
-"""`vtui restart [LAYOUT] NAME [--set flag=value …] [--unset flag …] [--save]`: stop one instance and
-start it again, with changed flags when given. The flags it runs with go into its run record, so `ps`
-and a later vtui know them. The layout file is left as it is unless `--save`: then, once the instance is
-READY, its flags are written into the file, changing only those keys (comments and order kept); a
-result that would not validate is refused before anything restarts."""
+"""`vtui restart [LAYOUT] NAME [--set flag=value …] [--unset flag …] [--save] [--json]`: have the session
+supervisor stop one instance and start it again, with changed flags when given (on top of the flags it
+runs with). The flags it runs with go into its run record, so `ps` and a later supervisor know them.
+The layout file is left as it is unless `--save`: then, once the instance is READY, its flags are
+written into the file, changing only those keys (comments and order kept); a result that would not
+validate is refused before anything restarts."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
-from vtui.commands._input import seconds
-from vtui.commands._runs import load_session, progress_printer, run_async
+from vtui.commands._input import Value, seconds
+from vtui.commands._runs import (
+    CommandError,
+    ServiceError,
+    ServiceUnavailable,
+    base_url_of,
+    connect,
+    follow_feed,
+    print_json,
+    progress_printer,
+    row_of,
+)
 from vtui.core.flagspec import FlagTable, canonical_name, parse_flag_value
 from vtui.core.model import SECRET_FLAGS, FlagValue
-from vtui.core.preflight import PreflightError
-from vtui.core.runstate import RunStore, merge_flags
-from vtui.core.state import State
-from vtui.core.supervisor import Supervisor
-from vtui.layouts import LayoutError, load_layout, render_layout, save_layout
-from vtui.telemetry import flagschema
 
 HELP = "restart one instance, optionally with changed flags (--set flag=value, --unset flag)"
 
@@ -52,7 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="once READY, write the flags into the layout file (comments and order kept)",
     )
-    parser.add_argument("--timeout", type=seconds, default=None, help="stop waiting after this many seconds")
+    parser.add_argument(
+        "--timeout", type=seconds, action=Value, default=None, help="stop waiting after this many seconds"
+    )
+    parser.add_argument("--json", action="store_true", help="print the instance's row as a JSON object")
 
 
 # Keys of the instance's own table in the layout, not `vllm serve` flags: the port and host are how vtui
@@ -68,6 +75,8 @@ def parse_sets(items: list[str], table: FlagTable | None = None) -> dict[str, Fl
     `table`: the instance's vLLM's flags (None: the bundled 0.32 schema)."""
     flags: dict[str, FlagValue] = {}
     for item in items:
+        if not isinstance(item, str):  # argparse hands `--set=--` over as an empty list
+            raise ValueError("--set: expected FLAG=VALUE, e.g. --set max-num-seqs=64")
         name, sep, text = item.partition("=")
         name = name.strip().removeprefix("--")
         if not sep or not name:
@@ -109,6 +118,8 @@ def parse_unsets(items: list[str], current: Mapping[str, object]) -> list[str]:
     """`--unset FLAG` names, each a flag the instance runs with now; ValueError naming the one that is not."""
     names = []
     for item in items:
+        if not isinstance(item, str) or not item.strip():  # `--unset=--` arrives as an empty list
+            raise ValueError("--unset: expected a flag name, e.g. --unset max-num-seqs")
         name = item.strip().removeprefix("--")
         canonical = canonical_name(name) or name
         if canonical not in current:
@@ -119,71 +130,111 @@ def parse_unsets(items: list[str], current: Mapping[str, object]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_async(lambda interrupted: _restart(args, interrupted))
-
-
-async def _restart(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
-    layout, names = load_session(args.words)
-    if len(names) != 1:
+    deferred = False
+    try:
+        set_flags = parse_sets(args.set_flags)
+    except ValueError as exc:
+        if "unknown flag" not in str(exc):
+            print(f"vtui restart: {exc}", file=sys.stderr)
+            return 2
+        set_flags, deferred = {}, True  # perhaps a flag of the instance's own, newer vLLM: checked below
+    try:
+        session = connect(args.words, command="restart")
+    except CommandError as exc:
+        return exc.code
+    if len(session.names) != 1:
         print("vtui restart: name exactly one instance", file=sys.stderr)
         return 2
-    name = names[0]
-    record = RunStore().load(layout.session.name, name)
-    current = layout.instance(name)
-    if record is not None:
-        current = merge_flags(current, record.flags)
+    name = session.names[0]
+    running = next(i for i in session.status()["instances"] if i["name"] == name)
+    if args.set_flags:
+        # the instance's own vLLM's parser (read once per version, cached), the bundled one without it
+        from vtui.telemetry.flagschema import schema_for
+
+        spec = running["spec"]
+        schema = schema_for(str(spec.get("engine") or "vllm"), spec.get("command"))
+        if deferred or schema.source != "builtin":
+            try:
+                set_flags = parse_sets(args.set_flags, None if schema.source == "builtin" else schema.flags)
+            except ValueError as exc:
+                print(f"vtui restart: {exc}", file=sys.stderr)
+                return 2
     try:
-        schema = flagschema.schema_for(current.engine, current.command) if args.set_flags else None
-        set_flags = parse_sets(args.set_flags, schema.flags if schema is not None else None)
-        unset = parse_unsets(args.unset, current.flags)
+        unset = parse_unsets(args.unset, running["spec"].get("flags") or {})
     except ValueError as exc:
         print(f"vtui restart: {exc}", file=sys.stderr)
         return 2
-    spec = current.with_flags(set_flags, unset)
-    saved = layout.replace_instance(spec)
+    layout_path = session.status().get("layout_path")
     if args.save:
-        try:
-            render_layout(saved)  # refuse now what could not be saved after the restart
-        except LayoutError as exc:
-            for problem in exc.problems:
-                print(f"vtui restart: {problem}", file=sys.stderr)
-            return 2
-    sup = Supervisor(layout)
-    sup.subscribe(progress_printer())
+        code = _check_save(layout_path, name, session, set_flags, unset)
+        if code:
+            return code
+    if not args.json:
+        follow_feed(session.client, _only(name, progress_printer()))
     try:
-        await sup.adopt()
-        try:
-            await sup.restart(name, spec)
-        except PreflightError as exc:
-            for line in exc.problems:
-                print(f"vtui restart: {line}", file=sys.stderr)
-            return 1
-        settle = asyncio.ensure_future(sup.wait_settled([name], timeout=args.timeout))
-        stop = asyncio.ensure_future(interrupted.wait())
-        await asyncio.wait({settle, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not settle.done():
-            settle.cancel()
-            print("vtui restart: interrupted; the instance keeps starting", file=sys.stderr)
-            return 130
-        status = next(s for s in sup.status() if s.name == name)
-        if settle.result()[name] is State.READY:
-            print(f"{name}: ready on {status.spec.base_url} (pid {status.pid})")
-            return _save(layout.path, name, spec.flags) if args.save else 0
+        session.client.post("/restart", {"name": name, "set": set_flags, "unset": unset}, timeout=None)
+        states = session.client.post("/wait", {"names": [name], "timeout": args.timeout}, timeout=None)
+        status = session.status(refresh=True)
+    except KeyboardInterrupt:
+        print("vtui restart: interrupted; the instance keeps starting", file=sys.stderr)
+        return 130
+    except ServiceError as exc:
+        for problem in exc.problems:
+            print(f"vtui restart: {problem}", file=sys.stderr)
+        return 1
+    except ServiceUnavailable as exc:
+        print(f"vtui restart: {exc}", file=sys.stderr)
+        return 1
+    inst = next(i for i in status["instances"] if i["name"] == name)
+    ready = states["states"].get(name) == "ready"
+    if args.json:
+        print_json(row_of(inst, status["supervisor_pid"]))
+    elif ready:
+        print(f"{name}: ready on {base_url_of(inst['spec'])} (pid {inst['pid']})")
+    else:
         print(
-            f"{name}: {status.state.value}: {status.last_error or 'see `vtui logs ' + name + '`'}",
+            f"{name}: {inst['state']}: {inst.get('last_error') or 'see `vtui logs ' + name + '`'}",
             file=sys.stderr,
         )
+    if not ready:
         if args.save:
-            print(f"vtui restart: {name} did not reach READY; {layout.path} left as it is", file=sys.stderr)
+            print(f"vtui restart: {name} did not reach READY; {layout_path} left as it is", file=sys.stderr)
         return 1
-    finally:
-        await sup.close()
+    if args.save:
+        return _save(Path(layout_path) if layout_path else None, name, inst["spec"]["flags"])
+    return 0
 
 
-def _save(path: Path | None, name: str, flags: Mapping[str, FlagValue]) -> int:
+def _only(name: str, show):
+    return lambda event: show(event) if getattr(event, "instance", name) in (name, None) else None
+
+
+def _check_save(layout_path, name, session, set_flags, unset) -> int:
+    """Refuse now what could not be saved after the restart: the file must load, name the instance,
+    and validate with the new flags."""
+    from vtui.layouts import LayoutError, load_layout, render_layout
+
+    try:
+        layout = load_layout(layout_path)
+        inst = next(i for i in session.status()["instances"] if i["name"] == name)
+        running = {k: v for k, v in inst["spec"]["flags"].items() if v != "***"}
+        spec = layout.instance(name).with_flags(running, tuple(layout.instance(name).flags))
+        render_layout(layout.replace_instance(spec.with_flags(set_flags, unset)))
+    except LayoutError as exc:
+        for problem in exc.problems:
+            print(f"vtui restart: {problem}", file=sys.stderr)
+        return 2
+    except (OSError, KeyError, TypeError) as exc:
+        print(f"vtui restart: --save needs the layout file {layout_path}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
     """Write `name`'s flags into the layout file as it is now, not the copy read before the restart:
-    edits made to the file while the instance started are kept, not undone."""
+    edits made to the file while the instance started are kept, not undone. Secrets stay the file's."""
+    from vtui.layouts import LayoutError, load_layout, save_layout
+
     try:
         current = load_layout(path) if path is not None else None
         if current is None or name not in current.names():
@@ -192,7 +243,10 @@ def _save(path: Path | None, name: str, flags: Mapping[str, FlagValue]) -> int:
                 file=sys.stderr,
             )
             return 1
-        saved = save_layout(current.replace_instance(replace(current.instance(name), flags=flags)))
+        own = current.instance(name)
+        kept: dict[str, Any] = {k: v for k, v in own.flags.items() if k in SECRET_FLAGS}
+        plain: dict[str, Any] = {k: v for k, v in flags.items() if k not in SECRET_FLAGS}
+        saved = save_layout(current.replace_instance(replace(own, flags={**plain, **kept})))
     except (OSError, LayoutError) as exc:
         print(f"vtui restart: {name} runs, but {path} was not saved: {exc}", file=sys.stderr)
         return 1

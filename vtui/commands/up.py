@@ -1,20 +1,27 @@
-"""`vtui up [LAYOUT] [--only NAME…] [--watch]`: start a session's instances (preflight first), show
-progress, return when all are READY or failed — non-zero with the root-cause line when any failed.
-`--watch` keeps supervising (health, restart policy) until Ctrl-C; instances keep running after it."""
+"""`vtui up [LAYOUT] [--only NAME…] [--watch] [--json]`: have the session supervisor (started on demand,
+detached: it outlives this command and the terminal) run the layout and start its instances (preflight
+first), show progress, return when all are READY or failed — non-zero with the root-cause line when any
+failed. The supervisor keeps applying the restart policy after `up` returns; `--watch` follows its feed
+until Ctrl-C (instances keep running)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import sys
 
-from vtui.commands._runs import load_session, progress_printer, run_async
-from vtui.core.preflight import PreflightError
-from vtui.core.state import State
-from vtui.core.supervisor import Supervisor
+from vtui.commands._runs import (
+    CommandError,
+    ServiceError,
+    ServiceUnavailable,
+    base_url_of,
+    connect,
+    follow_feed,
+    print_json,
+    progress_printer,
+    row_of,
+)
 
-HELP = "start the instances of a layout and wait until they are ready (--watch: keep supervising)"
+HELP = "start the instances of a layout and wait until they are ready (--watch: follow the supervisor)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,74 +29,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "layout", nargs="?", help="layout file or shipped name, e.g. demo (default: the session last used)"
     )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="start only these instances")
-    parser.add_argument(
-        "--watch", action="store_true", help="keep supervising with the restart policy until Ctrl-C"
-    )
+    parser.add_argument("--watch", action="store_true", help="follow the supervisor's events until Ctrl-C")
     parser.add_argument(
         "--timeout",
         type=float,
         default=None,
         help="give up waiting after this many seconds (instances keep starting)",
     )
+    parser.add_argument("--json", action="store_true", help="print the instances' rows as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_async(lambda interrupted: _up(args, interrupted))
-
-
-async def _up(args: argparse.Namespace, interrupted: asyncio.Event) -> int:
-    layout, _ = load_session([args.layout] if args.layout else [])
+    try:
+        session = connect([args.layout] if args.layout else [], command="up", reload=True, layout_only=True)
+    except CommandError as exc:
+        return exc.code
     only = args.only
+    known = session.instance_names()
     if only:
-        unknown = [n for n in only if n not in layout.names()]
+        unknown = [n for n in only if n not in known]
         if unknown:
             print(
-                f"vtui up: no instance named {', '.join(unknown)} (instances: {', '.join(layout.names())})",
+                f"vtui up: no instance named {', '.join(unknown)} (instances: {', '.join(known)})",
                 file=sys.stderr,
             )
             return 2
-    sup = Supervisor(layout)
-    sup.subscribe(progress_printer())
-    stop_waiting = asyncio.ensure_future(interrupted.wait())
+    ended = None if args.json else follow_feed(session.client, progress_printer())
     try:
         try:
-            await sup.start(only)
-        except PreflightError as exc:
+            session.client.post("/start", {"names": only}, timeout=None)
+        except ServiceError as exc:
+            if exc.status != 409:
+                raise
             for line in exc.problems:
                 print(f"vtui up: {line}", file=sys.stderr)
             print("vtui up: nothing was started", file=sys.stderr)
             return 1
-        settle = asyncio.ensure_future(sup.wait_settled(only, timeout=args.timeout))
-        await asyncio.wait({settle, stop_waiting}, return_when=asyncio.FIRST_COMPLETED)
-        if not settle.done():
-            settle.cancel()
-            print("vtui up: interrupted; instances keep running (`vtui down` stops them)", file=sys.stderr)
-            return 130
-        states = settle.result()
-        code = _report(sup, states)
-        if args.watch and not interrupted.is_set():
-            print("supervising; Ctrl-C to leave (instances keep running)", flush=True)
-            run_task = asyncio.ensure_future(sup.run())
-            await asyncio.wait({run_task, stop_waiting}, return_when=asyncio.FIRST_COMPLETED)
-            code = 0 if all(s.state is State.READY for s in sup.status() if not only or s.name in only) else 1
+        states = session.client.post("/wait", {"names": only, "timeout": args.timeout}, timeout=None)
+        code = _report(session, states["states"], args.json)
+        if args.watch:
+            print("following the session supervisor; Ctrl-C to leave (instances keep running)", flush=True)
+            if ended is None:
+                ended = follow_feed(session.client, progress_printer())
+            ended.wait()
+            print("vtui up: the session supervisor ended", file=sys.stderr)
         return code
-    finally:
-        stop_waiting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stop_waiting
-        await sup.close()
+    except KeyboardInterrupt:
+        print("vtui up: interrupted; instances keep running (`vtui down` stops them)", file=sys.stderr)
+        return 130
+    except (ServiceError, ServiceUnavailable) as exc:
+        print(f"vtui up: {exc}", file=sys.stderr)
+        return 1
 
 
-def _report(sup: Supervisor, states: dict[str, State]) -> int:
-    bad = 0
-    for status in sup.status():
-        if status.name not in states:
+def _report(session, states: dict[str, str], as_json: bool) -> int:
+    status = session.status(refresh=True)
+    rows = [row_of(i, status["supervisor_pid"]) for i in status["instances"] if i["name"] in states]
+    bad = sum(1 for n, s in states.items() if s != "ready")
+    if as_json:
+        print_json(rows)
+        return 1 if bad else 0
+    for inst in status["instances"]:
+        name = inst["name"]
+        if name not in states:
             continue
-        state = states[status.name]
-        if state is State.READY:
-            print(f"{status.name}: ready on {status.spec.base_url} (pid {status.pid})")
+        if states[name] == "ready":
+            print(f"{name}: ready on {base_url_of(inst['spec'])} (pid {inst['pid']})")
         else:
-            bad += 1
-            reason = status.last_error or "no error line found; see `vtui logs " + status.name + "`"
-            print(f"{status.name}: {state.value}: {reason}", file=sys.stderr)
+            reason = inst.get("last_error") or "no error line found; see `vtui logs " + name + "`"
+            print(f"{name}: {states[name]}: {reason}", file=sys.stderr)
     return 1 if bad else 0

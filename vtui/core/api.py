@@ -3,15 +3,16 @@
 - `Launcher`: what the supervisor needs from the OS (spawn, observe, stop, probe, find again).
   `core.launcher.OsLauncher` is the real one; tests pass doubles with the same methods.
 - `SupervisorApi`: what the dashboard and the CLI need from whoever owns a session's instances.
-  `core.supervisor.Supervisor` (in-process) satisfies it, and so does the fake the UI tests drive;
-  the session supervisor's socket client is the next implementation behind the same seam.
+  `service.remote.RemoteSupervisor` (the session supervisor's socket client, the dashboard's default),
+  `core.supervisor.Supervisor` (in-process: what the session supervisor runs) and the fake the UI
+  tests drive all satisfy it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import psutil
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from vtui.core.state import State
     from vtui.core.supervision import InstanceStatus
 
-__all__ = ["Launcher", "SupervisorApi"]
+__all__ = ["Launcher", "SupervisorApi", "TelemetryFeed"]
 
 
 @runtime_checkable
@@ -89,3 +90,13 @@ class SupervisorApi(Protocol):
     async def run(self) -> None: ...
 
     async def close(self, stop_instances: bool = False) -> None: ...
+
+
+@runtime_checkable
+class TelemetryFeed(Protocol):
+    """A `SupervisorApi` that also sends samples and snapshots (the session supervisor's client): the
+    dashboard then runs no scrape loop of its own and repaints on each snapshot."""
+
+    def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]: ...
+
+    def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]: ...

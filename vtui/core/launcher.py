@@ -240,13 +240,15 @@ class OsLauncher:
         return _same_process(handle.pid, handle.create_time) is not None
 
     def exit_code(self, handle: ProcessHandle) -> int | None:
-        """The leader's exit status as the pump recorded it (None: unknown or not yet written)."""
-        if handle.exit_path is None:
-            return None
-        try:
-            return int(handle.exit_path.read_text().strip())
-        except (OSError, ValueError):
-            return None
+        """The leader's exit status as the pump recorded it, subprocess-style (negative: the signal that
+        killed it); None: unknown or not yet written."""
+        info = self.exit_info(handle)
+        return info.returncode if info is not None else None
+
+    def exit_info(self, handle: ProcessHandle) -> logfile.ExitInfo | None:
+        """How the leader ended as the pump recorded it: exit code, or signal (and core dump), and the
+        known killers running at that moment (core.killers); None: unknown or not yet written."""
+        return logfile.read_exit(handle.exit_path) if handle.exit_path is not None else None
 
     def tree(self, handle: ProcessHandle, thorough: bool = True) -> dict[int, psutil.Process]:
         """Every live process of the instance: the verified leader and its descendants, plus any

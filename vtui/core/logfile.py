@@ -5,20 +5,27 @@ Why a pump process: an instance outlives vtui, so its output cannot go through a
 (vLLM would die of SIGPIPE when vtui exits), and a plain file would grow without bound while no vtui
 runs. The launcher therefore starts `python logfile.py --log … -- ARGV…` as the session leader; it
 spawns ARGV with stdout+stderr on a pipe, writes the pipe into `name.log` (rotated to `name.log.1…K`,
-files 0600, at most max_bytes each), reports the child pid on its own stdout, records the child's exit
-code in `--exit-file`, and exits when the pipe is closed by every process of the instance.
+files 0600, at most max_bytes each), reports the child pid on its own stdout, records how the child
+ended in `--exit-file` (`read_exit`: exit code, or the signal that killed it and whether it dumped core,
+plus the known killers running at that moment, `core.killers`), and exits when the pipe is closed by
+every process of the instance.
 
-Stdlib only: this file runs as a script in the pump, so it must not import vtui.
+Stdlib only: this file runs as a script in the pump, so it must not import vtui (it loads the sibling,
+stdlib-only killers.py by path, and carries on without it if that fails).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
@@ -174,13 +181,132 @@ def read_tail(path: str | os.PathLike[str], n: int) -> list[str]:
     return lines[-n:] if n > 0 else []
 
 
+# -- how the child ended ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How an instance's API server ended, as its parent (the pump) saw it in waitid's siginfo.
+
+    `returncode` follows subprocess (negative: killed by that signal). Who sent a signal is not in it
+    (Linux gives the sender only to the receiver): `killers` lists the known killers that were running
+    when the child died (core.killers), each {"pid", "kind", "command"}."""
+
+    returncode: int
+    code: int | None = None  # exit status when it exited
+    signal: int | None = None  # the signal that killed it
+    core_dumped: bool = False
+    at: float | None = None  # time.time() when it was reaped
+    killers: tuple[dict, ...] = ()
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+    def describe(self) -> str:
+        """'exited with code 0' / 'killed by SIGTERM (core dumped)', with the killers found, if any."""
+        text = (
+            f"killed by {self.signal_name}{' (core dumped)' if self.core_dumped else ''}"
+            if self.signal is not None
+            else f"exited with code {self.code if self.code is not None else self.returncode}"
+        )
+        if self.killers:
+            text += "; running then: " + ", ".join(
+                f"{k.get('kind')} (pid {k.get('pid')}: {k.get('command')})" for k in self.killers
+            )
+        return text
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "returncode": self.returncode,
+                "code": self.code,
+                "signal": self.signal,
+                "core_dumped": self.core_dumped,
+                "at": self.at,
+                "killers": list(self.killers),
+            }
+        )
+
+
+def parse_exit(text: str) -> ExitInfo | None:
+    """An exit file's content: the JSON the pump writes, or a bare returncode (older pumps)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(data, int) and not isinstance(data, bool):
+        return ExitInfo(data, None if data < 0 else data, -data if data < 0 else None)
+    if not isinstance(data, dict) or not isinstance(data.get("returncode"), int):
+        return None
+    killers = data.get("killers") or []
+    return ExitInfo(
+        int(data["returncode"]),
+        data.get("code") if isinstance(data.get("code"), int) else None,
+        data.get("signal") if isinstance(data.get("signal"), int) else None,
+        bool(data.get("core_dumped")),
+        float(data["at"]) if isinstance(data.get("at"), (int, float)) else None,
+        tuple(k for k in killers if isinstance(k, dict)) if isinstance(killers, list) else (),
+    )
+
+
+def read_exit(path: str | os.PathLike[str]) -> ExitInfo | None:
+    """The exit file's record (None: missing, not written yet, or unreadable)."""
+    try:
+        return parse_exit(Path(path).read_text())
+    except OSError:
+        return None
+
+
+def _audit_killers(child_pid: int) -> tuple[dict, ...]:
+    """The known killers running now (core.killers, loaded by path); () if that cannot be done."""
+    try:
+        spec = importlib.util.spec_from_file_location("_vtui_killers", Path(__file__).with_name("killers.py"))
+        if spec is None or spec.loader is None:
+            return ()
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        found = module.audit(target_pids={child_pid, os.getpid()})
+        return tuple(k.to_dict() for k in found)
+    except Exception:  # noqa: BLE001 - the audit is a bonus: the exit record must be written regardless
+        return ()
+
+
+def wait_exit(pid: int) -> ExitInfo:
+    """Reap child `pid` with waitid and say how it ended (the signal, and whether it dumped core)."""
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED)
+            break
+        except InterruptedError:
+            continue
+    at = time.time()
+    if info is None:  # cannot happen without WNOHANG; keep mypy and readers honest
+        return ExitInfo(0, 0, None, False, at)
+    if info.si_code == os.CLD_EXITED:
+        return ExitInfo(info.si_status, info.si_status, None, False, at)
+    dumped = info.si_code == os.CLD_DUMPED
+    return ExitInfo(-info.si_status, None, info.si_status, dumped, at)
+
+
 # -- the pump process ---------------------------------------------------------------------------
-def _write_exit(exit_file: str | None, code: int) -> None:
+def _write_exit(exit_file: str | None, info: ExitInfo | int) -> None:
     if not exit_file:
         return
+    if isinstance(info, int):
+        info = ExitInfo(info, info, None, False, time.time())
     tmp = f"{exit_file}.tmp"
     with open(tmp, "w") as fh:
-        fh.write(str(code))
+        fh.write(info.to_json())
     os.replace(tmp, exit_file)
 
 
@@ -208,13 +334,21 @@ def pump_main(argv: list[str] | None = None) -> int:
     os.close(write_fd)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # keep capturing the shutdown; only SIGKILL ends the pump
-    print(f"pid {child.pid}", flush=True)
+    try:
+        print(f"pid {child.pid}", flush=True)
+    except OSError:  # the launcher died before reading it: keep pumping (a supervisor finds us by marker)
+        pass
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
 
+    ended: list[ExitInfo] = []
+
     def wait_child() -> None:
-        code = child.wait()
-        _write_exit(args.exit_file, code)
+        info = wait_exit(child.pid)
+        child.returncode = info.returncode  # reaped here: Popen must not wait for it again
+        info = replace(info, killers=_audit_killers(child.pid))  # at once: a pkill is gone in a moment
+        ended.append(info)
+        _write_exit(args.exit_file, info)
 
     waiter = threading.Thread(target=wait_child, daemon=True)
     waiter.start()
@@ -227,7 +361,8 @@ def pump_main(argv: list[str] | None = None) -> int:
             break
         writer.write(chunk)
     waiter.join()
-    writer.write(f"[vtui] process {child.pid} exited with code {child.returncode}\n".encode())
+    how = ended[0].describe() if ended else f"exited with code {child.returncode}"
+    writer.write(f"[vtui] process {child.pid} {how}\n".encode())
     writer.close()
     return 0
 

@@ -137,6 +137,9 @@ class SessionSpec:
     allow_gpu_sharing: bool = False  # let two instances list the same GPU (they start staggered)
     gpu_hour_price: float | None = None  # for cost per million tokens in bench reports
     gpu_memory_gib: float | None = None  # override when NVML is absent (planner, sim)
+    on_event: tuple[str, ...] | None = None  # command run with each event's JSON on stdin (core.notify)
+    webhook: str | None = None  # URL each event's JSON is POSTed to (core.notify)
+    on_event_cooldown: float | None = None  # seconds between two events of one kind and instance (None: 60)
 
 
 # Where a layout value came from a `${VAR}` reference: (instance name, or "" for [defaults], key path such

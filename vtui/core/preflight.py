@@ -1,7 +1,8 @@
 """Checks before any start, so a refusal costs nothing: ports already taken (naming the holder), GPU
 indices absent, GPU sets overlapping, instances without gpus piling onto GPU 0, too few CPU cores for
-the vLLM instances (sims need none of their own), a public bind address, and the extra ports of data
-parallel (a port per rank and the DP supervisor's).
+the vLLM instances (sims need none of their own), a public bind address, the extra ports of data
+parallel (a port per rank and the DP supervisor's); and, per launch, `gpu_memory_check`: the GPUs'
+free memory against what gpu-memory-utilization will ask.
 
 Problems refuse the start (one clear line each); warnings and notes are reported and the start goes on.
 """
@@ -9,16 +10,23 @@ Problems refuse the start (one clear line each); warnings and notes are reported
 from __future__ import annotations
 
 import errno
+import math
 import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from vtui.core import flagspec
 from vtui.core.flagspec import dp_ports
 from vtui.core.model import InstanceSpec, Layout
+
+if TYPE_CHECKING:
+    from vtui.telemetry.gpu import GpuSample
+
+GIB = 1 << 30
 
 
 class PreflightError(RuntimeError):
@@ -215,3 +223,81 @@ def _overlaps(specs: list[InstanceSpec], new: set[str]) -> list[str]:
                     "(set session.allow_gpu_sharing = true to share)"
                 )
     return lines
+
+
+# -- free GPU memory before a start -----------------------------------------------------------------
+
+
+def _flag_int(spec: InstanceSpec, name: str) -> int:
+    value = spec.flags.get(name, 1)
+    try:
+        return max(1, int(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1
+
+
+def instance_gpu_indices(spec: InstanceSpec) -> list[int]:
+    """The GPUs an instance's ranks land on: its `gpus` (first TP × PP × DP of them), else 0..N-1."""
+    ranks = (
+        _flag_int(spec, "tensor-parallel-size")
+        * _flag_int(spec, "pipeline-parallel-size")
+        * _flag_int(spec, "data-parallel-size")
+    )
+    return list(spec.gpus[:ranks]) if spec.gpus else list(range(ranks))
+
+
+def gpu_memory_check(
+    spec: InstanceSpec,
+    sample: GpuSample | None,
+    *,
+    force: bool = False,
+    ignore_pids: Iterable[int] = (),
+) -> PreflightResult:
+    """Whether the GPUs `spec` will use have the memory its --gpu-memory-utilization asks, by vLLM 0.32's
+    own start check (`request_memory` in v1/worker/utils.py: free memory on the device at startup must be
+    at least ceil(utilization × total), else "Free memory on device … is less than desired GPU memory
+    utilization"; it holds with --kv-cache-memory-bytes too). Free = total − used as `sample` shows it:
+    NVML's (telemetry.gpu.GpuSampler.sample_once()) for vLLM, the simulated registry's
+    (sim.gpuview.SimulatedGpus) for `vtui sim`. A shortfall is a problem naming the holders by pid and
+    vtui instance (a warning instead when `force`). `ignore_pids`: processes about to go (the instance's
+    own previous tree). No usable sample: a note, nothing refused. Call it just before each launch (after
+    a shared GPU's stagger), when the other instances' memory is what the new one will find."""
+    result = PreflightResult()
+    if sample is None or not sample.available:
+        why = sample.reason if sample is not None else "no GPU sample"
+        result.notes.append(f'instance "{spec.name}": GPU memory not checked ({why})')
+        return result
+    value = spec.flags.get("gpu-memory-utilization", flagspec.BUILTIN_FLAGS["gpu-memory-utilization"].default)
+    try:
+        utilization = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return result  # the layout check names a bad value
+    gone = set(ignore_pids)
+    by_index = {g.index: g for g in sample.gpus}
+    for index in instance_gpu_indices(spec):
+        info = by_index.get(index)
+        if info is None or info.memory_total is None or info.memory_used is None:
+            result.notes.append(f'instance "{spec.name}": GPU {index} memory not known: not checked')
+            continue
+        leaving = sum(p.used_memory or 0 for p in sample.processes_on(index) if p.pid in gone)
+        free = info.memory_total - max(0, info.memory_used - leaving)
+        requested = math.ceil(info.memory_total * utilization)
+        if free >= requested:
+            continue
+        holders = [p for p in sample.processes_on(index) if p.pid not in gone]
+        named = ", ".join(
+            f"pid {p.pid} ({f'instance {p.instance!r}' if p.instance else 'not a vtui instance'}"
+            + (f", {p.used_memory / GIB:.2f} GiB" if p.used_memory is not None else "")
+            + ")"
+            for p in sorted(holders, key=lambda p: -(p.used_memory or 0))
+        )
+        line = (
+            f'instance "{spec.name}": GPU {index} has {free / GIB:.2f} GiB free of '
+            f"{info.memory_total / GIB:.2f} GiB, less than gpu-memory-utilization {utilization:g} asks "
+            f"({requested / GIB:.2f} GiB); held by {named or 'processes NVML does not list'}"
+        )
+        if force:
+            result.warnings.append(line + "; starting anyway (forced)")
+        else:
+            result.problems.append(line + "; stop them, lower gpu-memory-utilization, or force the start")
+    return result

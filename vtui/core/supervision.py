@@ -1,13 +1,16 @@
 """The supervisor's plain helpers, kept apart from its asyncio driving: the `InstanceStatus` snapshot
 handed to the UI, the spec as spawned (`launch_spec`), the GPUs an instance lands on (`gpus_used`),
-where an instance's log lives (`log_path_for`), which processes a sweep ended (`orphans`), and the run
-record saved for re-adoption (`run_record`).
+where an instance's log lives (`log_path_for`), which processes a sweep ended (`orphans`), the run
+record saved for re-adoption (`run_record`) and the one written ahead of a spawn (`intent_record`),
+and finding an unconfirmed launch again by the `VTUI_INSTANCE` marker (`find_launched`,
+`kill_marked`: blocking psutil walks, called off the event loop).
 
-No I/O beyond path arithmetic; `vtui.core.supervisor` re-exports the public names.
+`vtui.core.supervisor` re-exports the public names.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +23,19 @@ from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.runstate import RunRecord, spec_to_dict
 from vtui.core.state import Phase, State
 
-__all__ = ["InstanceStatus", "gpus_used", "launch_spec", "log_path_for", "orphans", "run_record", "status_of"]
+__all__ = [
+    "InstanceStatus",
+    "find_launched",
+    "gpus_used",
+    "intent_record",
+    "kill_marked",
+    "launch_spec",
+    "log_path_for",
+    "marked_processes",
+    "orphans",
+    "run_record",
+    "status_of",
+]
 
 
 @dataclass(frozen=True)
@@ -114,3 +129,102 @@ def run_record(inst: Instance, handle: Any, session: str, layout: Layout, clock:
         last_good_flags=dict(good) if good is not None else None,
         layout_path=str(layout.path) if layout.path else None,
     )
+
+
+def intent_record(
+    inst: Instance, spec: InstanceSpec, session: str, layout: Layout, clock: Clock
+) -> RunRecord:
+    """The record written before a spawn (pid 0: not confirmed yet): what the launch will run, so a
+    supervisor killed before the spawn returns leaves a trace the next one finds by marker."""
+    return RunRecord(
+        session=session,
+        name=inst.spec.name,
+        pid=0,
+        create_time=0.0,
+        pgid=0,
+        sid=0,
+        port=inst.spec.port,
+        log_path=str(inst.log_path),
+        argv=spec.argv(),
+        flags=dict(inst.spec.flags),
+        spec=spec_to_dict(inst.spec),
+        started_at=clock.time(),
+        restarts=inst.restarts,
+        last_state="launching",
+        layout_path=str(layout.path) if layout.path else None,
+    )
+
+
+def marked_processes(key: str) -> list[Any]:
+    """Live processes whose `VTUI_INSTANCE` marker is `key` (`<session>/<name>`)."""
+    import psutil
+
+    from vtui.core.launcher import MARKER
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(MARKER) == key and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def find_launched(launcher: Any, record: RunRecord) -> Any:
+    """The handle of an unconfirmed launch (record pid 0): its log pump (a session leader running
+    `logfile.py`, carrying the marker) and the pump's child, verified by the launcher like any adoption.
+    None when there is no such live pair."""
+    import os
+
+    import psutil
+
+    for proc in marked_processes(record.key):
+        try:
+            if os.getsid(proc.pid) != proc.pid or not any("logfile.py" in part for part in proc.cmdline()):
+                continue
+            for child in proc.children():
+                handle = launcher.find(
+                    pid=child.pid,
+                    create_time=child.create_time(),
+                    argv=record.argv,
+                    key=record.key,
+                    log_path=Path(record.log_path),
+                    pump_pid=proc.pid,
+                )
+                if handle is not None:
+                    return handle
+        except (psutil.Error, OSError):
+            continue
+    return None
+
+
+def kill_marked(key: str, timeout: float = 5.0) -> list[int]:
+    """SIGKILL every live process marked `key` and wait for them, again until a scan finds none (a log
+    pump killed while forking leaves a child the first scan missed); the pids killed."""
+    import psutil
+
+    killed: set[int] = set()
+    for _ in range(5):
+        procs = marked_processes(key)
+        if not procs:
+            break
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        killed.update(p.pid for p in procs)
+        deadline = time.monotonic() + timeout
+        while any(_live(p) for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.01)  # a zombie counts as gone: PID 1 of a container may never reap it
+    return sorted(killed)
+
+
+def _live(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

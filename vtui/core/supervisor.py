@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,12 +23,22 @@ from vtui.core.events import Event, LogLines, Notice, ProcessExited, StateChange
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.launcher import OsLauncher
 from vtui.core.logfile import LogTailer, read_tail
-from vtui.core.model import InstanceSpec, Layout
+from vtui.core.model import SECRET_FLAGS, InstanceSpec, Layout
 from vtui.core.preflight import PreflightError, preflight
-from vtui.core.runstate import RunStore, merge_flags
+from vtui.core.runstate import MASK, RunRecord, RunStore, merge_flags, spec_from_dict
 from vtui.core.startgate import StartGate, Sweeper
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus, gpus_used, launch_spec, log_path_for, run_record, status_of
+from vtui.core.supervision import (
+    InstanceStatus,
+    find_launched,
+    gpus_used,
+    intent_record,
+    kill_marked,
+    launch_spec,
+    log_path_for,
+    run_record,
+    status_of,
+)
 
 __all__ = ["InstanceStatus", "PreflightError", "Supervisor", "gpus_used", "launch_spec", "log_path_for"]
 
@@ -44,6 +55,7 @@ class Supervisor:
         poll_interval: float = 0.2,
         stop_grace: float | None = None,
         check_preflight: bool = True,
+        adopt_unlisted: bool = False,
     ) -> None:
         self._layout = layout
         self.session = layout.session.name
@@ -54,16 +66,11 @@ class Supervisor:
         self.poll_interval = poll_interval
         self.stop_grace = stop_grace
         self.check_preflight = check_preflight
+        self.adopt_unlisted = adopt_unlisted  # adopt recorded instances the layout no longer names
         self._subscribers: list[Callable[[Event], None]] = []
         self.instances: dict[str, Instance] = {}
         for spec in layout.instances:
-            self.instances[spec.name] = Instance(
-                spec,
-                clock=self.clock,
-                emit=self._emit,
-                session=self.session,
-                log_path=log_path_for(self.session, spec.name),
-            )
+            self.instances[spec.name] = self._new_instance(spec)
         self._tailers: dict[str, LogTailer] = {}
         self._pending: dict[str, asyncio.Task] = {}  # launches waiting for stagger / a GPU neighbour
         self._gate = StartGate()  # who must launch first on a shared GPU
@@ -72,6 +79,39 @@ class Supervisor:
         self._changed: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
         self._adopted_once = False
+
+    def _new_instance(self, spec: InstanceSpec) -> Instance:
+        return Instance(
+            spec,
+            clock=self.clock,
+            emit=self._emit,
+            session=self.session,
+            log_path=log_path_for(self.session, spec.name),
+        )
+
+    def set_layout(self, layout: Layout) -> None:
+        """Run `layout` from now on (same session): instances not running take its specs, new ones are
+        added, running ones keep the spec they run with (until their next start), and one the layout
+        no longer names stays while it runs (`stop` ends it)."""
+        if layout.session.name != self.session:
+            raise ValueError(f"layout session {layout.session.name!r} is not {self.session!r}")
+        for spec in layout.instances:
+            inst = self.instances.get(spec.name)
+            if inst is None:
+                self.instances[spec.name] = self._new_instance(spec)
+            elif not inst.state.running and spec.name not in self._pending:
+                inst.spec = spec
+        kept = [
+            self.instances[s.name].spec
+            for s in self._layout.instances
+            if s.name not in layout.names()
+            and (self.instances[s.name].state.running or s.name in self._pending)
+        ]
+        for spec in self._layout.instances:
+            if spec.name not in layout.names() and spec not in kept:
+                self.instances.pop(spec.name, None)
+        current = [self.instances[s.name].spec for s in layout.instances] + kept
+        self._layout = dataclasses.replace(layout, instances=tuple(current))
 
     @property
     def _machine_gpus(self) -> int | None:
@@ -128,6 +168,14 @@ class Supervisor:
         self._ensure_loops()
         self._adopted_once = True
         adopted = []
+        if self.adopt_unlisted:
+            for unlisted in self.store.all(self.session):
+                if unlisted.name not in self.instances:
+                    spec = _unlisted_spec(unlisted)
+                    self.instances[spec.name] = self._new_instance(spec)
+                    self._layout = dataclasses.replace(
+                        self._layout, instances=(*self._layout.instances, spec)
+                    )
         for spec in self._layout.instances:
             inst = self.instances[spec.name]
             if inst.state is not State.STOPPED or spec.name in self._pending:
@@ -135,14 +183,27 @@ class Supervisor:
             record = self.store.load(self.session, spec.name)
             if record is None:
                 continue
-            handle = self.launcher.find(
-                pid=record.pid,
-                create_time=record.create_time,
-                argv=record.argv,
-                key=record.key,
-                log_path=Path(record.log_path),
-                pump_pid=record.pump_pid,
-            )
+            if record.pid == 0:  # launch begun, never confirmed: its processes carry the marker
+                handle = await asyncio.to_thread(self._found_launched, record)
+                if handle is None:
+                    self.store.remove(self.session, spec.name)
+                    continue
+                record.pid, record.create_time, record.pump_pid = (
+                    handle.pid,
+                    handle.create_time,
+                    handle.pump_pid,
+                )
+                record.pgid, record.sid = handle.pgid, handle.sid
+                self.store.save(record)
+            else:
+                handle = self.launcher.find(
+                    pid=record.pid,
+                    create_time=record.create_time,
+                    argv=record.argv,
+                    key=record.key,
+                    log_path=Path(record.log_path),
+                    pump_pid=record.pump_pid,
+                )
             if handle is None:
                 await self._sweeper.dead_record(record)
                 self._note_lost_flags(spec, record.pid, record.flags)
@@ -160,6 +221,21 @@ class Supervisor:
             adopted.append(spec.name)
             self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
         return adopted
+
+    def _found_launched(self, record: RunRecord) -> Any:
+        """The process tree of a launch recorded ahead of its spawn (the launcher died before the
+        confirmation): adopted when its log pump and leader live; anything else with its marker is
+        killed (a pump killed mid-handshake leaves a server no log would capture)."""
+        handle = find_launched(self.launcher, record)
+        if handle is None:
+            killed = kill_marked(record.key)
+            if killed:
+                self._notice(
+                    record.name,
+                    "warning",
+                    f"{record.name}: killed the processes of an unconfirmed launch {killed}",
+                )
+        return handle
 
     def _note_lost_flags(self, spec: InstanceSpec, pid: int, recorded: dict) -> None:
         """A recorded instance died with no supervisor watching; the next start uses the layout. Say
@@ -249,9 +325,14 @@ class Supervisor:
         if not inst.begin_launch():
             return
         spec = launch_spec(inst.spec, self._layout.session)
-        fut = asyncio.ensure_future(
-            asyncio.to_thread(self.launcher.spawn, spec, log_path=inst.log_path, session=self.session)
-        )
+        intent = intent_record(inst, spec, self.session, self._layout, self.clock)
+        log_path = inst.log_path
+
+        def spawn() -> Any:
+            self.store.save(intent)  # written ahead: a launcher killed mid-spawn leaves a findable trace
+            return self.launcher.spawn(spec, log_path=log_path, session=self.session)
+
+        fut = asyncio.ensure_future(asyncio.to_thread(spawn))
         try:
             handle = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -262,11 +343,13 @@ class Supervisor:
                 inst.attach(fut.result())
                 self._save_record(inst)
             else:
+                self.store.remove(self.session, name)
                 inst.spawn_failed(fut.exception())  # type: ignore[arg-type]
             raise
         except Exception as exc:  # SpawnError/OSError: no executable, no log folder…
             if not isinstance(exc, (SpawnError, OSError)):
                 self._notice(name, "error", f"{name}: spawn failed unexpectedly: {exc!r}")
+            self.store.remove(self.session, name)
             inst.spawn_failed(exc)
             return
         inst.attach(handle)
@@ -305,26 +388,28 @@ class Supervisor:
         """Until each named instance is READY, FAILED, STOPPED or CRASHED with no restart coming."""
         wanted = self._names(names)
         self._ensure_loops()
-        assert self._changed is not None
+        changed = self._changed
+        assert changed is not None
 
         async def settle() -> None:
             while not all(self.instances[n].settled and n not in self._pending for n in wanted):
-                self._changed.clear()
+                changed.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), 1.0)
+                    await asyncio.wait_for(changed.wait(), 1.0)
 
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(settle(), timeout)
         return {n: self.instances[n].state for n in wanted}
 
     # -- stop / restart --------------------------------------------------------------------------
-    async def stop(self, names: Iterable[str] | None = None) -> None:
-        """Stop each instance: SIGTERM, grace, SIGKILL of the group, sweep; STOPPED once nothing is left."""
+    async def stop(self, names: Iterable[str] | None = None, grace: float | None = None) -> None:
+        """Stop each instance: SIGTERM, grace, SIGKILL of the group, sweep; STOPPED once nothing is left.
+        `grace`: seconds between SIGTERM and SIGKILL for this stop (default: `stop_grace`)."""
         if not self._adopted_once:
             await self.adopt()
-        await asyncio.gather(*(self._stop_one(n) for n in self._names(names)))
+        await asyncio.gather(*(self._stop_one(n, grace) for n in self._names(names)))
 
-    async def _stop_one(self, name: str) -> None:
+    async def _stop_one(self, name: str, grace: float | None = None) -> None:
         inst = self.instances[name]
         pending = self._pending.pop(name, None)
         if pending is not None:
@@ -338,7 +423,9 @@ class Supervisor:
             self.store.remove(self.session, name)
             return
         handle.serves(inst.spec)  # where the stop asks how many requests are in flight (core.drain)
-        report = await asyncio.to_thread(self.launcher.stop, handle, self.stop_grace)
+        report = await asyncio.to_thread(
+            self.launcher.stop, handle, self.stop_grace if grace is None else grace
+        )
         self._drain(name)
         if report.cut_text():
             self._notice(name, "warning", f"{name}: {report.cut_text()}")
@@ -468,3 +555,11 @@ class Supervisor:
                             self._drain(inst.spec.name)  # the startup phases logged so far come first
                         inst.on_health(ok is True)
             await self.clock.sleep(self.health_interval)
+
+
+def _unlisted_spec(record: RunRecord) -> InstanceSpec:
+    """The spec of a recorded instance the layout no longer names, from its record (a masked secret
+    is dropped rather than passed on as `***`)."""
+    spec = spec_from_dict(record.spec)
+    masked = tuple(k for k in SECRET_FLAGS if spec.flags.get(k) == MASK)
+    return spec.with_flags(unset=masked) if masked else spec

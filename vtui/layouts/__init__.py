@@ -7,8 +7,10 @@ from vtui.layouts.files import (
     dump_layout,
     load_layout,
     load_layout_with_warnings,
+    referenced_vars,
     render_layout,
     save_layout,
+    unresolved,
 )
 from vtui.layouts.lookup import (
     builtin_layout,
@@ -31,9 +33,11 @@ __all__ = [
     "last_layout",
     "load_layout",
     "load_layout_with_warnings",
+    "referenced_vars",
     "remember_last",
     "render_layout",
     "resolve_layout_arg",
     "save_layout",
     "split_layout_args",
+    "unresolved",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "emit_table",
     "instance_table",
     "instance_values",
+    "mapping",
     "plain",
     "shared_defaults",
 ]
@@ -82,9 +83,10 @@ def dump_layout(layout: Layout) -> str:
     session: dict[str, object] = {"name": layout.session.name}
     if layout.session.allow_gpu_sharing:
         session["allow_gpu_sharing"] = True
-    for key in ("gpu_hour_price", "gpu_memory_gib"):
+    for key in ("gpu_hour_price", "gpu_memory_gib", "on_event", "webhook", "on_event_cooldown"):
         if getattr(layout.session, key) is not None:
-            session[key] = getattr(layout.session, key)
+            value = getattr(layout.session, key)
+            session[key] = list(value) if isinstance(value, tuple) else value
     doc: dict[str, object] = {"session": session}
     defaults = shared_defaults(layout)
     if defaults:
@@ -105,8 +107,8 @@ def instance_table(
         if key in ("name",) or value is None:
             continue
         if key in ("env", "flags"):
-            inherited = dict(effective.get(key) or {})  # type: ignore[call-overload]
-            value = {k: v for k, v in value.items() if k not in inherited or inherited[k] != v}  # type: ignore[union-attr]
+            inherited = mapping(effective.get(key))
+            value = {k: v for k, v in mapping(value).items() if k not in inherited or inherited[k] != v}
             if not value:
                 continue
         elif key != "port" and key in effective and effective[key] == value:
@@ -143,6 +145,11 @@ def _emit(doc: Mapping[str, object]) -> str:
     blocks = [emit_table(key, doc[key]) for key in ("session", "defaults") if key in doc]  # type: ignore[arg-type]
     blocks += [emit_table("instance", table, array=True) for table in doc["instance"]]  # type: ignore[attr-defined]
     return "\n\n".join("\n".join(block) for block in blocks) + "\n"
+
+
+def mapping(value: object) -> dict[str, object]:
+    """A table's keys and values (env, flags), {} for anything else (absent, None)."""
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 def plain(value: object) -> object:

@@ -25,6 +25,7 @@ from vtui.layouts.dump import (
     emit_table,
     instance_table,
     instance_values,
+    mapping,
     plain,
     shared_defaults,
 )
@@ -68,7 +69,7 @@ def edit_text(text: str, old: Layout, new: Layout) -> str | None:
             instance_values(before),
             instance_values(after),
             effective,
-            lambda path, value, name=name: restore(name, path, value),
+            _scoped(restore, name),
         )
     out = tomlkit.dumps(doc)
     for name in added:
@@ -77,6 +78,11 @@ def edit_text(text: str, old: Layout, new: Layout) -> str | None:
     if "\r\n" in text and "\n" not in text.replace("\r\n", ""):
         out = out.replace("\r\n", "\n").replace("\n", "\r\n")  # new lines as the file's own (CRLF)
     return out
+
+
+def _scoped(restore: Restorer, name: str) -> Callable[[tuple, object], object]:
+    """`restore` for one instance's keys."""
+    return lambda path, value: restore(name, path, value)
 
 
 def _drop(aot: AoT, index: int) -> None:
@@ -157,9 +163,9 @@ def _defaults(doc: Any, old: Mapping[str, object], new: Mapping[str, object], re
             _sub_table(
                 table,
                 key,
-                dict(old.get(key) or {}),
-                dict(new.get(key) or {}),
-                {},  # type: ignore[call-overload]
+                mapping(old.get(key)),
+                mapping(new.get(key)),
+                {},
                 lambda path, value: restore("", path, value),
             )
         elif key not in new:
@@ -183,11 +189,11 @@ def _instance(
             _sub_table(
                 table,
                 key,
-                dict(old[key]),
-                dict(new[key]),  # type: ignore[call-overload]
-                dict(effective.get(key) or {}),
+                mapping(old[key]),
+                mapping(new[key]),
+                mapping(effective.get(key)),
                 restore,
-            )  # type: ignore[call-overload]
+            )
             continue
         value = new[key]
         if key in table:

@@ -17,7 +17,16 @@ class LayoutProblem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+        key, message = shown(self.key, 120), shown(self.message, 400)
+        return f"{where}: {key}: {message}" if key else f"{where}: {message}"
+
+
+def shown(text: str, limit: int) -> str:
+    """`text` on one line and of sane length: control characters escaped (a key may hold a newline), a
+    long one cut short with its length (a 5000-character key is not echoed back)."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else f"{text[: limit // 2]}… ({len(text)} characters)"
 
 
 class LayoutError(Exception):

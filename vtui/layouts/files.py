@@ -18,21 +18,39 @@ from pathlib import Path
 from vtui.core.atomic import atomic_write_text
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
-from vtui.layouts.dump import dump_layout
+from vtui.layouts.dump import dump_layout, mapping
 from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
-from vtui.layouts.rules import DEFAULT_KEYS, INSTANCE_KEYS, MAX_NAME, SESSION_KEYS, TOP_KEYS, Checker
+from vtui.layouts.rules import (
+    DEFAULT_KEYS,
+    INSTANCE_KEYS,
+    MAX_NAME,
+    NOTIFY_KEYS,
+    SESSION_KEYS,
+    TOP_KEYS,
+    Checker,
+    notify_value,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["dump_layout", "load_layout", "load_layout_with_warnings", "render_layout", "save_layout"]
+__all__ = [
+    "dump_layout",
+    "load_layout",
+    "load_layout_with_warnings",
+    "referenced_vars",
+    "render_layout",
+    "save_layout",
+    "unresolved",
+]
 
 _BOM = "\ufeff"
-# Refused above this size: a layout describes a few instances (one is ~0.3 KiB), and the in-place save
-# (tomlkit) costs ~10 µs per byte, so 256 KiB (~800 instances) still saves in about a second.
+# Refused above this size: a layout describes a few instances (one is ~0.3 KiB). The in-place save
+# (tomlkit) costs 10-30 µs per byte (benchmarks/bench_layout_size.py): 256 KiB (~1000 instances) saves in
+# seconds; the 8 MB files that were accepted took minutes.
 MAX_LAYOUT_BYTES = 256 * 1024
 
 
@@ -194,6 +212,10 @@ def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
                 values[key] = value
             else:
                 c.problem(dotted, f"expected true or false, got {c.q(value)}")
+        elif key in NOTIFY_KEYS:
+            values[key], error = notify_value(key, value)
+            if error:
+                c.problem(dotted, error)
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             values[key] = float(value)
         else:
@@ -205,7 +227,7 @@ def _merge(defaults: Mapping[str, object], own: Mapping[str, object]) -> dict[st
     merged = dict(defaults)
     for key, value in own.items():
         if key in ("env", "flags"):
-            merged[key] = {**dict(defaults.get(key, {})), **dict(value)}  # type: ignore[arg-type]
+            merged[key] = {**mapping(defaults.get(key)), **mapping(value)}
         else:
             merged[key] = value
     return merged
@@ -292,3 +314,26 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
     except LayoutError:
         return None
     return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None
+
+
+def referenced_vars(layout: Layout) -> list[str]:
+    """Every environment variable the layout's `${VAR}` references name (what a supervisor started
+    elsewhere needs from the environment of the command that runs the layout)."""
+    from vtui.layouts.text import var_names
+
+    return list(dict.fromkeys(n for _, raw in layout.templates.values() for n in var_names(raw)))
+
+
+def unresolved(layout: Layout) -> dict[str, list[str]]:
+    """Instance name -> the `${VAR}`s left as written (loaded with `unset_ok`): such an instance can be
+    listed and stopped, never started. A reference in [defaults] counts for every instance."""
+    from vtui.layouts.text import has_vars, var_names
+
+    out: dict[str, list[str]] = {}
+    for (scope, _), (value, raw) in layout.templates.items():
+        if value != raw or not has_vars(raw):
+            continue
+        for name in [scope] if scope else layout.names():
+            out.setdefault(name, [])
+            out[name] += [v for v in var_names(raw) if v not in out[name]]
+    return out

@@ -16,7 +16,8 @@ from vtui.core import flagspec
 from vtui.layouts.text import LineIndex, expand_vars, has_vars
 
 TOP_KEYS = ("session", "defaults", "instance")
-SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib")
+NOTIFY_KEYS = ("on_event", "webhook", "on_event_cooldown")  # core.notify: tell someone about events
+SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib", *NOTIFY_KEYS)
 INSTANCE_KEYS = (
     "name",
     "model",
@@ -82,7 +83,10 @@ def q(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         return "a table"
-    return json.dumps(value) if isinstance(value, (list, int, float)) else repr(value)
+    if isinstance(value, (list, int, float)):
+        text = json.dumps(value, default=str)  # dates and times (TOML has them) as written
+        return text if len(text) <= 80 else f"{text[:40]}… ({len(text)} characters)"
+    return repr(value)
 
 
 def _number(value: object) -> bool:
@@ -352,9 +356,10 @@ class Checker:
                             f"{key}.flags.{flag}",
                             'an option of the simulated engine; set engine = "sim" or remove it',
                         )
-            gpus = fields.get("gpus") or []
-            self._parallel(key, fields, list(gpus))  # type: ignore[call-overload]
-            for gpu in gpus:  # type: ignore[union-attr]
+            listed = fields.get("gpus")
+            gpus: list[int] = list(listed) if isinstance(listed, list) else []
+            self._parallel(key, fields, gpus)
+            for gpu in gpus:
                 if gpu in gpu_users and not allow_gpu_sharing:
                     j = gpu_users[gpu]
                     self.problem(
@@ -370,7 +375,26 @@ class Checker:
                 self.problem(f"{key}.backoff_max", f"must be >= backoff ({backoff:g}s), got {cap:g}s")
 
     def _parallel(self, key: str, fields: Mapping[str, object], gpus: list[int]) -> None:
-        flags = fields.get("flags") or {}
-        needed = flagspec.gpus_needed(flags) if gpus and isinstance(flags, dict) else None
+        given = fields.get("flags")
+        flags: Mapping[str, object] = given if isinstance(given, Mapping) else {}
+        needed = flagspec.gpus_needed(flags) if gpus else None
         if needed is not None and needed[0] != len(gpus):
             self.problem(f"{key}.gpus", f"{needed[1]} = {needed[0]}, but {len(gpus)} GPU(s) listed")
+
+
+def notify_value(key: str, value: object) -> tuple[object, str | None]:
+    """A [session] notification key's normalised value, or the problem with it (core.notify)."""
+    if key == "on_event":
+        if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+            return tuple(value), None
+        return (
+            None,
+            f'expected a command as a non-empty list of strings, e.g. ["notify-send", "vtui"], got {q(value)}',
+        )
+    if key == "webhook":
+        if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            return value, None
+        return None, f"expected an http:// or https:// URL, got {q(value)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:  # on_event_cooldown
+        return float(value), None
+    return None, f"expected a number of seconds >= 0 (0: no cooldown), got {q(value)}"

@@ -94,3 +94,8 @@ def expand_vars(text: str, environ: Mapping[str, str] | None = None) -> tuple[st
 
 def has_vars(text: object) -> bool:
     return isinstance(text, str) and VAR_REF.search(text) is not None
+
+
+def var_names(text: str) -> list[str]:
+    """The names of the `${VAR}` references in `text`, in order, each once."""
+    return list(dict.fromkeys(m.group(1) for m in VAR_REF.finditer(text)))

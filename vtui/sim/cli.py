@@ -15,6 +15,7 @@ import time
 from vtui.core import vllm_memory
 from vtui.sim import args as simargs
 from vtui.sim import device, logfmt, models
+from vtui.sim.gpus import RegistrySleep
 from vtui.sim.memory import GIB, GpuRegistry, KvPlan, physical_gpus, plan_kv, weight_dtype
 
 HELP = "run the simulated vLLM engine (same flags as `vllm serve`, plus --sim-…)"
@@ -81,8 +82,15 @@ def _engine_failure(
     return StartFailed(message)
 
 
-def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, holder: list[int]):
-    """The slow part of `vllm serve`, in its log lines. Returns (shape, plan) or raises StartFailed."""
+def start(
+    a: argparse.Namespace,
+    log: logfmt.VllmLog,
+    registry: GpuRegistry,
+    holder: list[int],
+    sleep_out: list | None = None,
+):
+    """The slow part of `vllm serve`, in its log lines. Returns (shape, plan) or raises StartFailed.
+    `sleep_out` receives the memory a sleep frees (the engine's SleepMemory)."""
     scale = max(0.0, a.sim_startup_scale)
     log.banner(a.model, VERSION)
     log.api("api_utils.py:286", f"non-default args: {simargs.non_default(a)}")
@@ -225,6 +233,11 @@ def start(a: argparse.Namespace, log: logfmt.VllmLog, registry: GpuRegistry, hol
         )
         if mem is None:  # real memory is its own registry
             registry.claim(owner, gpus, claim)
+            if sleep_out is not None:
+                tagged = {"weights": plan.weights_bytes, "kv_cache": max(0, plan.available_bytes)}
+                sleep_out.append(RegistrySleep(registry, owner, gpus, claim, tagged, plan.total_bytes))
+        elif sleep_out is not None:
+            sleep_out.append(device.DeviceSleep(mem))
     log.engine("gpu_model_runner.py:3447", f"Starting to load model {a.model}...")
     load_s = min(3.0, 0.3 + plan.weights_bytes / GIB / 12.0) * scale
     _sleep(load_s)
@@ -355,11 +368,12 @@ def run(argv: list[str]) -> int:
             log.raw(logfmt.PORT_TRACE if exc.errno == 98 else f"OSError: {exc}", sys.stderr)
             return 1
         try:
-            shape, plan = start(a, log, registry, holder)
+            sleep_memory: list = []
+            shape, plan = start(a, log, registry, holder, sleep_memory)
         except StartFailed:
             return 1
         signal.signal(signal.SIGTERM, old)
-        return asyncio.run(serve(a, shape, plan, log, sock))
+        return asyncio.run(serve(a, shape, plan, log, sock, sleep_memory[0] if sleep_memory else None))
     finally:
         if sock is not None:
             sock.close()

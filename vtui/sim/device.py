@@ -66,6 +66,8 @@ class LocalMemory:
         self.count = count
         self.torch: Any = None
         self.tensors: list[Any] = []
+        self.sizes: dict[str, int] = {}  # tag -> bytes per device, as allocated
+        self.by_tag: dict[str, list[Any]] = {}
 
     @property
     def pid(self) -> int:
@@ -100,12 +102,46 @@ class LocalMemory:
         torch = self.torch
         try:
             for index in range(self.count):
-                self.tensors.append(torch.empty(int(nbytes), dtype=torch.uint8, device=f"cuda:{index}"))
+                tensor = torch.empty(int(nbytes), dtype=torch.uint8, device=f"cuda:{index}")
+                self.tensors.append(tensor)
+                self.by_tag.setdefault(tag, []).append(tensor)
         except getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError) as exc:
             raise CudaOutOfMemory(f"torch.OutOfMemoryError: {exc}".replace("\n", " ")) from exc
+        self.sizes[tag] = self.sizes.get(tag, 0) + int(nbytes)
+
+    def release(self, tags: list[str]) -> int:
+        """Sleep: drop the tensors of these tags and give the memory back to the driver (what NVML then
+        shows free); the bytes freed per device."""
+        freed = 0
+        for tag in tags:
+            gone = self.by_tag.pop(tag, [])
+            if gone:
+                freed += self.sizes.get(tag, 0)
+            ids = {id(t) for t in gone}
+            self.tensors = [t for t in self.tensors if id(t) not in ids]
+            del gone
+        if freed and self.torch is not None:
+            self.torch.cuda.empty_cache()
+        return freed
+
+    def restore(self, tags: list[str]) -> None:
+        """Wake: allocate the released tags again (torch's OOM message when the room is gone)."""
+        for tag in tags:
+            if tag in self.sizes and tag not in self.by_tag:
+                nbytes = self.sizes.pop(tag)
+                try:
+                    self.allocate(tag, nbytes)
+                except CudaOutOfMemory:
+                    self.release([tag])  # the devices it did fit on: all or nothing
+                    self.sizes[tag] = nbytes
+                    raise
+
+    def held(self) -> int:
+        return sum(n for tag, n in self.sizes.items() if tag in self.by_tag)
 
     def close(self) -> None:
         self.tensors.clear()
+        self.by_tag.clear()
 
 
 class ChildMemory:
@@ -153,12 +189,43 @@ class ChildMemory:
     def allocate(self, tag: str, nbytes: int) -> None:
         self._call(op="allocate", tag=tag, nbytes=int(nbytes))
 
+    def release(self, tags: list[str]) -> int:
+        return int(self._call(op="release", tags=list(tags)))
+
+    def restore(self, tags: list[str]) -> None:
+        self._call(op="restore", tags=list(tags))
+
+    def held(self) -> int:
+        return int(self._call(op="held"))
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
 
 
 Memory = LocalMemory | ChildMemory
+
+
+class DeviceSleep:
+    """The engine's `SleepMemory` over real CUDA memory: a sleep frees the weights and KV tensors (in this
+    process or the engine-core child), a wake allocates them again."""
+
+    def __init__(self, mem: Memory) -> None:
+        self.mem = mem
+
+    def release(self, tags: frozenset[str]) -> int:
+        return self.mem.release(sorted(tags))
+
+    def restore(self, tags: frozenset[str]) -> None:
+        from vtui.sim.gpus import WakeFailed
+
+        try:
+            self.mem.restore(sorted(tags))
+        except (CudaOutOfMemory, DeviceUnavailable) as exc:
+            raise WakeFailed(str(exc)) from exc
+
+    def in_use(self) -> int:
+        return self.mem.held()
 
 
 def open_memory(count: int, engine_child: bool) -> Memory:
@@ -217,6 +284,13 @@ def _serve(mem: LocalMemory, request: dict) -> Any:
     if op == "allocate":
         mem.allocate(str(request.get("tag")), int(request["nbytes"]))
         return None
+    if op == "release":
+        return mem.release([str(t) for t in request.get("tags", [])])
+    if op == "restore":
+        mem.restore([str(t) for t in request.get("tags", [])])
+        return None
+    if op == "held":
+        return mem.held()
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+GIB = 1 << 30
 
 
 def registry_dir() -> Path:
@@ -94,3 +96,51 @@ class GpuRegistry:
 
     def release(self, pid: int) -> None:
         (self.root / f"{pid}.json").unlink(missing_ok=True)
+
+
+class WakeFailed(RuntimeError):
+    """A wake could not take back the memory its sleep freed (another process holds it now)."""
+
+
+class RegistrySleep:
+    """A sleeping sim's simulated memory: its registry entry shrinks by the bytes of the freed tags
+    (weights, kv_cache) and grows back at the wake, which fails, as a CUDA allocation would, when other
+    holders took the room meanwhile. The engine's `SleepMemory`."""
+
+    def __init__(
+        self,
+        registry: GpuRegistry,
+        owner: int,
+        gpus: Sequence[int],
+        held: int,
+        tagged: Mapping[str, int],
+        total: int,
+    ) -> None:
+        self.registry, self.owner, self.gpus = registry, owner, list(gpus)
+        self.held, self.tagged, self.total = held, dict(tagged), total
+        self.freed: set[str] = set()
+
+    def in_use(self) -> int:
+        return self.held - sum(self.tagged.get(t, 0) for t in self.freed)
+
+    def release(self, tags: frozenset[str]) -> int:
+        before = self.in_use()
+        with self.registry.locked():
+            self.freed |= tags & self.tagged.keys()
+            self.registry.claim(self.owner, self.gpus, self.in_use())
+        return before - self.in_use()
+
+    def restore(self, tags: frozenset[str]) -> None:
+        back = tags & self.freed
+        need = self.in_use() + sum(self.tagged.get(t, 0) for t in back)
+        with self.registry.locked():
+            for gpu in self.gpus:
+                free = self.total - self.registry.used(gpu, exclude_pid=self.owner)
+                if free < need:
+                    raise WakeFailed(
+                        f"CUDA out of memory while waking up {sorted(back)}: GPU {gpu} has "
+                        f"{max(0, free) / GIB:.2f} GiB free, {need / GIB:.2f} GiB needed "
+                        "(another process took the memory freed by the sleep)"
+                    )
+            self.freed -= back
+            self.registry.claim(self.owner, self.gpus, self.in_use())

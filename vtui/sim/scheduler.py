@@ -327,5 +327,13 @@ class Scheduler:
         if notify and req.on_output:
             req.on_output(req, 1 if reason != "abort" else 0, reason)
 
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix block no request holds (vLLM clears the prefix cache at a sleep)."""
+        pool = self.pool
+        for h in pool.evictable:
+            del pool.refs[h]
+        pool.free += len(pool.evictable)
+        pool.evictable.clear()
+
     def kv_usage(self) -> float:
         return self.pool.usage()

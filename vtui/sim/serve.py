@@ -12,7 +12,7 @@ import sys
 import time
 
 from vtui.sim import metrics
-from vtui.sim.engine import Engine, LoadGenerator, StepCost
+from vtui.sim.engine import Engine, LoadGenerator, SleepCost, SleepMemory, StepCost
 from vtui.sim.httpmetrics import HttpMetrics, python_lines
 from vtui.sim.logfmt import VllmLog
 from vtui.sim.memory import KvPlan
@@ -94,7 +94,12 @@ def cache_info(a: argparse.Namespace, plan: KvPlan) -> dict[str, str]:
 
 
 async def serve(
-    a: argparse.Namespace, shape: ModelShape, plan: KvPlan, log: VllmLog, sock: socket.socket
+    a: argparse.Namespace,
+    shape: ModelShape,
+    plan: KvPlan,
+    log: VllmLog,
+    sock: socket.socket,
+    memory: SleepMemory | None = None,
 ) -> int:
     m = metrics.EngineMetrics(a.max_model_len)
     sched = Scheduler(
@@ -120,6 +125,9 @@ async def serve(
         max(1e-6, a.sim_speed),
     )
     engine = Engine(sched, cost, log, log_stats=not a.disable_log_stats, stats_interval=a.sim_stats_interval)
+    engine.memory = memory if a.enable_sleep_mode else None  # no cumem allocator: a sleep frees nothing
+    engine.sleep_cost = SleepCost(plan.weights_bytes, max(0.0, a.sim_startup_scale))
+    dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE", "0").strip() not in ("", "0")
     names = a.served_model_name or [a.model]
     keys = a.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else [])
     info = cache_info(a, plan)
@@ -131,7 +139,7 @@ async def serve(
             "vllm:num_requests_running": float(len(sched.running)),
             "vllm:num_requests_waiting": waiting,
             "vllm:num_requests_waiting_by_reason/capacity": waiting,
-            "vllm:engine_sleep_state/awake": 1.0,
+            **{f"vllm:engine_sleep_state/{k}": v for k, v in engine.sleep_state().items()},
             "vllm:kv_cache_usage_perc": sched.kv_usage(),
         }
 
@@ -162,16 +170,23 @@ async def serve(
         "0.32.0",
         access_log=not a.disable_uvicorn_access_log,
         seed=a.seed,
+        dev_mode=dev_mode,
     )
     app = SimServer(cfg, engine, metrics_text, raw, http)
+    if dev_mode:
+        log.api(
+            "__init__.py:44",
+            "SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!",
+            "WARNING",
+        )
     log.api("entry.py:136", "Supported tasks: ['generate']")
     host = a.host or "0.0.0.0"
     log.api("entry.py:140", f"Starting vLLM server on http://{host}:{a.port}")
     log.api("launcher.py:186", "Available routes are:")
-    for route in ROUTES:
+    for route in ROUTES + (["/sleep", "/wake_up", "/is_sleeping"] if dev_mode else []):
         log.api(
             "launcher.py:195",
-            f"Route: {route}, Methods: {'POST' if route.startswith(('/v1/c', '/tok', '/detok')) else 'GET'}",
+            f"Route: {route}, Methods: {'POST' if route.startswith(('/v1/c', '/tok', '/detok', '/sl', '/wa')) else 'GET'}",
         )
     server = await asyncio.start_server(app.handle, sock=sock, backlog=1024, limit=1 << 20)
     raw(f"INFO:     Started server process [{os.getpid()}]")

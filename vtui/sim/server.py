@@ -1,6 +1,8 @@
 """The sim's OpenAI-compatible HTTP/1.1 server on bare asyncio streams (fast, no dependencies):
 /health, /version, /v1/models, /v1/completions, /v1/chat/completions (SSE streaming with usage, or one JSON
-body), /metrics, and vLLM's API-key check (401 on /v1 paths). Access lines in uvicorn's format. HEAD is
+body), /metrics, and vLLM's API-key check (401 on /v1 paths). With VLLM_SERVER_DEV_MODE=1 (`dev_mode`),
+vLLM 0.32's sleep-mode routes: POST /sleep?level=0|1|2&mode=abort|wait|keep, POST /wake_up[?tags=…],
+GET /is_sleeping (a request sent while asleep waits for the wake, as vLLM queues it). Access lines in uvicorn's format. HEAD is
 answered wherever GET is, with GET's headers and no body (RFC 9110 §9.3.2); a 405 names the allowed
 methods in `allow`.
 """
@@ -10,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vtui.sim.engine import Engine, prompt_hashes
+from vtui.sim.engine import PAUSE_MODES, Engine, WakeFailed, prompt_hashes
 from vtui.sim.httpmetrics import HttpMetrics
 from vtui.sim.scheduler import Request
 
@@ -66,13 +69,23 @@ class ServerConfig:
     version: str
     access_log: bool = True
     seed: int = 0
+    dev_mode: bool = False  # VLLM_SERVER_DEV_MODE: the sleep-mode routes exist
 
 
+SLEEP_ROUTES = {"/sleep": "POST", "/wake_up": "POST", "/is_sleeping": "GET"}
 KNOWN_ROUTES = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions"})  # counted by HttpMetrics
 
 
 def count_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
+
+
+def _query_error(kind: str, name: str, msg: str, value: str, ctx: dict | None = None) -> bytes:
+    """vLLM 0.32's 400 answer to a bad query parameter (its validation handler over FastAPI's error)."""
+    item: dict = {"type": kind, "loc": f"query.{name}", "msg": msg, "input": value}
+    if ctx:
+        item["ctx"] = ctx
+    return _error(f"1 validation error:\n  {item!r}", "Bad Request", 400, f"query.{name}")
 
 
 def _error(message: str, kind: str, code: int, param: str | None = None) -> bytes:
@@ -98,6 +111,7 @@ class SimServer:
         self.created = int(time.time())
         self.connections: set[asyncio.StreamWriter] = set()
         self.in_flight = 0  # HTTP generate requests being answered: what vLLM's /load counts
+        self._query: dict[asyncio.StreamWriter, dict[str, list[str]]] = {}  # the request's query string
 
     # -- plumbing -------------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -121,7 +135,8 @@ class SimServer:
                         headers[k.strip().lower()] = v.strip()
                 length = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(length) if length else b""
-                path = target.split("?", 1)[0]
+                path, _, query = target.partition("?")
+                self._query[writer] = urllib.parse.parse_qs(query, keep_blank_values=True)
                 started = time.perf_counter()
                 self._sent[writer] = 0  # a streamed answer has no Content-Length: counted 0, as vLLM's
                 if method == "HEAD":  # GET's answer without its body
@@ -147,6 +162,7 @@ class SimServer:
         finally:
             self.connections.discard(writer)
             self._sent.pop(writer, None)
+            self._query.pop(writer, None)
             self._head.discard(writer)
             try:
                 writer.close()
@@ -188,8 +204,12 @@ class SimServer:
             return self.respond(
                 writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8"
             )
+        if self.cfg.dev_mode and path in SLEEP_ROUTES:
+            if method != SLEEP_ROUTES[path]:
+                return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}', allow=SLEEP_ROUTES[path])
+            return await self.sleep_route(path, self._query.get(writer, {}), writer)
         if path == "/v1/models":
-            data = [
+            data: list[dict] = [
                 {
                     "id": name,
                     "object": "model",
@@ -212,6 +232,56 @@ class SimServer:
             finally:
                 self.in_flight -= 1
         return self.respond(writer, 404, b'{"detail":"Not Found"}')
+
+    # -- sleep mode -----------------------------------------------------------------------------
+    async def sleep_route(self, path: str, query: dict[str, list[str]], writer: asyncio.StreamWriter) -> int:
+        """vLLM 0.32's entrypoints/serve/dev/sleep routes, with their answers."""
+        if path == "/is_sleeping":
+            return self.respond(writer, 200, json.dumps({"is_sleeping": self.engine.is_sleeping()}).encode())
+        if path == "/wake_up":
+            tags = query.get("tags") or None
+            self.log_raw(f"INFO:     wake up the engine with tags: {tags}")
+            try:
+                awake = await self.engine.wake_up(tags)
+            except WakeFailed as exc:
+                return self.respond(writer, 500, _error(str(exc), "InternalServerError", 500))
+            answer = {"status": "awake" if awake else "sleeping", "tags": tags}
+            return self.respond(writer, 200, json.dumps(answer).encode())
+        raw_level = (query.get("level") or ["1"])[-1]
+        mode = (query.get("mode") or ["abort"])[-1]
+        try:
+            level = int(raw_level)
+        except ValueError:
+            body = _query_error(
+                "int_parsing",
+                "level",
+                "Input should be a valid integer, unable to parse string as an integer",
+                raw_level,
+            )
+            return self.respond(writer, 400, body)
+        if level < 0 or level > 2:
+            kind, op, bound = (
+                ("greater_than_equal", "greater", 0) if level < 0 else ("less_than_equal", "less", 2)
+            )
+            body = _query_error(
+                kind,
+                "level",
+                f"Input should be {op} than or equal to {bound}",
+                raw_level,
+                {"ge" if level < 0 else "le": bound},
+            )
+            return self.respond(writer, 400, body)
+        if mode not in PAUSE_MODES:
+            body = _query_error(
+                "literal_error",
+                "mode",
+                "Input should be 'abort', 'wait' or 'keep'",
+                mode,
+                {"expected": "'abort', 'wait' or 'keep'"},
+            )
+            return self.respond(writer, 400, body)
+        await self.engine.sleep(level, mode)
+        return self.respond(writer, 200, json.dumps({"status": "sleeping", "level": level}).encode())
 
     # -- generation -----------------------------------------------------------------------------
     async def generate(self, chat: bool, body: bytes, writer: asyncio.StreamWriter) -> int:

@@ -420,3 +420,9 @@ def union_table(schemas: Iterable[FlagSchema]) -> Mapping[str, FlagSpec] | None:
     for schema in installed:
         merged.update(schema.flags)
     return MappingProxyType(merged)
+
+
+def layout_flags(path: str | os.PathLike[str]) -> Mapping[str, FlagSpec] | None:
+    """The flag table to load a layout with: every flag its instances' vLLMs know (None: the bundled
+    schema). What loads a layout to start it (up, restart, the session supervisor) passes it on."""
+    return union_table(layout_schemas(path).values())

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 __all__ = ["GpuInfo", "GpuProcess", "GpuSample", "GpuSampler", "NO_DRIVER"]
@@ -157,7 +158,7 @@ class GpuSampler:
                     gpus.append(GpuInfo(index, None, None, None, None, None, None, None))
                     continue
                 gpus.append(self._info(index, handle))
-                for proc in self._field(lambda h=handle: nvml.nvmlDeviceGetComputeRunningProcesses(h)) or ():
+                for proc in self._field(partial(nvml.nvmlDeviceGetComputeRunningProcesses, handle)) or ():
                     used = getattr(proc, "usedGpuMemory", None)
                     processes.append(
                         GpuProcess(

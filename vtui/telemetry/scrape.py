@@ -112,12 +112,15 @@ class ScrapeLoop:
             # httpx's timeout is per phase; wait_for bounds the whole exchange (a slow trickle too).
             response = await asyncio.wait_for(client.get(self.url), self.timeout)
             if response.status_code != 200:
-                return self._failed(f"HTTP {response.status_code} from {self.url}")
+                self._failed(f"HTTP {response.status_code} from {self.url}")
+                return None
             text = response.text
         except asyncio.TimeoutError:
-            return self._failed(f"no answer from {self.url} within {self.timeout:g} s")
+            self._failed(f"no answer from {self.url} within {self.timeout:g} s")
+            return None
         except httpx.HTTPError as exc:
-            return self._failed(f"{type(exc).__name__} from {self.url}: {exc}".rstrip(": "))
+            self._failed(f"{type(exc).__name__} from {self.url}: {exc}".rstrip(": "))
+            return None
         finally:
             self.in_flight -= 1
         sample = self.window.update(parse_metrics(text), self._clock(), self.instance)
@@ -131,4 +134,3 @@ class ScrapeLoop:
         self.last_error = message
         if self._on_error is not None:
             self._on_error(message)
-        return None

@@ -329,7 +329,13 @@ def resolve_layout(layout: str | Path | Layout | None) -> Layout:
 
 
 def default_supervisor_factory(layout: Layout) -> SupervisorApi:
-    return Supervisor(layout)
+    """The session supervisor's client (started on demand; it owns the instances and outlives the
+    dashboard); an in-process Supervisor only for a layout with no file."""
+    if layout.path is None:
+        return Supervisor(layout)
+    from vtui.service.remote import RemoteSupervisor
+
+    return RemoteSupervisor(layout)
 
 
 def make_app(

@@ -1,8 +1,11 @@
 """Runs vtui's data sources next to the UI and turns their frozen events into Textual messages.
 
-One long-lived loop per source: the Supervisor's `run()` on Textual's loop, one ScrapeLoop per READY
-instance (re-armed by itself, never per tick), and the GpuSampler in its own thread. The bridge never
-touches widgets; it only posts messages, and the App's handlers own the state.
+With the session supervisor (`vtui.service.remote.RemoteSupervisor`, the default): its feed brings the
+events, snapshots and metrics samples (it scrapes; the bridge runs no scrape loop), and the GpuSampler
+runs here in its own thread, attributing GPU processes through the supervisor's process trees. With an
+in-process `Supervisor` (tests, a layout with no file): its `run()` on Textual's loop and one
+ScrapeLoop per READY instance. The bridge never touches widgets; it only posts messages, and the App's
+handlers own the state.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any, Protocol
 
 from textual.app import App
 
-from vtui.core.api import SupervisorApi
+from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, LogLines, Notice
 from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
@@ -117,10 +120,18 @@ class Bridge:
         self._gpu: Sampler | None = None
         self._scrapers: dict[str, tuple[str, Scraper]] = {}  # name -> (base_url, loop)
         self._unsubscribe: Callable[[], None] | None = None
+        self._unsubscribe_more: list[Callable[[], None]] = []
+        # The session supervisor scrapes and sends samples and snapshots on its feed.
+        self._feed = supervisor if isinstance(supervisor, TelemetryFeed) else None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
+        if self._feed is not None:
+            self._unsubscribe_more = [
+                self._feed.subscribe_telemetry(self._on_telemetry),
+                self._feed.subscribe_statuses(self._post_statuses),
+            ]
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
         sampler: Sampler | None = None
         if self._gpu_factory is not None:
@@ -165,6 +176,9 @@ class Bridge:
         if self._unsubscribe:
             self._unsubscribe()
             self._unsubscribe = None
+        for unsubscribe in self._unsubscribe_more:
+            unsubscribe()
+        self._unsubscribe_more = []
         for _, loop in self._scrapers.values():
             loop.stop()
         self._scrapers.clear()
@@ -188,6 +202,10 @@ class Bridge:
     def _post_metrics(self, sample: MetricsSample) -> None:
         self.app.post_message(MetricsArrived(sample))
 
+    def _on_telemetry(self, kind: str, sample: Any) -> None:
+        if kind == "sample":
+            self.app.post_message(MetricsArrived(sample))
+
     def _post_statuses(self) -> None:
         statuses = self.supervisor.status()
         self.app.post_message(StatusesChanged(statuses))
@@ -195,7 +213,7 @@ class Bridge:
 
     def _sync_scrapers(self, statuses: Iterable[InstanceStatus]) -> None:
         """One ScrapeLoop per READY/UNHEALTHY instance; stopped when it leaves, replaced on a new port."""
-        if not self._scrape_factory:
+        if not self._scrape_factory or self._feed is not None:
             return
         for st in statuses:
             url = st.spec.base_url
@@ -215,6 +233,9 @@ class Bridge:
     def _pid_owner(self) -> Mapping[int, str]:
         """pid -> instance, called from the GPU sampler's thread (process-tree walks stay off the UI loop)."""
         owners: dict[int, str] = {}
+        refresh = getattr(self.supervisor, "refresh_pids", None)
+        if refresh is not None:
+            refresh()  # the session supervisor's process trees (this runs in the sampler's thread)
         for st in self.supervisor.status():
             if st.state.running:
                 try:

@@ -1,0 +1,93 @@
+"""kill -9 of the launching process at random moments of a launch, hundreds of times: the next supervisor
+knows every instance that was launched (adopts it, or kills what an unconfirmed launch left), none
+untracked, none twice. The launch is recorded ahead of the spawn and found again by the
+VTUI_INSTANCE marker.
+
+Fast on purpose: the launcher is a forked copy of this test process (no Python start), the instance is
+tests/core/fake_engine.py (stdlib only), and the kill lands within the first 300 ms (the spawn takes ~200 ms here), where the
+pump's handshake and the record's confirmation happen. The CLI is not the launcher any more (the session
+supervisor is), so this kills the process that runs `Supervisor.start`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from vtui.core.launcher import OsLauncher
+from vtui.core.runstate import RunStore
+from vtui.core.state import State
+from vtui.core.supervision import kill_marked
+from vtui.core.supervisor import Supervisor
+from vtui.layouts import load_layout
+
+from .conftest import fake_instance, marked, write_layout
+
+pytestmark = pytest.mark.timeout(600)
+
+TRIES = int(os.environ.get("VTUI_KILL_TRIES", "200"))
+
+
+def _launch_in_child(layout) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child: launch, then linger (it is killed at some point of this)
+        try:
+            sup = Supervisor(layout, launcher=OsLauncher(grace=1), check_preflight=False)
+            asyncio.run(sup.start())
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    return pid
+
+
+async def test_kill_9_during_a_launch_never_loses_or_doubles_an_instance(
+    tmp_path: Path, session: str
+) -> None:
+    path = write_layout(tmp_path, session, [fake_instance("a")])
+    layout = load_layout(path)
+    rng = random.Random(11)
+    outcomes = {"adopted": 0, "none": 0, "unconfirmed": 0}
+    for attempt in range(TRIES):
+        child = _launch_in_child(layout)
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+        record = RunStore().load(session, "a")
+        if record is not None and record.pid == 0:
+            outcomes["unconfirmed"] += 1
+        sup = Supervisor(layout, launcher=OsLauncher(grace=1), check_preflight=False)
+        adopted = await sup.adopt()
+        inst = sup.instances["a"]
+        procs = {p.pid for p in marked(session + "/")}
+        if adopted:
+            outcomes["adopted"] += 1
+            tree = set(sup.launcher.tree(inst.handle))
+            assert procs <= tree, f"try {attempt}: marked processes outside the adopted tree {procs - tree}"
+            leaders = [p for p in procs if p not in (inst.handle.pump_pid,)]
+            assert inst.handle.pid in leaders
+        else:
+            outcomes["none"] += 1
+            # Not adopted: nothing of that launch may be left running (a pump still forking at the
+            # scan can finish its child only moments later: give it the time a fork takes).
+            await asyncio.sleep(0.05)
+            late = {p.pid for p in marked(session + "/")}
+            if late:
+                await sup.adopt()  # a second look finds it (adopts, or kills the unconfirmed rest)
+                late = {p.pid for p in marked(session + "/")} - (
+                    set(sup.launcher.tree(inst.handle)) if inst.handle is not None else set()
+                )
+            assert not late, f"try {attempt}: untracked processes {late}"
+            assert inst.state is State.STOPPED or inst.handle is not None
+        await sup.close()
+        kill_marked(f"{session}/a")  # quicker than a graceful stop: this test is about the launch
+        RunStore().remove(session, "a")
+    # Every side of the race was hit: kills before any process existed, after a confirmed spawn, and
+    # between the record written ahead and its confirmation.
+    assert outcomes["adopted"] > TRIES // 10 and outcomes["none"] > TRIES // 10, outcomes
+    assert outcomes["unconfirmed"] > TRIES // 20, outcomes

@@ -1,0 +1,72 @@
+"""What crosses the socket comes back equal: every event kind, an instance snapshot (secrets masked),
+a metrics sample, a GPU sample, startup facts; and both supervisors satisfy the `SupervisorApi` seam."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vtui.core.api import SupervisorApi
+from vtui.core.events import LogLines, Notice, PhaseChanged, ProcessExited, StateChanged
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.state import Phase, State
+from vtui.core.supervision import InstanceStatus
+from vtui.core.supervisor import Supervisor
+from vtui.service.remote import RemoteSupervisor
+from vtui.service.wire import (
+    decode_event,
+    decode_facts,
+    decode_gpu,
+    decode_sample,
+    decode_status,
+    encode_event,
+    encode_facts,
+    encode_gpu,
+    encode_sample,
+    encode_status,
+)
+from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
+from vtui.telemetry.metrics import MetricsSample, Percentiles
+from vtui.telemetry.startup_log import parse_startup
+
+
+def test_every_event_kind_round_trips() -> None:
+    events = [
+        StateChanged("a", State.STARTING, State.READY, 12.5, Phase.API_UP, "why"),
+        StateChanged("a", State.STOPPED, State.STARTING, 1.0),
+        PhaseChanged("a", Phase.KV_CACHE, 2.0),
+        LogLines("a", ("one", "two")),
+        ProcessExited("a", 42, -9, 3.0),
+        Notice(None, "warning", "careful"),
+    ]
+    assert [decode_event(encode_event(e)) for e in events] == events
+
+
+def test_a_status_round_trips_with_the_secret_masked() -> None:
+    spec = InstanceSpec("a", "m", 8000, gpus=(1,), flags={"max-num-seqs": 8, "api-key": "s3cret"})
+    st = InstanceStatus("a", spec, State.BACKOFF, None, None, 5.0, 2, "boom", Path("/x.log"), True, spec, 9.0)
+    data = encode_status(st, in_layout=False)
+    assert "s3cret" not in str(data) and data["in_layout"] is False
+    back = decode_status(data)
+    assert back.spec.flags["api-key"] == "***" and back.spec.flags["max-num-seqs"] == 8
+    assert back == InstanceStatus(
+        "a", back.spec, State.BACKOFF, None, None, 5.0, 2, "boom", Path("/x.log"), True, back.spec, 9.0
+    )
+
+
+def test_samples_and_facts_round_trip() -> None:
+    sample = MetricsSample(
+        "a", 3.0, running=2, waiting_by_reason={"capacity": 1.0}, ttft=Percentiles(0.1, 0.2, 0.3)
+    )
+    assert decode_sample(encode_sample(sample)) == sample
+    gpu = GpuSample(
+        True, None, (GpuInfo(0, "H200", 1, 2, 3.0, 4.0, 5.0, 6.0),), (GpuProcess(0, 7, 8, "a"),), 1.0
+    )
+    assert decode_gpu(encode_gpu(gpu)) == gpu
+    facts = parse_startup(["INFO 01-01 vllm_version 0.32", "GPU KV cache size: 1,234 tokens"])
+    assert decode_facts(encode_facts(facts)) == facts
+
+
+def test_both_supervisors_satisfy_the_seam() -> None:
+    layout = Layout(SessionSpec("s"), (InstanceSpec("a", "m", 8000),), path=Path("/nowhere.toml"))
+    assert isinstance(Supervisor(layout), SupervisorApi)
+    assert isinstance(RemoteSupervisor(layout), SupervisorApi)

@@ -1,0 +1,183 @@
+"""The CLI's client of a session supervisor: HTTP/1.1 over the session's Unix socket with the stdlib's
+`http.client` (importing httpx alone costs more than `vtui ps`'s whole budget), and the on-demand start
+of the supervisor process, detached in its own session so it outlives the terminal.
+
+Stdlib only: `vtui ps` imports this and nothing heavier when a supervisor already runs.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from vtui.service import locations
+
+__all__ = ["ServiceClient", "ServiceError", "ServiceUnavailable", "ensure_supervisor", "find_supervisor"]
+
+START_TIMEOUT = 20.0
+
+
+class ServiceUnavailable(Exception):
+    """No supervisor answers on the session's socket."""
+
+
+class ServiceError(Exception):
+    """The supervisor answered with an error: `status` (HTTP) and its JSON body."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("error") or f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+    @property
+    def problems(self) -> list[str]:
+        return [
+            str(p) for p in self.body.get("problems") or [self.body.get("error") or f"HTTP {self.status}"]
+        ]
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class ServiceClient:
+    """Requests to one session's supervisor. Each call is one short connection (a CLI makes a few)."""
+
+    def __init__(self, session: str, *, socket_file: Path | None = None) -> None:
+        self.session = session
+        self.path = socket_file or locations.socket_path(session)
+
+    def request(
+        self, method: str, target: str, body: dict[str, Any] | None = None, *, timeout: float | None = 30.0
+    ) -> dict[str, Any]:
+        conn = _UnixConnection(self.path, timeout)
+        try:
+            payload = json.dumps(body).encode() if body is not None else None
+            headers = {"Content-Type": "application/json"} if payload is not None else {}
+            try:
+                conn.request(method, target, body=payload, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            except (ConnectionRefusedError, FileNotFoundError) as exc:
+                raise ServiceUnavailable(f"no supervisor for session {self.session}: {exc}") from exc
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                raise ServiceUnavailable(f"the supervisor of {self.session} went away: {exc}") from exc
+        finally:
+            conn.close()
+        try:
+            answer = json.loads(data) if data else {}
+        except ValueError:
+            answer = {"error": data.decode(errors="replace")}
+        if response.status >= 400:
+            raise ServiceError(response.status, answer if isinstance(answer, dict) else {"error": answer})
+        return answer if isinstance(answer, dict) else {"result": answer}
+
+    def get(self, target: str, **kw: Any) -> dict[str, Any]:
+        return self.request("GET", target, **kw)
+
+    def post(self, target: str, body: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+        return self.request("POST", target, body or {}, **kw)
+
+    def alive(self) -> bool:
+        try:
+            self.get("/status?brief=1", timeout=5.0)
+            return True
+        except (ServiceUnavailable, ServiceError, OSError):
+            return False
+
+    def feed(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """The supervisor's feed, one JSON object per line, until the connection ends."""
+        conn = _UnixConnection(self.path, timeout)
+        try:
+            try:
+                conn.request("GET", "/feed")
+                response = conn.getresponse()
+            except (ConnectionRefusedError, FileNotFoundError) as exc:
+                raise ServiceUnavailable(f"no supervisor for session {self.session}: {exc}") from exc
+            if response.status != 200:
+                raise ServiceError(response.status, {"error": response.read().decode(errors="replace")})
+            while True:
+                try:
+                    line = response.readline()
+                except (OSError, http.client.HTTPException):
+                    return
+                if not line:
+                    return
+                line = line.strip()
+                if line:
+                    yield json.loads(line)
+        finally:
+            conn.close()
+
+
+def find_supervisor(layout_path: str | os.PathLike[str] | None) -> ServiceClient | None:
+    """The live supervisor that was given this layout file (by path: the file itself may have moved,
+    been deleted or edited into an invalid state), else None."""
+    if layout_path is None:
+        return None
+    for info in locations.registrations():
+        if locations.same_file(info.get("layout_path"), layout_path):
+            client = ServiceClient(info["session"])
+            if client.alive():
+                return client
+    return None
+
+
+def ensure_supervisor(session: str, layout_path: str | os.PathLike[str]) -> tuple[ServiceClient, bool]:
+    """The session's supervisor, started on demand (detached: its own session, stdio to its log) and
+    given `layout_path`. Returns (client, started). Two commands racing here start at most one: the
+    supervisor takes the session's lock before it binds the socket; a loser exits."""
+    client = ServiceClient(session)
+    if client.alive():
+        return client, False
+    log = locations.log_path(session)
+    with open(log, "ab") as out:
+        os.chmod(log, 0o600)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vtui.service", "--layout", str(Path(layout_path).resolve())],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if client.alive():
+            _reap_later(proc)
+            return client, True
+        code = proc.poll()
+        if code not in (None, 0):  # 0: another start won the lock; keep waiting for that one
+            raise ServiceUnavailable(f"the supervisor of {session} could not start (exit {code}); see {log}")
+        time.sleep(0.02)
+    raise ServiceUnavailable(
+        f"the supervisor of {session} did not answer within {START_TIMEOUT:g} s; see {log}"
+    )
+
+
+def _reap_later(proc: subprocess.Popen) -> None:
+    """The supervisor runs on; do not leave a zombie behind if it ends while this process lives."""
+    import threading
+
+    threading.Thread(target=proc.wait, daemon=True).start()

@@ -1,0 +1,303 @@
+"""`RemoteSupervisor`: the `SupervisorApi` of a session whose owner is its session supervisor process,
+for the dashboard. Snapshots come from the supervisor's feed (a status snapshot is sent before each
+lifecycle event, so `status()` is current when a subscriber hears of the event); requests are HTTP on
+the session's socket (httpx over the Unix socket, on the caller's event loop). When the supervisor goes
+away (kill -9), the feed is re-opened on a new one, started on demand: it re-adopts the instances and
+the first message of its feed replaces every snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import httpx
+
+from vtui.core.events import Event, LogLines
+from vtui.core.model import InstanceSpec, Layout
+from vtui.core.preflight import PreflightError
+from vtui.core.runstate import MASK
+from vtui.core.state import State
+from vtui.core.supervision import InstanceStatus
+from vtui.service import locations
+from vtui.service.client import ensure_supervisor
+from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status
+
+__all__ = ["RemoteSupervisor"]
+
+HISTORY_BACKFILL = 600  # samples handed to a newly attached dashboard (its plots: 10 min at 1 Hz)
+RECENT_LINES = 3000  # as many as the dashboard keeps of a run (startup facts need its first lines)
+
+
+class RemoteError(RuntimeError):
+    """The session supervisor refused a request (its message) or could not be reached."""
+
+
+class RemoteSupervisor:
+    """A client of one session's supervisor with the in-process `Supervisor`'s face."""
+
+    def __init__(self, layout: Layout, *, reconnect_delay: float = 0.5) -> None:
+        self._layout = layout
+        self.session = layout.session.name
+        self.reconnect_delay = reconnect_delay
+        self._statuses: dict[str, InstanceStatus] = {}
+        self._order: list[str] = layout.names()
+        self._lines: dict[str, deque[str]] = {}
+        self._pids: dict[str, set[int]] = {}
+        self._sampled: set[str] = set()  # instances whose samples this client has (no backfill)
+        self._subscribers: list[Callable[[Event], None]] = []
+        self._sample_subscribers: list[Callable[[str, Any], None]] = []
+        self._status_subscribers: list[Callable[[], None]] = []
+        self.facts: dict[str, Any] = {}
+        self.supervisor_pid: int | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._feed_task: asyncio.Task | None = None
+        self._attached: asyncio.Event | None = None
+        self._closed = False
+        self._done: asyncio.Event | None = None
+
+    # -- the SupervisorApi -----------------------------------------------------------------------
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
+        """(kind, sample) for each metrics ("sample") and GPU ("gpu") sample of the feed."""
+        self._sample_subscribers.append(callback)
+        return lambda: self._sample_subscribers.remove(callback)
+
+    def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Called after each snapshot from the feed (also the first one of a new supervisor)."""
+        self._status_subscribers.append(callback)
+        return lambda: self._status_subscribers.remove(callback)
+
+    def status(self) -> tuple[InstanceStatus, ...]:
+        return tuple(self._statuses[n] for n in self._order if n in self._statuses)
+
+    def pids_of(self, name: str) -> set[int]:
+        """The instance's processes as last fetched by `refresh_pids` (else its leader)."""
+        st = self._statuses.get(name)
+        if st is None or not st.state.running:
+            return set()
+        return self._pids.get(name) or ({st.pid} if st.pid else set())
+
+    def refresh_pids(self) -> None:
+        """Fetch every instance's process tree from the supervisor. Blocking (a short local request):
+        call it from a thread, as the GPU sampler does each second."""
+        from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
+
+        try:
+            answer = ServiceClient(self.session).get("/pids", timeout=5.0)
+        except (ServiceError, ServiceUnavailable, OSError):
+            return
+        self._pids = {name: set(pids) for name, pids in (answer.get("pids") or {}).items()}
+
+    def recent_lines(self, name: str) -> list[str]:
+        return list(self._lines.get(name, ()))
+
+    async def adopt(self) -> list[str]:
+        """Attach to the session supervisor (started on demand): it adopts what runs."""
+        await self._attach()
+        return [st.name for st in self.status() if st.adopted and st.state.running]
+
+    async def start(self, names: Iterable[str] | None = None) -> None:
+        await self._request("/start", {"names": list(names) if names is not None else None})
+
+    async def stop(self, names: Iterable[str] | None = None) -> None:
+        await self._request("/stop", {"names": list(names) if names is not None else None})
+
+    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
+        body: dict[str, Any] = {"name": name}
+        current = self._statuses.get(name)
+        if spec is not None and current is not None:
+            old, new = dict(current.spec.flags), dict(spec.flags)
+            body["set"] = {k: v for k, v in new.items() if old.get(k) != v and v != MASK}
+            body["unset"] = [k for k in old if k not in new]
+        await self._request("/restart", body)
+
+    async def wait_settled(
+        self, names: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, State]:
+        answer = await self._request(
+            "/wait", {"names": list(names) if names is not None else None, "timeout": timeout}
+        )
+        return {n: State(s) for n, s in answer["states"].items()}
+
+    async def run(self) -> None:
+        """Follow the supervisor until `close()`."""
+        await self._attach()
+        assert self._done is not None
+        await self._done.wait()
+
+    async def close(self, stop_instances: bool = False) -> None:
+        if stop_instances and self._client is not None:
+            with contextlib.suppress(RemoteError, httpx.HTTPError):
+                await self.stop()
+                response = await self._client.get("/status")  # the last word, not a feed line unread
+                self._apply_statuses(response.json().get("instances") or [])
+        self._closed = True
+        if self._feed_task is not None:
+            self._feed_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._feed_task
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        if self._done is not None:
+            self._done.set()
+
+    # -- plumbing --------------------------------------------------------------------------------
+    async def _attach(self) -> None:
+        if self._attached is None:
+            self._attached = asyncio.Event()
+            self._done = asyncio.Event()
+            await self._ensure()
+            self._feed_task = asyncio.ensure_future(self._follow())
+        await self._attached.wait()
+
+    async def _ensure(self) -> None:
+        if self._layout.path is None:
+            raise RemoteError("a layout with no file cannot be handed to a session supervisor")
+        _, started = await asyncio.to_thread(ensure_supervisor, self.session, self._layout.path)
+        if self._client is None:
+            transport = httpx.AsyncHTTPTransport(uds=str(locations.socket_path(self.session)))
+            self._client = httpx.AsyncClient(transport=transport, base_url="http://vtui", timeout=None)
+        if not started:  # one already ran (maybe another layout file of this session): run ours
+            await self._request("/layout", {"path": str(self._layout.path)})
+
+    async def _request(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self._client is None:
+            await self._attach()
+        assert self._client is not None
+        try:
+            response = await self._client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise RemoteError(f"session supervisor of {self.session}: {exc}") from exc
+        answer = response.json() if response.content else {}
+        if response.status_code == 409 and answer.get("error") == "preflight":
+            raise PreflightError(answer.get("problems") or [])
+        if response.status_code >= 400:
+            raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or str(response)]))
+        return answer
+
+    async def _follow(self) -> None:
+        """The feed, re-opened on a new supervisor when this one goes away."""
+        assert self._attached is not None
+        first = True
+        while not self._closed:
+            try:
+                if not first:
+                    await self._ensure()
+                first = False
+                assert self._client is not None
+                async with self._client.stream("GET", "/feed") as response:
+                    async for line in response.aiter_lines():
+                        if not line:
+                            continue
+                        message = json.loads(line)
+                        if message.get("type") == "hello":
+                            self._apply_statuses(message.get("instances") or [])
+                            await self._backfill()
+                        self._on_message(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
+                if self._closed:
+                    return
+                print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
+            await asyncio.sleep(self.reconnect_delay)
+
+    async def _backfill(self) -> None:
+        """The log tail of each instance this client has no lines of yet (a dashboard opened on running
+        instances), handed to the subscribers as `LogLines` before the first snapshot: what it derives
+        from a run's lines (startup facts, diagnosis) is there when it sees the instance READY. Then
+        the supervisor's recent metrics samples, so plots do not start empty."""
+        assert self._client is not None
+        for st in self.status():
+            if self._lines.get(st.name) or st.log_path is None:
+                continue
+            try:
+                response = await self._client.get("/logs", params={"name": st.name, "n": RECENT_LINES})
+                lines = tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
+            except (httpx.HTTPError, ValueError):
+                continue
+            if lines:
+                self._on_message(
+                    {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
+                )
+            if st.state.running and st.name not in self._sampled:
+                try:
+                    response = await self._client.get(
+                        "/history", params={"name": st.name, "n": HISTORY_BACKFILL}
+                    )
+                    samples = (response.json().get("samples") or []) if response.status_code == 200 else []
+                except (httpx.HTTPError, ValueError):
+                    samples = []
+                for data in samples:  # the plots start where the supervisor's history does
+                    self._on_message({"type": "sample", "sample": data})
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind in ("hello", "status"):
+            self._apply_statuses(message.get("instances") or [])
+            if kind == "hello":
+                self.supervisor_pid = message.get("supervisor_pid")
+                assert self._attached is not None
+                self._attached.set()
+            for notify in list(self._status_subscribers):
+                notify()
+        elif kind == "event":
+            event = decode_event(message["event"])
+            if isinstance(event, LogLines):
+                self._lines.setdefault(event.instance, deque(maxlen=RECENT_LINES)).extend(event.lines)
+            for callback in list(self._subscribers):
+                try:
+                    callback(event)
+                except Exception as exc:  # noqa: BLE001 — a broken consumer must not end the feed
+                    print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
+        elif kind in ("sample", "gpu"):
+            if kind == "sample":
+                self._sampled.add(message["sample"].get("instance"))
+            sample = decode_sample(message["sample"]) if kind == "sample" else decode_gpu(message["sample"])
+            for telemetry in list(self._sample_subscribers):
+                telemetry(kind, sample)
+        elif kind == "facts":
+            self.facts[message["instance"]] = decode_facts(message["facts"])
+
+    def _apply_statuses(self, instances: list[dict[str, Any]]) -> None:
+        statuses = {}
+        for data in instances:
+            st = decode_status(data)
+            statuses[st.name] = st
+            if data.get("facts"):
+                self.facts[st.name] = decode_facts(data["facts"])
+            if st.name in self._layout.names():
+                own = self._layout.instance(st.name)
+                kept = {k: v for k, v in own.flags.items() if st.spec.flags.get(k) == MASK}
+                spec = st.spec.with_flags(kept) if kept else st.spec
+                self._layout = self._layout.replace_instance(spec)
+                statuses[st.name] = _with_spec(st, spec)
+        self._statuses = statuses
+        self._order = [n for n in self._layout.names() if n in statuses] + [
+            n for n in statuses if n not in self._layout.names()
+        ]
+
+
+def _with_spec(st: InstanceStatus, spec: InstanceSpec) -> InstanceStatus:
+    import dataclasses
+
+    return dataclasses.replace(st, spec=spec)

@@ -1,0 +1,180 @@
+"""vtui's frozen events and snapshots as JSON and back: what crosses the supervisor's socket.
+
+One encoder/decoder pair per kind, by its dataclass: events (`core.events`), `InstanceStatus`,
+`MetricsSample`, `GpuSample`, `StartupFacts`. Specs travel as the run records write them
+(`runstate.spec_to_dict`: secret flag values masked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vtui.core.events import Event, LogLines, Notice, PhaseChanged, ProcessExited, StateChanged
+from vtui.core.runstate import spec_from_dict, spec_to_dict
+from vtui.core.state import Phase, State
+from vtui.core.supervision import InstanceStatus
+from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
+from vtui.telemetry.metrics import MetricsSample, Percentiles
+from vtui.telemetry.startup_log import StartupFacts
+
+__all__ = [
+    "decode_event",
+    "decode_facts",
+    "decode_gpu",
+    "decode_sample",
+    "decode_status",
+    "encode_event",
+    "encode_facts",
+    "encode_gpu",
+    "encode_sample",
+    "encode_status",
+]
+
+_EVENTS: dict[str, type] = {
+    "state": StateChanged,
+    "phase": PhaseChanged,
+    "lines": LogLines,
+    "exited": ProcessExited,
+    "notice": Notice,
+}
+_KIND = {cls: kind for kind, cls in _EVENTS.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (State, Phase)):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def encode_event(event: Event) -> dict[str, Any]:
+    data = {f.name: _plain(getattr(event, f.name)) for f in dataclasses.fields(event)}
+    data["kind"] = _KIND[type(event)]
+    return data
+
+
+def decode_event(data: dict[str, Any]) -> Event:
+    kind = data["kind"]
+    if kind == "state":
+        return StateChanged(
+            data["instance"],
+            State(data["old"]),
+            State(data["new"]),
+            data["at"],
+            Phase(data["phase"]) if data.get("phase") else None,
+            data.get("reason"),
+        )
+    if kind == "phase":
+        return PhaseChanged(data["instance"], Phase(data["phase"]), data["at"])
+    if kind == "lines":
+        return LogLines(data["instance"], tuple(data["lines"]))
+    if kind == "exited":
+        return ProcessExited(data["instance"], data["pid"], data.get("returncode"), data["at"])
+    if kind == "notice":
+        return Notice(data.get("instance"), data["level"], data["text"])
+    raise ValueError(f"unknown event kind {kind!r}")
+
+
+def encode_status(status: InstanceStatus, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": status.name,
+        "spec": spec_to_dict(status.spec),
+        "state": status.state.value,
+        "phase": status.phase.value if status.phase else None,
+        "pid": status.pid,
+        "started_at": status.started_at,
+        "restarts": status.restarts,
+        "last_error": status.last_error,
+        "log_path": str(status.log_path) if status.log_path else None,
+        "adopted": status.adopted,
+        "last_good_spec": spec_to_dict(status.last_good_spec) if status.last_good_spec else None,
+        "next_restart_at": status.next_restart_at,
+        **extra,
+    }
+
+
+def decode_status(data: dict[str, Any]) -> InstanceStatus:
+    return InstanceStatus(
+        name=data["name"],
+        spec=spec_from_dict(data["spec"]),
+        state=State(data["state"]),
+        phase=Phase(data["phase"]) if data.get("phase") else None,
+        pid=data.get("pid"),
+        started_at=data.get("started_at"),
+        restarts=data.get("restarts", 0),
+        last_error=data.get("last_error"),
+        log_path=Path(data["log_path"]) if data.get("log_path") else None,
+        adopted=bool(data.get("adopted")),
+        last_good_spec=spec_from_dict(data["last_good_spec"]) if data.get("last_good_spec") else None,
+        next_restart_at=data.get("next_restart_at"),
+    )
+
+
+_PERCENTILE_FIELDS = {
+    f.name for f in dataclasses.fields(MetricsSample) if f.type in ("Percentiles", Percentiles)
+}
+
+
+def encode_sample(sample: MetricsSample) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for f in dataclasses.fields(sample):
+        value = getattr(sample, f.name)
+        if isinstance(value, Percentiles):
+            value = {"p50": value.p50, "p95": value.p95, "p99": value.p99}
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        data[f.name] = value
+    return data
+
+
+def decode_sample(data: dict[str, Any]) -> MetricsSample:
+    known = {f.name for f in dataclasses.fields(MetricsSample)}
+    values = {k: v for k, v in data.items() if k in known}
+    for name in _PERCENTILE_FIELDS:
+        if isinstance(values.get(name), dict):
+            values[name] = Percentiles(**values[name])
+    return MetricsSample(**values)
+
+
+def encode_gpu(sample: GpuSample) -> dict[str, Any]:
+    return dataclasses.asdict(sample)
+
+
+def decode_gpu(data: dict[str, Any]) -> GpuSample:
+    return GpuSample(
+        available=data["available"],
+        reason=data.get("reason"),
+        gpus=tuple(GpuInfo(**g) for g in data.get("gpus", ())),
+        processes=tuple(GpuProcess(**p) for p in data.get("processes", ())),
+        at=data["at"],
+    )
+
+
+def encode_facts(facts: StartupFacts) -> dict[str, Any]:
+    data = {f.name: getattr(facts, f.name) for f in dataclasses.fields(StartupFacts)}
+    for key in ("non_default_args", "args"):
+        if data[key] is not None:
+            data[key] = {k: _jsonable(v) for k, v in dict(data[key]).items()}
+    data["phase"] = facts.phase.value if facts.phase else None
+    return data
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+def decode_facts(data: dict[str, Any]) -> StartupFacts:
+    known = {f.name for f in dataclasses.fields(StartupFacts)}
+    values = {k: v for k, v in data.items() if k in known}
+    values["phase"] = Phase(values["phase"]) if values.get("phase") else None
+    return StartupFacts(**values)
