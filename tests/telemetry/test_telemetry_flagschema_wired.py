@@ -115,6 +115,14 @@ def test_restart_set_parses_with_the_installed_schema(tmp_path: Path) -> None:
         parse_flag_value("fancy-new-flag", "9")  # the bundled schema does not know it
     with pytest.raises(ValueError, match="unknown flag"):
         parse_flag_value("enforce-eager", "true", schema.flags)
+    from vtui.commands.restart import parse_sets
+
+    assert parse_sets(["fancy-new-flag=5", "-tp=2"], schema.flags) == {
+        "fancy-new-flag": 5,
+        "tensor-parallel-size": 2,
+    }
+    with pytest.raises(ValueError, match="unknown flag"):
+        parse_sets(["fancy-new-flag=5"])
 
 
 @pytest.mark.vllm
