@@ -62,7 +62,11 @@ def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, 
     try:
         path, names = split_layout_args(words)
         # what starts is checked against the flags of the vLLM it runs (read once per version, cached)
-        flags = flagschema.layout_flags(path) if starts else None
+        flags = (
+            flagschema.layout_flags(path, lambda line: print(f"vtui: {line}", file=sys.stderr))
+            if starts
+            else None
+        )
         layout = load_layout(path, unset_ok=not starts, flags=flags)
     except NoLayoutError as exc:
         print(f"vtui: {exc.message}", file=sys.stderr)

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         path = resolve_layout_arg(args.layout)
         # each vllm instance's flags are checked against its own vLLM's parser (read once per version)
-        schemas = flagschema.layout_schemas(path)
+        schemas = flagschema.layout_schemas(path, notify=lambda line: print(line, file=sys.stderr))
         layout, warnings = load_layout_with_warnings(path, flags=flagschema.union_table(schemas.values()))
     except LayoutError as exc:
         for problem in exc.problems:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -290,7 +290,11 @@ def _builtin(error: str | None) -> FlagSchema:
 
 
 def installed_schema(
-    executable: Sequence[str] | None = None, *, timeout: float = 300.0, refresh: bool = False
+    executable: Sequence[str] | None = None,
+    *,
+    timeout: float = 300.0,
+    refresh: bool = False,
+    notify: Callable[[str], None] | None = None,
 ) -> FlagSchema:
     """The serve flags of the vLLM that `executable` (a `vllm` script or a Python command) runs.
     Blocking (the first read of a version imports vLLM: seconds); call it from a worker thread."""
@@ -313,6 +317,8 @@ def installed_schema(
             return FlagSchema(_specs(data["flags"]), version, "cache")
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache is rebuilt below
+    if notify is not None:
+        notify(f"reading vLLM {version}'s serve flags from {python[0]} (once per version; cached)")
     try:
         items = _run(python, _DUMP_SCRIPT.replace("@MARK@", _MARK), timeout)
     except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
@@ -335,7 +341,9 @@ _MEMO: dict[tuple[str, ...], tuple[float, FlagSchema]] = {}
 _MEMO_SECONDS = 60.0  # a process (the UI, one `vtui check`) asks its vLLM's version at most once a minute
 
 
-def schema_for(engine: str, command: Sequence[str] | None) -> FlagSchema:
+def schema_for(
+    engine: str, command: Sequence[str] | None, notify: Callable[[str], None] | None = None
+) -> FlagSchema:
     """The flag schema of an instance: its own vLLM's (`command`, else `vllm` on PATH) read once per
     version and cached on disk; the bundled one for the simulated engine or without vLLM. Blocking on
     a version's first read (seconds): call it from a worker thread in the UI."""
@@ -348,7 +356,7 @@ def schema_for(engine: str, command: Sequence[str] | None) -> FlagSchema:
     now = time.monotonic()
     if hit is not None and now - hit[0] < _MEMO_SECONDS:
         return hit[1]
-    schema = installed_schema(command)
+    schema = installed_schema(command, notify=notify)
     _MEMO[key] = (now, schema)
     return schema
 
@@ -383,7 +391,9 @@ def unknown_flags(flags: Mapping[str, object], schema: FlagSchema) -> list[tuple
     return out
 
 
-def layout_schemas(path: str | os.PathLike[str]) -> dict[str, FlagSchema]:
+def layout_schemas(
+    path: str | os.PathLike[str], notify: Callable[[str], None] | None = None
+) -> dict[str, FlagSchema]:
     """The schema of each instance of a layout file, by instance name, from a quick read of its
     `engine` and `command` (with `[defaults]`); {} when the file does not read (the loader says why)."""
     if sys.version_info >= (3, 11):
@@ -405,7 +415,7 @@ def layout_schemas(path: str | os.PathLike[str]) -> dict[str, FlagSchema]:
         command = raw.get("command", defaults.get("command"))
         if not (isinstance(command, list) and command and all(isinstance(p, str) for p in command)):
             command = None
-        out[str(raw.get("name", f"instance[{i}]"))] = schema_for(str(engine), command)
+        out[str(raw.get("name", f"instance[{i}]"))] = schema_for(str(engine), command, notify)
     return out
 
 
@@ -422,7 +432,9 @@ def union_table(schemas: Iterable[FlagSchema]) -> Mapping[str, FlagSpec] | None:
     return MappingProxyType(merged)
 
 
-def layout_flags(path: str | os.PathLike[str]) -> Mapping[str, FlagSpec] | None:
+def layout_flags(
+    path: str | os.PathLike[str], notify: Callable[[str], None] | None = None
+) -> Mapping[str, FlagSpec] | None:
     """The flag table to load a layout with: every flag its instances' vLLMs know (None: the bundled
     schema). What loads a layout to start it (up, restart, the session supervisor) passes it on."""
-    return union_table(layout_schemas(path).values())
+    return union_table(layout_schemas(path, notify).values())
