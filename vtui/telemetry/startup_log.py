@@ -123,7 +123,7 @@ _RULES: tuple[_Rule, ...] = tuple(
         # version banner (0.11+ ASCII art), API server line (0.4-0.10), engine init line
         (r"[▀▄█]\s+version\s+(\d[\w.+\-]*)", (("vllm_version", str, 3),)),
         (r"vLLM API server version (\d[\w.+\-]*)", (("vllm_version", str, 3),)),
-        (r"LLM engine \(v(\d[\w.+\-]*)\) with config", (("vllm_version", str, 2),)),
+        (r"LLM engine \(v(\d[\w.+\-]*)\)(?: with config| w?$)", (("vllm_version", str, 2),)),  # or cut short
         (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
         (r"with config: model='([^']*)'", (("model", str, 1),)),
         (r"^\s*model='([^']*)', (?:speculative_config|tokenizer)=", (("model", str, 1),)),  # config split off
@@ -147,7 +147,10 @@ _RULES: tuple[_Rule, ...] = tuple(
         ),
         (r"kv_cache_size=" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
         (r"available_kv_cache_memory\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
-        (r"Available KV cache memory:\s*" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+        (
+            r"Available KV cache memory:\s*(-?" + _N[1:] + r"\s*GiB",
+            (("available_kv_gib", _num, 3),),
+        ),  # < 0: no room
         (r"Explicitly set \(" + _N + r"/[\d.]+\) GiB for KV cache", (("available_kv_gib", _num, 3),)),
         # weights and load time
         (r"Loading model weights took " + _N + r"\s*GB", (("model_weights_gib", _num, 2),)),
@@ -169,7 +172,11 @@ _RULES: tuple[_Rule, ...] = tuple(
             (("num_gpu_blocks", _int, 3), ("num_cpu_blocks", _int, 3)),
         ),
         (r"# (?:GPU|CUDA|gpu) blocks: (\d+)\s*$", (("num_gpu_blocks", _int, 3),)),
-        (r"cache_config_info with initialization after num_gpu_blocks is: (\d+)", (("num_gpu_blocks", _int, 3),)),
+        (
+            r"cache_config_info with initialization after num_gpu_blocks is: (\d+)",
+            (("num_gpu_blocks", _int, 3),),
+        ),
+        (r"with num_gpu_blocks_override=(\d+)", (("num_gpu_blocks", _int, 3),)),
         (
             r"reserved " + _N + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes",
             (("available_kv_gib", _num, 3),),
@@ -234,6 +241,7 @@ _ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
     )
 )
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_NON_DEFAULT_CUT = re.compile(r"non-default args: (\{.*)$")  # a paste cut the dict short: its pairs so far
 _NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
 _KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
 _NS_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+(?:\([^)]*\))?)")
@@ -310,7 +318,7 @@ class StartupTracker:
             if pattern.search(line):
                 changed |= self._set("engine", engine, prio)
                 break
-        if m := _NON_DEFAULT.search(line):
+        if m := _NON_DEFAULT.search(line) or _NON_DEFAULT_CUT.search(line):
             self._non_default, changed = _dict_of(m.group(1)), True
         elif m := _NAMESPACE.search(line):
             self._args, changed = {k: _literal(v) for k, v in _NS_PAIR.findall(m.group(1))}, True
