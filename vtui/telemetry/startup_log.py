@@ -53,10 +53,11 @@ _V0_DEFAULT_BLOCK_SIZE = 16
 _SMALLEST_WINS = frozenset({"kv_cache_tokens", "max_concurrency", "available_kv_gib"})
 # A line that starts a log record; any other line may be the rest of the one before (a wrapped paste).
 _RECORD_START = re.compile(
-    r"^\s*(?:[>+*│-]\s*)*(?:\S+\s+\|\s*)?"  # quote / list markers, a compose service name
+    r"^\s*(?:[>+*│▎-]\s*)*(?:\S+\s+\|\s*)?"  # quote / list markers, a compose service name
     r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} )"
 )
 _MAX_JOINED = 8192
+_QUOTE_MARKS = re.compile(r"^\s*(?:[>│▎]\s?)+")  # a quoted paste repeats its marker on every wrapped line
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ _RULES: tuple[_Rule, ...] = tuple(
             r"KV cache \((\d+)\)",
             (("max_model_len", _int, 1), ("kv_cache_tokens", _int, 1)),
         ),
+        (r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens", (("max_model_len", _int, 1),)),
         (
             r"Free memory on device[^(]*\("
             + _N
@@ -322,7 +324,10 @@ class StartupTracker:
             self._non_default, changed = _dict_of(m.group(1)), True
         elif m := _NAMESPACE.search(line):
             self._args, changed = {k: _literal(v) for k, v in _NS_PAIR.findall(m.group(1))}, True
-        self._prev = (self._prev + line)[-_MAX_JOINED:] if self._continues(line) else line
+        if self._continues(line):
+            self._prev = (self._prev + _QUOTE_MARKS.sub("", line))[-_MAX_JOINED:]
+        else:
+            self._prev = line
         return changed
 
     def _continues(self, line: str) -> bool:
@@ -333,6 +338,7 @@ class StartupTracker:
         line, cut mid-word (terminal width) or at a space (re-flowed), and matching across the cut."""
         if not self._continues(line):
             return None
+        line = _QUOTE_MARKS.sub("", line)
         for sep in ("", " "):
             joined = self._prev + sep + line
             m = pattern.search(joined, max(0, len(self._prev) - 400))
