@@ -128,6 +128,7 @@ _RULES: tuple[_Rule, ...] = tuple(
         (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
         (r"with config: model='([^']*)'", (("model", str, 1),)),
         (r"^\s*model='([^']*)', (?:speculative_config|tokenizer)=", (("model", str, 1),)),  # config split off
+        (r"Starting to load model (\S+?)(?:\.\.\.)?\s*$", (("model", str, 0),)),  # when the config line is cut away
         # max model len
         (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
         (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
