@@ -57,6 +57,7 @@ _RECORD_START = re.compile(
     r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} )"
 )
 _MAX_JOINED = 8192
+_BOLD_FIGURE = re.compile(r"\*\*([\d.,]+)\*\*")
 _QUOTE_MARKS = re.compile(r"^\s*(?:[>│▎]\s?)+")  # a quoted paste repeats its marker on every wrapped line
 
 
@@ -300,6 +301,7 @@ class StartupTracker:
 
     def feed(self, line: str) -> bool:
         """Read one line; True when a fact or the phase changed."""
+        line = _BOLD_FIGURE.sub(r"\1", line)  # markdown bold around a figure in an issue thread
         if _NEW_RUN.search(line) and "vllm_version" in self._values:
             self.reset()  # a new run appended to the same log
         changed = False
@@ -368,6 +370,9 @@ def _derive(facts: StartupFacts, raw: Mapping[str, object]) -> StartupFacts:
     extra: dict[str, object] = {}
     if facts.max_model_len is None and isinstance(facts.arg("max_model_len"), int):
         extra["max_model_len"] = facts.arg("max_model_len")
+    model = facts.arg("model")
+    if facts.model is None and isinstance(model, str) and model:
+        extra["model"] = model
     util = facts.arg("gpu_memory_utilization")
     if facts.gpu_memory_utilization is None and isinstance(util, float | int) and not isinstance(util, bool):
         extra["gpu_memory_utilization"] = float(util)
