@@ -190,7 +190,7 @@ class SimServer:
                 writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8"
             )
         if path == "/v1/models":
-            data = [
+            data: list[dict[str, object]] = [
                 {
                     "id": name,
                     "object": "model",

@@ -57,7 +57,7 @@ _RECORD_START = re.compile(
     r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} )"
 )
 _MAX_JOINED = 8192
-_BOLD_FIGURE = re.compile(r"\*\*([\d.,]+)\*\*")
+_BOLD_FIGURE = re.compile(r"\*\*([\d.,]+(?: ?[A-Za-z]+)?)\*\*")  # **20865**, **7.51 s**, **34.11 seconds**
 _QUOTE_MARKS = re.compile(r"^\s*(?:[>│▎]\s?)+")  # a quoted paste repeats its marker on every wrapped line
 
 
@@ -129,7 +129,10 @@ _RULES: tuple[_Rule, ...] = tuple(
         (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
         (r"with config: model='([^']*)'", (("model", str, 1),)),
         (r"^\s*model='([^']*)', (?:speculative_config|tokenizer)=", (("model", str, 1),)),  # config split off
-        (r"Starting to load model (\S+?)(?:\.\.\.)?\s*$", (("model", str, 0),)),  # when the config line is cut away
+        (
+            r"Starting to load model (\S+?)(?:\.\.\.)?\s*$",
+            (("model", str, 0),),
+        ),  # when the config line is cut away
         # max model len
         (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
         (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
@@ -216,7 +219,10 @@ _RULES: tuple[_Rule, ...] = tuple(
             r"KV cache \((\d+)\)",
             (("max_model_len", _int, 1), ("kv_cache_tokens", _int, 1)),
         ),
-        (r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens", (("max_model_len", _int, 1),)),
+        (
+            r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens",
+            (("max_model_len", _int, 1),),
+        ),
         (
             r"Free memory on device[^(]*\("
             + _N
