@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NON_UI = [
     "vtui/core",
     "vtui/layouts",
+    "vtui/export",
     "vtui/testing",
     "vtui/telemetry",
     "vtui/sim",

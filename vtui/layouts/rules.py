@@ -100,7 +100,7 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
+SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:
@@ -339,7 +339,7 @@ class Checker:
             expanded = self._expand(key, scope, ("env", name), item)
             if expanded is not None:
                 out[name] = expanded
-                if _SECRET_ENV.search(name) and item and not has_vars(item):
+                if SECRET_ENV.search(name) and item and not has_vars(item):
                     self.warn(key, f'looks like a secret written literally; use "${{{name}}}" and export it')
         return True, out
 
