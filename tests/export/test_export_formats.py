@@ -298,9 +298,8 @@ def test_helm_values_map_flags_and_keep_prefix_caching(fleet) -> None:
     assert "--compilation-config" in small["vllmConfig"]["extraArgs"]
     assert "--api-key" not in small["vllmConfig"]["extraArgs"]
     assert pinned["vllmConfig"]["tensorParallelSize"] == 2 and pinned["requestGPU"] == 2
-    assert pinned["vllmConfig"]["enablePrefixCaching"] is bool(
-        flagspec.flag_spec("enable-prefix-caching").default
-    )
+    default = flagspec.flag_spec("enable-prefix-caching").default  # None: vLLM's choice, on
+    assert pinned["vllmConfig"]["enablePrefixCaching"] is (True if default is None else bool(default))
     assert spec["vllmApiKey"] == {"secretName": "fleet-one-secrets", "secretKey": "VLLM_API_KEY"}
     assert small["env"][-1]["valueFrom"]["secretKeyRef"]["key"] == "HF_TOKEN"
 

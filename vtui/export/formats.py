@@ -99,8 +99,10 @@ def compose(layout: Layout, items: list[Exported]) -> list[ExportFile]:
                 "command": [_compose_text(a) for a in item.args(host="0.0.0.0")],
             }
             bind = replica.host if replica.host not in ("0.0.0.0", "::", "") else ""
+            if ":" in bind:
+                bind = f"[{bind}]"  # an IPv6 address, bracketed as compose's short syntax wants
             published = f"{bind}:{replica.port}:{replica.port}" if bind else f"{replica.port}:{replica.port}"
-            service["ports"] = [published.replace("::1:", "[::1]:")]
+            service["ports"] = [published]
             service["ipc"] = "host"
             env: dict[str, object] = {_k: _compose_text(v) for _k, v in item.env.items()}
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # inside the container the reserved GPUs are 0..n-1
@@ -332,9 +334,15 @@ def helm_production_stack(layout: Layout, items: list[Exported]) -> list[ExportF
                 continue  # "8k" the chart would quote as is: leave it to extraArgs
             mapped.append(flag)
         if "enablePrefixCaching" not in config:
-            # the chart writes --no-enable-prefix-caching unless told: keep vLLM's own default
+            # the chart writes --no-enable-prefix-caching unless told; vLLM's default (None: its own
+            # choice, on for generative models) is kept as true
             spec = flagspec.flag_spec("enable-prefix-caching")
-            config["enablePrefixCaching"] = bool(spec.default) if spec is not None else True
+            default = spec.default if spec is not None else None
+            config["enablePrefixCaching"] = True if default is None else bool(default)
+            comments.append(
+                f"{item.original.name}: enablePrefixCaching written as "
+                f"{str(config['enablePrefixCaching']).lower()} (the chart turns it off when unset)"
+            )
         rest = item.spec.with_flags(unset=mapped)
         extra = rest.argv()[len(rest.executable()) + 5 :]  # after MODEL --host H --port P
         if extra:
