@@ -345,3 +345,13 @@ def test_cli_stdout_output_folder_only_and_errors(fleet, tmp_path: Path) -> None
     assert code == 2 and "no instance named nope" in err
     code, _, err = _run(["export", path, "--to", "compose", "--only", "remote"])
     assert code == 2 and "nothing to export" in err
+
+
+def test_cli_exports_with_the_secrets_unset(fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exporting starts nothing and writes no secret: an unset `${VAR}` is no error."""
+    monkeypatch.delenv("VTUI_EXPORT_KEY")
+    monkeypatch.delenv("VTUI_EXPORT_HF")
+    code, out, err = _run(["export", str(fleet.path), "--to", "kubernetes"])
+    assert code == 0, err
+    _validate_kubernetes(out)
+    assert "VTUI_EXPORT" not in out and "secretKeyRef" in out
