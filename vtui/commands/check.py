@@ -14,6 +14,7 @@ from pathlib import Path
 
 from vtui.core.advice import flag_advice
 from vtui.core.killers import warnings as killer_warnings
+from vtui.core.model import InstanceSpec
 from vtui.layouts import LayoutError, LayoutProblem, load_layout_with_warnings, resolve_layout_arg
 from vtui.layouts.text import LineIndex
 from vtui.telemetry import flagschema
@@ -62,13 +63,29 @@ def run(args: argparse.Namespace) -> int:
     for spec in layout.instances:
         for line in flag_advice(spec.flags):
             print(f"advice: {spec.name}: {line}")
-    instances = ", ".join(
-        f"{s.name} ({s.engine} :{s.port}{' gpus ' + ','.join(map(str, s.gpus)) if s.gpus else ''})"
-        for s in layout.instances
-    )
+    instances = ", ".join(_summary(s) for s in layout.instances)
+    for spec in layout.instances:
+        reason = spec.not_supervised_yet()
+        if reason:
+            print(f"note: {reason}")
     count = len(layout.instances)
     print(
         f'{path}: OK: session "{layout.session.name}", {count} instance{"s" if count != 1 else ""}: '
         f"{instances}" + (f"; {len(warnings)} warning(s)" if warnings else "")
     )
     return 0
+
+
+def _summary(spec: InstanceSpec) -> str:
+    """`name (engine :port gpus 0,1)`; an attached server by its URL; replicas with their ports, GPU sets
+    and router."""
+    if spec.engine == "external":
+        return f"{spec.name} (external {spec.base_url})"
+    if spec.replicas > 1:
+        sets = spec.replica_gpu_sets()
+        gpus = " gpus " + "|".join(",".join(map(str, g)) for g in sets) if any(sets) else ""
+        router = f", router :{spec.router_port}" if spec.router_port else ""
+        last = spec.port + spec.replicas - 1
+        return f"{spec.name} ({spec.engine} ×{spec.replicas} :{spec.port}-{last}{gpus}{router})"
+    gpus = " gpus " + ",".join(map(str, spec.gpus)) if spec.gpus else ""
+    return f"{spec.name} ({spec.engine} :{spec.port}{gpus})"

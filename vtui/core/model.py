@@ -17,7 +17,7 @@ from typing import Literal
 
 FlagValue = bool | int | float | str | list  # list: a flag taking several values (`--api-key a b`)
 RestartMode = Literal["never", "on-failure", "always"]
-Engine = Literal["vllm", "sim"]
+Engine = Literal["vllm", "sim", "external"]  # external: a server vtui did not start (url)
 
 # Flags whose value must never appear on a command line (readable by every local user in `ps`).
 SECRET_FLAGS: Mapping[str, str] = MappingProxyType({"api-key": "VLLM_API_KEY"})
@@ -55,19 +55,74 @@ class InstanceSpec:
     command: tuple[str, ...] | None = None  # replaces ["vllm", "serve"]; the model is appended
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     start_stagger: float = 0.0  # extra seconds to wait before starting this instance
+    # engine = "external": the server's base URL (host and port are taken from it) and the API key to
+    # send it (from a `${VAR}`; kept out of repr). Nothing is launched for it.
+    url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    # replicas > 1: copies on `port`, `port + 1`, …, each on its own GPU set (`replica_gpus`, else `gpus`
+    # split in order), fronted by a router on `router_port`. Schema only: the supervisor refuses them
+    # (`not_supervised_yet`) until a release launches them.
+    replicas: int = 1
+    router_port: int | None = None
+    replica_gpus: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen(self.env))
         object.__setattr__(self, "flags", _frozen(self.flags))
         object.__setattr__(self, "gpus", tuple(self.gpus))
+        object.__setattr__(self, "replica_gpus", tuple(tuple(g) for g in self.replica_gpus))
         if self.command is not None:
             object.__setattr__(self, "command", tuple(self.command))
 
     # -- derived ---------------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
+        if self.engine == "external" and self.url:
+            return self.url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{host}:{self.port}"
+
+    def not_supervised_yet(self) -> str | None:
+        """Why this release's supervisor cannot run this instance (None: it can). The layout accepts
+        attached servers and replicas so that exports and checks see them; launching them comes later."""
+        if self.engine == "external":
+            return (
+                f'instance "{self.name}": engine = "external" ({self.url}) is not supported yet by the '
+                "supervisor (vtui check and vtui export read it; watching it comes in a later release)"
+            )
+        if self.replicas > 1:
+            return (
+                f'instance "{self.name}": replicas = {self.replicas} is not supported yet by the '
+                "supervisor (vtui check and vtui export read it; launching replicas comes in a later "
+                "release); use one [[instance]] per copy for now"
+            )
+        return None
+
+    def replica_gpu_sets(self) -> tuple[tuple[int, ...], ...]:
+        """Each replica's GPUs: `replica_gpus` when listed, else `gpus` split in order into equal
+        sets (no GPUs listed: none pinned)."""
+        if self.replica_gpus:
+            return self.replica_gpus
+        per = len(self.gpus) // self.replicas if self.gpus else 0
+        return tuple(self.gpus[i * per : (i + 1) * per] for i in range(self.replicas))
+
+    def replica_specs(self) -> tuple[InstanceSpec, ...]:
+        """The copies `replicas = N` stands for: `NAME-0` on `port` … `NAME-(N-1)` on `port + N - 1`,
+        each one plain instance (replicas = 1) with its own GPU set. One replica: the spec itself."""
+        if self.replicas <= 1:
+            return (self,)
+        return tuple(
+            replace(
+                self,
+                name=f"{self.name}-{i}",
+                port=self.port + i,
+                gpus=gpus,
+                replicas=1,
+                router_port=None,
+                replica_gpus=(),
+            )
+            for i, gpus in enumerate(self.replica_gpu_sets())
+        )
 
     def with_flags(
         self, set_flags: Mapping[str, FlagValue] | None = None, unset: tuple[str, ...] | list[str] = ()

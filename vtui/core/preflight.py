@@ -119,6 +119,10 @@ def preflight(
     result = PreflightResult()
     if not to_start:
         return result
+    # attached servers and replicas: the layout takes them (check, export), this supervisor cannot run them
+    unsupported = [reason for spec in to_start if (reason := spec.not_supervised_yet())]
+    if unsupported:
+        return PreflightResult(problems=unsupported)
     for spec in to_start:
         host = "0.0.0.0" if spec.host in ("", "0.0.0.0") else spec.host
         if port_in_use(host, spec.port):

@@ -38,10 +38,25 @@ BUILTIN_DEFAULTS: Mapping[str, object] = {
     "backoff_max": 60.0,
     "start_stagger": 0.0,
     "start_timeout": RestartPolicy().start_timeout,
+    "url": None,
+    "api_key": None,
+    "replicas": 1,
+    "router_port": None,
+    "replica_gpus": [],
 }
+
+# What an attached server's table holds (the rest is about launching one; its host and port are the url's).
+_EXTERNAL_VALUES = ("name", "engine", "url", "api_key", "model")
 
 
 def instance_values(spec: InstanceSpec) -> dict[str, object]:
+    values = _all_values(spec)
+    if spec.engine == "external":
+        return {k: (v if k in _EXTERNAL_VALUES and v != "" else None) for k, v in values.items()}
+    return values
+
+
+def _all_values(spec: InstanceSpec) -> dict[str, object]:
     return {
         "name": spec.name,
         "model": spec.model,
@@ -58,6 +73,11 @@ def instance_values(spec: InstanceSpec) -> dict[str, object]:
         "start_timeout": spec.restart.start_timeout,
         "env": dict(spec.env),
         "flags": dict(spec.flags),
+        "url": spec.url,
+        "api_key": spec.api_key,
+        "replicas": spec.replicas,
+        "router_port": spec.router_port,
+        "replica_gpus": [list(g) for g in spec.replica_gpus],
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ class LayoutProblem:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
         key, message = shown(self.key, 120), shown(self.message, 400)
+        if key and (key != key.strip() or not key.strip()):
+            key = json.dumps(key)  # a key of blanks (`" " = 1`) is shown quoted, not as empty space
         return f"{where}: {key}: {message}" if key else f"{where}: {message}"
 
 

@@ -177,7 +177,9 @@ def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | Non
         scope = name if isinstance(name, str) else f"#{index}"
         fields = c.table_fields(key, raw, INSTANCE_KEYS, scope=scope)
         merged.append(_merge(defaults, fields))
-        for required in ("name", "model", "port"):
+        c.instance_shape(key, raw, merged[-1])
+        external = merged[-1].get("engine") == "external"
+        for required in ("name", "url") if external else ("name", "model", "port"):
             if required not in merged[-1] and required not in c.bad_keys(key) | c.bad_keys("defaults"):
                 where = " (here or in [defaults])" if required == "model" else ""
                 c.problem(f"{key}.{required}", f"required{where}")
@@ -245,7 +247,7 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
     command = fields.get("command")
     return InstanceSpec(
         name=str(fields["name"]),
-        model=str(fields["model"]),
+        model=str(fields.get("model", "")),
         port=int(fields["port"]),  # type: ignore[call-overload]
         engine=fields.get("engine", "vllm"),  # type: ignore[arg-type]
         gpus=tuple(fields.get("gpus", ())),  # type: ignore[arg-type]
@@ -255,6 +257,11 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
         command=tuple(command) if command is not None else None,  # type: ignore[arg-type]
         restart=restart,
         start_stagger=float(fields.get("start_stagger", 0.0)),  # type: ignore[arg-type]
+        url=fields.get("url"),  # type: ignore[arg-type]
+        api_key=fields.get("api_key"),  # type: ignore[arg-type]
+        replicas=int(fields.get("replicas", 1)),  # type: ignore[call-overload]
+        router_port=fields.get("router_port"),  # type: ignore[arg-type]
+        replica_gpus=tuple(tuple(g) for g in fields.get("replica_gpus", ())),  # type: ignore[attr-defined]
     )
 
 

@@ -10,6 +10,7 @@ import difflib
 import ipaddress
 import json
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 
 from vtui.core import flagspec
@@ -34,9 +35,18 @@ INSTANCE_KEYS = (
     "backoff_max",
     "start_stagger",
     "start_timeout",
+    "url",
+    "api_key",
+    "replicas",
+    "router_port",
+    "replica_gpus",
 )
-DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in ("name", "port"))
-ENGINES = ("vllm", "sim")
+PER_INSTANCE_KEYS = ("name", "port", "url", "router_port", "replica_gpus")
+DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in PER_INSTANCE_KEYS)
+ENGINES = ("vllm", "sim", "external")
+# What an attached server (engine = "external") takes: the rest is about launching one.
+EXTERNAL_KEYS = ("name", "engine", "url", "api_key", "model")
+MAX_REPLICAS = 64
 RESTART_MODES = ("never", "on-failure", "always")
 TOP_LEVEL_FLAGS = ("host", "port", "model")  # set as the instance's own keys, never in flags
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -65,7 +75,33 @@ def name_problem(value: object) -> str | None:
     return None
 
 
-_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
+def split_url(url: str) -> tuple[str, int]:
+    """(host, port) of an attached server's URL (checked by `url_problem`); 80/443 when not written."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be an attached server's base URL (http(s)://host[:port], no path), or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"not a URL ({exc}): {q(url)}"
+    if parts.scheme not in ("http", "https"):
+        return f'expected http:// or https://, like "http://gpu2:8000", got {q(url)}'
+    if parts.username or parts.password:
+        return 'credentials do not go in the URL; set api_key = "${VLLM_API_KEY}"'
+    if not parts.hostname or not valid_host(parts.hostname):
+        return f"expected a host (an IP address or a DNS name) in the URL, got {q(url)}"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return f'expected the server\'s base URL (no path), like "http://gpu2:8000", got {q(url)}'
+    if port == 0:
+        return f"expected a port 1-65535 in the URL, got {q(url)}"
+    return None
+
+
+SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
 
 
 def did_you_mean(word: str, options: Iterable[str]) -> str:
@@ -140,7 +176,7 @@ class Checker:
         for key, value in raw.items():
             dotted = f"{prefix}.{key}"
             if key not in allowed:
-                if key in INSTANCE_KEYS:
+                if key in PER_INSTANCE_KEYS:
                     self.problem(dotted, f'"{key}" differs per instance; set it in each [[instance]]')
                 else:
                     self.unknown(dotted, key, allowed)
@@ -189,7 +225,10 @@ class Checker:
         elif key == "engine":
             if value in ENGINES:
                 return True, value
-            bad(dotted, f'expected "vllm" or "sim", got {q(value)}' + did_you_mean(str(value), ENGINES))
+            bad(
+                dotted,
+                f'expected "vllm", "sim" or "external", got {q(value)}' + did_you_mean(str(value), ENGINES),
+            )
         elif key == "restart":
             if value in RESTART_MODES:
                 return True, value
@@ -199,7 +238,7 @@ class Checker:
                 + q(value)
                 + did_you_mean(str(value), RESTART_MODES),
             )
-        elif key == "port":
+        elif key in ("port", "router_port"):
             if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
                 return True, value
             bad(dotted, f"expected a port number 1-65535, got {q(value)}")
@@ -215,6 +254,22 @@ class Checker:
             bad(dotted, f"expected seconds {'> 0' if positive else '>= 0'}{hint}, got {q(value)}")
         elif key == "gpus":
             return self._gpus(dotted, value)
+        elif key == "replicas":
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_REPLICAS:
+                return True, value
+            bad(dotted, f"expected a number of copies 1-{MAX_REPLICAS}, got {q(value)}")
+        elif key == "replica_gpus":
+            return self._replica_gpus(dotted, value)
+        elif key == "url":
+            return self._url(dotted, value, scope)
+        elif key == "api_key":
+            if not isinstance(value, str) or not value:
+                bad(dotted, f'expected a string like "${{VLLM_API_KEY}}", got {q(value)}')
+                return False, None
+            expanded = self._expand(dotted, scope, (key,), value)
+            if expanded is not None and not has_vars(value):
+                self.warn(dotted, 'API key written literally; use "${VLLM_API_KEY}" and export it')
+            return expanded is not None, expanded
         elif key == "command":
             return self._command(dotted, value, scope)
         elif key == "env":
@@ -235,6 +290,35 @@ class Checker:
             self.problem(dotted, f"GPU {', '.join(map(str, duplicates))} listed twice")
             return False, None
         return True, list(value)
+
+    def _replica_gpus(self, dotted: str, value: object) -> tuple[bool, object]:
+        if not (isinstance(value, list) and value and all(isinstance(v, list) and v for v in value)):
+            self.problem(
+                dotted, f"expected one list of GPU indices per replica, like [[0], [1]], got {q(value)}"
+            )
+            return False, None
+        flat = [g for group in value for g in group]
+        if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in flat):
+            self.problem(dotted, f"expected GPU indices (whole numbers >= 0), got {q(value)}")
+            return False, None
+        duplicates = sorted({g for g in flat if flat.count(g) > 1})
+        if duplicates:
+            self.problem(dotted, f"GPU {', '.join(map(str, duplicates))} given to two replicas")
+            return False, None
+        return True, [list(group) for group in value]
+
+    def _url(self, dotted: str, value: object, scope: str) -> tuple[bool, object]:
+        if not isinstance(value, str) or not value:
+            self.problem(dotted, f'expected a URL like "http://gpu2:8000", got {q(value)}')
+            return False, None
+        expanded = self._expand(dotted, scope, ("url",), value)
+        if expanded is None or dotted in self.unresolved:
+            return expanded is not None, expanded
+        problem = url_problem(expanded)
+        if problem:
+            self.problem(dotted, problem)
+            return False, None
+        return True, expanded.rstrip("/")
 
     def _command(self, dotted: str, value: object, scope: str) -> tuple[bool, object]:
         if not (isinstance(value, list) and value and all(isinstance(p, str) and p for p in value)):
@@ -259,7 +343,7 @@ class Checker:
             expanded = self._expand(key, scope, ("env", name), item)
             if expanded is not None:
                 out[name] = expanded
-                if _SECRET_ENV.search(name) and item and not has_vars(item):
+                if SECRET_ENV.search(name) and item and not has_vars(item):
                     self.warn(key, f'looks like a secret written literally; use "${{{name}}}" and export it')
         return True, out
 
@@ -319,36 +403,127 @@ class Checker:
             return None if any(p is None for p in parts) else parts
         return item
 
+    # -- one instance, its own keys against its engine ------------------------------------------------
+    def instance_shape(self, key: str, own: Mapping[str, object], fields: dict[str, object]) -> None:
+        """An attached server takes only a url (its host and port come from it); replicas take their
+        keys only with replicas > 1. `own`: the keys the [[instance]] sets itself; `fields`: merged with
+        [defaults], completed here (an external's host and port, from its url)."""
+        engine = fields.get("engine", "vllm")
+        if engine == "external":
+            for name in own:
+                if name in ("host", "port"):
+                    self.problem(f"{key}.{name}", f'engine = "external" takes its {name} from url; drop it')
+                elif name not in EXTERNAL_KEYS:
+                    value = own[name]
+                    first = next(iter(value), None) if isinstance(value, dict) else None
+                    self.problem(
+                        f"{key}.{name}" + (f".{first}" if first is not None else ""),
+                        'does not apply to engine = "external" (a server vtui attaches to, never starts)'
+                        + did_you_mean(name, [k for k in EXTERNAL_KEYS if k not in own]),
+                    )
+            url = fields.get("url")
+            if isinstance(url, str) and f"{key}.url" not in self.unresolved:
+                fields["host"], fields["port"] = split_url(url)
+            for launched in ("gpus", "flags", "env", "command", "replicas", "replica_gpus", "router_port"):
+                fields.pop(launched, None)  # inherited from [defaults]: about launching, not attaching
+            return
+        for name in ("url", "api_key"):
+            if name in own:
+                hint = (
+                    ' (the server\'s own key: flags.api-key = "${VLLM_API_KEY}")' if name == "api_key" else ""
+                )
+                self.problem(f"{key}.{name}", f'only for engine = "external"{hint}')
+        replicas = fields.get("replicas", 1)
+        if not isinstance(replicas, int) or replicas <= 1:
+            for name in ("router_port", "replica_gpus"):
+                if name in own:
+                    self.problem(f"{key}.{name}", "only with replicas > 1")
+            return
+        listed = fields.get("replica_gpus")
+        if isinstance(listed, list):
+            if "gpus" in fields:
+                self.problem(f"{key}.replica_gpus", "set gpus or replica_gpus, not both")
+            elif len(listed) != replicas:
+                self.problem(
+                    f"{key}.replica_gpus", f"lists {len(listed)} GPU set(s) for replicas = {replicas}"
+                )
+        gpus = fields.get("gpus")
+        if isinstance(gpus, list) and gpus and len(gpus) % replicas:
+            self.problem(
+                f"{key}.gpus",
+                f"{len(gpus)} GPU(s) do not split into replicas = {replicas} equal sets; list them per "
+                "replica with replica_gpus = [[0], [1]]",
+            )
+        port = fields.get("port")
+        if isinstance(port, int) and port + replicas - 1 > 65535:
+            self.problem(f"{key}.replicas", f"replica ports {port}..{port + replicas - 1} go past 65535")
+
     # -- across instances ------------------------------------------------------------------------
     def cross_check(self, instances: list[dict[str, object]], allow_gpu_sharing: bool) -> None:
-        """Unique names and ports, GPU sets, parallel sizes vs GPUs, restart timing, exposure."""
-        names: dict[str, int] = {}
+        """Unique names and ports (replicas' and routers' too), GPU sets, parallel sizes vs GPUs,
+        restart timing, exposure."""
+        names: dict[str, tuple[int, bool]] = {}  # name -> (instance index, a replica's name)
         ports: dict[int, list[tuple[str, int]]] = {}
         gpu_users: dict[int, int] = {}
         for i, fields in enumerate(instances):
-            key = f"instance[{i}]"
+            replicas = fields.get("replicas", 1)
+            count = replicas if isinstance(replicas, int) and replicas > 1 else 1
             name = fields.get("name")
-            if isinstance(name, str):
-                if name in names:
-                    self.problem(f"{key}.name", f'duplicate name "{name}" (also instance[{names[name]}])')
-                else:
-                    names[name] = i
+            if not isinstance(name, str):
+                continue
+            own = [(name, False)] + [(f"{name}-{r}", True) for r in range(count if count > 1 else 0)]
+            for n, replica in own:
+                if n in names:
+                    j, theirs = names[n]
+                    if not replica and not theirs:
+                        self.problem(f"instance[{i}].name", f'duplicate name "{n}" (also instance[{j}])')
+                    else:
+                        self.problem(
+                            f"instance[{i}].name",
+                            f'"{n}" is both an instance and a replica name (instance[{j}]): '
+                            f"replicas = N names its copies NAME-0 … NAME-(N-1); rename one",
+                        )
+                    break
+            for n, replica in own:
+                names.setdefault(n, (i, replica))
+        for i, fields in enumerate(instances):
+            key = f"instance[{i}]"
             host = str(fields.get("host", "127.0.0.1"))
             port = fields.get("port")
+            replicas = fields.get("replicas", 1)
+            count = replicas if isinstance(replicas, int) and replicas > 1 else 1
+            wanted: list[tuple[str, int]] = []
             if isinstance(port, int):
-                for other_host, j in ports.get(port, []):
-                    if host == other_host or host in WILDCARD_HOSTS or other_host in WILDCARD_HOSTS:
-                        self.problem(
-                            f"{key}.port",
-                            f'port {port} is also used by instance[{j}] ("{instances[j].get("name", "?")}")',
-                        )
-                        break
-                ports.setdefault(port, []).append((host, i))
+                first = "url" if fields.get("engine") == "external" else "port"
+                wanted += [(first if r == 0 else "replicas", port + r) for r in range(count)]
+            router = fields.get("router_port")
+            if isinstance(router, int) and count > 1:
+                wanted.append(("router_port", router))
+            for field_name, number in wanted:
+                clash = next(
+                    (
+                        j
+                        for other_host, j in ports.get(number, [])
+                        if host == other_host or host in WILDCARD_HOSTS or other_host in WILDCARD_HOSTS
+                    ),
+                    None,
+                )
+                if clash is not None:
+                    whose = (
+                        "this instance"
+                        if clash == i
+                        else f'instance[{clash}] ("{instances[clash].get("name", "?")}")'
+                    )
+                    self.problem(f"{key}.{field_name}", f"port {number} is also used by {whose}")
+                    break
+                ports.setdefault(number, []).append((host, i))
             if host in WILDCARD_HOSTS:
                 self.warn(
                     f"{key}.host",
                     f'"{host}" exposes the server to the network; use "127.0.0.1" unless you mean it',
                 )
+            if fields.get("engine", "vllm") == "external":
+                continue
             if fields.get("engine", "vllm") != "sim":
                 for flag in fields.get("flags") or {}:  # type: ignore[attr-defined]
                     if flag in flagspec.SIM_FLAGS:
@@ -358,7 +533,18 @@ class Checker:
                         )
             listed = fields.get("gpus")
             gpus: list[int] = list(listed) if isinstance(listed, list) else []
-            self._parallel(key, fields, gpus)
+            sets = fields.get("replica_gpus")
+            if isinstance(sets, list) and not gpus:
+                gpus = [g for group in sets for g in group]
+                before = len(self.problems)
+                for group in sets:
+                    self._parallel(f"{key}.replica_gpus", fields, list(group), per="replica")
+                    if len(self.problems) > before:
+                        break
+            elif count > 1 and gpus and len(gpus) % count == 0:
+                self._parallel(key, fields, gpus[: len(gpus) // count], per="replica")
+            elif count == 1:
+                self._parallel(key, fields, gpus)
             for gpu in gpus:
                 if gpu in gpu_users and not allow_gpu_sharing:
                     j = gpu_users[gpu]
@@ -374,12 +560,16 @@ class Checker:
             if _number(backoff) and _number(cap) and cap < backoff:  # type: ignore[operator]
                 self.problem(f"{key}.backoff_max", f"must be >= backoff ({backoff:g}s), got {cap:g}s")
 
-    def _parallel(self, key: str, fields: Mapping[str, object], gpus: list[int]) -> None:
+    def _parallel(self, key: str, fields: Mapping[str, object], gpus: list[int], per: str = "") -> None:
         given = fields.get("flags")
         flags: Mapping[str, object] = given if isinstance(given, Mapping) else {}
         needed = flagspec.gpus_needed(flags) if gpus else None
         if needed is not None and needed[0] != len(gpus):
-            self.problem(f"{key}.gpus", f"{needed[1]} = {needed[0]}, but {len(gpus)} GPU(s) listed")
+            where = key if key.endswith(".replica_gpus") else f"{key}.gpus"
+            self.problem(
+                where,
+                f"{needed[1]} = {needed[0]}, but {len(gpus)} GPU(s) " + (f"per {per}" if per else "listed"),
+            )
 
 
 def notify_value(key: str, value: object) -> tuple[object, str | None]:

@@ -209,7 +209,7 @@ class SimServer:
                 return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}', allow=SLEEP_ROUTES[path])
             return await self.sleep_route(path, self._query.get(writer, {}), writer)
         if path == "/v1/models":
-            data: list[dict] = [
+            data: list[dict[str, object]] = [
                 {
                     "id": name,
                     "object": "model",

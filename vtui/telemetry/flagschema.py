@@ -349,6 +349,8 @@ def schema_for(
     a version's first read (seconds): call it from a worker thread in the UI."""
     if engine == "sim":
         return _builtin("the simulated engine takes the bundled schema")
+    if engine != "vllm":
+        return _builtin(f"a {engine} server is not started by vtui")
     if not command and shutil.which("vllm") is None:
         return _builtin("no vllm on PATH")
     key = tuple(command or ())
@@ -364,8 +366,8 @@ def schema_for(
 def known_schema(engine: str, command: Sequence[str] | None) -> FlagSchema | None:
     """The schema `schema_for` already read for this instance in this process, else None: no I/O
     (for the UI thread; the flag editor's worker reads it)."""
-    if engine == "sim":
-        return _builtin("the simulated engine takes the bundled schema")
+    if engine != "vllm":
+        return schema_for(engine, command)  # no I/O for these
     hit = _MEMO.get(tuple(command or ()))
     return hit[1] if hit is not None else None
 

@@ -211,6 +211,9 @@ class MetricsSnapshot:
             if math.isnan(le):
                 continue
             per_le[le] = per_le.get(le, 0.0) + value
+        count = self.total(base + "_count")
+        if per_le and math.inf not in per_le and count is not None and count >= max(per_le.values()):
+            per_le[math.inf] = count  # a paste that elided the +Inf bucket but kept _count, which equals it
         if not per_le or math.inf not in per_le:
             return None
         bounds = tuple(sorted(per_le))
@@ -219,7 +222,7 @@ class MetricsSnapshot:
         for b in bounds:  # enforce monotonic cumulative counts, as Prometheus does
             running = max(running, per_le[b])
             counts.append(running)
-        return Histogram(bounds, tuple(counts), self.total(base + "_count"), self.total(base + "_sum"))
+        return Histogram(bounds, tuple(counts), count, self.total(base + "_sum"))
 
     @property
     def vllm_names(self) -> str | None:

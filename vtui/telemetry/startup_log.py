@@ -47,10 +47,12 @@ _V0_DEFAULT_BLOCK_SIZE = 16
 _SMALLEST_WINS = frozenset({"kv_cache_tokens", "max_concurrency", "available_kv_gib"})
 # A line that starts a log record; any other line may be the rest of the one before (a wrapped paste).
 _RECORD_START = re.compile(
-    r"^\s*(?:[>+*│-]\s*)*(?:\S+\s+\|\s*)?"  # quote / list markers, a compose service name
+    r"^\s*(?:[>+*│▎-]\s*)*(?:\S+\s+\|\s*)?"  # quote / list markers, a compose service name
     r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} )"
 )
 _MAX_JOINED = 8192
+_BOLD_FIGURE = re.compile(r"\*\*([\d.,]+(?: ?[A-Za-z]+)?)\*\*")  # **20865**, **7.51 s**, **34.11 seconds**
+_QUOTE_MARKS = re.compile(r"^\s*(?:[>│▎]\s?)+")  # a quoted paste repeats its marker on every wrapped line
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,14 @@ _RULES: tuple[_Rule, ...] = tuple(
         # version banner (0.11+ ASCII art), API server line (0.4-0.10), engine init line
         (r"[▀▄█]\s+version\s+(\d[\w.+\-]*)", (("vllm_version", str, 3),)),
         (r"vLLM API server version (\d[\w.+\-]*)", (("vllm_version", str, 3),)),
-        (r"LLM engine \(v(\d[\w.+\-]*)\) with config", (("vllm_version", str, 2),)),
+        (r"LLM engine \(v(\d[\w.+\-]*)\)(?: with config| w?$)", (("vllm_version", str, 2),)),  # or cut short
         (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
         (r"with config: model='([^']*)'", (("model", str, 1),)),
         (r"^\s*model='([^']*)', (?:speculative_config|tokenizer)=", (("model", str, 1),)),  # config split off
+        (
+            r"Starting to load model (\S+?)(?:\.\.\.)?\s*$",
+            (("model", str, 0),),
+        ),  # when the config line is cut away
         # max model len
         (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
         (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
@@ -156,7 +162,10 @@ _RULES: tuple[_Rule, ...] = tuple(
         ),
         (r"kv_cache_size=" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
         (r"available_kv_cache_memory\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
-        (r"Available KV cache memory:\s*" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+        (
+            r"Available KV cache memory:\s*(-?" + _N[1:] + r"\s*GiB",
+            (("available_kv_gib", _num, 3),),
+        ),  # < 0: no room
         (
             r"(?:Explicitly|Auto) set \(" + _N + r"/[\d.]+\) GiB for KV cache",
             (("available_kv_gib", _num, 3),),
@@ -185,6 +194,7 @@ _RULES: tuple[_Rule, ...] = tuple(
             r"cache_config_info with initialization after num_gpu_blocks is: (\d+)",
             (("num_gpu_blocks", _int, 3),),
         ),
+        (r"with num_gpu_blocks_override=(\d+)", (("num_gpu_blocks", _int, 3),)),
         (
             r"reserved " + _N + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes",
             (("available_kv_gib", _num, 3),),
@@ -222,6 +232,10 @@ _RULES: tuple[_Rule, ...] = tuple(
             (("max_model_len", _int, 1), ("kv_cache_tokens", _int, 1)),
         ),
         (
+            r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens",
+            (("max_model_len", _int, 1),),
+        ),
+        (
             r"Free memory on device[^(]*\("
             + _N
             + "/"
@@ -249,6 +263,7 @@ _ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
     )
 )
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_NON_DEFAULT_CUT = re.compile(r"non-default args: (\{.*)$")  # a paste cut the dict short: its pairs so far
 _NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
 _KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
 _NS_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+(?:\([^)]*\))?)")
@@ -304,6 +319,7 @@ class _Reader:
 
     def feed(self, line: str) -> bool:
         """Read one line; True when a fact or the phase changed."""
+        line = _BOLD_FIGURE.sub(r"\1", line)  # markdown bold around a figure in an issue thread
         if _NEW_RUN.search(line) and "vllm_version" in self._values:
             self.reset()  # a new run appended to the same log
         changed = False
@@ -325,11 +341,14 @@ class _Reader:
             if pattern.search(line):
                 changed |= self._set("engine", engine, prio)
                 break
-        if m := _NON_DEFAULT.search(line):
+        if m := _NON_DEFAULT.search(line) or _NON_DEFAULT_CUT.search(line):
             self._non_default, changed = _dict_of(m.group(1)), True
         elif m := _NAMESPACE.search(line):
             self._args, changed = {k: _literal(v) for k, v in _NS_PAIR.findall(m.group(1))}, True
-        self._prev = (self._prev + line)[-_MAX_JOINED:] if self._continues(line) else line
+        if self._continues(line):
+            self._prev = (self._prev + _QUOTE_MARKS.sub("", line))[-_MAX_JOINED:]
+        else:
+            self._prev = line
         return changed
 
     def _continues(self, line: str) -> bool:
@@ -340,6 +359,7 @@ class _Reader:
         line, cut mid-word (terminal width) or at a space (re-flowed), and matching across the cut."""
         if not self._continues(line):
             return None
+        line = _QUOTE_MARKS.sub("", line)
         for sep in ("", " "):
             joined = self._prev + sep + line
             m = pattern.search(joined, max(0, len(self._prev) - 400))
@@ -367,6 +387,9 @@ def _derive(facts: StartupFacts, raw: Mapping[str, object]) -> StartupFacts:
     extra: dict[str, Any] = {}  # fact name -> value of that field's type
     if facts.max_model_len is None and isinstance(facts.arg("max_model_len"), int):
         extra["max_model_len"] = facts.arg("max_model_len")
+    model = facts.arg("model")
+    if facts.model is None and isinstance(model, str) and model:
+        extra["model"] = model
     util = facts.arg("gpu_memory_utilization")
     if facts.gpu_memory_utilization is None and isinstance(util, float | int) and not isinstance(util, bool):
         extra["gpu_memory_utilization"] = float(util)
