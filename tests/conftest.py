@@ -17,17 +17,42 @@ TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[Path]:
     """State, config and cache dirs under a temp folder: tests never touch ~/.local/state/vtui."""
     root = tmp_path_factory.mktemp("vtui-home")
     monkeypatch.setenv("VTUI_STATE_DIR", str(root / "state"))
     monkeypatch.setenv("VTUI_CONFIG_DIR", str(root / "config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    if "vllm_bin" in request.fixturenames:
+        # A user's vtui reads an installed vLLM's serve flags once per version (25-60 s here) and keeps
+        # them in its cache; the tests share that one read instead of paying it in every fresh cache.
+        seed: Path = request.getfixturevalue("_flagschema_seed")
+        (root / "cache" / "vtui").mkdir(parents=True, exist_ok=True, mode=0o700)
+        for cached in seed.glob("flagschema-*.json"):
+            shutil.copy2(cached, root / "cache" / "vtui" / cached.name)
     yield root
     from _support.procs import kill_state_dir  # session supervisors started on demand, then their instances
 
     kill_state_dir(str(root / "state"))
+
+
+@pytest.fixture(scope="session")
+def _flagschema_seed(tmp_path_factory: pytest.TempPathFactory, vllm_bin: Path) -> Path:
+    """The test vLLM's serve-flag schema, read once per test session into a cache folder of its own."""
+    from vtui.telemetry.flagschema import installed_schema
+
+    cache = tmp_path_factory.mktemp("flagschema-cache")
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    try:
+        installed_schema([str(vllm_bin)])
+    finally:
+        if before is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = before
+    return cache / "vtui"
 
 
 def _require_vllm() -> bool:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -193,9 +194,13 @@ def kill_leftovers(world: dict[str, Any]) -> list[int]:
 
 # -- fixtures ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def e2e_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One state/config/cache folder for the whole module: the instances outlive each step."""
+def e2e_home(tmp_path_factory: pytest.TempPathFactory, _flagschema_seed: Path) -> Iterator[Path]:
+    """One state/config/cache folder for the whole module: the instances outlive each step. The cache
+    starts with the test vLLM's flag schema (read once per test session, see tests/conftest.py)."""
     root = tmp_path_factory.mktemp("vtui-e2e-home")
+    (root / "cache" / "vtui").mkdir(parents=True, mode=0o700)
+    for cached in _flagschema_seed.glob("flagschema-*.json"):
+        shutil.copy2(cached, root / "cache" / "vtui" / cached.name)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VTUI_STATE_DIR", str(root / "state"))
         mp.setenv("VTUI_CONFIG_DIR", str(root / "config"))
