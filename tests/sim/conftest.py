@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "vllm-reference"
-if not REFERENCE.exists():
-    REFERENCE = Path("/work/shared/vllm-reference")
+# Outputs of real vLLM 0.32 (its /metrics payloads and startup log), kept with the telemetry fixtures.
+REFERENCE = Path(__file__).resolve().parents[1] / "telemetry" / "fixtures"
 
 
 def free_port() -> int:

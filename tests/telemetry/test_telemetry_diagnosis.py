@@ -1,4 +1,4 @@
-"""Failure lines → problems with concrete fixes, for every real failure in shared/vllm-reference and
+"""Failure lines → problems with concrete fixes, for every real failure captured from vLLM 0.32 (tests/telemetry/fixtures/failures) and
 hand-written older/GPU ones; the runtime "KV cache short" rule."""
 
 from __future__ import annotations

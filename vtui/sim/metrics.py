@@ -1,5 +1,5 @@
 """The simulated engine's Prometheus /metrics, with real vLLM 0.32's families, types, labels, HELP text and
-histogram buckets (copied from ../shared/vllm-reference/metrics_*.txt), or an older version's names
+histogram buckets (as in real vLLM 0.32 payloads: tests/telemetry/fixtures/metrics_*.txt), or an older version's names
 (`--sim-metrics-version v0`: gpu_cache_usage_perc, time_per_output_token_seconds, gpu_prefix_cache_*).
 """
 
