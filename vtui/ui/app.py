@@ -202,10 +202,10 @@ class VtuiApp(ControlMixin):
                 screen.refresh_gpu(self.store)
 
     def on_logs_arrived(self, message: LogsArrived) -> None:
-        if self.store.add_logs(message.instance, message.lines):
+        if self.store.add_logs(message.instance, message.lines, message.skipped):
             for screen in self.screen_stack:
                 if isinstance(screen, LogScreen):
-                    screen.append_logs(message.instance, message.lines)
+                    screen.append_logs(message.instance, message.lines, message.skipped)
 
     def on_supervisor_failed(self, message: SupervisorFailed) -> None:
         self.store.supervisor_error = message.error

@@ -23,6 +23,7 @@ from vtui.sim.gpuview import SimulatedGpus
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.scrape import ScrapeLoop
+from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.messages import (
     GpuArrived,
     LogsArrived,
@@ -117,9 +118,11 @@ class Bridge:
         self._gpu: Sampler | None = None
         self._scrapers: dict[str, tuple[str, Scraper]] = {}  # name -> (base_url, loop)
         self._unsubscribe: Callable[[], None] | None = None
+        self.logs = LogCoalescer(self._post_logs)  # log lines: coalesced, bounded (vtui.ui.logfeed)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
+        self.logs.bind(asyncio.get_running_loop())
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
         sampler: Sampler | None = None
@@ -176,11 +179,16 @@ class Bridge:
     # -- events --------------------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
         if isinstance(event, LogLines):
-            self.app.post_message(LogsArrived(event.instance, tuple(event.lines)))
-        elif isinstance(event, Notice):
+            self.logs.add(event.instance, event.lines)
+            return
+        self.logs.flush()  # the lines that led to a state change reach the store before it
+        if isinstance(event, Notice):
             self.app.post_message(NoticeArrived(event))
         else:
             self._post_statuses()
+
+    def _post_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
+        self.app.post_message(LogsArrived(instance, lines, skipped))
 
     def _post_gpu(self, sample: GpuSample) -> None:  # from the sampler's thread
         self.app.post_message(GpuArrived(sample))

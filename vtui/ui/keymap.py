@@ -57,6 +57,8 @@ LOG_BINDINGS = [
     Binding("escape", "back", "Back", id="logs.back"),
     Binding("slash", "filter", "Filter", id="logs.filter", key_display="/"),
     Binding("F", "toggle_follow", "Follow", id="logs.follow"),
+    Binding("end,G", "follow", "Follow", id="logs.end", show=False),
+    Binding("P", "toggle_probes", "Probes", id="logs.probes"),
     Binding("e", "first_error", "First error", id="logs.first_error"),
     Binding("E", "next_error", "Next error", id="logs.next_error", show=False),
 ]
