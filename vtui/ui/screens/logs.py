@@ -130,8 +130,12 @@ class LogView(ScrollView, can_focus=True):
         self.lines: deque[str] = deque(maxlen=capacity)
         self.follow = True
         self._width = 0
-        self.on_top: Callable[[], None] | None = None  # called when a paused view is scrolled to its first line
-        self.on_user_scroll: Callable[[], None] | None = None  # called when the user scrolls up while following
+        self.on_top: Callable[[], None] | None = (
+            None  # called when a paused view is scrolled to its first line
+        )
+        self.on_user_scroll: Callable[[], None] | None = (
+            None  # called when the user scrolls up while following
+        )
         self.on_end: Callable[[], None] | None = None  # called on `end` in a paused view
 
     def set_lines(self, lines: Iterable[str], capacity: int | None = None) -> None:
