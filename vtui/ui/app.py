@@ -53,6 +53,7 @@ from vtui.ui.screens.flags import FlagEditorScreen
 from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
 from vtui.ui.screens.logs import LogScreen
 from vtui.ui.screens.presets import PresetScreen
+from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
 
 DEMO_LAYOUT = BUILTIN_DIR / "demo.toml"
@@ -290,10 +291,12 @@ class VtuiApp(ControlMixin):
         self.push_screen(HelpScreen(rows, registry_rows(self, self.user_keymap, {r[2] for r in rows})))
 
     def action_quit_dialog(self) -> None:
-        self.push_screen(QuitScreen(), self._quit_answered)
+        self.push_screen(QuitScreen(unsaved=self.store.dirty), self._quit_answered)
 
     def _quit_answered(self, answer: str | None) -> None:
-        if answer in ("leave", "stop"):
+        if answer == "save":
+            self.save_then_quit()
+        elif answer in ("leave", "stop"):
             self._close_and_exit(answer == "stop")
 
     def _close_and_exit(self, stop_instances: bool) -> None:
@@ -343,6 +346,7 @@ def make_app(
     clock: Callable[[], float] | None = None,
     keymap_path: Path | None = None,
     bench_runner: BenchRunner = run_bench,
+    settings: UiSettings | None = None,
 ) -> VtuiApp:
     """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
     for none. `clock`: wall-clock time for uptimes and countdowns (tests pass a fixed one)."""
@@ -350,6 +354,9 @@ def make_app(
     if supervisor is None:
         supervisor = factory(resolve_layout(layout))
     keymap, problems = load_user_keymap(keymap_path)
+    if settings is None:
+        settings, setting_problems = load_settings()
+        problems = [*problems, *setting_problems]
     app = VtuiApp(
         supervisor,
         supervisor_factory=factory,
@@ -361,6 +368,7 @@ def make_app(
         bench_runner=bench_runner,
     )
     app.keymap_problems = problems
+    app.settings = settings
     if isinstance(layout, (str, Path)):
         app.store.path = Path(layout)
     return app

@@ -65,6 +65,9 @@ LOG_BINDINGS = [
 
 FLAG_BINDINGS = [
     Binding("escape", "back", "Cancel", id="flags.cancel"),
+    # priority: the flag list's scroll container would take up/down for scrolling
+    Binding("up", "app.focus_previous", "Prev field", id="flags.previous", priority=True),
+    Binding("down", "app.focus_next", "Next field", id="flags.next", priority=True),
     Binding("ctrl+r", "review", "Diff+restart", id="flags.review", priority=True),
 ]
 
@@ -95,6 +98,7 @@ CONFIRM_BINDINGS = [
 PATH_BINDINGS = [Binding("escape", "cancel", "Cancel", id="path.cancel")]
 
 QUIT_BINDINGS = [
+    Binding("w", "answer('save')", "Save, then quit", id="quit.save"),
     Binding("enter,l", "answer('leave')", "Leave running", id="quit.leave"),
     Binding("s", "answer('stop')", "Stop all", id="quit.stop"),
     Binding("escape", "answer(None)", "Cancel", id="quit.cancel"),
