@@ -32,8 +32,8 @@ from vtui.ui.widgets.titlebar import TitleBar
 
 FIELDS = (
     ("mode", "fixed", "fixed | ramp (1, 2, 4, ... up to concurrency)"),
-    ("concurrency", "8", "requests in flight (the ramp's ceiling; from the log's max concurrency)"),
-    ("requests", "32", "requests per step (at least concurrency; default 4 per worker)"),
+    ("concurrency", "8", "in flight (ramp: the ceiling; from the log)"),
+    ("requests", "32", "per step, >= concurrency (4 per worker)"),
     ("input-len", "128", "prompt tokens"),
     ("output-len", "64", "output tokens (ignore_eos)"),
 )
@@ -115,14 +115,14 @@ def step_line(s: StepResult) -> str:
     waiting = fmt.num(s.server.waiting_peak)
     pre = fmt.num(s.server.preemptions)
     return (
-        f"  {s.label:<7}{s.completed:>5}/{s.failed:<3}{s.req_per_s:>7.2f}{s.output_tok_per_s:>9.0f}"
-        f"{fmt.seconds(s.ttft.p50):>8}{fmt.seconds(s.ttft.p95):>8}   {kv:>4} {waiting:>5} {pre:>5}"
+        f"  {s.label:<7}{s.completed:>5}/{s.failed:<3}{s.req_per_s:>7.2f}{s.output_tok_per_s:>10.0f}"
+        f"{fmt.seconds(s.ttft.p50):>8}{fmt.seconds(s.ttft.p95):>8}   {kv:>5}{waiting:>8}{pre:>8}"
     )
 
 
 STEP_HEAD = (
-    f"  {'step':<7}{'ok/err':>9}{'req/s':>7}{'out tok/s':>9}{'TTFT50':>8}{'TTFT95':>8}"
-    f"   server: KV peak, waiting peak, preemptions"
+    f"  {'step':<7}{'ok/err':>9}{'req/s':>7}{'out tok/s':>10}{'TTFT50':>8}{'TTFT95':>8}"
+    f"   {'KV pk':>5}{'wait pk':>8}{'preempt':>8}"
 )
 
 

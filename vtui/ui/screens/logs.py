@@ -178,7 +178,10 @@ class LogView(ScrollView, can_focus=True):
         if index >= len(self.lines):
             return Strip.blank(width, style)
         line = self.lines[index].expandtabs()
-        text = Text(line, style=level_style(line), no_wrap=True, end="")
+        text = Text(line, no_wrap=True, end="")
+        text.stylize(style)  # as a span: Text.render drops a base style here
+        if level := level_style(line):
+            text.stylize(level)
         strip = Strip(text.render(self.app.console), text.cell_len)
         return strip.crop_extend(scroll_x, scroll_x + width, style).simplify()
 
