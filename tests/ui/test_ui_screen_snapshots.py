@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from textual.widgets import Input
 
 from vtui.ui.messages import LogsArrived, MetricsArrived
 from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen, QuitScreen
@@ -50,6 +51,8 @@ async def _settle(pilot, n: int = 4) -> None:
     pending = [w for w in pilot.app.workers if w.group in ("diagnosis", "control", "config")]
     if pending:
         await pilot.app.workers.wait_for_complete(pending)
+    for box in pilot.app.screen.query(Input):
+        box.cursor_blink = False  # a blinking cursor is on or off by the clock
     await pilot.pause()
 
 
