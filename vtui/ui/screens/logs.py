@@ -295,8 +295,8 @@ class LogScreen(StoreScreen):
         self.query_one(TitleBar).refresh_from(store)
 
     def append_logs(self, name: str, lines: Iterable[str], skipped: int = 0) -> None:
-        if name != self.instance:
-            return
+        if name != self.instance or not self.is_mounted:
+            return  # (not mounted yet: on_mount reads the store's ring, these lines included)
         batch = [skipped_marker(skipped), *lines] if skipped else list(lines)
         if not self.follow:
             self.new_while_paused += len(batch)
