@@ -20,6 +20,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -27,7 +30,8 @@ from textual.events import MouseScrollUp
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Footer, Input, Static
+from textual.widget import Widget
+from textual.widgets import Footer, Input
 
 from vtui.core.logfile import log_files
 from vtui.ui.keymap import LOG_BINDINGS
@@ -47,6 +51,11 @@ ANCHOR = 5  # lines matched to find where the view's first line is in the file
 
 def is_probe(line: str) -> bool:
     return ("/metrics" in line or "/health" in line) and PROBE.search(line) is not None
+
+
+_CONTROL = re.compile("[\u0000-\u0008\u000b-\u001f\u007f]").sub  # never reach the terminal
+_REPLACEMENT = "\ufffd"
+_STYLES = {name: Style.parse(name) for name in ("bold magenta", "bold red", "yellow")}
 
 
 def level_style(line: str) -> str:
@@ -129,6 +138,7 @@ class LogView(ScrollView, can_focus=True):
         super().__init__(id=id)
         self.lines: deque[str] = deque(maxlen=capacity)
         self.follow = True
+        self._base: Style | None = None
         self._width = 0
         self.on_top: Callable[[], None] | None = (
             None  # called when a paused view is scrolled to its first line
@@ -174,16 +184,21 @@ class LogView(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        style = self.rich_style
+        base = self._base
+        if base is None:
+            base = self._base = self.rich_style  # computing it costs more than drawing the row
         if index >= len(self.lines):
-            return Strip.blank(width, style)
-        line = self.lines[index].expandtabs()
-        text = Text(line, no_wrap=True, end="")
-        text.stylize(style)  # as a span: Text.render drops a base style here
-        if level := level_style(line):
-            text.stylize(level)
-        strip = Strip(text.render(self.app.console), text.cell_len)
-        return strip.crop_extend(scroll_x, scroll_x + width, style).simplify()
+            return Strip.blank(width, base)
+        line = _CONTROL(_REPLACEMENT, self.lines[index].expandtabs())
+        level = level_style(line)
+        style = base + _STYLES[level] if level else base
+        # one segment per row, no Text: a flood repaints every row of the screen on every batch
+        strip = Strip([Segment(line, style)], cell_len(line))
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base = None
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
@@ -217,6 +232,24 @@ class LogView(ScrollView, can_focus=True):
         super()._on_mouse_scroll_up(event)
 
 
+class StatusLine(Widget):
+    """One line of text repainted without a layout pass (it changes on every batch: the hidden count)."""
+
+    DEFAULT_CSS = "StatusLine { height: 1; width: 1fr; color: $text-muted; }"
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.text = ""
+
+    def set(self, text: str) -> None:
+        if text != self.text:
+            self.text = text
+            self.refresh()
+
+    def render(self) -> Text:
+        return Text(self.text, no_wrap=True, overflow="ellipsis")
+
+
 class LogScreen(StoreScreen):
     BINDINGS = [*LOG_BINDINGS]
 
@@ -231,7 +264,6 @@ class LogScreen(StoreScreen):
         self._error_cursor = -1
         self._loading = False
         self._file_exhausted = False
-        self._status_text = ""
         self._anchor: list[str] = []  # the first lines (unfiltered) of what the view holds
 
     # -- the lines -------------------------------------------------------------------------------
@@ -242,7 +274,7 @@ class LogScreen(StoreScreen):
 
     def compose(self) -> ComposeResult:
         yield TitleBar(f"logs {self.instance}")
-        yield Static("", id="log-status")
+        yield StatusLine(id="log-status")
         yield LogView(LOG_LINES, id="log")
         yield OrderedInput(
             placeholder="filter (regex or text); enter applies, escape clears", id="log-filter"
@@ -317,10 +349,7 @@ class LogScreen(StoreScreen):
             parts.append(f"filter /{self.pattern}/")
         if self._loading:
             parts.append("reading older lines...")
-        text = "  " + " | ".join(parts)
-        if text != self._status_text:
-            self._status_text = text
-            self.query_one("#log-status", Static).update(Text(text, style="dim"))
+        self.query_one(StatusLine).set("  " + " | ".join(parts))
 
     # -- following and scrolling back ---------------------------------------------------------------
     def _pause(self) -> None:
