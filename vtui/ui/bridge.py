@@ -197,6 +197,7 @@ class Bridge:
         self.app.post_message(MetricsArrived(sample))
 
     def _post_statuses(self) -> None:
+        self.logs.flush()  # whatever path statuses come by, the lines before them go first
         statuses = self.supervisor.status()
         self.app.post_message(StatusesChanged(statuses))
         self._sync_scrapers(statuses)
