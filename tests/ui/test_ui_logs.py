@@ -140,3 +140,17 @@ async def test_scrolling_back_reads_older_lines_from_the_file(fake, app_factory,
         await pilot.press("F")
         await settle(pilot)
         assert len(view.lines) == LOG_LINES and last_number(app) == 11_999  # back to the ring
+
+
+async def test_coalescer_merges_batches_within_a_window():
+    import asyncio
+
+    posted: list[tuple[str, tuple[str, ...], int]] = []
+    feed = LogCoalescer(lambda name, lines, skipped: posted.append((name, lines, skipped)), window=0.05)
+    feed.bind(asyncio.get_running_loop())
+    feed.add("a", ["1"])  # after a quiet spell: at once
+    feed.add("a", ["2"])
+    feed.add("a", ["3"])
+    assert posted == [("a", ("1",), 0)]
+    await asyncio.sleep(0.12)
+    assert posted == [("a", ("1",), 0), ("a", ("2", "3"), 0)]  # the rest in one batch, in order
