@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from vtui.bench import BenchProgress, BenchResult, Dist, ServerStep, StepResult
 from vtui.core.paths import runs_dir
-from vtui.ui.screens.bench import BenchScreen, config_from, plot_text
+from vtui.ui.screens.bench import BenchScreen, config_from, plot_text, requests_for
 from vtui.ui.textdump import screen_text
 
 
@@ -49,10 +51,17 @@ async def settle(pilot, n: int = 3) -> None:
 
 def test_form_validation_and_plot():
     cfg = config_from(
-        {"mode": "ramp", "concurrency": "8", "requests": "4", "input-len": "16", "output-len": "8"},
+        {"mode": "ramp", "concurrency": "8", "requests": "8", "input-len": "16", "output-len": "8"},
         "http://127.0.0.1:1",
     )
     assert cfg.mode == "ramp" and cfg.step_levels() == (1.0, 2.0, 4.0, 8.0)
+    # fewer requests per step than workers never has `concurrency` in flight (c=106 with 32 requests)
+    with pytest.raises(ValueError, match="requests: 32 per step cannot keep concurrency 106 in flight"):
+        config_from(
+            {"mode": "fixed", "concurrency": "106", "requests": "32", "input-len": "1", "output-len": "1"},
+            "h",
+        )
+    assert requests_for(106) == 424 and requests_for(2) == 32
     try:
         config_from({"mode": "fixed", "concurrency": "x"}, "http://h")
     except ValueError as exc:

@@ -209,7 +209,9 @@ async def test_help_is_generated_from_live_bindings_and_user_keymap(fake, app_fa
     app = app_factory(fake, keymap_path=keys)
     async with app.run_test(size=(100, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("x")  # stop qwen: now "stop" no longer applies, "start" does
+        await pilot.press("x")  # stop qwen (asked first): now "stop" no longer applies, "start" does
+        await settle(pilot)
+        await pilot.press("y")
         await settle(pilot, 4)
         await pilot.press("question_mark")
         await settle(pilot)
@@ -219,7 +221,9 @@ async def test_help_is_generated_from_live_bindings_and_user_keymap(fake, app_fa
         assert rows["instance.stop"][3] is False and rows["instance.start"][3] is True
         assert any("unknown binding id" in p for p in app.keymap_problems)
         await pilot.press("escape")
-        await pilot.press("ctrl+t")  # the remapped key restarts
+        await pilot.press("ctrl+t")  # the remapped key restarts (once confirmed)
+        await settle(pilot)
+        await pilot.press("y")
         await settle(pilot, 4)
         assert ("restart", "qwen", None) in fake.calls
 

@@ -64,9 +64,9 @@ def perform(app: VtuiApp, action: str, name: str) -> None:
     elif action == "start":
         app.start_instances([name])
     elif action == "stop":
-        app.stop_instances([name])
+        app.ask_stop(name)  # confirmed first unless settings.toml says `confirm = false`
     elif action == "restart":
-        app.restart_instance(name)
+        app.ask_restart(name)
     elif action == "rollback":
         app.rollback_instance(name)
     else:

@@ -53,6 +53,7 @@ from vtui.ui.screens.flags import FlagEditorScreen
 from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
 from vtui.ui.screens.logs import LogScreen
 from vtui.ui.screens.presets import PresetScreen
+from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
 
 DEMO_LAYOUT = BUILTIN_DIR / "demo.toml"
@@ -202,10 +203,10 @@ class VtuiApp(ControlMixin):
                 screen.refresh_gpu(self.store)
 
     def on_logs_arrived(self, message: LogsArrived) -> None:
-        if self.store.add_logs(message.instance, message.lines):
+        if self.store.add_logs(message.instance, message.lines, message.skipped):
             for screen in self.screen_stack:
                 if isinstance(screen, LogScreen):
-                    screen.append_logs(message.instance, message.lines)
+                    screen.append_logs(message.instance, message.lines, message.skipped)
 
     def on_supervisor_failed(self, message: SupervisorFailed) -> None:
         self.store.supervisor_error = message.error
@@ -290,10 +291,12 @@ class VtuiApp(ControlMixin):
         self.push_screen(HelpScreen(rows, registry_rows(self, self.user_keymap, {r[2] for r in rows})))
 
     def action_quit_dialog(self) -> None:
-        self.push_screen(QuitScreen(), self._quit_answered)
+        self.push_screen(QuitScreen(unsaved=self.store.dirty), self._quit_answered)
 
     def _quit_answered(self, answer: str | None) -> None:
-        if answer in ("leave", "stop"):
+        if answer == "save":
+            self.save_then_quit()
+        elif answer in ("leave", "stop"):
             self._close_and_exit(answer == "stop")
 
     def _close_and_exit(self, stop_instances: bool) -> None:
@@ -349,6 +352,7 @@ def make_app(
     clock: Callable[[], float] | None = None,
     keymap_path: Path | None = None,
     bench_runner: BenchRunner = run_bench,
+    settings: UiSettings | None = None,
 ) -> VtuiApp:
     """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
     for none. `clock`: wall-clock time for uptimes and countdowns (tests pass a fixed one)."""
@@ -356,6 +360,9 @@ def make_app(
     if supervisor is None:
         supervisor = factory(resolve_layout(layout))
     keymap, problems = load_user_keymap(keymap_path)
+    if settings is None:
+        settings, setting_problems = load_settings()
+        problems = [*problems, *setting_problems]
     app = VtuiApp(
         supervisor,
         supervisor_factory=factory,
@@ -367,6 +374,7 @@ def make_app(
         bench_runner=bench_runner,
     )
     app.keymap_problems = problems
+    app.settings = settings
     if isinstance(layout, (str, Path)):
         app.store.path = Path(layout)
     return app

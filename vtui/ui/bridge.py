@@ -26,6 +26,7 @@ from vtui.sim.gpuview import SimulatedGpus
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.scrape import ScrapeLoop
+from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.messages import (
     GpuArrived,
     LogsArrived,
@@ -123,9 +124,11 @@ class Bridge:
         self._unsubscribe_more: list[Callable[[], None]] = []
         # The session supervisor scrapes and sends samples and snapshots on its feed.
         self._feed = supervisor if isinstance(supervisor, TelemetryFeed) else None
+        self.logs = LogCoalescer(self._post_logs)  # log lines: coalesced, bounded (vtui.ui.logfeed)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
+        self.logs.bind(asyncio.get_running_loop())
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
         if self._feed is not None:
             self._unsubscribe_more = [
@@ -190,11 +193,16 @@ class Bridge:
     # -- events --------------------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
         if isinstance(event, LogLines):
-            self.app.post_message(LogsArrived(event.instance, tuple(event.lines)))
-        elif isinstance(event, Notice):
+            self.logs.add(event.instance, event.lines)
+            return
+        self.logs.flush()  # the lines that led to a state change reach the store before it
+        if isinstance(event, Notice):
             self.app.post_message(NoticeArrived(event))
         else:
             self._post_statuses()
+
+    def _post_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
+        self.app.post_message(LogsArrived(instance, lines, skipped))
 
     def _post_gpu(self, sample: GpuSample) -> None:  # from the sampler's thread
         self.app.post_message(GpuArrived(sample))
@@ -207,6 +215,7 @@ class Bridge:
             self.app.post_message(MetricsArrived(sample))
 
     def _post_statuses(self) -> None:
+        self.logs.flush()  # whatever path statuses come by, the lines before them go first
         statuses = self.supervisor.status()
         self.app.post_message(StatusesChanged(statuses))
         self._sync_scrapers(statuses)

@@ -22,6 +22,7 @@ from vtui.core.preflight import PreflightError
 from vtui.layouts import LayoutError, load_layout, save_layout
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen, spec_changes
+from vtui.ui.settings import UiSettings
 from vtui.ui.store import Store
 
 
@@ -30,6 +31,7 @@ class ControlMixin(App[int]):
 
     supervisor: SupervisorApi
     store: Store
+    settings: UiSettings = UiSettings()
 
     @work(exit_on_error=False, group="control")
     async def _call(self, label: str, make: Callable[[], Awaitable[object]]) -> None:
@@ -49,6 +51,26 @@ class ControlMixin(App[int]):
     def stop_instances(self, names: Iterable[str] | None) -> None:
         names = list(names) if names is not None else None
         self._call(f"stop {', '.join(names) if names else 'all'}", lambda: self.supervisor.stop(names))
+
+    def confirmed(self, question: str, then: Callable[[], None]) -> None:
+        """Run `then` once the user says yes (at once with `confirm = false` in settings.toml's [ui])."""
+        if not self.settings.confirm:
+            then()
+            return
+
+        def answered(ok: bool | None) -> None:
+            if ok:
+                then()
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def ask_stop(self, name: str) -> None:
+        self.confirmed(f"Stop {name}? Its process group ends.", lambda: self.stop_instances([name]))
+
+    def ask_restart(self, name: str) -> None:
+        self.confirmed(
+            f"Restart {name}? Requests in flight are cut off.", lambda: self.restart_instance(name)
+        )
 
     def restart_instance(self, name: str, spec: InstanceSpec | None = None, note: str | None = None) -> None:
         view = self.store.views.get(name)
@@ -89,6 +111,25 @@ class ControlMixin(App[int]):
             answered,
         )
 
+    def save_then_quit(self) -> None:
+        """Quit's "save first": save the layout to its file (ask for one when it has none), then quit and
+        leave the instances running."""
+
+        async def save_and_exit(path: Path) -> None:
+            if await self._save(path).wait():  # not saved: the error is shown, vtui stays
+                self._close_and_exit(False)
+
+        def go(path: Path) -> None:
+            self.run_worker(save_and_exit(path), group="shutdown", exit_on_error=False)
+
+        if self.store.path is not None:
+            go(Path(self.store.path))
+        else:
+            self.push_screen(
+                PathScreen("Save layout as, then quit", f"layouts/{self.store.layout.session.name}.toml"),
+                lambda text: go(Path(text).expanduser()) if text else None,
+            )
+
     # -- layouts -----------------------------------------------------------------------------------
     def action_save_layout(self) -> None:
         if self.store.path is None:
@@ -117,8 +158,11 @@ class ControlMixin(App[int]):
 
         self.push_screen(PathScreen("Save layout as", default), chosen)
 
+    def _close_and_exit(self, stop_instances: bool) -> None:  # pragma: no cover - VtuiApp's
+        raise NotImplementedError
+
     @work(exit_on_error=False, group="layout")
-    async def _save(self, path: Path) -> None:
+    async def _save(self, path: Path) -> bool:
         running = self.supervisor.layout
         if self.store.path is not None and Path(self.store.path) == path and running.path != path:
             running = replace(running, path=path)  # the file this session was last saved to
@@ -130,8 +174,9 @@ class ControlMixin(App[int]):
             await asyncio.to_thread(save_layout, running, path)
         except (OSError, LayoutError) as exc:
             self.notify(f"could not save {path}: {exc}", severity="error", timeout=10)
-            return
+            return False
         self.post_message(LayoutSaved(layout, path))
+        return True
 
     def action_open_layout(self) -> None:
         def chosen(text: str | None) -> None:

@@ -100,3 +100,23 @@ def flag_value(value: object) -> str:
     if isinstance(value, list):
         return " ".join(str(v) for v in value)
     return str(value)
+
+
+def fact(name: str, value: object) -> tuple[str, str]:
+    """A startup fact as (label, value) in one precision per unit: `model_weights_gib 15.2737` ->
+    ("model weights", "15.27 GiB"), `model_load_secs 1.622808` -> ("model load", "1.62 s"), token and
+    block counts with thousands separators, concurrency as `10.0x`, fractions as `0.90`."""
+    label = name.replace("_", " ")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return label, flag_value(value)
+    if name.endswith("_gib"):
+        return label[: -len(" gib")], f"{value:.2f} GiB"
+    if name.endswith("_secs"):
+        return label[: -len(" secs")], f"{value:.2f} s"
+    if name.startswith("max_concurrency") and isinstance(value, float):
+        return label, f"{value:.1f}x"
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
+        value = int(value)
+    if isinstance(value, int):
+        return label, f"{value:,}"
+    return label, f"{value:.2f}"

@@ -57,12 +57,17 @@ LOG_BINDINGS = [
     Binding("escape", "back", "Back", id="logs.back"),
     Binding("slash", "filter", "Filter", id="logs.filter", key_display="/"),
     Binding("F", "toggle_follow", "Follow", id="logs.follow"),
+    Binding("end,G", "follow", "Follow", id="logs.end", show=False),
+    Binding("P", "toggle_probes", "Probes", id="logs.probes"),
     Binding("e", "first_error", "First error", id="logs.first_error"),
     Binding("E", "next_error", "Next error", id="logs.next_error", show=False),
 ]
 
 FLAG_BINDINGS = [
     Binding("escape", "back", "Cancel", id="flags.cancel"),
+    # priority: the flag list's scroll container would take up/down for scrolling
+    Binding("up", "app.focus_previous", "Prev field", id="flags.previous", priority=True),
+    Binding("down", "app.focus_next", "Next field", id="flags.next", priority=True),
     Binding("ctrl+r", "review", "Diff+restart", id="flags.review", priority=True),
 ]
 
@@ -93,6 +98,7 @@ CONFIRM_BINDINGS = [
 PATH_BINDINGS = [Binding("escape", "cancel", "Cancel", id="path.cancel")]
 
 QUIT_BINDINGS = [
+    Binding("w", "answer('save')", "Save, then quit", id="quit.save"),
     Binding("enter,l", "answer('leave')", "Leave running", id="quit.leave"),
     Binding("s", "answer('stop')", "Stop all", id="quit.stop"),
     Binding("escape", "answer(None)", "Cancel", id="quit.cancel"),

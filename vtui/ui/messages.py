@@ -45,10 +45,13 @@ class GpuArrived(Message):
 
 
 class LogsArrived(Message):
-    def __init__(self, instance: str, lines: tuple[str, ...]) -> None:
+    """A coalesced batch of one instance's lines; `skipped`: lines dropped before them (a flood)."""
+
+    def __init__(self, instance: str, lines: tuple[str, ...], skipped: int = 0) -> None:
         super().__init__()
         self.instance = instance
         self.lines = lines
+        self.skipped = skipped
 
 
 class NoticeArrived(Message):

@@ -20,7 +20,7 @@ from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.startup_log import StartupFacts, parse_startup
 
 HISTORY_SAMPLES = 600  # 10 minutes at 1 Hz
-LOG_LINES = 5000  # per instance, whole session
+LOG_LINES = 5000  # per instance: the ring the log view follows (older lines: read from the file)
 RUN_LINES = 3000  # the current run's lines, for startup facts and diagnosis
 FLAG_HISTORY = 50
 
@@ -210,11 +210,13 @@ class Store:
             )
         return view.name
 
-    def add_logs(self, name: str, lines: Iterable[str]) -> bool:
+    def add_logs(self, name: str, lines: Iterable[str], skipped: int = 0) -> bool:
+        """Append a batch; `skipped` lines were dropped before it (a flood) and leave a marker line."""
         view = self.views.get(name)
         if view is None:
             return False
-        lines = list(lines)
+        if skipped:
+            view.logs.append(skipped_marker(skipped))
         view.logs.extend(lines)
         view.run_lines.extend(lines)
         return True
@@ -224,6 +226,18 @@ class Store:
 
     def pid_owner_hint(self) -> Mapping[str, int | None]:
         return {n: (v.status.pid if v.status else None) for n, v in self.views.items()}
+
+
+SKIPPED_PREFIX = "[vtui] ... "
+
+
+def skipped_marker(count: int) -> str:
+    """The line that stands for `count` lines a flood made the UI drop (the log file has them)."""
+    return f"{SKIPPED_PREFIX}{count} lines skipped (flood; the log file has them all)"
+
+
+def is_marker(line: str) -> bool:
+    return line.startswith(SKIPPED_PREFIX)
 
 
 def run_diagnosis(

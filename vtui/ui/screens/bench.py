@@ -32,8 +32,8 @@ from vtui.ui.widgets.titlebar import TitleBar
 
 FIELDS = (
     ("mode", "fixed", "fixed | ramp (1, 2, 4, ... up to concurrency)"),
-    ("concurrency", "8", "requests in flight (the ramp's ceiling; from the log's max concurrency)"),
-    ("requests", "32", "requests per step"),
+    ("concurrency", "8", "in flight (ramp: the ceiling; from the log)"),
+    ("requests", "32", "per step, >= concurrency (4 per worker)"),
     ("input-len", "128", "prompt tokens"),
     ("output-len", "64", "output tokens (ignore_eos)"),
 )
@@ -72,6 +72,15 @@ def starting_concurrency(max_concurrency: float | None, max_num_seqs: object) ->
     return max(1, level)
 
 
+REQUESTS_PER_WORKER = 4
+
+
+def requests_for(concurrency: int) -> int:
+    """Requests per step for `concurrency` in flight: enough for every worker to send several (a step
+    of fewer requests than workers never has `concurrency` in flight)."""
+    return max(32, REQUESTS_PER_WORKER * concurrency)
+
+
 def config_from(values: dict[str, str], base_url: str, api_key: str | None = None) -> BenchConfig:
     """A BenchConfig from the form (raises ValueError with a readable message)."""
     mode = values.get("mode", "fixed").strip().lower()
@@ -85,6 +94,11 @@ def config_from(values: dict[str, str], base_url: str, api_key: str | None = Non
             raise ValueError(f"{key}: expected a whole number, got {values.get(key)!r}") from None
         if numbers[key] < 1:
             raise ValueError(f"{key}: must be at least 1")
+    if numbers["requests"] < numbers["concurrency"]:
+        raise ValueError(
+            f"requests: {numbers['requests']} per step cannot keep concurrency {numbers['concurrency']}"
+            f" in flight; use at least {numbers['concurrency']} (e.g. {requests_for(numbers['concurrency'])})"
+        )
     return BenchConfig(
         base_url=base_url,
         mode="ramp" if mode == "ramp" else "concurrency",
@@ -101,14 +115,14 @@ def step_line(s: StepResult) -> str:
     waiting = fmt.num(s.server.waiting_peak)
     pre = fmt.num(s.server.preemptions)
     return (
-        f"  {s.label:<7}{s.completed:>5}/{s.failed:<3}{s.req_per_s:>7.2f}{s.output_tok_per_s:>9.0f}"
-        f"{fmt.seconds(s.ttft.p50):>8}{fmt.seconds(s.ttft.p95):>8}   {kv:>4} {waiting:>5} {pre:>5}"
+        f"  {s.label:<7}{s.completed:>5}/{s.failed:<3}{s.req_per_s:>7.2f}{s.output_tok_per_s:>10.0f}"
+        f"{fmt.seconds(s.ttft.p50):>8}{fmt.seconds(s.ttft.p95):>8}   {kv:>5}{waiting:>8}{pre:>8}"
     )
 
 
 STEP_HEAD = (
-    f"  {'step':<7}{'ok/err':>9}{'req/s':>7}{'out tok/s':>9}{'TTFT50':>8}{'TTFT95':>8}"
-    f"   server: KV peak, waiting peak, preemptions"
+    f"  {'step':<7}{'ok/err':>9}{'req/s':>7}{'out tok/s':>10}{'TTFT50':>8}{'TTFT95':>8}"
+    f"   {'KV pk':>5}{'wait pk':>8}{'preempt':>8}"
 )
 
 
@@ -182,6 +196,8 @@ class BenchScreen(StoreScreen):
             for key, default, hint in FIELDS:
                 if key == "concurrency":
                     default = str(start)
+                elif key == "requests":
+                    default = str(requests_for(start))
                 with Horizontal(classes="flag-row"):
                     yield Label(key, classes="bench-label")
                     yield OrderedInput(default, name=key, id=f"bench-{key}", classes="flag-value bench-value")

@@ -39,7 +39,8 @@ def facts_text(view: InstanceView) -> Text:
             continue
         shown += 1
         value = value.value if isinstance(value, Enum) else value
-        out.append(f"  {f.name.replace('_', ' '):<26} {fmt.flag_value(value)}\n")
+        label, text = fmt.fact(f.name, value)
+        out.append(f"  {label:<26} {text}\n")
     if not shown:
         out.append("  --\n", style="dim")
     return out
@@ -213,8 +214,9 @@ class DetailScreen(InstanceScreen):
         if action == "fix":
             view = self._view()
             index = parameters[0] if parameters and isinstance(parameters[0], int) else 0
-            ok = view is not None and index < len(view.all_problems) and bool(view.all_problems[index].fix)
-            return True if ok else None
+            if view is None or index >= len(view.all_problems):
+                return False  # no such problem: no "Fix N" key in the footer at all
+            return True if view.all_problems[index].fix else None
         return super().check_action(action, parameters)
 
     def action_back(self) -> None:

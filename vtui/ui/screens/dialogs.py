@@ -76,7 +76,7 @@ class DiffScreen(ModalScreen[bool]):
             if flag_diff(self.old, self.new) or not self.fields:
                 text.append_text(diff_text(self.old, self.new))
             yield Static(text, id="diff")
-            yield Static("enter/y: restart   escape/n: cancel", classes="dialog-keys")
+            yield Static("enter/y: restart   escape/n: cancel (esc closes)", classes="dialog-keys")
 
     def action_answer(self, value: bool) -> None:
         self.dismiss(value)
@@ -92,7 +92,7 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(self.question, classes="dialog-title")
-            yield Static("y: yes   escape/n: no", classes="dialog-keys")
+            yield Static("y: yes   escape/n: no (esc closes)", classes="dialog-keys")
 
     def action_answer(self, value: bool) -> None:
         self.dismiss(value)
@@ -109,7 +109,7 @@ class PathScreen(ModalScreen[str | None]):
         with Vertical(classes="dialog"):
             yield Static(self.title_text, classes="dialog-title")
             yield OrderedInput(self.value, id="path-input")
-            yield Static("enter: ok   escape: cancel", classes="dialog-keys")
+            yield Static("enter: ok   escape: cancel (esc closes)", classes="dialog-keys")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
@@ -119,17 +119,39 @@ class PathScreen(ModalScreen[str | None]):
 
 
 class QuitScreen(ModalScreen[str | None]):
-    """Leave the instances running (default; re-adopted next time) or stop them, then quit."""
+    """Leave the instances running (default; re-adopted next time) or stop them, then quit; with unsaved
+    layout changes it says so first and offers to save them (stopping would lose them for good: a later
+    vtui starts from the file)."""
 
     BINDINGS = [*QUIT_BINDINGS]
+
+    def __init__(self, unsaved: bool = False) -> None:
+        super().__init__()
+        self.unsaved = unsaved
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static("Quit vtui", classes="dialog-title")
+            if self.unsaved:
+                yield Static(
+                    Text(
+                        "[+] The layout has unsaved changes: quitting loses them\n"
+                        "(stopping all does too). w saves them first.\n",
+                        style="bold yellow",
+                    ),
+                    id="quit-unsaved",
+                )
+            keys = "w: save the layout, leave instances running, quit\n" if self.unsaved else ""
             yield Static(
-                "enter/l: leave instances running (re-adopted next time)\n"
-                "s: stop all instances, then quit\nescape: cancel"
+                keys + "enter/l: leave instances running (re-adopted next time)\n"
+                "s: stop all instances, then quit",
             )
+            yield Static("escape: cancel (esc closes)", classes="dialog-keys")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "answer" and parameters == ("save",) and not self.unsaved:
+            return False
+        return True
 
     def action_answer(self, value: str | None) -> None:
         self.dismiss(value)

@@ -27,7 +27,8 @@ def _rows_text(out: Text, rows: list[Row]) -> None:
 
 
 def help_text(rows: list[Row], others: Sequence[tuple[str, list[Row]]] = ()) -> Text:
-    out = Text("Keys (greyed: not available right now)\n\n", style="bold")
+    out = Text("Keys (greyed: not available right now)", style="bold")
+    out.append("   esc closes\n\n", style="bold cyan")
     _rows_text(out, rows)
     for group, group_rows in others:
         out.append(f"\nOn {group}\n", style="bold")

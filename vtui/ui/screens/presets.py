@@ -54,7 +54,9 @@ class PresetScreen(ModalScreen[None]):
             )
         with Vertical(classes="dialog"):
             yield Static(text)
-            yield Static("a/b: review the diff, then restart   escape: cancel", classes="dialog-keys")
+            yield Static(
+                "a/b: review the diff, then restart   escape: cancel (esc closes)", classes="dialog-keys"
+            )
 
     def action_apply(self, key: str) -> None:
         new = apply_preset(key, self._spec(), self._model_len())

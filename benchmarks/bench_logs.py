@@ -1,0 +1,208 @@
+"""The log view under load, on the real app in a real terminal (tmux): following N lines/s for a while
+(RSS, does it keep following, key-to-screen latency), a flood (~130k lines/s: does Esc answer), and the
+RSS on the dashboard before, during and after a visit to the log view.
+
+The instance is the in-memory FakeSupervisor; its `run()` (on the app's loop, where the real supervisor's
+tick runs) emits a batch every 0.2 s as the real log tailer does. Lines come from a pool of 50k distinct
+~110-byte lines (made before the clock starts: the feeder's cost is not vtui's); every batch ends with
+`seq N`, the count of lines emitted so far, which the parent reads off the screen. A tenth of the lines are
+vLLM access lines of vtui's own probes (hidden by default).
+
+    python benchmarks/bench_logs.py --rate 5000 --seconds 120      # follow mode
+    python benchmarks/bench_logs.py --rate 130000 --seconds 20     # flood
+    python benchmarks/bench_logs.py --child --rate 5000 ...        # the app alone (what tmux runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+TICK = 0.2
+SEQ = re.compile(r"seq (\d+)")
+
+
+def child(rate: int, pidfile: str, seqfile: str) -> int:
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.testing.fake_supervisor import FakeSupervisor
+    from vtui.ui.app import make_app
+
+    Path(pidfile).write_text(str(os.getpid()))
+    layout = Layout(
+        SessionSpec("benchlogs"), (InstanceSpec("inst00", "Qwen/Qwen3-8B", 9000, engine="sim", gpus=(0,)),)
+    )
+    pool = [
+        f'INFO:     127.0.0.1:{40000 + i % 20000} - "GET /metrics HTTP/1.1" 200 OK'
+        if i % 10 == 0
+        else f"INFO 12-01 13:{i % 60:02d}:{i % 59:02d} [loggers.py:123] Engine 000: Avg prompt throughput:"
+        f" {i % 997}.0 tokens/s, request {i}"
+        for i in range(50_000)
+    ]
+    per_tick = max(1, int(rate * TICK))
+
+    class Feeding(FakeSupervisor):
+        async def run(self) -> None:
+            seq, pos = 0, 0
+            loop = asyncio.get_running_loop()
+            next_at = loop.time()
+            while True:
+                if pos + per_tick - 1 > len(pool):
+                    pos = 0
+                batch = pool[pos : pos + per_tick - 1]
+                pos += per_tick - 1
+                seq += per_tick
+                batch.append(f"INFO seq {seq}")
+                self.emit_logs("inst00", batch)
+                with open(seqfile, "w") as fh:
+                    fh.write(f"{seq} {time.time()}")
+                next_at += TICK
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+
+    app = make_app(supervisor=Feeding(layout), scraper=False, gpu_sampler=False)
+    app.run()
+    return 0
+
+
+class Tmux:
+    def __init__(self, cols: int, rows: int) -> None:
+        self.sock, self.cols, self.rows = f"vtui-benchlogs-{uuid.uuid4().hex[:6]}", cols, rows
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(
+            ["tmux", "-L", self.sock, *args], check=True, capture_output=True, text=True
+        ).stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "b")
+
+    def wait(self, pred, timeout=30.0, poll=0.002) -> float:
+        start = time.perf_counter()
+        while time.perf_counter() - start < timeout:
+            if pred(self.screen()):
+                return time.perf_counter() - start
+            time.sleep(poll)
+        raise TimeoutError(self.screen())
+
+
+def shown_seq(screen: str) -> int | None:
+    found = SEQ.findall(screen)
+    return int(found[-1]) if found else None
+
+
+def measure(rate: int, seconds: float, presses: int) -> dict:
+    import psutil
+
+    tmp = Path(tempfile.mkdtemp(prefix="vtui-benchlogs-"))
+    pidfile, seqfile = tmp / "pid", tmp / "seq"
+    env = {
+        "VTUI_STATE_DIR": str(tmp / "state"),
+        "VTUI_CONFIG_DIR": str(tmp / "config"),
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "TERM": "xterm-256color",
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    tmux = Tmux(120, 40)
+    cmd = (
+        f"{sys.executable} {Path(__file__).resolve()} --child --rate {rate} --pidfile {pidfile}"
+        f" --seqfile {seqfile}"
+    )
+    try:
+        tmux(
+            "new-session", "-d", "-s", "b", "-x", "120", "-y", "40",
+            *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], cmd,
+        )  # fmt: skip
+        tmux.wait(lambda s: "inst00" in s and "ready" in s)
+        proc = psutil.Process(int(pidfile.read_text()))
+        time.sleep(2.0)
+        rss_dashboard_before = proc.memory_info().rss
+        tmux("send-keys", "-t", "b", "l")
+        tmux.wait(lambda s: "logs inst00" in s)
+        samples: list[dict] = []
+        cpu0, w0 = proc.cpu_times(), time.perf_counter()
+        stalls, last_shown, max_rss = 0, -1, 0
+        end = time.perf_counter() + seconds
+        latencies: list[float] = []
+        next_press = time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            time.sleep(1.0)
+            screen = tmux.screen()
+            seq_shown = shown_seq(screen)
+            try:
+                emitted = int(seqfile.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                emitted = 0
+            rss = proc.memory_info().rss
+            max_rss = max(max_rss, rss)
+            if seq_shown is None or seq_shown <= last_shown:
+                stalls += 1
+            last_shown = seq_shown if seq_shown is not None else last_shown
+            samples.append({"emitted": emitted, "shown": seq_shown, "rss_mb": round(rss / 2**20, 1)})
+            if presses and time.perf_counter() >= next_press and len(latencies) < presses * 2:
+                # a key answered: P shows the probes, P hides them again (the status line says which)
+                tmux("send-keys", "-t", "b", "P")
+                latencies.append(tmux.wait(lambda s: "probes shown" in s, timeout=10))
+                tmux("send-keys", "-t", "b", "P")
+                latencies.append(tmux.wait(lambda s: "probes shown" not in s, timeout=10))
+                next_press = time.perf_counter() + 1.0
+        cpu1, wall = proc.cpu_times(), time.perf_counter() - w0
+        cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall
+        t = time.perf_counter()
+        tmux("send-keys", "-t", "b", "Escape")
+        esc_s = tmux.wait(lambda s: "logs inst00" not in s, timeout=30)
+        esc_s = time.perf_counter() - t
+        time.sleep(5.0)
+        rss_after = proc.memory_info().rss
+        lags = [s["emitted"] - s["shown"] for s in samples if s["shown"] is not None]
+        return {
+            "rate_lines_per_s": rate,
+            "measured_s": seconds,
+            "cpu_percent_of_one_core": round(cpu_pct, 1),
+            "rss_mb_dashboard_before": round(rss_dashboard_before / 2**20, 1),
+            "rss_mb_max_in_log_view": round(max_rss / 2**20, 1),
+            "rss_mb_dashboard_5s_after_leaving": round(rss_after / 2**20, 1),
+            "stalled_samples": stalls,
+            "samples": len(samples),
+            "lag_lines_p50": int(statistics.median(lags)) if lags else None,
+            "lag_lines_max": max(lags) if lags else None,
+            "key_to_screen_ms_p50": round(statistics.median(latencies) * 1000, 1) if latencies else None,
+            "key_to_screen_ms_max": round(max(latencies) * 1000, 1) if latencies else None,
+            "esc_to_dashboard_ms": round(esc_s * 1000, 1),
+        }
+    finally:
+        subprocess.run(["tmux", "-L", tmux.sock, "kill-server"], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--pidfile", help=argparse.SUPPRESS)
+    parser.add_argument("--seqfile", help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=int, default=5000, help="lines per second")
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--presses", type=int, default=20, help="P presses (each measured twice)")
+    args = parser.parse_args()
+    if args.child:
+        return child(args.rate, args.pidfile, args.seqfile)
+    if not shutil.which("tmux"):
+        print("bench_logs needs tmux", file=sys.stderr)
+        return 2
+    result = measure(args.rate, args.seconds, args.presses)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
