@@ -10,7 +10,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import Footer, Static
-from textual_plotext import PlotextPlot
 
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
@@ -155,6 +154,8 @@ class DetailScreen(InstanceScreen):
             yield Static(id="detail-head")
             yield Static(id="detail-diagnosis")
             yield Static(id="plot-window", classes="plot-label")
+            from textual_plotext import PlotextPlot  # imported on first use: not on the dashboard's path
+
             with Grid(id="plots"):
                 for i in range(len(PLOTS)):
                     yield PlotextPlot(id=f"plot-{i}", classes="plot")
@@ -207,8 +208,8 @@ class DetailScreen(InstanceScreen):
         )
         xs = [(s.at - now) / scale for s in samples]
         for i, (title, ylabel, series) in enumerate(PLOTS):
-            widget = self.query_one(f"#plot-{i}", PlotextPlot)
-            plt = widget.plt
+            widget = self.query_one(f"#plot-{i}")
+            plt = widget.plt  # type: ignore[attr-defined]
             plt.clear_data()
             plt.clear_figure()
             values = [fmt.num(fn(latest), ".0f") if latest else fmt.DASH for _, fn in series]

@@ -36,6 +36,7 @@ PHASE_SHORT = {
     Phase.API_UP: "api up",
 }
 STATE_ORDER = {s: i for i, s in enumerate(State)}
+TREND_EVERY_S = 3.0  # the trend column is recomputed at most this often (its rows repaint less)
 Cell = tuple[tuple[str, Style | None], ...]  # a column's parts: text, style (None: the row's)
 
 
@@ -68,7 +69,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("itl95", "ITL95", 6, 5),
     Column("pre", "PRE/s", 5, 5),
     Column("hit", "HIT", 4, 5),
-    Column("trend", "G tok/s trend", 8, 3, right=False, flex=3, max_width=120),
+    Column("trend", "G tok/s trend", 8, 3, right=False, flex=3, max_width=300),
 )
 BY_KEY = {c.key: c for c in COLUMNS}
 SORTABLE = [c.key for c in COLUMNS if c.key not in ("trend", "kv")]  # `kv` sorts as `kvpct`
@@ -341,6 +342,8 @@ class FleetTable(Widget, can_focus=False):
         self._layout_key: tuple | None = None
         self._name_width = 8
         self._count = 0
+        self._trend_at = float("-inf")
+        self._trend_w = 0
 
     # -- data ------------------------------------------------------------------------------------
     def set_names(self, names: list[str]) -> None:
@@ -359,7 +362,18 @@ class FleetTable(Widget, can_focus=False):
         width = self.content_size.width or 80
         columns = self._layout(width)
         trend_w = next((w for c, w in columns if c.key == "trend"), 0)
-        self._rows = {name: row_data(view, store, now, trend_w) for name, view in store.views.items()}
+        redraw_trend = not 0 <= now - self._trend_at < TREND_EVERY_S or self._trend_w != trend_w
+        old = self._rows
+        fresh = {n for n, v in store.views.items() if redraw_trend or n not in old or not old[n].trend}
+        self._rows = {
+            name: row_data(view, store, now, trend_w if name in fresh else 0)
+            for name, view in store.views.items()
+        }
+        if redraw_trend:
+            self._trend_at, self._trend_w = now, trend_w
+        for name, row in self._rows.items():  # the trends move every few seconds, the numbers every second
+            if name not in fresh and row.state in (State.READY, State.UNHEALTHY):
+                row.trend = old[name].trend
         rows = list(self._rows.values())
         self._all = all_row(rows)
         shown = [r for r in rows if self._matches(r)]

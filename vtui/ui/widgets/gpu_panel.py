@@ -113,6 +113,7 @@ class GpuPanel(Widget):
         self._commands: Mapping[str, str] = {}
         self._text = Text()
         self._lines = 0
+        self._key: tuple | None = None
 
     def update_sample(
         self, sample: GpuSample | None, names: list[str], commands: Mapping[str, str] | None = None
@@ -124,6 +125,18 @@ class GpuPanel(Widget):
 
     def _rerender(self) -> None:
         rows = PROCESS_ROWS if self.screen.size.height >= 30 else 3
+        sample = self._sample
+        key = (
+            (sample.available, sample.reason, sample.gpus, sample.processes) if sample else None,
+            tuple(self._names),
+            len(self._commands),
+            self.content_size.width,
+            rows,
+            self.app.theme,
+        )
+        if key == self._key:  # a new sample with the same figures: nothing to draw
+            return
+        self._key = key
         text = gpu_text(
             self._sample,
             self._names,

@@ -28,6 +28,7 @@ SERIES: tuple[Series, ...] = (
     ("TTFT p95", lambda s: s.ttft.p95, fmt.seconds),
 )
 LABEL_W = 20
+PANE_EVERY_S = 3.0
 
 
 def short_command(spec: InstanceSpec) -> str:
@@ -44,7 +45,7 @@ def head_lines(view: InstanceView, store: Store, now: float, width: int, pal: Pa
     head.append("  ")
     head.append(view.state.name, style=pal.state(view.state))
     if st is not None and st.started_at is not None and view.state in (State.READY, State.UNHEALTHY):
-        head.append(f" up {fmt.duration(now - st.started_at)}", style=pal.muted)
+        head.append(f" up {fmt.uptime(now - st.started_at)}", style=pal.muted)
     if st is not None and st.restarts:
         head.append(f"  restarts {st.restarts}", style=pal.accent2)
     if st is not None and st.adopted:
@@ -115,9 +116,25 @@ class InstancePane(Widget):
     def __init__(self) -> None:
         super().__init__(id="instance-pane")
         self._text = Text()
+        self._key: tuple | None = None
+        self._at = float("-inf")
 
     def update_view(self, view: InstanceView | None, store: Store, now: float) -> None:
+        """Redrawn when the instance, its state or problems, the size or theme change, else at most every
+        PANE_EVERY_S (its sparklines move with every sample)."""
         width, height = self.content_size.width or 78, self.content_size.height or 6
+        key = (
+            view.name if view else None,
+            view.status if view else None,
+            len(view.problems) + len(view.runtime_problems) if view else 0,
+            view.sample is None if view else True,  # the first sample draws at once
+            width,
+            height,
+            self.app.theme,
+        )
+        if key == self._key and 0 <= now - self._at < PANE_EVERY_S:
+            return
+        self._key, self._at = key, now
         text = pane_text(view, store, now, width, height, palette_of(self.app)) if view else Text()
         if text != self._text:
             self._text = text
