@@ -312,13 +312,7 @@ def row_cells(row: RowData, columns: list[tuple[Column, int]], pal: Palette, is_
 class FleetTable(Widget, can_focus=False):
     """The table (header, instance rows, ALL row); rows scroll under a fixed header and ALL row."""
 
-    COMPONENT_CLASSES = {"fleet--header", "fleet--cursor", "fleet--all"}
-    DEFAULT_CSS = """
-    FleetTable { height: auto; }
-    FleetTable > .fleet--header { text-style: bold; color: $text-muted; }
-    FleetTable > .fleet--cursor { background: $primary 35%; }
-    FleetTable > .fleet--all { background: $panel; }
-    """
+    DEFAULT_CSS = "FleetTable { height: auto; }"  # colours: palette.py, from the theme
 
     class Selected(Message):
         def __init__(self, name: str, open_detail: bool = False) -> None:
@@ -487,7 +481,7 @@ class FleetTable(Widget, can_focus=False):
         if kind == "blank":
             return Strip.blank(width, pad)
         if kind == "header":
-            style = base + self.get_component_rich_style("fleet--header", partial=True)
+            style = base + palette_of(self.app).header
             segments = [Segment("  ", style)]
             for col, w in self._columns:
                 label = col.header
@@ -496,13 +490,11 @@ class FleetTable(Widget, can_focus=False):
                 segments.append(Segment(_fit(label, w, col.right) + " ", style))
             return Strip(segments).crop(0, width).extend_cell_length(width, pad)
         if kind == "all":
-            row_style = base + self.get_component_rich_style("fleet--all", partial=True)
+            row_style = base + palette_of(self.app).total
             marker, cells = "  ", line[1]
         else:
             selected, cells = line[1], line[2]
-            row_style = (
-                base + self.get_component_rich_style("fleet--cursor", partial=True) if selected else base
-            )
+            row_style = base + palette_of(self.app).selected if selected else base
             marker = "> " if selected else "  "
         segments = [Segment(marker, row_style + Style(bold=True))]
         for cell in cells:

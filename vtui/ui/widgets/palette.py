@@ -29,7 +29,8 @@ class Palette:
     empty: Style
     bold: Style
     header: Style
-    selected: Style
+    selected: Style  # the fleet table's cursor row
+    total: Style  # the ALL row
 
     def level(self, fraction: float | None) -> Style:
         if fraction is None:
@@ -65,6 +66,16 @@ def _rich(variables: dict[str, str], key: str, fallback: str) -> Style:
     return Style(color=background.blend(color, color.a).with_alpha(1.0).rich_color)
 
 
+def _background(variables: dict[str, str], key: str, amount: float) -> Style:
+    """A background: the theme's `key` colour blended `amount` over the screen's background."""
+    background = Color.parse(variables.get("background", "#000000"))
+    try:
+        color = Color.parse(variables.get(key, "#808080")).with_alpha(1.0)
+    except Exception:
+        color = Color.parse("#808080")
+    return Style(bgcolor=background.blend(color, amount).rich_color)
+
+
 _CACHE: dict[str, Palette] = {}
 
 
@@ -78,7 +89,8 @@ PLAIN = Palette(
     empty=Style(dim=True),
     bold=Style(bold=True),
     header=Style(bold=True),
-    selected=Style(bold=True),
+    selected=Style(reverse=True),
+    total=Style(bold=True),
 )
 
 
@@ -104,7 +116,8 @@ def palette_of(app) -> Palette:  # noqa: ANN001 - any Textual App
         empty=muted + Style(dim=True),
         bold=Style(bold=True),
         header=Style(bold=True) + _rich(variables, "foreground", "white"),
-        selected=Style(reverse=False, bold=True),
+        selected=_background(variables, "primary", 0.35),
+        total=_background(variables, "panel", 1.0),
     )
     _CACHE[name] = pal
     return pal
