@@ -55,11 +55,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("name", "NAME", 8, 0, right=False),
     Column("state", "STATE", 9, 0, right=False),
     Column("phase", "UP/PHASE", 11, 1, right=False),
-    Column("gpu", "GPU", 3, 3, right=False),
+    Column("gpu", "GPU", 5, 3, right=False),
     Column("port", "PORT", 5, 6),
     Column("kv", "KV cache", 8, 0, right=False, flex=1, max_width=24),
     Column("kvpct", "KV%", 5, 0),
-    Column("kvtok", "KV tokens", 11, 4),
+    Column("kvtok", "KV tokens", 13, 4),
     Column("run", "RUN/MAX", 9, 0),
     Column("wait", "WAIT", 4, 1),
     Column("ptps", "P tok/s", 7, 2),
@@ -97,6 +97,14 @@ def layout_columns(width: int, name_width: int) -> list[tuple[Column, int]]:
         widths[col.key] += max(0, add)
         spare -= max(0, add)
     return [(c, widths[c.key]) for c in COLUMNS if c.key in chosen]
+
+
+def gpu_list(indices: tuple[int, ...]) -> str:
+    """`0-3` for a run of GPUs, else as fmt.gpus (`0,2`, `cpu`)."""
+    ordered = sorted(indices)
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return fmt.gpus(ordered)
 
 
 def max_seqs(view: InstanceView, store: Store) -> tuple[int | None, bool]:
@@ -164,7 +172,7 @@ def row_data(view: InstanceView, store: Store, now: float, trend_points: int) ->
     st, spec, s = view.status, view.spec, view.sample
     row = RowData(view.name, state=view.state)
     if spec is not None:
-        row.gpu, row.port, row.model = fmt.gpus(spec.gpus), spec.port, spec.model
+        row.gpu, row.port, row.model = gpu_list(spec.gpus), spec.port, spec.model
         row.max_seqs, row.default_seqs = max_seqs(view, store)
     if st is not None:
         state = view.state
@@ -225,7 +233,14 @@ def all_row(rows: list[RowData]) -> RowData:
         _sum(r.trend[len(r.trend) - width + i] if len(r.trend) - width + i >= 0 else None for r in rows)
         for i in range(width)
     )
-    gpus = sorted({g for r in rows for g in r.gpu.split(",") if g and g != "cpu"}, key=lambda g: int(g))
+    gpus: set[int] = set()
+    for r in rows:
+        for part in r.gpu.split(","):
+            if "-" in part:
+                low, high = part.split("-")
+                gpus.update(range(int(low), int(high) + 1))
+            elif part.isdigit():
+                gpus.add(int(part))
     return RowData(
         "ALL",
         state_label=f"{ready}/{len(rows)} up",
