@@ -1,5 +1,7 @@
 """vtui's own cost: CPU and RSS while showing 8 and 32 instances refreshed at 1 Hz, key-press-to-screen
-latency under that load, and time to first frame, measured on the real app in a real terminal (tmux).
+latency under that load (`>` sorts the fleet table, `<` undoes it: the header's NAME^ marker shows the
+repaint), and time to first frame, measured on the real app in a real terminal (tmux). A child that
+fails shows its screen and traceback in the error (remain-on-exit), not a bare tmux failure.
 
 The instances are the in-memory FakeSupervisor; each has its own long-lived scrape loop producing a
 fresh MetricsSample every second (the real ScrapeLoop's shape), and a GPU sampler thread reports 8 GPUs
