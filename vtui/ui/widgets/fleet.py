@@ -473,8 +473,9 @@ class FleetTable(Widget, can_focus=False):
         width = self.content_size.width
         for y in dirty:
             self._strips[y] = None
-        if dirty:
-            self.refresh(*(Region(0, y, width, 1) for y in dirty))
+        if dirty:  # one region from the first to the last changed line: the compositor renders a
+            # widget once per region, so eight one-line regions cost eight passes
+            self.refresh(Region(0, dirty[0], width, dirty[-1] - dirty[0] + 1))
 
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width
