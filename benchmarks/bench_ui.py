@@ -1,5 +1,7 @@
 """vtui's own cost: CPU and RSS while showing 8 and 32 instances refreshed at 1 Hz, key-press-to-screen
-latency under that load, and time to first frame, measured on the real app in a real terminal (tmux).
+latency under that load (`>` sorts the fleet table, `<` undoes it: the header's NAME^ marker shows the
+repaint), and time to first frame, measured on the real app in a real terminal (tmux). A child that
+fails shows its screen and traceback in the error (remain-on-exit), not a bare tmux failure.
 
 The instances are the in-memory FakeSupervisor; each has its own long-lived scrape loop producing a
 fresh MetricsSample every second (the real ScrapeLoop's shape), and a GPU sampler thread reports 8 GPUs
@@ -157,20 +159,26 @@ class Tmux:
         self.sock, self.cols, self.rows = f"vtui-bench-{uuid.uuid4().hex[:6]}", cols, rows
 
     def __call__(self, *args: str) -> str:
-        return subprocess.run(
-            ["tmux", "-L", self.sock, *args], check=True, capture_output=True, text=True
-        ).stdout
+        done = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True)
+        if done.returncode:  # say what tmux said (a bare CalledProcessError hid it)
+            raise RuntimeError(f"tmux {' '.join(args[:2])} failed ({done.returncode}): {done.stderr.strip()}")
+        return done.stdout
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "b")
 
-    def wait(self, pred, timeout=30.0, poll=0.002) -> float:
+    def wait(self, pred, timeout=60.0, poll=0.002, log: Path | None = None) -> float:
         start = time.perf_counter()
+        text = ""
         while time.perf_counter() - start < timeout:
-            if pred(self.screen()):
+            text = self.screen()
+            if pred(text):
                 return time.perf_counter() - start
+            if self("display-message", "-p", "-t", "b", "#{pane_dead}").strip() == "1":
+                break  # the app exited (remain-on-exit keeps its last screen)
             time.sleep(poll)
-        raise TimeoutError(self.screen())
+        why = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
+        raise RuntimeError(f"the app did not show what was expected; its screen:\n{text}\n{why}")
 
 
 def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
@@ -186,10 +194,16 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
         TERM="xterm-256color",
     )
     tmux = Tmux(120, 40)
-    cmd = f"{sys.executable} {Path(__file__).resolve()} --child {n} --pidfile {pidfile} --up-for {up_for}"
+    log = tmp / "child.log"  # the child's traceback, if it fails before its first frame
+    cmd = (
+        f"{sys.executable} {Path(__file__).resolve()} --child {n} --pidfile {pidfile} --up-for {up_for}"
+        f" --log {log}"
+    )
     try:
         t0 = time.perf_counter()
         tmux(
+            "-f",
+            "/dev/null",
             "new-session",
             "-d",
             "-s",
@@ -205,7 +219,8 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
             ],
             cmd,
         )
-        tmux.wait(lambda s: "inst00" in s and "GPU0" in s)
+        tmux("set-option", "-t", "b", "remain-on-exit", "on")
+        tmux.wait(lambda s: "inst00" in s and "GPU0" in s, log=log)
         first_frame = time.perf_counter() - t0
         proc = psutil.Process(int(pidfile.read_text()))
         time.sleep(3.0)  # warm up: all instances READY, samples flowing
@@ -217,11 +232,11 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
         cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall
         rss = proc.memory_info().rss
         latencies = []
-        for _ in range(presses):  # open help, see it; close it, see the dashboard again
-            tmux("send-keys", "-t", "b", "?")
-            latencies.append(tmux.wait(lambda s: "Keys (greyed" in s))
-            tmux("send-keys", "-t", "b", "?")  # `?` closes help too (a lone Escape waits for the next byte)
-            latencies.append(tmux.wait(lambda s: "Keys (greyed" not in s))
+        for _ in range(presses):  # sort the fleet table by name (`>`: its header shows NAME^), then back
+            tmux("send-keys", "-t", "b", ">")
+            latencies.append(tmux.wait(lambda s: "NAME^" in s, log=log))
+            tmux("send-keys", "-t", "b", "<")
+            latencies.append(tmux.wait(lambda s: "NAME^" not in s and "NAME" in s, log=log))
             time.sleep(0.05)
         return {
             "instances": n,
@@ -242,6 +257,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pidfile", help=argparse.SUPPRESS)
+    parser.add_argument("--log", help=argparse.SUPPRESS)
     parser.add_argument("--profile", default=None, help="with --child: write cProfile stats here, then exit")
     parser.add_argument("--sizes", default="8,32")
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -253,7 +269,14 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.pidfile, args.profile, args.seconds, float(args.up_for))
+        try:
+            return child(args.child, args.pidfile, args.profile, args.seconds, float(args.up_for))
+        except BaseException:
+            if args.log:
+                import traceback
+
+                Path(args.log).write_text(traceback.format_exc())
+            raise
     if not shutil.which("tmux"):
         print("bench_ui needs tmux", file=sys.stderr)
         return 2

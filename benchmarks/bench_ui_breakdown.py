@@ -29,7 +29,8 @@ from textual.message_pump import MessagePump  # noqa: E402
 from textual.screen import Screen  # noqa: E402
 
 from vtui.ui.app import VtuiApp  # noqa: E402
-from vtui.ui.widgets.instance_card import InstanceCard  # noqa: E402
+from vtui.ui.widgets.fleet import FleetTable  # noqa: E402
+from vtui.ui.widgets.gpu_panel import GpuPanel  # noqa: E402
 
 WARMUP_S = 5.0
 totals: dict[str, float] = {}
@@ -85,11 +86,11 @@ def main() -> int:
         (Compositor, "_render_chops", "  compositor _render_chops"),
         (StylesCache, "render_widget", "    styles cache render_widget (per widget)"),
         (StylesCache, "render_line", "      styles cache render_line (per line)"),
-        (InstanceCard, "_render_line", "        vtui card line -> strip"),
-        (InstanceCard, "_render_plot", "          vtui sparkline"),
+        (FleetTable, "_draw_line", "        vtui fleet line -> strip"),
         (App, "_display", "  terminal write (_display)"),
         (VtuiApp, "_refresh_screens", "refresh_screens (vtui: the 1 Hz tick)"),
-        (InstanceCard, "update_view", "  vtui card update_view (text + compare)"),
+        (FleetTable, "update_from", "  vtui fleet update_from (rows + compare)"),
+        (GpuPanel, "_rerender", "  vtui GPU panel text"),
     ]:
         wrap(cls, name, label)
     wrap_dispatch()

@@ -52,7 +52,7 @@ sim-load = 4
         view = app.store.views["a"]
         await _until(lambda: view.sample is not None and view.sample.generation_tps)
         text = screen_text(app)
-        assert "READY" in text and "run " in text and "/64" in text and "tok/s p " in text
+        assert "READY" in text and "RUN/MAX" in text and "/64 " in text and "G tok/s" in text
         assert view.facts is not None and view.flag_history[-1].kv_tokens
         # Retune through the real supervisor: new flags, restart, new value on screen.
         app.restart_instance("a", view.spec.with_flags({"max-num-seqs": 32}))

@@ -31,8 +31,8 @@ async def test_kv_full_with_waiting_and_preemptions_marks_the_card_and_the_detai
         await _feed(app, pilot, h)  # a healthy instance: 61 % KV, no preemptions
         assert "KV SHORT" not in screen_text(app)
         await _feed(app, pilot, h, kv_usage=1.0, waiting=40.0, preemptions_per_s=1.5)
-        card = screen_text(app).splitlines()[1]
-        assert card.startswith(" qwen") and "KV SHORT" in card
+        card = screen_text(app).splitlines()[2]
+        assert card.startswith("> qwen") and "KV SHORT" in card  # the fleet row (header first)
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, DetailScreen)

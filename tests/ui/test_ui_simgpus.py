@@ -22,7 +22,8 @@ def test_sim_layout_shows_its_simulated_gpus_split_by_instance():
     assert sample is not None and sample.available and len(sample.gpus) == 8
     assert sample.gpus[6].memory_used == 36 * GIB and sample.gpus[6].memory_total == 80 * GIB
     text = gpu_text(sample, ["a"], 100).plain
-    assert "GPU6" in text and "SIM 80GB" in text and "36.0/80.0G" in text
+    assert "GPU6" in text and "SIM 80GB" in text and "36.0/ 80.0G" in text and "45%" in text
+    assert "UTIL" in text and "simulated GPUs" in text  # utilization unknown: an empty bar and --
 
 
 def test_sim_flags_size_the_box_and_real_vllm_layouts_have_none():

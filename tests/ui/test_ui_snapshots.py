@@ -102,3 +102,47 @@ def test_snapshot_crashed_with_diagnosis(snap_compare, app_factory, fake, size):
 def test_snapshot_no_gpu(snap_compare, app_factory, fake, h, size):
     app = app_factory(fake, gpu=h.gpu_sample(available=False))
     assert snap_compare(app, terminal_size=size, run_before=_settle)
+
+
+async def _load(pilot, h) -> None:
+    """40 s of samples for two instances, then the render pass (as test_snapshot_ready_under_load)."""
+    await _settle(pilot)
+    for i in range(40):
+        for name, scale in (("qwen", 1.0), ("llama", 0.4)):
+            pilot.app.on_metrics_arrived(
+                MetricsArrived(
+                    h.metrics(
+                        name,
+                        at=h.NOW - 40 + i,
+                        generation_tps=scale * (300 + 10 * (i % 13)),
+                        kv_usage=scale * (0.3 + 0.015 * i),
+                        running=float(10 + i % 5),
+                        waiting=float(i % 4),
+                    )
+                )
+            )
+    pilot.app.repaint()
+    await _settle(pilot)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snapshot_detail_plots(snap_compare, app_factory, fake, h, size):
+    """The detail screen's history plots: titles, axes, the 5 min window."""
+
+    async def before(pilot):
+        await _load(pilot, h)
+        await pilot.press("enter")
+        await _settle(pilot)
+
+    assert snap_compare(app_factory(fake), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("theme", ["textual-light", "vtui-high-contrast"])
+def test_snapshot_themes(snap_compare, app_factory, fake, h, theme):
+    """The dashboard in the light and the high-contrast theme (the colours come from the theme)."""
+
+    async def before(pilot):
+        pilot.app.theme = theme
+        await _load(pilot, h)
+
+    assert snap_compare(app_factory(fake), terminal_size=(120, 40), run_before=before)

@@ -16,6 +16,7 @@ from textual import work
 from textual.app import App
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.theme import Theme
 
 from vtui.bench import BenchConfig, BenchResult, run_bench
 from vtui.bench.engine import ProgressCallback
@@ -61,6 +62,22 @@ SupervisorFactory = Callable[[Layout], SupervisorApi]
 ConfigKey = tuple[str, str, str | None]
 BenchRunner = Callable[[BenchConfig, ProgressCallback | None], Awaitable[BenchResult]]
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
+HIGH_CONTRAST = Theme(
+    name="vtui-high-contrast",
+    primary="#00FFFF",
+    secondary="#FFFF00",
+    accent="#FF00FF",
+    warning="#FFFF00",
+    error="#FF4040",
+    success="#00FF00",
+    foreground="#FFFFFF",
+    background="#000000",
+    surface="#000000",
+    panel="#303030",
+    boost="#FFFFFF30",
+    dark=True,
+)
+THEMES = ("textual-dark", "textual-light", HIGH_CONTRAST.name)  # what `T` cycles through
 
 
 class VtuiApp(ControlMixin):
@@ -100,6 +117,8 @@ class VtuiApp(ControlMixin):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
+        self.register_theme(HIGH_CONTRAST)
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._refresh_screens(None))
         if self.user_keymap:
             self.set_keymap(self.user_keymap)
         for problem in self.keymap_problems:
@@ -289,6 +308,12 @@ class VtuiApp(ControlMixin):
             return
         rows = live_rows(self.screen)
         self.push_screen(HelpScreen(rows, registry_rows(self, self.user_keymap, {r[2] for r in rows})))
+
+    def action_cycle_theme(self) -> None:
+        """Dark, light, high contrast (every theme is in the command palette's "Theme" too)."""
+        i = THEMES.index(self.theme) if self.theme in THEMES else -1
+        self.theme = THEMES[(i + 1) % len(THEMES)]
+        self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_quit_dialog(self) -> None:
         self.push_screen(QuitScreen(unsaved=self.store.dirty), self._quit_answered)

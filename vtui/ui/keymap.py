@@ -25,6 +25,7 @@ APP_BINDINGS = [
     Binding("ctrl+s", "save_layout", "Save", id="layout.save"),
     Binding("S", "save_layout_as", "Save as", id="layout.save_as", show=False),
     Binding("o", "open_layout", "Open", id="layout.open", show=False),
+    Binding("T", "cycle_theme", "Theme", id="app.theme", show=False),
 ]
 
 INSTANCE_BINDINGS = [
@@ -43,11 +44,18 @@ DASHBOARD_BINDINGS = [
     Binding("down,j", "select(1)", "Next", id="dashboard.next", show=False),
     Binding("up,k", "select(-1)", "Previous", id="dashboard.previous", show=False),
     Binding("A", "start_all", "Start all", id="dashboard.start_all", show=False),
+    Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
+    Binding("greater_than_sign", "sort(1)", "Sort", id="dashboard.sort_next", key_display=">"),
+    Binding("less_than_sign", "sort(-1)", "Sort back", id="dashboard.sort_previous", show=False),
+    Binding("I", "sort_reverse", "Invert sort", id="dashboard.sort_reverse", show=False),
 ]
+
+FILTER_BINDINGS = [Binding("escape", "clear", "Clear filter", id="filter.clear")]
 
 DETAIL_BINDINGS = [
     Binding("escape", "back", "Back", id="detail.back"),
     Binding("c", "copy_command", "Copy cmd", id="detail.copy_command"),
+    Binding("w", "window", "5m/1h", id="detail.window"),
     Binding("1", "fix(0)", "Fix 1", id="detail.fix1"),
     Binding("2", "fix(1)", "Fix 2", id="detail.fix2", show=False),
     Binding("3", "fix(2)", "Fix 3", id="detail.fix3", show=False),
@@ -111,6 +119,7 @@ REGISTRY: dict[str, list[Binding]] = {
     "app": APP_BINDINGS,
     "instance (dashboard, detail)": INSTANCE_BINDINGS,
     "dashboard": DASHBOARD_BINDINGS,
+    "dashboard filter": FILTER_BINDINGS,
     "detail": DETAIL_BINDINGS,
     "logs": LOG_BINDINGS,
     "flag editor": FLAG_BINDINGS,

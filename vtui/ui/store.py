@@ -20,6 +20,8 @@ from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.startup_log import StartupFacts, parse_startup
 
 HISTORY_SAMPLES = 600  # 10 minutes at 1 Hz
+LONG_EVERY_S = 10.0  # the hour-long history keeps one sample per 10 s (the detail screen's 1 h plots)
+LONG_SAMPLES = 360
 LOG_LINES = 5000  # per instance: the ring the log view follows (older lines: read from the file)
 RUN_LINES = 3000  # the current run's lines, for startup facts and diagnosis
 FLAG_HISTORY = 50
@@ -45,6 +47,7 @@ class InstanceView:
     status: InstanceStatus | None = None
     sample: MetricsSample | None = None
     history: deque[MetricsSample] = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
+    long_history: deque[MetricsSample] = field(default_factory=lambda: deque(maxlen=LONG_SAMPLES))
     logs: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     run_lines: deque[str] = field(default_factory=lambda: deque(maxlen=RUN_LINES))
     facts: StartupFacts | None = None
@@ -203,6 +206,8 @@ class Store:
             return None
         view.sample = sample
         view.history.append(sample)
+        if not view.long_history or not 0 <= sample.at - view.long_history[-1].at < LONG_EVERY_S:
+            view.long_history.append(sample)
         if view.state in (State.READY, State.UNHEALTHY):
             # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
             view.runtime_problems = diagnose_runtime(

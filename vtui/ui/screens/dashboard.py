@@ -1,44 +1,71 @@
-"""The dashboard: a card per instance and the GPU panel; side by side on wide terminals."""
+"""The dashboard: the fleet table (a row per instance, an ALL row), the selected instance's pane with
+labelled sparklines where the terminal is tall enough, and the GPU panel (beside them from 150
+columns). `/` filters the table, `<` `>` `I` sort it, a click selects a row."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from textual.app import ComposeResult
-from textual.containers import Container, VerticalScroll
-from textual.widgets import Footer, Static
+from textual.containers import Container, Vertical
+from textual.widgets import Footer, Input, Static
 
-from vtui.ui.keymap import DASHBOARD_BINDINGS, INSTANCE_BINDINGS
+from vtui.ui.keymap import DASHBOARD_BINDINGS, FILTER_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
+from vtui.ui.widgets.fleet import FleetTable
 from vtui.ui.widgets.gpu_panel import GpuPanel
-from vtui.ui.widgets.instance_card import InstanceCard
+from vtui.ui.widgets.instance_pane import InstancePane, short_command
 from vtui.ui.widgets.titlebar import TitleBar
 
-CARD_LINES = 3  # .card height in vtui.tcss
-WIDE = 150  # columns from which the GPU panel moves to the right of the cards
+WIDE = 150  # columns from which the GPU panel moves to the right of the table
+
+
+class FilterInput(Input):
+    """The `/` filter: typing filters the rows; enter keeps the filter, escape clears it."""
+
+    BINDINGS = [*FILTER_BINDINGS]  # type: ignore[list-item]
+
+    def action_clear(self) -> None:
+        self.value = ""
+        self.screen.close_filter()  # type: ignore[attr-defined]
 
 
 class DashboardScreen(InstanceScreen):
     BINDINGS = [*INSTANCE_BINDINGS, *DASHBOARD_BINDINGS]
+    AUTO_FOCUS = None  # the filter box takes the keys only after `/`
 
     def __init__(self) -> None:
         super().__init__(id="dashboard")
-        self.selected = 0
-        self._cards: list[
-            InstanceCard
-        ] = []  # kept from rebuild(): a DOM query per tick cost more than the cards
+        self._commands: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
         yield TitleBar()
         yield Static(id="supervisor-error", classes="error-banner")
         with Container(id="body"):
-            yield VerticalScroll(id="cards")
+            with Vertical(id="main"):
+                yield FleetTable(id="fleet")
+                yield Static(
+                    "No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
+                    classes="empty",
+                    id="empty",
+                )
+                yield InstancePane()
             yield GpuPanel()
+        yield FilterInput(
+            placeholder="filter rows: name, model or state (enter keeps, esc clears)", id="fleet-filter"
+        )
         yield Footer(show_command_palette=False, compact=True)
+
+    @property
+    def table(self) -> FleetTable:
+        return self.query_one(FleetTable)
 
     def on_mount(self) -> None:
         self.query_one("#supervisor-error").display = False
+        box = self.query_one("#fleet-filter", FilterInput)
+        box.display = box.can_focus = False  # takes keys only after `/`
+        self.set_focus(None)
         self.rebuild()
 
     def on_screen_resume(self) -> None:
@@ -46,34 +73,19 @@ class DashboardScreen(InstanceScreen):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "wide")
-        for card in self._cards:  # shorter names on narrow terminals leave room for data
-            card.name_width = min(card.full_name_width, 14) if self.size.width < 100 else card.full_name_width
 
     def rebuild(self) -> None:
-        """(Re)create the cards for the store's instances (on mount and when another layout opens)."""
+        """Show the store's instances (on mount and when another layout opens)."""
         store: Store = self.app.store
-        cards = self.query_one("#cards", VerticalScroll)
-        cards.remove_children()
         names = store.names()
-        if names:
-            name_width = max(8, min(24, max(len(n) for n in names)))
-            new = [InstanceCard(n, name_width) for n in names]
-            cards.mount_all(new)
-            self._cards = new
-        else:
-            self._cards = []
-            cards.mount(
-                Static(
-                    "No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
-                    classes="empty",
-                )
-            )
-        self.selected = min(self.selected, max(0, len(names) - 1))
+        self.table.set_names(names)
+        self.query_one("#empty").display = not names
+        self.table.display = bool(names)
+        self._commands = {}
         self.call_after_refresh(self.refresh_view, store)
 
     def selected_name(self) -> str | None:
-        names = self.app.store.names()
-        return names[self.selected] if 0 <= self.selected < len(names) else None
+        return self.table.selected if self.is_mounted else None
 
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
         if not self.is_active and names is None and self.app.screen.is_modal is False:
@@ -81,23 +93,15 @@ class DashboardScreen(InstanceScreen):
         self.query_one(TitleBar).refresh_from(store)
         self._show_supervisor_error(store.supervisor_error)
         now = self.app.clock()
-        wanted = set(names) if names is not None else None
-        first, last = self._visible_range()
-        for i, card in enumerate(self._cards):
-            if not card.composed:
-                continue
-            if card.has_class("selected") != (i == self.selected):  # no CSS update unless it moved
-                card.set_class(i == self.selected, "selected")
-            if (
-                (card.instance in wanted)
-                if wanted is not None
-                else (first <= i <= last or card._view is None)
-            ):
-                view = store.views.get(card.instance)
-                if view is not None:
-                    card.update_view(view, now)
+        table = self.table
+        table.update_from(store, now)
+        self._refresh_pane(store, now)
         self.refresh_gpu(store)
         self.refresh_bindings_if_changed()
+
+    def _refresh_pane(self, store: Store, now: float) -> None:
+        name = self.table.selected
+        self.query_one(InstancePane).update_view(store.views.get(name) if name else None, store, now)
 
     def _show_supervisor_error(self, error: str | None) -> None:
         banner = self.query_one("#supervisor-error", Static)
@@ -108,27 +112,63 @@ class DashboardScreen(InstanceScreen):
             )
         banner.display = error is not None
 
-    def _visible_range(self) -> tuple[int, int]:
-        """Indices of the cards in the scrolled view (cards are CARD_LINES tall), without asking the
-        compositor per card (`is_on_screen` rebuilt its whole map every tick)."""
-        cards = self.query_one("#cards", VerticalScroll)
-        top = int(cards.scroll_offset.y)
-        height = cards.size.height or self.size.height
-        return top // CARD_LINES, (top + height) // CARD_LINES
-
     def refresh_gpu(self, store: Store) -> None:
-        self.query_one(GpuPanel).update_sample(store.gpu, store.names())
+        for name, view in store.views.items():
+            if name not in self._commands and view.spec is not None:
+                self._commands[name] = short_command(view.spec)
+        self.query_one(GpuPanel).update_sample(store.gpu, store.names(), self._commands)
+
+    # -- selection, sorting, filter ------------------------------------------------------------------
+    def _after_selection(self) -> None:
+        store = self.app.store
+        self._refresh_pane(store, self.app.clock())
+        self.refresh_bindings_if_changed()
 
     def action_select(self, delta: int) -> None:
-        cards = [card for card in self._cards if card.composed]
-        if not cards:
+        if self.table.move(delta) is not None:
+            self._after_selection()
+
+    def on_fleet_table_selected(self, message: FleetTable.Selected) -> None:
+        if message.open_detail and message.name:
+            self._perform("detail")
             return
-        self.selected = (self.selected + delta) % len(cards)
-        for i, card in enumerate(cards):
-            card.set_class(i == self.selected, "selected")
-        self.query_one("#cards", VerticalScroll).scroll_to_widget(cards[self.selected], animate=False)
-        self.call_after_refresh(self.refresh_view, self.app.store)  # cards scrolled into view
-        self.refresh_bindings_if_changed()
+        self.table.update_from(self.app.store, self.app.clock())  # a header click re-sorts
+        self._after_selection()
+
+    def action_sort(self, delta: int) -> None:
+        self.table.cycle_sort(delta)
+        self.table.update_from(self.app.store, self.app.clock())
+
+    def action_sort_reverse(self) -> None:
+        table = self.table
+        table.reverse = not table.reverse
+        table.update_from(self.app.store, self.app.clock())
+
+    def action_filter(self) -> None:
+        box = self.query_one("#fleet-filter", FilterInput)
+        box.display = box.can_focus = True
+        box.focus()
+
+    def close_filter(self) -> None:
+        box = self.query_one("#fleet-filter", FilterInput)
+        box.can_focus = False
+        if not box.value:
+            box.display = False
+        self.set_focus(None)
+        self._apply_filter(box.value)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "fleet-filter":
+            self._apply_filter(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "fleet-filter":
+            self.close_filter()
+
+    def _apply_filter(self, text: str) -> None:
+        self.table.filter = text.strip()
+        self.table.update_from(self.app.store, self.app.clock())
+        self._after_selection()
 
     def action_start_all(self) -> None:
         self.app.start_instances(None)

@@ -8,22 +8,26 @@ from enum import Enum
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Footer, Sparkline, Static
+from textual.containers import Grid, VerticalScroll
+from textual.widgets import Footer, Static
 
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import InstanceView, Store
-from vtui.ui.widgets.instance_card import card_text, spark_data
+from vtui.ui.widgets.instance_pane import head_lines
+from vtui.ui.widgets.palette import palette_of
 from vtui.ui.widgets.titlebar import TitleBar
 
+# The history plots (textual-plotext): title, y label, and the series (label, value of a sample).
 PLOTS = (
-    ("KV usage", lambda s: s.kv_usage, fmt.pct),
-    ("generation tok/s", lambda s: s.generation_tps, fmt.rate),
-    ("running requests", lambda s: s.running, fmt.num),
-    ("TTFT p95", lambda s: s.ttft.p95, fmt.seconds),
+    ("KV cache usage", "%", (("KV %", lambda s: s.kv_usage * 100 if s.kv_usage is not None else None),)),
+    ("requests", "requests", (("running", lambda s: s.running), ("waiting", lambda s: s.waiting))),
+    ("throughput", "tok/s", (("prompt", lambda s: s.prompt_tps), ("generation", lambda s: s.generation_tps))),
+    ("TTFT p95", "ms", (("TTFT p95", lambda s: s.ttft.p95 * 1000 if s.ttft.p95 is not None else None),)),
 )
+WINDOWS = ((300.0, "5 min"), (3600.0, "1 h"))  # `w` switches; 1 h reads the 10 s history
+PLOT_EVERY_S = 2.0  # plotext redraws a whole plot: at most every 2 s
 
 
 def facts_text(view: InstanceView) -> Text:
@@ -138,6 +142,9 @@ class DetailScreen(InstanceScreen):
         super().__init__()
         self.instance = name
         self._planned_key: tuple | None = None
+        self.window = 0  # index into WINDOWS
+        self._plotted: tuple | None = None
+        self._plotted_at = 0.0
 
     def selected_name(self) -> str | None:
         return self.instance
@@ -147,9 +154,12 @@ class DetailScreen(InstanceScreen):
         with VerticalScroll(id="detail"):
             yield Static(id="detail-head")
             yield Static(id="detail-diagnosis")
-            for i, (label, _, _) in enumerate(PLOTS):
-                yield Static(label, id=f"plot-label-{i}", classes="plot-label")
-                yield Sparkline([0.0], id=f"plot-{i}", classes="plot")
+            yield Static(id="plot-window", classes="plot-label")
+            from textual_plotext import PlotextPlot  # imported on first use: not on the dashboard's path
+
+            with Grid(id="plots"):
+                for i in range(len(PLOTS)):
+                    yield PlotextPlot(id=f"plot-{i}", classes="plot")
             yield Static(id="detail-facts")
             yield Static(id="detail-planned")
             yield Static(id="detail-flags")
@@ -167,22 +177,69 @@ class DetailScreen(InstanceScreen):
         if view is None:
             return
         width = max(40, self.size.width - 4)
-        self.query_one("#detail-head", Static).update(card_text(view, self.app.clock(), width, hint=False))
-        latest = view.sample
-        for i, (label, key, show) in enumerate(PLOTS):
-            current = key(latest) if latest else None
-            self.query_one(f"#plot-label-{i}", Static).update(
-                f"{label}: {show(current)}  (last {len(view.history)} samples)"
-            )
-            plot = self.query_one(f"#plot-{i}", Sparkline)
-            plot.data = spark_data(view, key, points=max(20, width))
-            plot.display = any(plot.data)
+        now = self.app.clock()
+        head = head_lines(view, store, now, width, palette_of(self.app))[:1]
+        self.query_one("#detail-head", Static).update(Text("\n").join(head))
+        self._refresh_plots(view, now)
         self.query_one("#detail-diagnosis", Static).update(diagnosis_text(view))
         self.query_one("#detail-facts", Static).update(facts_text(view))
         self._refresh_planned(store, view)
         self.query_one("#detail-flags", Static).update(flags_text(view))
         self.query_one("#detail-history", Static).update(history_text(view))
         self.refresh_bindings_if_changed()
+
+    def _refresh_plots(self, view: InstanceView, now: float) -> None:
+        """The history over the chosen window, x in seconds (5 min) or minutes (1 h) before now."""
+        span, label = WINDOWS[self.window]
+        source = view.history if span <= 600 else view.long_history
+        samples = [s for s in source if now - s.at <= span]
+        key = (self.window, len(samples), samples[-1].at if samples else None, self.app.theme)
+        if key == self._plotted or (
+            self._plotted is not None
+            and key[0] == self._plotted[0]
+            and 0 <= now - self._plotted_at < PLOT_EVERY_S
+        ):
+            return
+        self._plotted, self._plotted_at = key, now
+        unit, scale = ("s", 1.0) if span <= 600 else ("min", 60.0)
+        latest = view.sample
+        self.query_one("#plot-window", Static).update(
+            f"History: last {label} ({len(samples)} samples; w: {' / '.join(w for _, w in WINDOWS)})"
+            + ("" if samples else "  -- no samples yet (the instance is not serving)")
+        )
+        xs = [(s.at - now) / scale for s in samples]
+        for i, (title, ylabel, series) in enumerate(PLOTS):
+            widget = self.query_one(f"#plot-{i}")
+            plt = widget.plt  # type: ignore[attr-defined]
+            plt.clear_data()
+            plt.clear_figure()
+            values = [fmt.num(fn(latest), ".0f") if latest else fmt.DASH for _, fn in series]
+            if len(series) == 1:
+                current = f"{values[0]} {ylabel}"
+            else:
+                current = ", ".join(f"{name} {v}" for (name, _), v in zip(series, values, strict=True))
+            plt.title(f"{title}: {current}")
+            plt.xlabel(f"{unit} before now")
+            plt.ylabel(ylabel)
+            plt.xlim(-span / scale, 0)
+            if ylabel == "%":
+                plt.ylim(0, 100)
+            for name, fn in series:
+                points = [(x, fn(s)) for x, s in zip(xs, samples, strict=True) if fn(s) is not None]
+                if points:
+                    plt.plot(
+                        [x for x, _ in points],
+                        [y for _, y in points],
+                        label=name if len(series) > 1 else None,
+                    )
+            widget.refresh()
+
+    def action_window(self) -> None:
+        self.window = (self.window + 1) % len(WINDOWS)
+        self._plotted = None
+        view = self._view()
+        if view is not None:
+            self._refresh_plots(view, self.app.clock())
 
     def _refresh_planned(self, store: Store, view: InstanceView) -> None:
         """Re-plan only when the run's facts, the flags or the model config changed (it reads the log)."""

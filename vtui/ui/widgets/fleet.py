@@ -1,0 +1,556 @@
+"""The fleet table: one aligned row per instance and an ALL row for the session, drawn through the Line
+API (a custom widget, not Textual's DataTable: see `benchmarks/bench_ui.py` in the README for the cost).
+
+Columns have fixed widths that depend only on the terminal width and the instance names, never on the
+values, so nothing moves between frames. The narrower the terminal, the more low-priority columns are
+left out; from 80 to 300 columns the spare width goes to the KV bar and the trend. Only the rows whose
+cells changed are repainted. Sort (`<` `>` `I`, or a click on a header), filter (`/`), select (keys,
+click; double-click opens the detail screen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.geometry import Region
+from textual.message import Message
+from textual.strip import Strip
+from textual.widget import Widget
+
+from vtui.core.state import Phase, State
+from vtui.core.vllm_memory import default_max_num_seqs
+from vtui.ui import fmt, planning
+from vtui.ui.store import InstanceView, Store
+from vtui.ui.widgets.palette import Palette, bar, level_mark, palette_of, spark
+
+PHASE_SHORT = {
+    Phase.SPAWNED: "spawned",
+    Phase.LOADING_WEIGHTS: "weights",
+    Phase.PROFILING: "profile",
+    Phase.KV_CACHE: "kv alloc",
+    Phase.CAPTURING_GRAPHS: "graphs",
+    Phase.API_UP: "api up",
+}
+STATE_ORDER = {s: i for i, s in enumerate(State)}
+TREND_EVERY_S = 3.0  # the trend column is recomputed at most this often (its rows repaint less)
+Cell = tuple[tuple[str, Style | None], ...]  # a column's parts: text, style (None: the row's)
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    width: int  # minimum cells
+    priority: int  # lower is kept first on a narrow terminal
+    right: bool = True
+    flex: int = 0  # takes spare width (the KV bar, the trend), up to max_width
+    max_width: int = 0
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("name", "NAME", 8, 0, right=False),
+    Column("state", "STATE", 9, 0, right=False),
+    Column("phase", "UP/PHASE", 11, 1, right=False),
+    Column("gpu", "GPU", 5, 3, right=False),
+    Column("port", "PORT", 5, 6),
+    Column("kv", "KV cache", 8, 0, right=False, flex=1, max_width=24),
+    Column("kvpct", "KV%", 5, 0),
+    Column("kvtok", "KV tokens", 13, 4),
+    Column("run", "RUN/MAX", 9, 0),
+    Column("wait", "WAIT", 4, 1),
+    Column("ptps", "P tok/s", 7, 2),
+    Column("gtps", "G tok/s", 7, 1),
+    Column("ttft50", "TTFT50", 6, 4),
+    Column("ttft95", "TTFT95", 6, 2),
+    Column("itl95", "ITL95", 6, 5),
+    Column("pre", "PRE/s", 5, 5),
+    Column("hit", "HIT", 4, 5),
+    Column("trend", "G tok/s trend", 8, 3, right=False, flex=3, max_width=300),
+)
+BY_KEY = {c.key: c for c in COLUMNS}
+SORTABLE = [c.key for c in COLUMNS if c.key not in ("trend", "kv")]  # `kv` sorts as `kvpct`
+
+
+def layout_columns(width: int, name_width: int) -> list[tuple[Column, int]]:
+    """The columns shown at `width` cells (one space between columns) and their widths."""
+    widths = {c.key: (max(c.width, name_width) if c.key == "name" else c.width) for c in COLUMNS}
+    chosen: set[str] = set()
+    used = 2  # the selection marker and its space
+    for col in sorted(COLUMNS, key=lambda c: c.priority):
+        need = widths[col.key] + 1
+        if used + need <= width:
+            chosen.add(col.key)
+            used += need
+    spare = max(0, width - used)
+    flex = [c for c in COLUMNS if c.key in chosen and c.flex]
+    total = sum(c.flex for c in flex)
+    for col in flex:  # the KV bar first up to its cap, the rest to the trend
+        add = min(col.max_width - widths[col.key], spare * col.flex // total if total else 0)
+        widths[col.key] += max(0, add)
+    spare = max(0, width - 2 - sum(widths[k] + 1 for k in chosen))
+    for col in flex[::-1]:  # rounding and capped columns: what is left goes to the last flex column
+        add = min(col.max_width - widths[col.key], spare)
+        widths[col.key] += max(0, add)
+        spare -= max(0, add)
+    return [(c, widths[c.key]) for c in COLUMNS if c.key in chosen]
+
+
+def gpu_list(indices: tuple[int, ...]) -> str:
+    """`0-3` for a run of GPUs, else as fmt.gpus (`0,2`, `cpu`)."""
+    ordered = sorted(indices)
+    if len(ordered) > 2 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return fmt.gpus(ordered)
+
+
+def max_seqs(view: InstanceView, store: Store) -> tuple[int | None, bool]:
+    """The instance's max-num-seqs and whether it is vLLM's default (the flag is unset)."""
+    spec = view.spec
+    if spec is None:
+        return None, False
+    value = spec.flags.get("max-num-seqs")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, False
+    gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
+    return default_max_num_seqs(gib, planning.device_of(spec, store.gpu)), True
+
+
+@dataclass
+class RowData:
+    """What one row shows (an instance, or the session's total)."""
+
+    name: str
+    state: State | None = None
+    phase: str = ""
+    phase_style: str = ""  # "", "bad", "warn", "muted"
+    gpu: str = ""
+    port: int | None = None
+    kv: float | None = None
+    kv_used: float | None = None
+    kv_cap: float | None = None
+    running: float | None = None
+    max_seqs: int | None = None
+    default_seqs: bool = False
+    waiting: float | None = None
+    ptps: float | None = None
+    gtps: float | None = None
+    ttft50: float | None = None
+    ttft95: float | None = None
+    itl95: float | None = None
+    pre: float | None = None
+    hit: float | None = None
+    trend: tuple[float | None, ...] = ()
+    model: str = ""
+    state_label: str = ""  # the ALL row's "2/3 up"
+
+    def sort_value(self, key: str) -> object:
+        return {
+            "name": self.name,
+            "state": STATE_ORDER.get(self.state, 99) if self.state else 99,
+            "phase": self.phase,
+            "gpu": self.gpu,
+            "port": self.port,
+            "kvpct": self.kv,
+            "kvtok": self.kv_used,
+            "run": self.running,
+            "wait": self.waiting,
+            "ptps": self.ptps,
+            "gtps": self.gtps,
+            "ttft50": self.ttft50,
+            "ttft95": self.ttft95,
+            "itl95": self.itl95,
+            "pre": self.pre,
+            "hit": self.hit,
+        }.get(key, self.name)
+
+
+def row_data(view: InstanceView, store: Store, now: float, trend_points: int) -> RowData:
+    st, spec, s = view.status, view.spec, view.sample
+    row = RowData(view.name, state=view.state)
+    if spec is not None:
+        row.gpu, row.port, row.model = gpu_list(spec.gpus), spec.port, spec.model
+        row.max_seqs, row.default_seqs = max_seqs(view, store)
+    if st is not None:
+        state = view.state
+        if state == State.STARTING:
+            rank = st.phase.rank + 1 if st.phase is not None else 0
+            row.phase = f"{rank}/{len(Phase)} {PHASE_SHORT[st.phase] if st.phase else 'spawning'}"
+        elif state == State.BACKOFF and st.next_restart_at is not None:
+            row.phase = f"retry {fmt.duration(max(0.0, st.next_restart_at - now))}"
+        elif state in (State.READY, State.UNHEALTHY):
+            if view.runtime_problems:
+                row.phase, row.phase_style = "KV SHORT", "bad"  # the detail screen says why and the fix
+            else:
+                up = now - st.started_at if st.started_at is not None else None
+                row.phase = f"up {fmt.uptime(up)}"
+        elif state in (State.FAILED, State.CRASHED) and view.problems:
+            row.phase, row.phase_style = f"{len(view.problems)} problem", "warn"
+        if st.restarts and row.phase_style == "" and len(row.phase) < 8:
+            row.phase += f" r{st.restarts}"
+    if s is not None and view.state in (State.READY, State.UNHEALTHY):
+        row.kv, row.kv_cap = s.kv_usage, s.kv_capacity_tokens
+        row.kv_used = (
+            s.kv_usage * s.kv_capacity_tokens if s.kv_usage is not None and s.kv_capacity_tokens else None
+        )
+        row.running, row.waiting = s.running, s.waiting
+        row.ptps, row.gtps = s.prompt_tps, s.generation_tps
+        row.ttft50, row.ttft95 = s.ttft.p50, s.ttft.p95
+        row.itl95, row.pre, row.hit = s.itl.p95, s.preemptions_per_s, s.prefix_hit_rate
+        if trend_points:
+            history = view.history
+            start = max(0, len(history) - trend_points)
+            row.trend = tuple(history[i].generation_tps for i in range(start, len(history)))
+    return row
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def all_row(rows: list[RowData]) -> RowData:
+    """The session: sums of load and throughput, the worst latency, the KV of all instances together."""
+    ready = sum(1 for r in rows if r.state in (State.READY, State.UNHEALTHY))
+    used, cap = _sum(r.kv_used for r in rows), _sum(r.kv_cap for r in rows if r.kv_used is not None)
+    weights = [(r.hit, r.ptps or 0.0) for r in rows if r.hit is not None]
+    total_w = sum(w for _, w in weights)
+    hit = (
+        sum(h * w for h, w in weights) / total_w
+        if total_w
+        else (sum(h for h, _ in weights) / len(weights) if weights else None)
+    )
+    width = max((len(r.trend) for r in rows), default=0)
+    trend = tuple(
+        _sum(r.trend[len(r.trend) - width + i] if len(r.trend) - width + i >= 0 else None for r in rows)
+        for i in range(width)
+    )
+    gpus: set[int] = set()
+    for r in rows:
+        for part in r.gpu.split(","):
+            if "-" in part:
+                low, high = part.split("-")
+                gpus.update(range(int(low), int(high) + 1))
+            elif part.isdigit():
+                gpus.add(int(part))
+    return RowData(
+        "ALL",
+        state_label=f"{ready}/{len(rows)} up",
+        gpu=str(len(gpus)) if gpus else "",
+        kv=used / cap if used is not None and cap else None,
+        kv_used=used,
+        kv_cap=cap,
+        running=_sum(r.running for r in rows),
+        max_seqs=int(sum(r.max_seqs for r in rows if r.max_seqs)) or None,
+        waiting=_sum(r.waiting for r in rows),
+        ptps=_sum(r.ptps for r in rows),
+        gtps=_sum(r.gtps for r in rows),
+        ttft50=_max(r.ttft50 for r in rows),
+        ttft95=_max(r.ttft95 for r in rows),
+        itl95=_max(r.itl95 for r in rows),
+        pre=_sum(r.pre for r in rows),
+        hit=hit,
+        trend=trend,
+    )
+
+
+def _fit(text: str, width: int, right: bool) -> str:
+    if len(text) > width:
+        return text[: width - 1] + "~" if width > 1 else text[:width]
+    return text.rjust(width) if right else text.ljust(width)
+
+
+def row_cells(row: RowData, columns: list[tuple[Column, int]], pal: Palette, is_all: bool) -> list[Cell]:
+    """The row as one cell per column, each cut or padded to its column's width."""
+    cells: list[Cell] = []
+    bold = pal.bold if is_all else None
+    for col, w in columns:
+        key = col.key
+        style: Style | None = bold
+        if key == "name":
+            text, style = row.name, pal.bold
+        elif key == "state":
+            if is_all:
+                text = row.state_label
+            else:
+                text = row.state.name if row.state else fmt.DASH
+                style = pal.state(row.state) if row.state else None
+        elif key == "phase":
+            text = row.phase
+            style = {"bad": pal.bad + pal.bold, "warn": pal.warn, "": pal.muted}.get(row.phase_style)
+        elif key == "gpu":
+            text, style = row.gpu, pal.accent
+        elif key == "port":
+            text, style = (str(row.port) if row.port else ""), pal.accent
+        elif key == "kv":
+            filled, empty = bar(row.kv, w)
+            cells.append(((filled, pal.level(row.kv)), (empty, pal.empty)))
+            continue
+        elif key == "kvpct":
+            text = fmt.pct(row.kv) + level_mark(row.kv) if row.kv is not None else fmt.DASH
+            style = pal.level(row.kv) if row.kv is not None and row.kv >= 0.75 else bold
+        elif key == "kvtok":
+            text = f"{fmt.tokens(row.kv_used)}/{fmt.tokens(row.kv_cap)}"
+        elif key == "run":
+            cap = fmt.num(row.max_seqs) if row.max_seqs else fmt.DASH
+            text = f"{fmt.num(row.running)}/{cap}"
+        elif key == "wait":
+            text = fmt.num(row.waiting)
+            style = pal.warn if row.waiting else bold
+        elif key == "ptps":
+            text = fmt.rate(row.ptps)
+        elif key == "gtps":
+            text = fmt.rate(row.gtps)
+        elif key in ("ttft50", "ttft95", "itl95"):
+            text = fmt.seconds(getattr(row, key))
+        elif key == "pre":
+            text = fmt.num(row.pre, ".1f")
+            style = pal.bad if row.pre else bold
+        elif key == "hit":
+            text = fmt.pct(row.hit)
+        elif key == "trend":
+            text, style = spark(list(row.trend), w) if row.trend else "", pal.accent
+        else:  # pragma: no cover - every column is handled above
+            text = ""
+        cells.append(((_fit(text, w, col.right), style),))
+    return cells
+
+
+class FleetTable(Widget, can_focus=False):
+    """The table (header, instance rows, ALL row); rows scroll under a fixed header and ALL row."""
+
+    DEFAULT_CSS = "FleetTable { height: auto; }"  # colours: palette.py, from the theme
+
+    class Selected(Message):
+        def __init__(self, name: str, open_detail: bool = False) -> None:
+            super().__init__()
+            self.name, self.open_detail = name, open_detail
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.sort_key: str | None = None  # None: the layout's order
+        self.reverse = False
+        self.filter = ""
+        self.selected: str | None = None
+        self.names: list[str] = []  # the rows shown, in order (after sort and filter)
+        self.first_row = 0  # first row shown (rows scroll under the header)
+        self._rows: dict[str, RowData] = {}
+        self._all: RowData | None = None
+        self._lines: list[tuple] = []  # each line's cells (and selection), compared to repaint changes
+        self._strips: list[Strip | None] = []
+        self._strips_key: tuple | None = None
+        self._columns: list[tuple[Column, int]] = []
+        self._layout_key: tuple | None = None
+        self._name_width = 8
+        self._count = 0
+        self._trend_at = float("-inf")
+        self._trend_w = 0
+
+    # -- data ------------------------------------------------------------------------------------
+    def set_names(self, names: list[str]) -> None:
+        self._name_width = max(8, min(24, max((len(n) for n in names), default=8)))
+        self._count = len(names)
+        self._layout_key = None
+        if self.selected not in names:
+            self.selected = names[0] if names else None
+        self.refresh(layout=True)
+
+    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
+        return self._count + 2
+
+    def update_from(self, store: Store, now: float) -> None:
+        """Rebuild the rows from the store (once per render pass) and repaint the lines that changed."""
+        width = self.content_size.width or 80
+        columns = self._layout(width)
+        trend_w = next((w for c, w in columns if c.key == "trend"), 0)
+        redraw_trend = not 0 <= now - self._trend_at < TREND_EVERY_S or self._trend_w != trend_w
+        old = self._rows
+        fresh = {n for n, v in store.views.items() if redraw_trend or n not in old or not old[n].trend}
+        self._rows = {
+            name: row_data(view, store, now, trend_w if name in fresh else 0)
+            for name, view in store.views.items()
+        }
+        if redraw_trend:
+            self._trend_at, self._trend_w = now, trend_w
+        for name, row in self._rows.items():  # the trends move every few seconds, the numbers every second
+            if name not in fresh and row.state in (State.READY, State.UNHEALTHY):
+                row.trend = old[name].trend
+        rows = list(self._rows.values())
+        self._all = all_row(rows)
+        shown = [r for r in rows if self._matches(r)]
+        if self.sort_key is not None:
+            key = self.sort_key
+            known = [r for r in shown if r.sort_value(key) is not None]
+            unknown = [r for r in shown if r.sort_value(key) is None]
+            known.sort(key=lambda r: r.sort_value(key), reverse=self.reverse)  # type: ignore[arg-type,return-value]
+            shown = known + unknown  # unknown values last, either way
+        self.names = [r.name for r in shown]
+        if self.selected not in self.names and self.names:
+            self.selected = self.names[0]
+        self._repaint()
+
+    def _matches(self, row: RowData) -> bool:
+        if not self.filter:
+            return True
+        needle = self.filter.lower()
+        state = row.state.name.lower() if row.state else ""
+        return needle in row.name.lower() or needle in row.model.lower() or needle in state
+
+    def _layout(self, width: int) -> list[tuple[Column, int]]:
+        key = (width, self._name_width)
+        if key != self._layout_key:
+            self._layout_key = key
+            self._columns = layout_columns(width, self._name_width)
+        return self._columns
+
+    # -- selection and sorting ---------------------------------------------------------------------
+    def move(self, delta: int) -> str | None:
+        if not self.names:
+            return None
+        i = self.names.index(self.selected) if self.selected in self.names else 0
+        self.selected = self.names[(i + delta) % len(self.names)]
+        self._repaint()
+        return self.selected
+
+    def select(self, name: str) -> None:
+        self.selected = name
+        self._repaint()
+
+    def sort_by(self, key: str | None, reverse: bool | None = None) -> None:
+        if key == "kv":
+            key = "kvpct"
+        if reverse is None:
+            reverse = (
+                (not self.reverse) if key == self.sort_key else key not in ("name", "state", "gpu", "port")
+            )
+        self.sort_key, self.reverse = key, reverse
+
+    def cycle_sort(self, delta: int) -> None:
+        keys: list[str | None] = [None, *[k for k in SORTABLE if k in {c.key for c, _ in self._columns}]]
+        i = keys.index(self.sort_key) if self.sort_key in keys else 0
+        self.sort_by(keys[(i + delta) % len(keys)])
+
+    # -- drawing -----------------------------------------------------------------------------------
+    def _visible_rows(self) -> int:
+        return max(1, (self.size.height or self._count + 2) - 2)
+
+    def _repaint(self) -> None:
+        if not self.is_attached:
+            return
+        pal = palette_of(self.app)
+        columns = self._layout(self.content_size.width or 80)
+        visible = self._visible_rows()
+        if self.selected in self.names:
+            i = self.names.index(self.selected)
+            if i < self.first_row:
+                self.first_row = i
+            elif i >= self.first_row + visible:
+                self.first_row = i - visible + 1
+        self.first_row = max(0, min(self.first_row, max(0, len(self.names) - visible)))
+        lines: list[tuple] = [("header", self.sort_key, self.reverse, tuple((c.key, w) for c, w in columns))]
+        for name in self.names[self.first_row : self.first_row + visible]:
+            row = self._rows.get(name)
+            if row is not None:
+                lines.append(("row", name == self.selected, tuple(row_cells(row, columns, pal, False))))
+        while len(lines) < visible + 1:
+            lines.append(("blank",))
+        if self._all is not None:
+            lines.append(("all", tuple(row_cells(self._all, columns, pal, True))))
+        if len(lines) != len(self._lines):
+            self._lines, self._strips = lines, [None] * len(lines)
+            self.refresh()
+            return
+        dirty = [y for y, (a, b) in enumerate(zip(lines, self._lines, strict=True)) if a != b]
+        self._lines = lines
+        width = self.content_size.width
+        for y in dirty:
+            self._strips[y] = None
+        if dirty:  # one region from the first to the last changed line: the compositor renders a
+            # widget once per region, so eight one-line regions cost eight passes
+            self.refresh(Region(0, dirty[0], width, dirty[-1] - dirty[0] + 1))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        base = self.visual_style.rich_style
+        key = (width, base, self.app.theme)
+        if key != self._strips_key:
+            self._strips_key = key
+            self._strips = [None] * len(self._lines)
+        if not 0 <= y < len(self._lines):
+            return Strip.blank(width, base)
+        strip = self._strips[y]
+        if strip is None:
+            strip = self._strips[y] = self._draw_line(self._lines[y], width, base)
+        return strip
+
+    def _draw_line(self, line: tuple, width: int, base: Style) -> Strip:
+        kind = line[0]
+        pad = Style(bgcolor=base.bgcolor)
+        if kind == "blank":
+            return Strip.blank(width, pad)
+        if kind == "header":
+            style = base + palette_of(self.app).header
+            segments = [Segment("  ", style)]
+            for col, w in self._columns:
+                label = col.header
+                if col.key == self.sort_key or (col.key == "kv" and self.sort_key == "kvpct"):
+                    label = label + ("v" if self.reverse else "^")
+                segments.append(Segment(_fit(label, w, col.right) + " ", style))
+            return Strip(segments).crop(0, width).extend_cell_length(width, pad)
+        if kind == "all":
+            row_style = base + palette_of(self.app).total
+            marker, cells = "  ", line[1]
+        else:
+            selected, cells = line[1], line[2]
+            row_style = base + palette_of(self.app).selected if selected else base
+            marker = "> " if selected else "  "
+        segments = [Segment(marker, row_style + Style(bold=True))]
+        for cell in cells:
+            for text, style in cell:
+                if text:
+                    segments.append(Segment(text, row_style + style if style is not None else row_style))
+            segments.append(Segment(" ", row_style))
+        fill = pad if kind == "row" and not line[1] else row_style
+        return Strip(segments).crop(0, width).extend_cell_length(width, fill)
+
+    # -- mouse ---------------------------------------------------------------------------------------
+    def on_click(self, event: events.Click) -> None:
+        y, x = event.y, event.x
+        if y == 0:
+            at = 2
+            for col, w in self._columns:
+                if at <= x < at + w + 1:
+                    if col.key != "trend":
+                        self.sort_by(col.key)
+                        self.post_message(FleetTable.Selected(self.selected or "", False))
+                    return
+                at += w + 1
+            return
+        i = self.first_row + y - 1
+        if 1 <= y <= self._visible_rows() and i < len(self.names):
+            self.selected = self.names[i]
+            self._repaint()
+            self.post_message(FleetTable.Selected(self.selected, open_detail=event.chain >= 2))
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self.move(1)
+        if self.selected:
+            self.post_message(FleetTable.Selected(self.selected))
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self.move(-1)
+        if self.selected:
+            self.post_message(FleetTable.Selected(self.selected))
+
+    def on_resize(self) -> None:
+        self._layout_key = None
+        self._lines = []
+        self._repaint()

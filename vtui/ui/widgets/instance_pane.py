@@ -1,0 +1,144 @@
+"""The selected instance under the fleet table: what it runs, why it failed (and that enter shows the
+fixes), and labelled sparklines of its recent history (KV %, running/waiting, tok/s, TTFT p95), as many
+as the pane's height allows."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.widget import Widget
+
+from vtui.core.model import InstanceSpec
+from vtui.core.state import State
+from vtui.telemetry.metrics import MetricsSample
+from vtui.ui import fmt
+from vtui.ui.store import InstanceView, Store
+from vtui.ui.widgets.fleet import max_seqs
+from vtui.ui.widgets.palette import Palette, palette_of, spark_rows
+
+Series = tuple[str, Callable[[MetricsSample], float | None], Callable[[float | None], str]]
+SERIES: tuple[Series, ...] = (
+    ("KV cache", lambda s: s.kv_usage, fmt.pct),  # scaled to 100 %
+    ("running", lambda s: s.running, fmt.num),  # scaled to max-num-seqs
+    ("waiting", lambda s: s.waiting, fmt.num),
+    ("gen tok/s", lambda s: s.generation_tps, fmt.rate),
+    ("prompt tok/s", lambda s: s.prompt_tps, fmt.rate),
+    ("TTFT p95", lambda s: s.ttft.p95, fmt.seconds),
+)
+LABEL_W = 20
+PANE_EVERY_S = 3.0
+
+
+def short_command(spec: InstanceSpec) -> str:
+    """The instance's command without the environment, the program as its base name."""
+    argv = spec.argv()
+    return " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else ""
+
+
+def head_lines(view: InstanceView, store: Store, now: float, width: int, pal: Palette) -> list[Text]:
+    """The instance's name, state, where it runs, its model and max-num-seqs; its error and problems."""
+    spec, st = view.spec, view.status
+    head = Text()
+    head.append(view.name, style=pal.bold)
+    head.append("  ")
+    head.append(view.state.name, style=pal.state(view.state))
+    if st is not None and st.started_at is not None and view.state in (State.READY, State.UNHEALTHY):
+        head.append(f" up {fmt.uptime(now - st.started_at)}", style=pal.muted)
+    if st is not None and st.restarts:
+        head.append(f"  restarts {st.restarts}", style=pal.accent2)
+    if st is not None and st.adopted:
+        head.append("  adopted", style=pal.muted)
+    if spec is not None:
+        head.append(f"  gpu {fmt.gpus(spec.gpus)} :{spec.port}  ", style=pal.accent)
+        head.append(spec.model)
+        seqs, default = max_seqs(view, store)
+        head.append(
+            f"  max-num-seqs {fmt.num(seqs)}" + (" (vLLM default)" if default else ""), style=pal.muted
+        )
+    head.truncate(width)
+    lines = [head]
+    if view.state in (State.FAILED, State.CRASHED, State.BACKOFF) and st is not None and st.last_error:
+        err = Text(st.last_error, style=pal.bad)
+        err.truncate(width)
+        lines.append(err)
+        if view.problems:
+            hint = Text(f"{len(view.problems)} problem(s) diagnosed, press enter for fixes", style=pal.warn)
+            hint.truncate(width)
+            lines.append(hint)
+    elif view.runtime_problems:
+        problem = view.runtime_problems[0]
+        line = Text("KV SHORT: ", style=pal.bad + pal.bold)
+        line.append(f"{problem.message}; press enter for fixes", style=pal.warn)
+        line.truncate(width)
+        lines.append(line)
+    return lines
+
+
+def pane_text(view: InstanceView, store: Store, now: float, width: int, height: int, pal: Palette) -> Text:
+    lines = head_lines(view, store, now, width, pal)
+    room = height - len(lines)
+    history = view.history
+    if room >= 2 and history and view.state in (State.READY, State.UNHEALTHY):
+        plot_w = max(8, width - LABEL_W - 1)
+        recent = [history[i] for i in range(max(0, len(history) - plot_w), len(history))]
+        shown = [s for s in SERIES if s[0] not in ("waiting", "prompt tok/s")] if room < 12 else list(SERIES)
+        shown = shown[: max(1, (room - 1))]
+        rows = max(1, min(3, (room - 1) // len(shown)))
+        span = fmt.duration(recent[-1].at - recent[0].at) if len(recent) > 1 else "0s"
+        lines.append(Text(f"{'history':<{LABEL_W}} last {span}, newest at the right", style=pal.muted))
+        latest = history[-1]
+        seqs, _ = max_seqs(view, store)
+        for label, key, show in shown:
+            values = [key(s) for s in recent]
+            known = [v for v in values if v is not None]
+            top = 1.0 if label == "KV cache" else float(seqs) if label == "running" and seqs else None
+            top = max([*known, top or 0.0]) if known or top else None
+            plot = spark_rows(values, plot_w, rows, top)
+            for r, row in enumerate(plot):
+                if r == 0:
+                    text = Text(f"{label:<12}{show(key(latest)):>7} ", style=pal.bold)
+                elif r == len(plot) - 1:
+                    text = Text(f"{'top ' + show(top):>{LABEL_W - 1}} ", style=pal.muted)
+                else:
+                    text = Text(" " * LABEL_W)
+                text.append(row, style=pal.accent)
+                lines.append(text)
+    return Text("\n").join(lines[:height])
+
+
+class InstancePane(Widget):
+    """Repainted once per render pass for the selected instance only."""
+
+    DEFAULT_CSS = "InstancePane { height: 1fr; padding: 0 1; }"
+
+    def __init__(self) -> None:
+        super().__init__(id="instance-pane")
+        self._text = Text()
+        self._key: tuple | None = None
+        self._at = float("-inf")
+
+    def update_view(self, view: InstanceView | None, store: Store, now: float) -> None:
+        """Redrawn when the instance, its state or problems, the size or theme change, else at most every
+        PANE_EVERY_S (its sparklines move with every sample)."""
+        width, height = self.content_size.width or 78, self.content_size.height or 6
+        key = (
+            view.name if view else None,
+            view.status if view else None,
+            len(view.problems) + len(view.runtime_problems) if view else 0,
+            view.sample is None if view else True,  # the first sample draws at once
+            width,
+            height,
+            self.app.theme,
+        )
+        if key == self._key and 0 <= now - self._at < PANE_EVERY_S:
+            return
+        self._key, self._at = key, now
+        text = pane_text(view, store, now, width, height, palette_of(self.app)) if view else Text()
+        if text != self._text:
+            self._text = text
+            self.refresh()
+
+    def render(self) -> Text:
+        return self._text
