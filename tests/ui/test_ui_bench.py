@@ -127,7 +127,8 @@ async def test_flag_history_is_persisted_loaded_and_shows_what_a_change_bought(f
     )
     history.save(path, history.dumps([old]))
     app = app_factory(fake)
-    async with app.run_test(size=(120, 60)) as pilot:
+    # tall enough for the detail screen's plots and, below them, the flag history
+    async with app.run_test(size=(120, 110)) as pilot:
         for _ in range(100):
             await pilot.pause(0.01)
             if app._history_ready and path.exists() and "65536" in path.read_text():
