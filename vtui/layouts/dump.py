@@ -38,6 +38,11 @@ BUILTIN_DEFAULTS: Mapping[str, object] = {
     "backoff_max": 60.0,
     "start_stagger": 0.0,
     "start_timeout": RestartPolicy().start_timeout,
+    "restart_unhealthy_after": RestartPolicy().restart_unhealthy_after,
+    "restart_stuck_after": RestartPolicy().restart_stuck_after,
+    "sleep_mode": False,
+    "idle_sleep_after": 0.0,
+    "force_start": False,
 }
 
 
@@ -56,6 +61,11 @@ def instance_values(spec: InstanceSpec) -> dict[str, object]:
         "backoff_max": spec.restart.backoff_max,
         "start_stagger": spec.start_stagger,
         "start_timeout": spec.restart.start_timeout,
+        "restart_unhealthy_after": spec.restart.restart_unhealthy_after,
+        "restart_stuck_after": spec.restart.restart_stuck_after,
+        "sleep_mode": spec.sleep_mode,
+        "idle_sleep_after": spec.idle_sleep_after,
+        "force_start": spec.force_start,
         "env": dict(spec.env),
         "flags": dict(spec.flags),
     }

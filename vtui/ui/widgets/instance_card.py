@@ -25,6 +25,8 @@ STATE_STYLE = {
     State.CRASHED: "bold red",
     State.BACKOFF: "bold magenta",
     State.FAILED: "bold red",
+    State.ASLEEP: "bold blue",
+    State.WAKING: "blue",
 }
 SPARK_POINTS = 40
 SPARK_EVERY_S = 3.0  # the sparkline (40 points of history) repaints at most this often: a 2-row plot
