@@ -368,6 +368,13 @@ class Instance:
             State.BACKOFF, f"restart {self.attempt}/{policy.max_restarts} in {policy.delay(self.attempt):g}s"
         )  # CRASHED -> BACKOFF
 
+    def refuse_restart(self, reason: str) -> None:
+        """The policy restart could not launch (the GPU memory check refused it): BACKOFF -> FAILED."""
+        if self.state is State.BACKOFF:
+            self.next_restart_at = None
+            self.last_error = reason
+            self._set_state(State.FAILED, reason)  # BACKOFF -> FAILED
+
     def restart_due(self) -> bool:
         return (
             self.state is State.BACKOFF
