@@ -148,3 +148,14 @@ def test_the_new_edges_are_in_the_table_and_others_are_not():
     with pytest.raises(IllegalTransition):
         check_edge(S.STARTING, S.ASLEEP)
     assert S.ASLEEP.running and S.WAKING.running
+
+
+def test_a_clean_exit_after_vllms_shutdown_line_names_the_outside_signal():
+    inst, _, events = ready()
+    inst.on_lines(
+        ["(APIServer pid=7) INFO 12-01 10:00:00 [launcher.py:254] [shutdown] API server: shutdown triggered"]
+    )
+    inst.on_exit(0, "exited with code 0")
+    crashed = [e for e in events if isinstance(e, StateChanged) and e.new is S.CRASHED][0]
+    assert crashed.reason is not None and "SIGTERM" in crashed.reason and "unasked" in crashed.reason
+    assert inst.state is S.BACKOFF

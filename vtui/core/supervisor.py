@@ -608,8 +608,7 @@ class Supervisor:
     async def _policy_stop(self, name: str, inst: Instance, handle: Any) -> None:
         """A watchdog's restart: the normal stop (SIGTERM, grace, SIGKILL of the group, sweep), then
         `finish_stop` makes the run a failure (CRASHED, then BACKOFF or FAILED by the restart policy)."""
-        try:
-            handle.serves(inst.spec)
+        try:  # no drain: a hung or stuck server finishes nothing (handle.serves is not called)
             report = await asyncio.to_thread(self.launcher.stop, handle, self.stop_grace)
             self._drain(name)
             if not report.graceful:
