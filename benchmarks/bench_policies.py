@@ -132,6 +132,10 @@ def main() -> None:
         for case in cases:
             runs = []
             for _ in range(args.runs):
+                # a fresh restart budget and backoff for each run (a crash within stable_after of READY
+                # would otherwise count as a crash loop: doubled backoff, then FAILED)
+                client.post("/restart", {"name": "a"}, timeout=None)
+                client.post("/wait", {"names": ["a"], "timeout": 600}, timeout=None)
                 old = row(client)["pid"]
                 t0 = time.time()
                 os.kill(old, signal.SIGSTOP if case == "sigstop" else signal.SIGTERM)
