@@ -169,3 +169,14 @@ def test_on_event_hears_each_event_once(tmp_path: Path, session: str) -> None:
     assert sorted(kinds()) == ["asleep", "crashed", "recovered", "woke"], kinds()
     crashed = next(json.loads(x) for x in heard.read_text().splitlines() if '"crashed"' in x)
     assert crashed["instance"] == "a" and "SIGKILL" in crashed["message"]
+
+
+def test_idle_sleep_after_puts_an_idle_instance_to_sleep(tmp_path: Path, session: str) -> None:
+    inst = {**sim_instance("a", gpus=(0,)), "sleep_mode": True, "idle_sleep_after": 1}
+    path = layout(tmp_path, session, [inst])
+    up(path)
+    wait_for(lambda: ps_rows(str(path))["a"]["state"] == "asleep", timeout=30, what="a asleep when idle")
+    reasons = [e["reason"] for e in state_events(session, "a") if e["new"] == "asleep"]
+    assert reasons and "idle_sleep_after" in reasons[0]
+    assert vtui("wake", str(path), "a").returncode == 0
+    assert vtui("down", str(path)).returncode == 0
