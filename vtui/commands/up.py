@@ -68,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
                 raise
             for line in exc.problems:
                 print(f"vtui up: {line}", file=sys.stderr)
-            print("vtui up: nothing was started", file=sys.stderr)
+            running = [i["name"] for i in session.status(refresh=True)["instances"] if i.get("pid")]
+            print(
+                f"vtui up: {'only ' + ', '.join(running) + ' running' if running else 'nothing was started'}",
+                file=sys.stderr,
+            )
             return 1
         states = session.client.post("/wait", {"names": only, "timeout": args.timeout}, timeout=None)
         code = _report(session, states["states"], args.json)

@@ -264,7 +264,7 @@ class SessionService:
         self.samples.setdefault(name, deque(maxlen=SAMPLE_HISTORY)).append(encoded)
         if sample.running is not None or sample.waiting is not None:  # the stuck watchdog, idle sleep
             busy = (sample.running or 0) + (sample.waiting or 0) > 0
-            progress = (sample.prompt_tokens_total, sample.generation_tokens_total, sample.success_per_s)
+            progress = (sample.prompt_tokens_total, sample.generation_tokens_total)  # counters only
             self.supervisor.observe_load(name, busy=busy, progress=progress)
         self._broadcast({"type": "sample", "sample": encoded})
 
