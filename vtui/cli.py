@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "ps": "vtui.commands.ps",
     "logs": "vtui.commands.logs",
     "restart": "vtui.commands.restart",
+    "sleep": "vtui.commands.sleep",
+    "wake": "vtui.commands.wake",
     "check": "vtui.commands.check",
     "export": "vtui.commands.export",
     # engines and telemetry

@@ -137,17 +137,27 @@ def test_policy_never_stays_crashed_with_error():
     assert len(launcher.spawned) == 1
 
 
-def test_on_failure_clean_exit_is_stopped_but_always_restarts():
+def test_an_unasked_exit_is_a_failure_whatever_its_code():
+    """supervisord's "unexpected" rule: code 0 without a stop (an outside SIGTERM) restarts too."""
     inst, _, _, events = make(RestartPolicy("on-failure"))
     inst.launch()
     inst.on_health(True)
-    inst.on_exit(0)
-    assert inst.state is S.STOPPED and inst.last_error is None
-    assert edges(events)[-2:] == [(S.READY, S.CRASHED), (S.CRASHED, S.STOPPED)]
-    inst, _, _, _ = make(RestartPolicy("always"))
+    inst.on_exit(0, "exited with code 0; running then: pkill (pid 12: pkill -f vllm)")
+    assert inst.state is S.BACKOFF
+    crashed = [e for e in events if isinstance(e, StateChanged) and e.new is S.CRASHED][0]
+    assert "pkill -f vllm" in (crashed.reason or "") and "unasked" in (crashed.reason or "")
+    assert inst.last_error == crashed.reason
+    inst, _, _, _ = make(RestartPolicy("never"))
     inst.launch()
     inst.on_exit(0)
+    assert inst.state is S.CRASHED
+    inst, _, _, events = make(RestartPolicy("on-failure"))
+    inst.launch()
+    inst.on_exit(-15, "killed by SIGTERM")
     assert inst.state is S.BACKOFF
+    assert [e.reason for e in events if isinstance(e, StateChanged) and e.new is S.CRASHED] == [
+        "killed by SIGTERM"
+    ]
 
 
 def test_stop_during_backoff_cancels_the_restart():

@@ -1,4 +1,4 @@
-"""`vtui up [LAYOUT] [--only NAME…] [--watch] [--json]`: have the session supervisor (started on demand,
+"""`vtui up [LAYOUT] [--only NAME…] [--watch] [--force] [--json]`: have the session supervisor (started on demand,
 detached: it outlives this command and the terminal) run the layout and start its instances (preflight
 first), show progress, return when all are READY or failed — non-zero with the root-cause line when any
 failed. The supervisor keeps applying the restart policy after `up` returns; `--watch` follows its feed
@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="give up waiting after this many seconds (instances keep starting)",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="start even where the GPU memory check finds too little free memory (names the holders)",
+    )
     parser.add_argument("--json", action="store_true", help="print the instances' rows as JSON")
 
 
@@ -57,13 +62,17 @@ def run(args: argparse.Namespace) -> int:
     ended = None if args.json else follow_feed(session.client, progress_printer())
     try:
         try:
-            session.client.post("/start", {"names": only}, timeout=None)
+            session.client.post("/start", {"names": only, "force": args.force}, timeout=None)
         except ServiceError as exc:
             if exc.status != 409:
                 raise
             for line in exc.problems:
                 print(f"vtui up: {line}", file=sys.stderr)
-            print("vtui up: nothing was started", file=sys.stderr)
+            running = [i["name"] for i in session.status(refresh=True)["instances"] if i.get("pid")]
+            print(
+                f"vtui up: {'only ' + ', '.join(running) + ' running' if running else 'nothing was started'}",
+                file=sys.stderr,
+            )
             return 1
         states = session.client.post("/wait", {"names": only, "timeout": args.timeout}, timeout=None)
         code = _report(session, states["states"], args.json)

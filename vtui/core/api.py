@@ -83,6 +83,10 @@ class SupervisorApi(Protocol):
 
     async def restart(self, name: str, spec: InstanceSpec | None = None) -> None: ...
 
+    async def sleep(self, name: str, level: int = 1) -> None: ...  # vLLM sleep mode: READY -> ASLEEP
+
+    async def wake(self, name: str) -> None: ...  # ASLEEP -> WAKING -> READY
+
     async def wait_settled(
         self, names: Iterable[str] | None = None, timeout: float | None = None
     ) -> dict[str, State]: ...

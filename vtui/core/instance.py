@@ -33,6 +33,12 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+# vLLM 0.32's API server logs this from its SIGTERM/SIGINT handler (entrypoints/launchers/launcher.py) and
+# then exits 0: the one trace an outside signal leaves (the kernel tells the sender only to the receiver).
+SHUTDOWN_TRIGGERED = "[shutdown] API server: shutdown triggered"
+SIGNALLED = f" after '{SHUTDOWN_TRIGGERED}': a SIGTERM (or SIGINT) from outside vtui"
+
+
 class SpawnError(RuntimeError):
     """The process could not be started at all (executable missing, log folder unwritable…)."""
 
@@ -73,6 +79,13 @@ class Instance:
         self.lines: deque[str] = deque(maxlen=max_lines)  # ring buffer of recent log lines
         self.run_lines: deque[str] = deque(maxlen=max_lines)  # lines of the current run (root cause)
         self._health_failures = 0
+        self.unhealthy_since: float | None = None  # when READY -> UNHEALTHY happened (liveness clock)
+        self.sleep_level: int | None = None  # while ASLEEP / WAKING
+        self._policy_stop: str | None = None  # why the policy is stopping it (liveness / stuck watchdog)
+        self._progress: tuple | None = None  # the last metrics counters seen (stuck watchdog)
+        self._progress_at: float | None = None  # when they last moved, or the instance was last idle
+        self._busy = False  # requests running or waiting at the last metrics sample
+        self._idle_since: float | None = None  # no request running or waiting since (idle sleep)
 
     # -- the one place a state changes ----------------------------------------------------------
     def _set_state(self, new: State, reason: str | None = None) -> None:
@@ -102,6 +115,7 @@ class Instance:
         self.next_restart_at = None
         self.ready_since = None
         self._health_failures = 0
+        self._reset_watch()
         self.adopted = False
         self.started_at = self.clock.time()
         self._set_state(State.STARTING)  # STOPPED/CRASHED/BACKOFF/FAILED -> STARTING
@@ -138,17 +152,36 @@ class Instance:
     def begin_stop(self) -> Any:
         """Enter STOPPING and hand back the process to stop (None: nothing alive, already STOPPED)."""
         if self.state.running and self.state is not State.STOPPING:
-            self._set_state(State.STOPPING)  # STARTING/READY/UNHEALTHY -> STOPPING
+            self._set_state(State.STOPPING)  # STARTING/READY/UNHEALTHY/ASLEEP/WAKING -> STOPPING
             return self.handle
         if self.state in (State.CRASHED, State.BACKOFF, State.FAILED):
             self.next_restart_at = None
             self._set_state(State.STOPPED)  # CRASHED/BACKOFF/FAILED -> STOPPED
         return self.handle if self.state is State.STOPPING else None
 
+    def begin_policy_stop(self, reason: str) -> Any:
+        """The liveness or stuck watchdog ends this run (`policy_stop_due` gave `reason`): STOPPING,
+        and the process to stop like a user stop; `finish_stop` then makes it a failed run (CRASHED and
+        the restart policy, counting toward max_restarts). None: not READY/UNHEALTHY any more."""
+        if self.state not in (State.READY, State.UNHEALTHY) or self.handle is None:
+            return None
+        self._policy_stop = reason
+        self.last_error = reason
+        self._set_state(State.STOPPING, reason)  # UNHEALTHY -> STOPPING (liveness), READY -> STOPPING (stuck)
+        return self.handle
+
     def finish_stop(self) -> None:
         """The launcher reports the whole process tree gone."""
         self.handle = None
         self.phase = None
+        self.sleep_level = None
+        reason, self._policy_stop = self._policy_stop, None
+        if self.state is State.STOPPING and reason is not None:
+            self._reset_attempts_if_stable(self.unhealthy_since or self._progress_at)  # healthy until then
+            self.ready_since = None
+            self._set_state(State.CRASHED, reason)  # STOPPING -> CRASHED (a policy stop ended)
+            self._after_crash(failed=True, reason=reason)
+            return
         self.ready_since = None
         if self.state is State.STOPPING:
             self._set_state(State.STOPPED)  # STOPPING -> STOPPED
@@ -171,32 +204,129 @@ class Instance:
             if self.state is State.STARTING:
                 self.ready_since = self.clock.time()
                 self.last_good_spec = self.spec
+                self._reset_watch()
                 self._set_state(State.READY)  # STARTING -> READY
             elif self.state is State.UNHEALTHY:
+                self.unhealthy_since = None
+                self._reset_watch()
                 self._set_state(State.READY)  # UNHEALTHY -> READY
             return
         if self.state is State.READY:
             self._health_failures += 1
             if self._health_failures >= self.unhealthy_after:
+                self.unhealthy_since = self.clock.time()
                 self._set_state(
                     State.UNHEALTHY, f"/health failed {self._health_failures} times"
                 )  # READY -> UNHEALTHY
 
-    def on_exit(self, returncode: int | None) -> None:
-        """The leader process is gone (not by our stop): CRASHED, then what the restart policy says."""
+    def on_exit(self, returncode: int | None, described: str | None = None) -> None:
+        """The leader process is gone and nobody asked it to go: a failure whatever its code
+        (supervisord's "unexpected" rule: an outside SIGTERM makes vLLM exit cleanly with 0), so
+        CRASHED, then what the restart policy says. `described`: what the pump recorded
+        (`ExitInfo.describe()`: the signal, the known killers running then)."""
         if self.state is State.STOPPING or not self.state.running:
             return
-        now = self.clock.time()
-        if self.ready_since is not None and now - self.ready_since >= self.stable_after:
-            self.attempt = 0  # it ran fine for a while: this is a fresh failure, not a crash loop
+        self._reset_attempts_if_stable()
         self.handle = None
         self.ready_since = None
-        reason = root_cause(self.run_lines) if returncode != 0 else None
-        reason = reason or describe_exit(returncode)
-        if returncode != 0:
-            self.last_error = reason
-        self._set_state(State.CRASHED, reason)  # STARTING/READY/UNHEALTHY -> CRASHED
-        self._after_crash(failed=returncode != 0, reason=reason)
+        self.sleep_level = None
+        exit_text = described or describe_exit(returncode)
+        cause = root_cause(self.run_lines) if returncode != 0 else None
+        telling = returncode is None or returncode < 0 or "running then" in exit_text  # a signal, killers
+        reason = (f"{cause} ({exit_text})" if telling else cause) if cause else exit_text
+        if returncode == 0:
+            reason += ", unasked" + (
+                SIGNALLED if any(SHUTDOWN_TRIGGERED in line for line in self.run_lines) else ""
+            )
+        self.last_error = reason
+        self._set_state(State.CRASHED, reason)  # STARTING/READY/UNHEALTHY/ASLEEP/WAKING -> CRASHED
+        self._after_crash(failed=True, reason=reason)
+
+    def _reset_attempts_if_stable(self, until: float | None = None) -> None:
+        end = self.clock.time() if until is None else until
+        if self.ready_since is not None and end - self.ready_since >= self.stable_after:
+            self.attempt = 0  # it ran fine for a while: this is a fresh failure, not a crash loop
+
+    # -- liveness, stuck and idle watchdogs --------------------------------------------------------
+    def _reset_watch(self) -> None:
+        self.unhealthy_since = None
+        self._progress = None
+        self._progress_at = None
+        self._busy = False
+        self._idle_since = None
+
+    def on_load(self, *, busy: bool, progress: tuple) -> None:
+        """One metrics sample of a READY instance: whether requests run or wait (`busy`), and counters
+        that move when work gets done (`progress`: prompt/generation tokens, finished requests)."""
+        if self.state is not State.READY:
+            return
+        now = self.clock.time()
+        if not busy or progress != self._progress or self._progress_at is None:
+            self._progress_at = now
+        self._progress = progress
+        self._busy = busy
+        if busy:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = now
+
+    def policy_stop_due(self) -> str | None:
+        """Why the watchdogs end this run now, None when they do not: UNHEALTHY for
+        `restart_unhealthy_after` seconds (liveness), or READY with requests waiting and nothing done
+        for `restart_stuck_after` seconds (healthy but stuck)."""
+        now = self.clock.time()
+        policy = self.spec.restart
+        limit = policy.restart_unhealthy_after
+        if self.state is State.UNHEALTHY and limit > 0 and self.unhealthy_since is not None:
+            if now - self.unhealthy_since >= limit:
+                return (
+                    f"UNHEALTHY for {now - self.unhealthy_since:.0f} s (restart_unhealthy_after = {limit:g})"
+                )
+        limit = policy.restart_stuck_after
+        if self.state is State.READY and limit > 0 and self._busy and self._progress_at is not None:
+            if now - self._progress_at >= limit:
+                return (
+                    f"stuck: /health answers but no token was produced and no request finished for "
+                    f"{now - self._progress_at:.0f} s while requests waited (restart_stuck_after = {limit:g})"
+                )
+        return None
+
+    def idle_sleep_due(self) -> bool:
+        """READY, sleep mode on, and no request running or waiting for `idle_sleep_after` seconds."""
+        limit = self.spec.idle_sleep_after
+        return (
+            self.state is State.READY
+            and self.spec.sleep_mode
+            and limit > 0
+            and self._idle_since is not None
+            and self.clock.time() - self._idle_since >= limit
+        )
+
+    # -- sleep mode ----------------------------------------------------------------------------------
+    def on_slept(self, level: int, reason: str | None = None) -> None:
+        """/sleep answered: READY -> ASLEEP (the process lives; its GPU memory is freed)."""
+        if self.state is State.READY:
+            self.sleep_level = level
+            self._set_state(State.ASLEEP, reason or f"sleep level {level}")  # READY -> ASLEEP
+
+    def begin_wake(self) -> bool:
+        """ASLEEP -> WAKING before /wake_up is sent; False when not asleep."""
+        if self.state is not State.ASLEEP:
+            return False
+        self._set_state(State.WAKING)  # ASLEEP -> WAKING
+        return True
+
+    def on_woke(self, ok: bool, reason: str | None = None) -> None:
+        """/wake_up answered (ok): WAKING -> READY; it failed: WAKING -> ASLEEP, with why."""
+        if self.state is not State.WAKING:
+            return
+        if ok:
+            self.sleep_level = None
+            self._health_failures = 0
+            self._reset_watch()
+            self._set_state(State.READY, reason)  # WAKING -> READY
+        else:
+            self._set_state(State.ASLEEP, reason)  # WAKING -> ASLEEP
 
     def start_overdue(self) -> bool:
         """STARTING with a live process for longer than the policy's `start_timeout` (0: no limit)."""
@@ -246,6 +376,13 @@ class Instance:
             State.BACKOFF, f"restart {self.attempt}/{policy.max_restarts} in {policy.delay(self.attempt):g}s"
         )  # CRASHED -> BACKOFF
 
+    def refuse_restart(self, reason: str) -> None:
+        """The policy restart could not launch (the GPU memory check refused it): BACKOFF -> FAILED."""
+        if self.state is State.BACKOFF:
+            self.next_restart_at = None
+            self.last_error = reason
+            self._set_state(State.FAILED, reason)  # BACKOFF -> FAILED
+
     def restart_due(self) -> bool:
         return (
             self.state is State.BACKOFF
@@ -256,8 +393,8 @@ class Instance:
     # -- derived ---------------------------------------------------------------------------------
     @property
     def settled(self) -> bool:
-        """READY, FAILED, STOPPED, or CRASHED with no restart coming."""
-        return self.state in (State.READY, State.FAILED, State.STOPPED, State.CRASHED)
+        """READY, ASLEEP, FAILED, STOPPED, or CRASHED with no restart coming."""
+        return self.state in (State.READY, State.FAILED, State.STOPPED, State.CRASHED, State.ASLEEP)
 
     @property
     def kv_allocated_or_done(self) -> bool:

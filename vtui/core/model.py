@@ -36,6 +36,12 @@ class RestartPolicy:
     # STARTING longer than this (no /health 200 yet) ends the run like a crash; 0: no limit. Generous:
     # real vLLM with torch.compile + CUDA graph capture can take 10+ minutes to start on big GPUs.
     start_timeout: float = 1800.0
+    # Liveness (as Kubernetes' probe): UNHEALTHY this long -> stopped and restarted, counting toward
+    # max_restarts; 0: off. 2 min: a vLLM busy with long requests may miss a few /health probes.
+    restart_unhealthy_after: float = 120.0
+    # "Healthy but stuck": /health answers but no token is produced and no request finishes while
+    # requests wait, this long (from the metrics the session supervisor scrapes); 0: off.
+    restart_stuck_after: float = 600.0
 
     def delay(self, attempt: int) -> float:
         """Delay before restart number `attempt` (1-based): initial * 2**(attempt-1), capped."""
@@ -65,6 +71,9 @@ class InstanceSpec:
     replicas: int = 1
     router_port: int | None = None
     replica_gpus: tuple[tuple[int, ...], ...] = ()
+    sleep_mode: bool = False  # vLLM sleep mode: VLLM_SERVER_DEV_MODE=1 (+ --enable-sleep-mode on GPUs)
+    idle_sleep_after: float = 0.0  # no request running or waiting this long -> sleep level 1; 0: never
+    force_start: bool = False  # start even when the GPUs' free memory is short (preflight warns only)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen(self.env))

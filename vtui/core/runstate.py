@@ -41,6 +41,9 @@ def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
         "command": list(spec.command) if spec.command is not None else None,
         "restart": asdict(spec.restart),
         "start_stagger": spec.start_stagger,
+        "sleep_mode": spec.sleep_mode,
+        "idle_sleep_after": spec.idle_sleep_after,
+        "force_start": spec.force_start,
     }
 
 
@@ -57,6 +60,9 @@ def spec_from_dict(data: dict[str, Any]) -> InstanceSpec:
         command=tuple(data["command"]) if data.get("command") else None,
         restart=RestartPolicy(**(data.get("restart") or {})),
         start_stagger=float(data.get("start_stagger", 0.0)),
+        sleep_mode=bool(data.get("sleep_mode", False)),
+        idle_sleep_after=float(data.get("idle_sleep_after", 0.0)),
+        force_start=bool(data.get("force_start", False)),
     )
 
 

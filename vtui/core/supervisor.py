@@ -22,14 +22,17 @@ from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event, LogLines, Notice, ProcessExited, StateChanged
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.launcher import OsLauncher
-from vtui.core.logfile import LogTailer, read_tail
+from vtui.core.logfile import ExitInfo, LogTailer, read_tail
 from vtui.core.model import SECRET_FLAGS, InstanceSpec, Layout
-from vtui.core.preflight import PreflightError, preflight
+from vtui.core.preflight import PreflightError, gpu_memory_check, preflight
 from vtui.core.runstate import MASK, RunRecord, RunStore, merge_flags, spec_from_dict
 from vtui.core.startgate import StartGate, Sweeper
 from vtui.core.state import State
 from vtui.core.supervision import (
+    SLEEP_TIMEOUT,
     InstanceStatus,
+    SleepRefused,
+    engine_post,
     find_launched,
     gpus_used,
     intent_record,
@@ -37,10 +40,21 @@ from vtui.core.supervision import (
     launch_spec,
     log_path_for,
     run_record,
+    sleep_problem,
     status_of,
 )
 
-__all__ = ["InstanceStatus", "PreflightError", "Supervisor", "gpus_used", "launch_spec", "log_path_for"]
+WATCHED = (State.STARTING, State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING)  # exits are crashes
+
+__all__ = [
+    "InstanceStatus",
+    "PreflightError",
+    "SleepRefused",
+    "Supervisor",
+    "gpus_used",
+    "launch_spec",
+    "log_path_for",
+]
 
 
 class Supervisor:
@@ -79,6 +93,10 @@ class Supervisor:
         self._changed: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
         self._adopted_once = False
+        self._policy_stops: dict[str, asyncio.Task] = {}  # liveness / stuck restarts under way
+        self._sleeps: dict[str, asyncio.Task] = {}  # idle sleeps under way
+        self._refusals: dict[str, list[str]] = {}  # launches the GPU memory check refused, by instance
+        self.gpu_sample: Callable[[InstanceSpec], Any] | None = None  # test seam: the sample to check
 
     def _new_instance(self, spec: InstanceSpec) -> Instance:
         return Instance(
@@ -253,10 +271,11 @@ class Supervisor:
             )
 
     # -- start -----------------------------------------------------------------------------------
-    async def start(self, names: Iterable[str] | None = None) -> None:
+    async def start(self, names: Iterable[str] | None = None, force: bool = False) -> None:
         """Preflight, then launch (in layout order; after each instance's stagger; one after another
-        on a shared GPU). Returns once every named instance has been spawned (or failed to spawn).
-        Live and adopted instances are left alone."""
+        on a shared GPU; each after the GPU memory check). Returns once every named instance has been
+        spawned (or failed to spawn); raises PreflightError naming what the memory check refused
+        (unless `force`). Live and adopted instances are left alone."""
         self._ensure_loops()
         if not self._adopted_once:
             await self.adopt()
@@ -275,8 +294,14 @@ class Supervisor:
                 self._notice(None, "info", line)
         for name in todo:
             self.instances[name].attempt = 0
-            self._pending[name] = asyncio.create_task(self._launch_when_clear(name, initial=True))
+            self._refusals.pop(name, None)
+            self._pending[name] = asyncio.create_task(
+                self._launch_when_clear(name, initial=True, force=force)
+            )
         await asyncio.gather(*(self._pending[n] for n in todo if n in self._pending), return_exceptions=True)
+        refused = [line for n in todo for line in self._refusals.pop(n, [])]
+        if refused:
+            raise PreflightError(refused)
 
     def _names(self, names: Iterable[str] | None) -> list[str]:
         if names is None:
@@ -291,7 +316,7 @@ class Supervisor:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it."""
         return self._gate.blocked_by(name, self.instances, self._pending, self._layout.names())
 
-    async def _launch_when_clear(self, name: str, *, initial: bool) -> None:
+    async def _launch_when_clear(self, name: str, *, initial: bool, force: bool = False) -> None:
         inst = self.instances[name]
         try:
             if initial and inst.spec.start_stagger > 0:
@@ -307,9 +332,58 @@ class Supervisor:
                     noted = True
                 await self.clock.sleep(self.poll_interval)
             await self._sweeper.settle(name)
+            if not await self._gpu_memory_ok(inst, force=force):
+                return
             await self._launch_now(inst)
         finally:
             self._pending.pop(name, None)
+
+    async def _gpu_memory_ok(self, inst: Instance, *, force: bool) -> bool:
+        """`preflight.gpu_memory_check` just before the launch (after the stagger, a shared GPU's
+        neighbours and the sweep): the free memory the new process will find. A refusal of a start
+        asked for is kept for `start` to raise; a policy restart refused goes BACKOFF -> FAILED."""
+        name = inst.spec.name
+        spec = launch_spec(inst.spec, self._layout.session)
+        if not self.check_preflight or self._gate.cpu_only_vllm(spec):
+            return True
+        sample = await asyncio.to_thread(self._sample_gpus, spec)
+        result = gpu_memory_check(spec, sample, force=force or spec.force_start)
+        for line in result.warnings:
+            self._notice(name, "warning", line)
+        if not result.problems:
+            return True
+        self._notice(name, "error", "; ".join(result.problems))
+        if inst.state is State.BACKOFF:
+            inst.refuse_restart("; ".join(result.problems))
+        else:
+            self._refusals[name] = result.problems
+        return False
+
+    def _sample_gpus(self, spec: InstanceSpec) -> Any:
+        """The GPUs as the launch will find them: the simulated registry for a sim, else NVML."""
+        if self.gpu_sample is not None:
+            return self.gpu_sample(spec)
+        owners = self._pid_owners()
+        if spec.engine == "sim":
+            from vtui.sim.gpuview import simulated_sample
+
+            return simulated_sample(self._layout, owners)
+        from vtui.telemetry.gpu import GpuSampler
+
+        sampler = GpuSampler(lambda _s: None, interval=1.0, pid_owner=lambda: owners)
+        try:
+            return sampler.sample_once()
+        finally:
+            with contextlib.suppress(Exception):
+                sampler.stop()
+
+    def _pid_owners(self) -> dict[int, str]:
+        owners: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            if inst.handle is not None:
+                with contextlib.suppress(Exception):
+                    owners.update(dict.fromkeys(self.launcher.tree(inst.handle, thorough=False), name))
+        return owners
 
     async def _launch_now(self, inst: Instance) -> None:
         """STARTING, then the blocking spawn (up to a few 100 ms: fork, exec, the pump's handshake) in a
@@ -324,7 +398,7 @@ class Supervisor:
         self._tailers[name] = LogTailer(inst.log_path)
         if not inst.begin_launch():
             return
-        spec = launch_spec(inst.spec, self._layout.session)
+        spec = launch_spec(inst.spec, self._layout.session, cpu_vllm=self._gate.cpu_only_vllm(inst.spec))
         intent = intent_record(inst, spec, self.session, self._layout, self.clock)
         log_path = inst.log_path
 
@@ -411,6 +485,11 @@ class Supervisor:
 
     async def _stop_one(self, name: str, grace: float | None = None) -> None:
         inst = self.instances[name]
+        for tasks in (self._policy_stops, self._sleeps):
+            task = tasks.pop(name, None)
+            if task is not None:  # a watchdog restart or an idle sleep under way finishes first
+                with contextlib.suppress(Exception):
+                    await task
         pending = self._pending.pop(name, None)
         if pending is not None:
             pending.cancel()  # a spawn under way finishes first and attaches its process: stopped below
@@ -467,9 +546,10 @@ class Supervisor:
         """End supervision. By default instances keep running (a later vtui re-adopts them)."""
         if stop_instances:
             await self.stop()
-        for task in [*self._pending.values(), *self._loops]:
+        for task in [*self._pending.values(), *self._loops, *self._sleeps.values()]:
             task.cancel()
-        for task in [*self._pending.values(), *self._loops, *self._sweeper.tasks.values()]:
+        others = [*self._sweeper.tasks.values(), *self._policy_stops.values(), *self._sleeps.values()]
+        for task in [*self._pending.values(), *self._loops, *others]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._pending.clear()
@@ -504,15 +584,19 @@ class Supervisor:
             self._emit(LogLines(name, tuple(lines)))
 
     async def _tick(self) -> None:
-        for name, inst in self.instances.items():
+        for name, inst in list(self.instances.items()):
             self._drain(name)
             handle = inst.handle
-            if (
-                handle is not None
-                and inst.state in (State.STARTING, State.READY, State.UNHEALTHY)
-                and not self.launcher.alive(handle)
-            ):
+            if handle is not None and inst.state in WATCHED and not self.launcher.alive(handle):
                 await self._on_death(name, inst, handle)
+            elif (why := inst.policy_stop_due()) is not None and name not in self._policy_stops:
+                self._drain(name)
+                self._notice(name, "error", f"{name}: {why}; restarting it")
+                handle = inst.begin_policy_stop(why)
+                if handle is not None:
+                    self._policy_stops[name] = asyncio.create_task(self._policy_stop(name, inst, handle))
+            elif inst.idle_sleep_due() and name not in self._sleeps:
+                self._sleeps[name] = asyncio.create_task(self._idle_sleep(name, inst))
             elif inst.start_overdue():
                 self._drain(name)  # the last lines before the verdict go into its reason
                 hung = inst.on_start_timeout()
@@ -521,18 +605,95 @@ class Supervisor:
             if inst.restart_due() and name not in self._pending:
                 self._pending[name] = asyncio.create_task(self._launch_when_clear(name, initial=False))
 
+    async def _policy_stop(self, name: str, inst: Instance, handle: Any) -> None:
+        """A watchdog's restart: the normal stop (SIGTERM, grace, SIGKILL of the group, sweep), then
+        `finish_stop` makes the run a failure (CRASHED, then BACKOFF or FAILED by the restart policy)."""
+        try:  # no drain: a hung or stuck server finishes nothing (handle.serves is not called)
+            report = await asyncio.to_thread(self.launcher.stop, handle, self.stop_grace)
+            self._drain(name)
+            if not report.graceful:
+                self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
+        finally:
+            inst.finish_stop()
+            self._policy_stops.pop(name, None)
+
+    async def _idle_sleep(self, name: str, inst: Instance) -> None:
+        try:
+            await self.sleep(name, 1, reason=f"idle for {inst.spec.idle_sleep_after:g} s (idle_sleep_after)")
+        except SleepRefused as exc:
+            self._notice(name, "warning", f"{name}: idle sleep failed: {exc}")
+        finally:
+            self._sleeps.pop(name, None)
+
+    # -- sleep mode ------------------------------------------------------------------------------
+    async def sleep(self, name: str, level: int = 1, reason: str | None = None) -> None:
+        """vLLM's sleep mode: POST /sleep?level=N (1: weights to CPU, KV cache freed; 2: both freed),
+        then READY -> ASLEEP. Raises SleepRefused (why) when it does not apply; ASLEEP already: nothing."""
+        inst = self.instances[name]
+        if level not in (1, 2):
+            raise SleepRefused(f"{name}: sleep level must be 1 or 2, got {level}")
+        problem = sleep_problem(inst.spec)
+        if problem:
+            raise SleepRefused(problem)
+        if inst.state is State.ASLEEP:
+            return
+        if inst.state is not State.READY:
+            raise SleepRefused(f"{name} is {inst.state.name}: only a READY instance can sleep")
+        status, text = await engine_post(f"{inst.spec.base_url}/sleep?level={level}", SLEEP_TIMEOUT)
+        if status != 200:
+            raise SleepRefused(f"{name}: /sleep?level={level} answered {status}: {text[:200]}")
+        inst.on_slept(level, reason)
+
+    async def wake(self, name: str) -> None:
+        """POST /wake_up: ASLEEP -> WAKING -> READY (or back to ASLEEP with why). READY already: nothing."""
+        inst = self.instances[name]
+        problem = sleep_problem(inst.spec)
+        if problem:
+            raise SleepRefused(problem)
+        if inst.state is State.READY:
+            return
+        if not inst.begin_wake():
+            raise SleepRefused(f"{name} is {inst.state.name}: only an ASLEEP instance can wake")
+        try:
+            status, text = await engine_post(f"{inst.spec.base_url}/wake_up", SLEEP_TIMEOUT)
+        except BaseException as exc:
+            inst.on_woke(False, f"/wake_up failed: {exc!r}")
+            raise
+        if status != 200:
+            inst.on_woke(False, f"/wake_up answered {status}: {text[:200]}")
+            raise SleepRefused(f"{name}: /wake_up answered {status}: {text[:200]}")
+        inst.on_woke(True)
+
+    def observe_load(self, name: str, *, busy: bool, progress: tuple) -> None:
+        """A metrics sample of `name` (the session supervisor scrapes them): feeds the stuck watchdog and
+        the idle sleep."""
+        inst = self.instances.get(name)
+        if inst is not None:
+            inst.on_load(busy=busy, progress=progress)
+
     async def _on_death(self, name: str, inst: Instance, handle: Any) -> None:
-        code = self.launcher.exit_code(handle)
+        info = self._exit_info(handle)
         for _ in range(10):  # the pump writes the code right after reaping; give it a moment
-            if code is not None:
+            if info is not None:
                 break
             await asyncio.sleep(0.05)
-            code = self.launcher.exit_code(handle)
+            info = self._exit_info(handle)
+        code = info.returncode if info is not None else None
         self._drain(name)
         self._emit(ProcessExited(name, handle.pid, code, self.clock.time()))
-        inst.on_exit(code)
+        inst.on_exit(code, info.describe() if info is not None else None)
         # Children of a killed API server live on (VLLM::EngineCore): sweep before any relaunch.
         self._sweeper.after_crash(name, handle)
+
+    def _exit_info(self, handle: Any) -> ExitInfo | None:
+        """How the leader ended (ExitInfo), from a launcher that records it, else from its exit code."""
+        exit_info = getattr(self.launcher, "exit_info", None)
+        if exit_info is not None:
+            return exit_info(handle)
+        code = self.launcher.exit_code(handle)
+        if code is None:
+            return None
+        return ExitInfo(code, None if code < 0 else code, -code if code < 0 else None)
 
     async def _health_loop(self) -> None:
         while True:

@@ -43,6 +43,11 @@ BUILTIN_DEFAULTS: Mapping[str, object] = {
     "replicas": 1,
     "router_port": None,
     "replica_gpus": [],
+    "restart_unhealthy_after": RestartPolicy().restart_unhealthy_after,
+    "restart_stuck_after": RestartPolicy().restart_stuck_after,
+    "sleep_mode": False,
+    "idle_sleep_after": 0.0,
+    "force_start": False,
 }
 
 # What an attached server's table holds (the rest is about launching one; its host and port are the url's).
@@ -71,6 +76,11 @@ def _all_values(spec: InstanceSpec) -> dict[str, object]:
         "backoff_max": spec.restart.backoff_max,
         "start_stagger": spec.start_stagger,
         "start_timeout": spec.restart.start_timeout,
+        "restart_unhealthy_after": spec.restart.restart_unhealthy_after,
+        "restart_stuck_after": spec.restart.restart_stuck_after,
+        "sleep_mode": spec.sleep_mode,
+        "idle_sleep_after": spec.idle_sleep_after,
+        "force_start": spec.force_start,
         "env": dict(spec.env),
         "flags": dict(spec.flags),
         "url": spec.url,

@@ -243,6 +243,8 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
         backoff_initial=fields.get("backoff", base.backoff_initial),  # type: ignore[arg-type]
         backoff_max=fields.get("backoff_max", base.backoff_max),  # type: ignore[arg-type]
         start_timeout=fields.get("start_timeout", base.start_timeout),  # type: ignore[arg-type]
+        restart_unhealthy_after=fields.get("restart_unhealthy_after", base.restart_unhealthy_after),  # type: ignore[arg-type]
+        restart_stuck_after=fields.get("restart_stuck_after", base.restart_stuck_after),  # type: ignore[arg-type]
     )
     command = fields.get("command")
     return InstanceSpec(
@@ -262,6 +264,9 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
         replicas=int(fields.get("replicas", 1)),  # type: ignore[call-overload]
         router_port=fields.get("router_port"),  # type: ignore[arg-type]
         replica_gpus=tuple(tuple(g) for g in fields.get("replica_gpus", ())),  # type: ignore[attr-defined]
+        sleep_mode=bool(fields.get("sleep_mode", False)),
+        idle_sleep_after=float(fields.get("idle_sleep_after", 0.0)),  # type: ignore[arg-type]
+        force_start=bool(fields.get("force_start", False)),
     )
 
 

@@ -40,7 +40,14 @@ INSTANCE_KEYS = (
     "replicas",
     "router_port",
     "replica_gpus",
+    "restart_unhealthy_after",
+    "restart_stuck_after",
+    "sleep_mode",
+    "idle_sleep_after",
+    "force_start",
 )
+POLICY_SECONDS = ("restart_unhealthy_after", "restart_stuck_after", "idle_sleep_after")  # 0: off
+SECONDS_KEYS = ("backoff", "backoff_max", "start_stagger", "start_timeout", *POLICY_SECONDS)
 PER_INSTANCE_KEYS = ("name", "port", "url", "router_port", "replica_gpus")
 DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in PER_INSTANCE_KEYS)
 ENGINES = ("vllm", "sim", "external")
@@ -246,11 +253,15 @@ class Checker:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 return True, value
             bad(dotted, f"expected a whole number >= 0, got {q(value)}")
-        elif key in ("backoff", "backoff_max", "start_stagger", "start_timeout"):
+        elif key in ("sleep_mode", "force_start"):
+            if isinstance(value, bool):
+                return True, value
+            bad(dotted, f"expected true or false, got {q(value)}")
+        elif key in SECONDS_KEYS:
             positive = key in ("backoff", "backoff_max")
             if _number(value) and (value > 0 if positive else value >= 0):  # type: ignore[operator]
                 return True, float(value)  # type: ignore[arg-type]
-            hint = " (0: no limit)" if key == "start_timeout" else ""
+            hint = {"start_timeout": " (0: no limit)"}.get(key, " (0: off)" if key in POLICY_SECONDS else "")
             bad(dotted, f"expected seconds {'> 0' if positive else '>= 0'}{hint}, got {q(value)}")
         elif key == "gpus":
             return self._gpus(dotted, value)

@@ -117,6 +117,13 @@ class RemoteSupervisor:
     async def start(self, names: Iterable[str] | None = None) -> None:
         await self._request("/start", {"names": list(names) if names is not None else None})
 
+    async def sleep(self, name: str, level: int = 1) -> None:
+        """vLLM sleep mode through the session supervisor (raises its refusal as a ServiceError)."""
+        await self._request("/sleep", {"name": name, "level": level})
+
+    async def wake(self, name: str) -> None:
+        await self._request("/wake", {"name": name})
+
     async def stop(self, names: Iterable[str] | None = None) -> None:
         await self._request("/stop", {"names": list(names) if names is not None else None})
 

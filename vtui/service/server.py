@@ -8,10 +8,13 @@ samples per instance, the recent events, the startup facts and the flag history 
 
     GET  /status[?brief=1]        session, supervisor pid, layout file, instance snapshots
     POST /layout {path}           run this layout file from now on (same session)
-    POST /start {names}           preflight + launch; returns once spawned (409: preflight problems)
+    POST /start {names, force}    preflight + launch; returns once spawned (409: preflight problems,
+                                  the GPU memory check's included unless force)
     POST /wait {names, timeout}   until each is READY/FAILED/STOPPED/CRASHED for good
     POST /stop {names, grace}     returns once no process of any named instance is alive
     POST /restart {name, set, unset}
+    POST /sleep {name, level}     vLLM sleep mode (loopback binds, `sleep_mode = true`); 409: refused
+    POST /wake {name}             /wake_up; returns once READY again (409: refused)
     GET  /logs?name=N&n=50        the log's last lines (across rotations)
     GET  /events?n=200            recent events
     GET  /history?name=N[&n=K]    the instance's metrics samples (the last K)
@@ -41,15 +44,17 @@ from urllib.parse import parse_qs, urlsplit
 
 import h11
 
+from vtui.core import notify
 from vtui.core.atomic import atomic_write_text
 from vtui.core.events import Event, Notice, PhaseChanged, ProcessExited, StateChanged
 from vtui.core.logfile import read_tail
 from vtui.core.model import Layout
+from vtui.core.notify import Notifier
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import masked
 from vtui.core.state import State
 from vtui.core.supervision import kill_marked
-from vtui.core.supervisor import Supervisor
+from vtui.core.supervisor import SleepRefused, Supervisor
 from vtui.service import locations
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 from vtui.service.wire import encode_event, encode_facts, encode_gpu, encode_sample, encode_status
@@ -60,7 +65,7 @@ SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
 EVENT_HISTORY = 2000
 FEED_QUEUE = 2000  # per client; a client that falls this far behind is dropped
 FLAG_HISTORY = 50
-SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
+SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING})
 
 
 class _BadRequest(Exception):
@@ -110,6 +115,8 @@ class SessionService:
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._load_state()
+        self.notifier: Notifier | None = Notifier.from_session(layout.session, log=log)
+        self._troubled: set[str] = set()  # crashed or unhealthy since their last READY (-> recovered)
         self.supervisor.subscribe(self._on_event)
 
     # -- persisted context -------------------------------------------------------------------------
@@ -134,6 +141,40 @@ class SessionService:
         self._broadcast({"type": "event", "event": encoded})
         if isinstance(event, StateChanged):
             self._on_state(event)
+            self._tell(event)
+
+    def _tell(self, event: StateChanged) -> None:
+        """The `[session] on_event` / webhook notification a state change makes, once per change."""
+        name, new, old = event.instance, event.new, event.old
+        kind: str | None = None
+        details: dict[str, Any] = {"from": old.value, "to": new.value}
+        inst = self.supervisor.instances.get(name)
+        if new is State.CRASHED:
+            kind = notify.CRASHED
+            self._troubled.add(name)
+        elif new is State.UNHEALTHY:
+            self._troubled.add(name)
+        elif new is State.FAILED:
+            budget = inst.spec.restart.max_restarts if inst is not None else 0
+            spent = old is State.CRASHED and inst is not None and budget > 0 and inst.attempt >= budget
+            kind = notify.RESTART_BUDGET_EXHAUSTED if spent else notify.FAILED
+            details["restarts"] = inst.restarts if inst is not None else None
+        elif new is State.READY and old is State.WAKING:
+            kind = notify.WOKE
+        elif new is State.READY and name in self._troubled:
+            self._troubled.discard(name)
+            kind = notify.RECOVERED
+            details["restarts"] = inst.restarts if inst is not None else None
+        elif new is State.ASLEEP and old is State.READY:
+            kind = notify.ASLEEP
+            details["level"] = inst.sleep_level if inst is not None else None
+        elif new is State.STOPPED:
+            self._troubled.discard(name)
+        if kind is None or self.notifier is None:
+            return
+        self.notifier.notify(
+            notify.NotifyEvent(kind, name, self.session, event.reason or "", event.at, details)
+        )
 
     def _on_state(self, event: StateChanged) -> None:
         inst = self.supervisor.instances.get(event.instance)
@@ -221,6 +262,10 @@ class SessionService:
             log(f"{name}: metrics sample not encodable: {exc!r}")
             return
         self.samples.setdefault(name, deque(maxlen=SAMPLE_HISTORY)).append(encoded)
+        if sample.running is not None or sample.waiting is not None:  # the stuck watchdog, idle sleep
+            busy = (sample.running or 0) + (sample.waiting or 0) > 0
+            progress = (sample.prompt_tokens_total, sample.generation_tokens_total)  # counters only
+            self.supervisor.observe_load(name, busy=busy, progress=progress)
         self._broadcast({"type": "sample", "sample": encoded})
 
     def _start_gpu(self) -> None:
@@ -275,8 +320,19 @@ class SessionService:
             if route == ("POST", "/start"):
                 names = self._names(body)
                 self._refuse_unresolved(names if names is not None else self.supervisor.layout.names())
-                await self.supervisor.start(names)
+                await self.supervisor.start(names, force=bool(body.get("force")))
                 return 200, {"ok": True}
+            if route == ("POST", "/sleep"):
+                name = self._one_name(body)
+                level = body.get("level", 1)
+                if level not in (1, 2) or isinstance(level, bool):
+                    raise _BadRequest(400, f"level: expected 1 or 2, got {level!r}")
+                await self.supervisor.sleep(name, level)
+                return 200, {"ok": True, "state": self.supervisor.instances[name].state.value}
+            if route == ("POST", "/wake"):
+                name = self._one_name(body)
+                await self.supervisor.wake(name)
+                return 200, {"ok": True, "state": self.supervisor.instances[name].state.value}
             if route == ("POST", "/wait"):
                 states = await self.supervisor.wait_settled(self._names(body), timeout=body.get("timeout"))
                 return 200, {"states": {n: s.value for n, s in states.items()}}
@@ -302,6 +358,8 @@ class SessionService:
             return exc.status, {"error": str(exc), "problems": exc.problems or [str(exc)]}
         except PreflightError as exc:
             return 409, {"error": "preflight", "problems": list(exc.problems)}
+        except SleepRefused as exc:
+            return 409, {"error": str(exc), "problems": [str(exc)]}
         except KeyError as exc:
             message = exc.args[0] if exc.args else str(exc)
             return 404, {"error": str(message), "problems": [str(message)]}
@@ -321,6 +379,14 @@ class SessionService:
             answer["flag_history"] = self.flag_history
             answer["gpu"] = self.last_gpu
         return answer
+
+    def _one_name(self, body: dict[str, Any]) -> str:
+        name = body.get("name")
+        if not isinstance(name, str):
+            raise _BadRequest(400, "name: expected an instance name")
+        if name not in self.supervisor.instances:
+            raise KeyError(f"no instance named {name} in session {self.session}")
+        return name
 
     def _names(self, body: dict[str, Any]) -> list[str] | None:
         names = body.get("names")
@@ -354,6 +420,9 @@ class SessionService:
         if layout.session.name != self.session:
             raise _BadRequest(409, f"{path} is session {layout.session.name}, not {self.session}")
         self.supervisor.set_layout(layout)
+        if self.notifier is not None:
+            self.notifier.close(wait=0)
+        self.notifier = Notifier.from_session(layout.session, log=log)
         self._file_names = set(layout.names())
         self.layout_path = str(layout.path) if layout.path else path
         self._write_registration()
@@ -581,6 +650,8 @@ class SessionService:
         if self._gpu_sampler is not None:
             await asyncio.to_thread(self._gpu_sampler.stop)
         await self.supervisor.close()
+        if self.notifier is not None:
+            await asyncio.to_thread(self.notifier.close)
         with contextlib.suppress(OSError):
             info = json.loads(locations.info_path(self.session).read_text())
             if info.get("pid") == os.getpid():

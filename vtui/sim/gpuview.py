@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from vtui.sim.gpus import GpuRegistry
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
+
+if TYPE_CHECKING:
+    from vtui.core.model import Layout
 
 GIB = 1 << 30
 SIMULATED = "simulated GPUs (no NVIDIA driver)"
@@ -46,3 +50,28 @@ class SimulatedGpus:
             for i in range(self.num_gpus)
         )
         return GpuSample(True, SIMULATED, gpus, tuple(processes), self.clock())
+
+
+def _int_flag(value: object, default: int) -> int:
+    return int(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else default
+
+
+def simulated_sample(layout: Layout, owners: Mapping[int, str]) -> GpuSample | None:
+    """The simulated box the layout's sim instances run on (their --sim-num-gpus / --sim-gpu-memory-gib,
+    else the session's gpu_memory_gib, else the sim's defaults: 8 GPUs of 80 GiB); None without sims."""
+    sims = [spec for spec in layout.instances if spec.engine == "sim"]
+    if not sims:
+        return None
+    count = max(
+        [_int_flag(spec.flags.get("sim-num-gpus"), 8) for spec in sims]
+        + [g + 1 for spec in sims for g in spec.gpus]
+    )
+    gib = next(
+        (
+            float(value)
+            for spec in sims
+            if isinstance(value := spec.flags.get("sim-gpu-memory-gib"), int | float | str)
+        ),
+        layout.session.gpu_memory_gib or 80.0,
+    )
+    return SimulatedGpus(count, gib)(owners)

@@ -107,6 +107,17 @@ class FakeSupervisor:
             self._status[name] = replace(self._status[name], spec=spec)
         await self._launch(name)
 
+    async def sleep(self, name: str, level: int = 1) -> None:
+        self.calls.append(("sleep", name, level))
+        if self._status[name].state is State.READY:
+            self._set(name, State.ASLEEP, reason=f"sleep level {level}")
+
+    async def wake(self, name: str) -> None:
+        self.calls.append(("wake", name))
+        if self._status[name].state is State.ASLEEP:
+            self._set(name, State.WAKING)
+            self._set(name, State.READY)
+
     async def run(self) -> None:
         await asyncio.Event().wait()
 

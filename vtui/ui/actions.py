@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vtui.core.state import State
+from vtui.core.supervision import sleep_problem
 from vtui.ui.store import InstanceView
 
 if TYPE_CHECKING:
@@ -46,6 +47,14 @@ INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
         lambda v: v.state == State.READY,
     ),
     InstanceAction("presets", "presets", "throughput-first (A) / latency-first (B)", _always),
+    InstanceAction(
+        "sleep_toggle",
+        "sleep/wake",
+        "vLLM sleep mode: free its GPU memory, keep the process (sleep_mode = true, loopback bind)",
+        lambda v: (
+            v.spec is not None and sleep_problem(v.spec) is None and v.state in (State.READY, State.ASLEEP)
+        ),
+    ),
 )
 BY_ACTION = {a.action: a for a in INSTANCE_ACTIONS}
 SCREENS = ("detail", "logs", "flags", "presets", "bench")  # the actions that open a screen on the instance
@@ -69,5 +78,13 @@ def perform(app: VtuiApp, action: str, name: str) -> None:
         app.ask_restart(name)
     elif action == "rollback":
         app.rollback_instance(name)
+    elif action == "sleep_toggle":
+        view = app.store.views.get(name)
+        asleep = view is not None and view.state == State.ASLEEP
+        supervisor = app.supervisor
+        app._call(
+            f"{'wake' if asleep else 'sleep'} {name}",
+            (lambda: supervisor.wake(name)) if asleep else (lambda: supervisor.sleep(name, 1)),
+        )
     else:
         raise KeyError(action)

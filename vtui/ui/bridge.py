@@ -22,7 +22,7 @@ from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
 from vtui.core.state import State
 from vtui.core.supervision import InstanceStatus
-from vtui.sim.gpuview import SimulatedGpus
+from vtui.sim.gpuview import simulated_sample
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.scrape import ScrapeLoop
@@ -69,31 +69,6 @@ def default_gpu_sampler(
             return simulated_sample(get_layout(), owners)
 
     return GpuSampler(on_sample, interval=1.0, pid_owner=pid_owner, fallback=fallback)
-
-
-def _int_flag(value: object, default: int) -> int:
-    return int(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else default
-
-
-def simulated_sample(layout: Layout, owners: Mapping[int, str]) -> GpuSample | None:
-    """The simulated box the layout's sim instances run on (their --sim-num-gpus / --sim-gpu-memory-gib,
-    else the session's gpu_memory_gib, else the sim's defaults: 8 GPUs of 80 GiB); None without sims."""
-    sims = [spec for spec in layout.instances if spec.engine == "sim"]
-    if not sims:
-        return None
-    count = max(
-        [_int_flag(spec.flags.get("sim-num-gpus"), 8) for spec in sims]
-        + [g + 1 for spec in sims for g in spec.gpus]
-    )
-    gib = next(
-        (
-            float(value)
-            for spec in sims
-            if isinstance(value := spec.flags.get("sim-gpu-memory-gib"), int | float | str)
-        ),
-        layout.session.gpu_memory_gib or 80.0,
-    )
-    return SimulatedGpus(count, gib)(owners)
 
 
 def default_scraper(instance: str, base_url: str, on_sample: Callable[[MetricsSample], None]) -> Scraper:

@@ -38,6 +38,7 @@ INSTANCE_BINDINGS = [
     Binding("x", "stop", "Stop", id="instance.stop"),
     Binding("b", "rollback", "Rollback", id="instance.rollback"),
     Binding("B", "bench", "Bench", id="instance.bench"),
+    Binding("z", "sleep_toggle", "Sleep/wake", id="instance.sleep_toggle", show=False),  # help, palette
 ]
 
 DASHBOARD_BINDINGS = [

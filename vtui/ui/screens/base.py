@@ -93,3 +93,6 @@ class InstanceScreen(StoreScreen):
 
     def action_rollback(self) -> None:
         self._perform("rollback")
+
+    def action_sleep_toggle(self) -> None:
+        self._perform("sleep_toggle")

@@ -47,6 +47,8 @@ class Palette:
             State.CRASHED: self.bad + Style(bold=True, reverse=True),
             State.BACKOFF: self.accent2 + Style(bold=True),
             State.FAILED: self.bad + Style(bold=True, reverse=True),
+            State.ASLEEP: self.muted + Style(italic=True),
+            State.WAKING: self.warn + Style(italic=True),
         }.get(state, Style())
 
 
