@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     # planning and load tests
     "plan": "vtui.commands.plan",
     "bench": "vtui.commands.bench",
+    "tune": "vtui.commands.tune",
 }
 
 

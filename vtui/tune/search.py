@@ -21,7 +21,8 @@ from typing import Literal, Protocol
 from vtui.tune.space import MONOTONE_FAILING_UP, Config, Space
 
 Metric = Literal["rps", "tok"]
-NOISE_MARGIN = 0.03  # a move must gain more than this (relative goodput) to be taken
+NOISE_MARGIN = 0.05  # a move must gain more than this (relative goodput) to be taken
+KV_FULL = 0.9  # a KV peak from here on counts as the cache running short
 PATIENCE = 2  # launched trials in a row without a gain before a direction is given up
 FAR_BELOW = 0.25  # KV holding fewer than this × max-num-seqs of the workload's requests: not launched
 
@@ -255,7 +256,7 @@ class Search:
             why = f"skipped: beyond {_label(failed, self.start)}, which failed to start"
             return self._record(Trial(index, config, stage, False, infeasible=why))
         pred = self.predictor(config)
-        problem = self.plan_problem(config, pred)
+        problem = self.plan_problem(config, pred) if config != self.start else None  # it runs already
         if problem is not None:
             return self._record(Trial(index, config, stage, False, prediction=pred, infeasible=problem))
         if self._launched() >= self.max_trials:
@@ -349,12 +350,12 @@ class Search:
         )
 
     def _kv_short(self, leader: Trial) -> bool:
-        """The seeds' fit step matters when the KV cache is what limits: preemptions, a full cache, or
-        requests left waiting at the leader."""
+        """The seeds' fit step matters when the KV cache is what limits: preemptions or a nearly full
+        cache at the leader (requests waiting with the cache half empty wait for max-num-seqs instead)."""
         m = leader.measurement
         if m is None:
             return True
-        return bool(m.preemptions) or (m.kv_peak or 0) >= 0.9 or bool(m.waiting_peak)
+        return bool(m.preemptions) or (m.kv_peak or 0) >= KV_FULL
 
     def _remeasure(self, leader: Trial) -> Trial:
         """Measure the two leading configurations again; the winner is the better on the merged
