@@ -423,7 +423,10 @@ def _write_outputs(doc, result, runner, setup: _Setup, args: argparse.Namespace)
     atomic_write_text(folder / f"{stem}.txt", render_table(doc) + "\n")
     print(f"report: {report} (+ .txt)", file=sys.stderr)
     if args.save:
+        import contextlib
+
         from vtui.commands.restart import _save
 
-        return _save(Path(setup.layout_path) if setup.layout_path else None, setup.name, final_flags)
+        with contextlib.redirect_stdout(sys.stderr):  # its "flags saved" line: stdout stays the JSON
+            return _save(Path(setup.layout_path) if setup.layout_path else None, setup.name, final_flags)
     return 0
