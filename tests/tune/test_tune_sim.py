@@ -164,3 +164,11 @@ def test_ctrl_c_puts_the_original_flags_back(tmp_path: Path) -> None:
     assert proc.returncode == 130, "".join(seen) + err
     assert "putting the original flags back" in err and "original flags again" in err
     assert flags_of(layout, "a") == original
+
+
+def test_bad_input_exits_2_with_a_clear_line(tmp_path: Path) -> None:
+    layout = write_layout(tmp_path, [("a", {})])
+    missing = vtui("tune", str(layout), "nope", "--dry-run")
+    assert missing.returncode == 2 and "no instance named nope" in missing.stderr
+    bad_fix = vtui("tune", str(layout), "a", "--fix", "max-num-seqs=many", "--dry-run")
+    assert bad_fix.returncode == 2 and "max-num-seqs" in bad_fix.stderr and "Traceback" not in bad_fix.stderr

@@ -76,6 +76,10 @@ class _Setup:
         from vtui.tune import Objective, build_space, start_config
         from vtui.tune.runner import model_config, planner_predictor, running_flags
 
+        try:
+            fixed = parse_sets(args.fix)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("--set", "--fix", 1)) from None
         self.session = connect(args.words, command="tune")
         if len(self.session.names) != 1:
             raise ValueError("name exactly one instance")
@@ -90,7 +94,6 @@ class _Setup:
         facts = inst.get("facts") or {}
         self.original = running_flags(self.session.client, self.name)
         self.base_url = base_url_of(spec)
-        fixed = parse_sets(args.fix)
         gpu_gib = self._gpu_gib(spec, self.original)
         device = "cuda"
         model_max = facts.get("max_model_len")
@@ -183,9 +186,21 @@ def bench_config(setup: _Setup, args: argparse.Namespace):
 
 
 def _api_key(setup: _Setup) -> str | None:
+    """The instance's api-key from its layout (the supervisor shows it masked), else VLLM_API_KEY."""
     import os
 
-    return os.environ.get("VLLM_API_KEY")
+    try:
+        from vtui.layouts import load_layout
+
+        key = (
+            load_layout(setup.layout_path).instance(setup.name).flags.get("api-key")
+            if setup.layout_path
+            else None
+        )
+    except Exception:  # no usable layout file: the environment's key, if any
+        key = None
+    key = key[0] if isinstance(key, list) and key else key
+    return str(key) if isinstance(key, str) and key else os.environ.get("VLLM_API_KEY")
 
 
 # -- output -----------------------------------------------------------------------------------------
