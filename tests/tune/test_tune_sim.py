@@ -107,7 +107,15 @@ def test_the_planner_prunes_a_region_without_restarts(tmp_path: Path) -> None:
     pruned = [t for t in doc["trials"] if not t["launched"]]
     assert pruned and all(t["scored_from"] == "plan" and t["measurement"] is None for t in pruned)
     launched = sum(t["measurements"] for t in doc["trials"] if t["launched"])
-    assert doc["restarts"] <= launched + 1 < len(doc["trials"]) + launched
+    assert doc["restarts"] <= launched + 1
+    # the supervisor's flag history: one entry per start; none ran a configuration scored from the plan
+    from vtui.commands._runs import connect
+
+    history = connect([str(layout), "a"], command="tune").status()["flag_history"]["a"]
+    assert len(history) == 1 + doc["restarts"]  # `vtui up`, then the tune's restarts
+    for entry in history:
+        for trial in pruned:
+            assert not all(entry["flags"].get(k) == v for k, v in trial["changed"].items()), (entry, trial)
 
 
 def test_a_failed_start_is_recorded_with_its_diagnosis(tmp_path: Path) -> None:

@@ -374,6 +374,7 @@ def run(args: argparse.Namespace) -> int:
             runner.apply(setup.original, exact=True)
         else:
             runner.apply(result.best.config.flags)
+        result.restarts = runner.restarts  # the final apply included
     except BaseException as exc:  # Ctrl-C, a failed start of the final flags, the supervisor gone: undo
         _restore(runner, setup, exc)
         if isinstance(exc, KeyboardInterrupt):
