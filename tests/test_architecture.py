@@ -23,6 +23,7 @@ NON_UI = [
     "vtui/bench",
     "vtui/planner",
     "vtui/planner.py",
+    "vtui/tune",
 ]
 
 

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     # planning and load tests
     "plan": "vtui.commands.plan",
     "bench": "vtui.commands.bench",
+    "tune": "vtui.commands.tune",
 }
 
 

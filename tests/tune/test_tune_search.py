@@ -1,0 +1,153 @@
+"""The search logic against a fake trial runner (a formula, no processes): it climbs to the SLO-feasible
+optimum, prunes what the planner rules out without a restart, learns from a failure to start, and
+spends fewer trials than the grid."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from vtui.tune import (
+    Config,
+    Measurement,
+    Objective,
+    Prediction,
+    Search,
+    StartFailed,
+    build_space,
+    start_config,
+)
+from vtui.tune.space import MAX_UTILIZATION
+
+DEFAULTS = {
+    "max-num-seqs": 8,
+    "max-num-batched-tokens": 2048,
+    "gpu-memory-utilization": 0.9,
+    "enable-chunked-prefill": True,
+    "enable-prefix-caching": True,
+    "max-model-len": 4096,
+}
+
+
+class FakeRunner:
+    """Throughput rises with max-num-seqs up to 32, TTFT p95 rises with max-num-batched-tokens; a
+    utilization above `oom_above` fails to start."""
+
+    def __init__(self, oom_above: float = 1.0) -> None:
+        self.restarts = 0
+        self.measured: list[Config] = []
+        self.oom_above = oom_above
+
+    def measure(self, config: Config) -> Measurement:
+        self.restarts += 1
+        self.measured.append(config)
+        f = config.flags
+        if f["gpu-memory-utilization"] > self.oom_above:
+            raise StartFailed(
+                "CUDA out of memory", [{"kind": "oom", "message": "CUDA out of memory", "fix": None}]
+            )
+        seqs, tokens = f["max-num-seqs"], f["max-num-batched-tokens"]
+        rps = min(seqs, 32) * (1.0 if f["enable-chunked-prefill"] else 0.8) + tokens / 4096
+        ttft = 50 + tokens / 20 + (0 if seqs >= 32 else 200)
+        return Measurement(rps, rps * 16, ttft, 5.0, 32, 0, kv_peak=0.5, waiting_peak=0, preemptions=0)
+
+
+def make(runner, objective, predictor=lambda c: Prediction(), max_trials=40, **space_kw):
+    space = build_space(DEFAULTS, required_context=2048, model_max_len=4096, concurrency=32, **space_kw)
+    return Search(space, start_config(DEFAULTS, space, DEFAULTS), runner, objective, predictor, max_trials)
+
+
+def grid_best(search: Search) -> float:
+    runner = FakeRunner()
+    space = search.space
+    best = 0.0
+    for values in itertools.product(*(space.values[d] for d in space.dims())):
+        config = search.start.with_(**dict(zip(space.dims(), values, strict=True)))
+        if config.get("enable-chunked-prefill") is False and config.get(
+            "max-num-batched-tokens"
+        ) < config.get("max-model-len"):
+            continue
+        m = runner.measure(config)
+        if search.objective.ttft_p95_ms is None or m.ttft_p95_ms <= search.objective.ttft_p95_ms:
+            best = max(best, m.req_per_s)
+    return best
+
+
+def test_finds_the_slo_optimum_with_few_trials():
+    runner = FakeRunner()
+    search = make(runner, Objective(ttft_p95_ms=200))
+    result = search.run()
+    assert result.best.result.ttft_p95_ms <= 200
+    assert result.best.result.req_per_s >= 0.95 * grid_best(search)
+    assert result.best.result.req_per_s > result.baseline.result.req_per_s
+    assert result.launched < search.space.size() / 3
+    assert result.restarts == runner.restarts
+
+
+def test_the_space_is_bounded():
+    space = build_space(
+        {**DEFAULTS, "gpu-memory-utilization": 0.99},
+        required_context=3000,
+        model_max_len=4096,
+        concurrency=32,
+    )
+    assert max(space.values["gpu-memory-utilization"]) <= MAX_UTILIZATION
+    assert min(space.values["max-model-len"]) >= 3000
+    assert "kv-cache-dtype" not in space.values
+    assert (
+        "fp8"
+        in build_space(
+            DEFAULTS, required_context=2048, model_max_len=4096, concurrency=32, allow_quality_trade=True
+        ).values["kv-cache-dtype"]
+    )
+
+
+def test_planner_prunes_without_a_restart():
+    runner = FakeRunner()
+
+    def predictor(config: Config) -> Prediction:
+        # the KV cache holds 20 of the workload's requests
+        return Prediction(fits=True, workload_concurrency=20.0)
+
+    result = make(runner, Objective(ttft_p95_ms=200), predictor).run()
+    pruned = [t for t in result.trials if not t.launched and "far below max-num-seqs" in t.infeasible]
+    assert pruned and all(t.config.get("max-num-seqs") > 80 for t in pruned)
+    assert all(c.get("max-num-seqs") <= 80 for c in runner.measured)
+    assert result.restarts == runner.restarts == sum(1 + len(t.repeats) for t in result.trials if t.launched)
+
+
+def test_a_config_that_does_not_fit_is_scored_from_the_plan():
+    runner = FakeRunner()
+    predictor = lambda c: Prediction(fits=c.get("gpu-memory-utilization") >= 0.85)  # noqa: E731
+    search = make(runner, Objective(ttft_p95_ms=200), predictor)
+    trial = search.evaluate(search.start.with_(gpu_memory_utilization=0.8), "fit")
+    assert not trial.launched and "cannot hold one request" in trial.infeasible
+    assert runner.restarts == 0
+
+
+def test_failure_to_start_is_recorded_and_rules_out_the_failing_direction():
+    runner = FakeRunner(oom_above=0.9)
+    search = make(runner, Objective(ttft_p95_ms=200))
+    failed = search.evaluate(search.start.with_(gpu_memory_utilization=0.92), "fit")
+    assert (
+        failed.launched
+        and failed.infeasible.startswith("failed to start")
+        and failed.diagnosis[0]["kind"] == "oom"
+    )
+    beyond = search.evaluate(search.start.with_(gpu_memory_utilization=0.95), "fit")
+    assert not beyond.launched and "failed to start" in beyond.infeasible
+    assert runner.restarts == 1
+    below = search.evaluate(search.start.with_(gpu_memory_utilization=0.85), "fit")
+    assert below.launched and below.measurement is not None
+
+
+def test_trial_budget_is_kept():
+    runner = FakeRunner()
+    result = make(runner, Objective(ttft_p95_ms=200), max_trials=5).run()
+    assert runner.restarts <= 5 + 2 and result.stopped
+
+
+def test_a_failing_baseline_is_an_error():
+    with pytest.raises(StartFailed):
+        make(FakeRunner(oom_above=0.5), Objective()).run()
