@@ -23,7 +23,7 @@ from vtui.telemetry.startup_log import parse_startup
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(400)]
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 BUDGET = "64M"
 MAX_LEN = 500
 
@@ -37,7 +37,10 @@ def _free_port() -> int:
 def _serve_until_kv_logged(argv: list[str], log: Path, timeout: float) -> list[str]:
     """Start a server in its own session, wait for its KV-size line (or its exit), stop the group."""
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
+        # The environment as the test runs (its isolated state dir, so the sim's simulated-GPU registry is
+        # the test's own), not as it was at import.
+        env = {**os.environ, **OFFLINE}
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
