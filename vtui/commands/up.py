@@ -73,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
                 f"vtui up: {'only ' + ', '.join(running) + ' running' if running else 'nothing was started'}",
                 file=sys.stderr,
             )
+            if running:  # still return when those are READY or failed, as a plain `up` does
+                states = session.client.post(
+                    "/wait", {"names": running, "timeout": args.timeout}, timeout=None
+                )
+                _report(session, states["states"], args.json)
             return 1
         states = session.client.post("/wait", {"names": only, "timeout": args.timeout}, timeout=None)
         code = _report(session, states["states"], args.json)
