@@ -7,8 +7,15 @@
 Textual-free; the flag editor calls `plan` as values change.
 """
 
-from vtui.planner.config import ModelConfig, ModelConfigError, find_config, from_dict, load_model_config
-from vtui.planner.core import Plan, PlanParams, flag_default, params_from_flags, plan
+from vtui.planner.config import (
+    ModelConfig,
+    ModelConfigError,
+    find_config,
+    from_dict,
+    load_model_config,
+    model_config_for,
+)
+from vtui.planner.core import Plan, PlanParams, flag_default, int_flag, params_from_flags, plan
 from vtui.planner.memory import ASSUMPTIONS
 
 __all__ = [
@@ -20,7 +27,9 @@ __all__ = [
     "find_config",
     "flag_default",
     "from_dict",
+    "int_flag",
     "load_model_config",
+    "model_config_for",
     "params_from_flags",
     "plan",
 ]

@@ -271,3 +271,28 @@ def load_model_config(model: str | os.PathLike[str], cache_root: Path | None = N
     return from_dict(
         cfg, name=str(model), weights_file_bytes=_weight_file_bytes(path.parent), source=str(path)
     )
+
+
+def model_config_for(
+    engine: str, model: str, sim_params: str | None = None
+) -> tuple[ModelConfig | None, str | None]:
+    """(config, None) or (None, why not), for an instance: its config.json on disk (a folder or a Hugging
+    Face cache snapshot), else, for the simulated engine, the shape in the sim's built-in table. Blocking
+    (reads files): the UI calls it in a thread."""
+    try:
+        return load_model_config(model), None
+    except ModelConfigError as exc:
+        reason = str(exc)
+    except OSError as exc:
+        reason = f"{model}: {exc}"
+    if engine != "sim":
+        return None, reason
+    from vtui.sim.models import resolve  # the sim's table of model shapes (imported only for sim instances)
+
+    try:
+        shape = resolve(model, sim_params)
+    except (ValueError, OSError) as exc:
+        return None, f"{model}: {exc}"
+    if shape is None:
+        return None, f"{model}: not in the sim's built-in table and no config.json on disk"
+    return from_dict(shape.config_json(), name=model, source="sim built-in table"), None

@@ -73,7 +73,8 @@ class PlanParams:
         return batches * self.resolved_max_num_batched_tokens
 
 
-def _int_flag(value: object) -> int | None:
+def int_flag(value: object) -> int | None:
+    """A flag value as an int (`64`, `64.0`, `"25.6k"`); None when it is no integer."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -97,7 +98,7 @@ def params_from_flags(
     """PlanParams from `vllm serve` flags as a layout writes them (`gpu-memory-utilization = 0.92`);
     unset or invalid values take the engine's defaults (PlanParams'), never a planner-only guess."""
     util = flags.get("gpu-memory-utilization")
-    given_kv = _int_flag(flags.get("kv-cache-memory-bytes"))
+    given_kv = int_flag(flags.get("kv-cache-memory-bytes"))
     if kv_memory_bytes is None and given_kv is not None:
         kv_memory_bytes, kv_source = given_kv, "kv-cache-memory-bytes"
 
@@ -106,7 +107,7 @@ def params_from_flags(
         return value if isinstance(value, str) and value else None
 
     def positive(name: str) -> int | None:
-        value = _int_flag(flags.get(name))
+        value = int_flag(flags.get(name))
         return value if value is not None and value > 0 else None
 
     defaults = PlanParams()

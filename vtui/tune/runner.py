@@ -116,20 +116,9 @@ def measurement_of(result: BenchResult) -> Measurement:
 
 def model_config(engine: str, model: str, sim_params: str | None = None):
     """The model's shape for the planner: config.json on disk, else (sim engine) the sim's table."""
-    from vtui.planner import ModelConfigError, from_dict, load_model_config
+    from vtui.planner import model_config_for
 
-    try:
-        return load_model_config(model)
-    except (ModelConfigError, OSError):
-        if engine != "sim":
-            return None
-    from vtui.sim.models import resolve
-
-    try:
-        shape = resolve(model, sim_params)
-    except (ValueError, OSError):
-        return None
-    return None if shape is None else from_dict(shape.config_json(), name=model, source="sim built-in table")
+    return model_config_for(engine, model, sim_params)[0]
 
 
 def planner_predictor(

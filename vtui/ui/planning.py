@@ -9,15 +9,13 @@ from collections.abc import Mapping
 
 from rich.text import Text
 
-from vtui.core.flagspec import human_int
 from vtui.core.model import InstanceSpec, SessionSpec
 from vtui.planner import (
     ModelConfig,
-    ModelConfigError,
     Plan,
     PlanParams,
-    from_dict,
-    load_model_config,
+    int_flag,
+    model_config_for,
     params_from_flags,
     plan,
 )
@@ -50,27 +48,8 @@ def config_key(spec: InstanceSpec) -> tuple[str, str, str | None]:
 
 
 def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, str | None]:
-    """(config, None) or (None, why not). Blocking (reads config.json): call it in a thread.
-
-    A local folder or Hugging Face cache snapshot first; for the sim engine, else its built-in table."""
-    engine, model, sim_params = key
-    try:
-        return load_model_config(model), None
-    except ModelConfigError as exc:
-        reason = str(exc)
-    except OSError as exc:
-        reason = f"{model}: {exc}"
-    if engine != "sim":
-        return None, reason
-    from vtui.sim.models import resolve
-
-    try:
-        shape = resolve(model, sim_params)
-    except (ValueError, OSError) as exc:
-        return None, f"{model}: {exc}"
-    if shape is None:
-        return None, f"{model}: not in the sim's built-in table and no config.json on disk"
-    return from_dict(shape.config_json(), name=model, source="sim built-in table"), None
+    """(config, None) or (None, why not) for (engine, model, sim params). Blocking: call it in a thread."""
+    return model_config_for(*key)
 
 
 def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: GpuSample | None) -> float | None:
@@ -84,18 +63,6 @@ def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: GpuSamp
         return float(session.gpu_memory_gib)
     if spec.engine == "sim":
         return 80.0  # the sim's default --sim-gpu-memory-gib
-    return None
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        return human_int(value)
     return None
 
 
@@ -149,7 +116,7 @@ def plan_text(result: Plan | None, reason: str | None, max_num_seqs: object = No
     out.append(f"KV tokens {fmt.tokens(result.kv_cache_tokens)}  ")
     conc = result.max_concurrency
     out.append(f"max concurrency at {result.max_model_len:,}: {fmt.num(conc, '.1f')}x")
-    seqs = _int(max_num_seqs)
+    seqs = int_flag(max_num_seqs)
     if conc is not None and seqs and conc < seqs:
         out.append(f" (< max-num-seqs {seqs})", style="yellow")
     out.append("\n  ")
