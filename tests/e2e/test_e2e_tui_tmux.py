@@ -176,21 +176,23 @@ def test_vtui_in_tmux_drives_real_vllm(layout: tuple[Path, str, int], tiny_model
         tmux.wait_for("Startup facts")
         seen = tmux.screen()
         for _ in range(6):  # the facts may lie below the fold at 40 rows: page down until shown
-            if re.search(r"kv cache tokens\s+\d+", seen):
+            if re.search(r"kv cache tokens\s+[\d,]+", seen):
                 break
             tmux.keys("PageDown")
             time.sleep(0.5)
             seen += tmux.screen()
-        shown = re.search(r"kv cache tokens\s+(\d+)", seen)
+        shown = re.search(r"kv cache tokens\s+([\d,]+)", seen)  # 65,536: the facts' number format
         assert shown, "no 'kv cache tokens' fact on the detail screen"
-        assert int(shown.group(1)) == reported[-1]
+        assert int(shown.group(1).replace(",", "")) == reported[-1]
         tmux.keys("Escape")
         tmux.wait_gone("Startup facts")  # else tmux merges Escape and the next key into Alt+key
 
-        # 3. Real requests show up on the card: TTFT p50/p95 go from "--" to figures.
-        assert re.search(r"TTFT --/--", tmux.screen())
+        # 3. Real requests show up in the fleet table: the TTFT cells (TTFT95 at 120 columns) go from "--"
+        # to a figure (85ms, 1.24s: never an uptime's format).
+        latencies = rf"{NAME}\s+READY[^\n]*\s(?:\d+ms|\d+\.\d+s)\s"
+        assert not re.search(latencies, tmux.screen())
         complete(port, str(tiny_model))
-        tmux.wait_for(r"TTFT \d[\d.]*m?s/\d[\d.]*m?s", 20)
+        tmux.wait_for(latencies, 20)
 
         # 4. Retune: flag editor -> max-num-seqs 4 -> diff -> restart -> READY with the new value.
         tmux.keys("f")
@@ -208,7 +210,7 @@ def test_vtui_in_tmux_drives_real_vllm(layout: tuple[Path, str, int], tiny_model
         tmux.wait_for(r"--max-num-seqs: 8 -> 4")
         tmux.keys("y")
         tmux.wait_for(r"STOPPING|STARTING", 30)
-        tmux.wait_for(rf"{NAME}\s+READY[\s\S]*run \S+/4\b", READY_TIMEOUT, fail_on=r"FAILED|CRASHED")
+        tmux.wait_for(rf"{NAME}\s+READY[^\n]*\s\d+/4\b", READY_TIMEOUT, fail_on=r"FAILED|CRASHED")  # RUN/MAX
         second = ps_row(path)
         assert second["state"] == "ready" and second["pid"] != first["pid"], (first, second)
         sids.add(os.getsid(second["pid"]))

