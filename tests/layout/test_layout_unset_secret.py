@@ -46,7 +46,8 @@ api-key = "${{{VAR}}}"
 def _ps(path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
     capsys.readouterr()
     assert main(["ps", str(path), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    # the first JSON value: an earlier in-process `up`'s feed thread may still print its events after it
+    return json.JSONDecoder().raw_decode(capsys.readouterr().out)[0]
 
 
 def test_check_and_up_report_the_unset_variable(
