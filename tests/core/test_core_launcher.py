@@ -202,9 +202,10 @@ def test_a_command_line_caught_inside_execve_is_waited_for():
 class _InFlightServer:
     """/metrics (and /load) answering a request count that a test lowers over time."""
 
-    def __init__(self, counts: list[int], engines: int = 1) -> None:
+    def __init__(self, counts: list[int], engines: int = 1, slow: frozenset[int] = frozenset()) -> None:
         import http.server
         import threading
+        import time
 
         self.counts = counts
         self.asked = 0
@@ -214,6 +215,8 @@ class _InFlightServer:
             def do_GET(self):  # noqa: N802 (the stdlib's name)
                 n = outer.counts[min(outer.asked, len(outer.counts) - 1)]
                 outer.asked += 1
+                if outer.asked in slow:  # this look answers after the drain's timeout
+                    time.sleep(0.6)
                 if self.path == "/load":
                     body = f'{{"server_load": {n}}}'
                 else:
@@ -272,6 +275,27 @@ def test_drain_stops_at_the_budget_and_reports_what_is_left():
         server.close()
     assert router.told == ["s/a"]  # the hook for a router fronting the instance
     assert (result.at_start, result.left) == (4, 4) and 0.5 <= result.waited_s < 3
+
+
+def test_drain_rides_out_slow_answers_and_keeps_the_count(monkeypatch):
+    """An engine busy on every core answers /metrics late: a timed-out look neither ends the drain nor
+    turns the count into "unknown" (the cut would go unreported)."""
+    from vtui.core import drain as drain_mod
+
+    monkeypatch.setattr(drain_mod, "LOOK_TIMEOUT", 0.2)
+    server = _InFlightServer([2, 2, 2, 1, 1, 0], slow=frozenset({1, 3}))
+    try:
+        result = drain_mod.drain(server.url, 10.0, load_endpoint=False)
+    finally:
+        server.close()
+    assert (result.at_start, result.left) == (2, 0) and server.asked == 6
+
+    server = _InFlightServer([3], slow=frozenset(range(2, 100)))
+    try:
+        result = drain_mod.drain(server.url, 1.0, load_endpoint=False)
+    finally:
+        server.close()
+    assert (result.at_start, result.left) == (3, 3)  # every later look timed out: still 3 cut, not None
 
 
 def test_drain_of_a_silent_instance_does_not_wait():

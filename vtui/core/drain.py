@@ -24,6 +24,8 @@ import httpx
 
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 POLL = 0.25  # seconds between two looks at the in-flight count
+LOOK_TIMEOUT = 2.0  # one look's HTTP timeout: an engine busy on every core answers /metrics slowly
+FIRST_LOOK_S = 5.0  # how long the first look may keep failing before the count is "unknown"
 
 
 class Router(Protocol):
@@ -39,8 +41,20 @@ class DrainResult:
     waited_s: float
 
 
+class _Slow(Exception):
+    """The instance took longer than a look's timeout to answer (busy, not gone)."""
+
+
 def in_flight(base_url: str, *, load_endpoint: bool, timeout: float = 1.0) -> int | None:
     """Requests the instance is serving now, or None when it does not answer."""
+    try:
+        return _look(base_url, load_endpoint=load_endpoint, timeout=timeout)
+    except _Slow:
+        return None
+
+
+def _look(base_url: str, *, load_endpoint: bool, timeout: float) -> int | None:
+    """in_flight, but a timed-out answer raises _Slow (worth asking again) instead of None (gone)."""
     try:
         if load_endpoint:
             response = httpx.get(f"{base_url}/load", timeout=timeout, trust_env=False)
@@ -51,6 +65,8 @@ def in_flight(base_url: str, *, load_endpoint: bool, timeout: float = 1.0) -> in
         if response.status_code != 200:
             return None
         return _metrics_in_flight(response.text)
+    except httpx.TimeoutException as exc:
+        raise _Slow from exc
     except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -82,8 +98,22 @@ def drain(
     if router is not None:
         router.stop_routing(key)
     start = clock()
-    first = count = in_flight(base_url, load_endpoint=load_endpoint)
+    first: int | None = None
+    while True:  # a busy engine starves its API server: a slow answer is not "nothing in flight"
+        try:
+            first = _look(base_url, load_endpoint=load_endpoint, timeout=LOOK_TIMEOUT)
+            break
+        except _Slow:
+            if clock() - start >= min(budget, FIRST_LOOK_S) or not still_running():
+                break
+    count = first
     while count and clock() - start < budget and still_running():
         sleep(min(POLL, max(0.0, budget - (clock() - start))))
-        count = in_flight(base_url, load_endpoint=load_endpoint)
+        try:
+            look = _look(base_url, load_endpoint=load_endpoint, timeout=LOOK_TIMEOUT)
+        except _Slow:
+            continue  # no answer in time: keep the last count, the drain goes on
+        if look is None:
+            break  # it stopped answering: nothing more to wait for
+        count = look
     return DrainResult(at_start=first, left=count, waited_s=round(clock() - start, 3))
