@@ -18,7 +18,7 @@ import tomli_w
 from vtui.service.client import ServiceClient
 from vtui.sim.gpus import GpuRegistry
 
-from .conftest import alive, healthy, marked, ps_rows, sim_instance, vtui, wait_for
+from .conftest import alive, healthy, marked, ps_rows, sim_instance, supervisors, vtui, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -105,6 +105,23 @@ def test_sleep_frees_the_simulated_gpu_memory_and_wake_serves_again(tmp_path: Pa
     )
     assert answer.status_code == 200 and answer.json()["choices"]
     assert _held(pid) >= before
+    assert vtui("down", str(path)).returncode == 0
+
+
+def test_an_instance_asleep_when_its_supervisor_died_is_readopted_asleep(
+    tmp_path: Path, session: str
+) -> None:
+    path = layout(tmp_path, session, [{**sim_instance("a", gpus=(0,)), "sleep_mode": True}])
+    pid = up(path)["a"]["pid"]
+    slept = vtui("sleep", str(path), "a", "--level", "2", "--json")
+    assert slept.returncode == 0, slept.stdout + slept.stderr
+    [old] = supervisors(session)
+    old.kill()
+    old.wait(5)
+    row = ps_rows(str(path))["a"]  # a new supervisor re-adopts it: asleep, not READY
+    assert (row["state"], row["pid"], row["adopted"]) == ("asleep", pid, True), row
+    woke = vtui("wake", str(path), "a", "--json")
+    assert woke.returncode == 0 and json.loads(woke.stdout)["state"] == "ready", woke.stdout + woke.stderr
     assert vtui("down", str(path)).returncode == 0
 
 

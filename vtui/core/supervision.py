@@ -144,6 +144,25 @@ async def engine_post(url: str, timeout: float) -> tuple[int, str]:
     return response.status_code, response.text
 
 
+async def asleep_level(base_url: str, timeout: float = 3.0) -> int | None:
+    """The sleep level of a live engine found asleep (GET /is_sleeping; the level from
+    vllm:engine_sleep_state, 1 when it does not say), None when awake or it does not answer."""
+    import httpx
+
+    from vtui.telemetry.promtext import parse_metrics
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            answer = await client.get(f"{base_url}/is_sleeping")
+            if answer.status_code != 200 or answer.json().get("is_sleeping") is not True:
+                return None
+            metrics = await client.get(f"{base_url}/metrics")
+    except (httpx.HTTPError, OSError, ValueError, AttributeError):
+        return None
+    snap = parse_metrics(metrics.text, frozenset({"vllm:engine_sleep_state"}))
+    return 2 if snap.by_label("vllm:engine_sleep_state", "sleep_state").get("discard_all", 0.0) >= 1 else 1
+
+
 def gpus_used(spec: InstanceSpec) -> set[str]:
     """The GPUs an instance lands on, for start ordering: its `gpus`, else the CUDA_VISIBLE_DEVICES its
     env sets, else GPU 0 — vLLM and the sim both take the first visible GPU when nothing pins them."""

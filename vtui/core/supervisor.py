@@ -32,6 +32,7 @@ from vtui.core.supervision import (
     SLEEP_TIMEOUT,
     InstanceStatus,
     SleepRefused,
+    asleep_level,
     engine_post,
     find_launched,
     gpus_used,
@@ -236,6 +237,10 @@ class Supervisor:
             self._tailers[spec.name] = LogTailer(inst.log_path)
             healthy = await self.launcher.health(inst.spec)
             inst.adopt(handle, healthy=healthy, started_at=record.started_at)
+            if healthy and sleep_problem(inst.spec) is None:
+                level = await asleep_level(inst.spec.base_url)  # it answers /health while asleep
+                if level is not None:
+                    inst.on_slept(level, "adopted asleep")
             adopted.append(spec.name)
             self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
         return adopted
