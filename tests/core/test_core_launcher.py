@@ -89,6 +89,22 @@ def test_orphan_with_a_wiped_environ_is_still_found_by_session_and_title(tmp_pat
     assert report.leftovers == ()
 
 
+def test_a_stopped_process_gets_sigcont_after_sigterm_and_exits_within_the_grace(tmp_path, session_name):
+    """A SIGSTOPped (hung, ^Z) server cannot act on SIGTERM: without a SIGCONT it sits out the whole
+    grace period before the SIGKILL."""
+    launcher = OsLauncher(grace=10)
+    spec = fake_spec(spawn_child=True)
+    handle = launcher.spawn(spec, log_path=tmp_path / "a.log", session=session_name)
+    assert wait_for(lambda: launcher.health_sync(spec))
+    os.kill(handle.pid, signal.SIGSTOP)
+    assert wait_for(lambda: psutil.Process(handle.pid).status() == psutil.STATUS_STOPPED, 2)
+    started = time.monotonic()
+    report = launcher.stop(handle)
+    assert time.monotonic() - started < 5  # not the 10 s grace
+    assert report.graceful and report.leftovers == ()
+    assert marked(session_name) == []
+
+
 def test_stop_escalates_when_sigterm_is_ignored(tmp_path, session_name):
     launcher = OsLauncher()
     spec = fake_spec(ignore_sigterm=True)

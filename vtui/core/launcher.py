@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -80,6 +81,26 @@ class StopReport:
         if not self.cut:
             return None
         return f"{self.cut} request(s) still in flight after {self.drained_s:g}s were cut"
+
+
+def _serving(handle: ProcessHandle) -> bool:
+    """Its leader lives and is not stopped (SIGSTOP: it answers nothing, so the drain need not wait)."""
+    proc = _same_process(handle.pid, handle.create_time)
+    try:
+        return proc is not None and proc.status() != psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
+def _continue_stopped(procs: Iterable[psutil.Process]) -> None:
+    """SIGCONT to the stopped (SIGSTOP, ^Z) among them, after the SIGTERM, as systemd does: a stopped
+    process cannot act on its SIGTERM, and would sit out the whole grace period before the SIGKILL."""
+    for proc in procs:
+        try:
+            if proc.status() == psutil.STATUS_STOPPED:
+                proc.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
 
 
 def exit_path_for(log_path: Path) -> Path:
@@ -326,7 +347,7 @@ class OsLauncher:
                 load_endpoint=handle.load_endpoint,
                 key=handle.key,
                 router=self.router,
-                still_running=lambda: _same_process(handle.pid, handle.create_time) is not None,
+                still_running=lambda: _serving(handle),
             )
         report = self._terminate(handle, grace)
         if drained is None:
@@ -345,6 +366,7 @@ class OsLauncher:
                 proc.send_signal(signal.SIGTERM)
             except psutil.Error:
                 pass
+        _continue_stopped(p for pid, p in procs.items() if pid != handle.pump_pid)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if not [p for pid, p in procs.items() if pid != handle.pump_pid and _alive(p)]:
