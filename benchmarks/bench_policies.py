@@ -8,9 +8,9 @@ supervisor records it).
                                                          # VTUI_TINY_MODEL), ~1 min per start here
 
 The hang figure is the policy's own arithmetic plus the restart: 3 failed /health probes (1 s apart,
-2 s timeout each) make it UNHEALTHY, `restart_unhealthy_after` later the stop begins; SIGTERM cannot act on
-a stopped process, so the stop's grace (10 s) runs out and SIGKILL ends it; then the backoff and the
-start. Each phase is read from the supervisor's event times (/events). Prints one JSON object, written
+2 s timeout each) make it UNHEALTHY, `restart_unhealthy_after` later the stop begins; the stop sends SIGCONT
+after its SIGTERM (a stopped process cannot act on a SIGTERM: before that, the stop's whole 10 s grace ran
+out before a SIGKILL; stop phase 11.1 s then, 2.8 s now); then the backoff and the start. Each phase is read from the supervisor's event times (/events). Prints one JSON object, written
 to --out too.
 """
 
