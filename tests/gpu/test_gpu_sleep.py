@@ -23,11 +23,18 @@ FREED = re.compile(r"Sleep mode freed ([\d.]+) GiB memory")
 ROUNDS = (1, 1, 2)  # sleep levels, one round each
 
 
-def _logged_freed(session: str, name: str) -> float | None:
-    """GiB the engine says its last sleep freed (its log line, as vLLM's gpu_worker writes it)."""
-    lines = ServiceClient(session).get(f"/logs?name={name}&n=200")["lines"]
-    found = [float(m[1]) for line in lines if (m := FREED.search(line))]
-    return found[-1] if found else None
+def _logged_freed(gh, session: str, name: str, sleeps: int) -> float | None:
+    """GiB the engine says its sleep number `sleeps` freed (its log line, as vLLM's gpu_worker writes it;
+    waited for: the log pump may write it a moment after the sleep returned)."""
+    found: list[float] = []
+
+    def logged() -> bool:
+        lines = ServiceClient(session).get(f"/logs?name={name}&n=5000")["lines"]
+        found[:] = [float(m[1]) for line in lines if (m := FREED.search(line))]
+        return len(found) >= sleeps
+
+    gh.wait_until(logged, 10.0, 0.1)
+    return found[sleeps - 1] if len(found) >= sleeps else None
 
 
 def test_sleep_frees_the_cuda_memory_and_wake_brings_it_back(gpus, gh, figures, tmp_path):
@@ -40,7 +47,7 @@ def test_sleep_frees_the_cuda_memory_and_wake_brings_it_back(gpus, gh, figures, 
         assert up.returncode == 0, gh.said(up)
         row = gh.ps_rows(path)["s"]
         tree = gh.instance_pids(session)["s"]
-        for level in ROUNDS:
+        for done, level in enumerate(ROUNDS, start=1):
             awake = gpus.read().held(tree, 0)
             assert awake > 0, gpus.read().processes
 
@@ -50,7 +57,7 @@ def test_sleep_frees_the_cuda_memory_and_wake_brings_it_back(gpus, gh, figures, 
             assert slept.returncode == 0, gh.said(slept)
             assert json.loads(slept.stdout)["state"] == "asleep", slept.stdout
             asleep = gpus.read().held(tree, 0)
-            logged = _logged_freed(session, "s")
+            logged = _logged_freed(gh, session, "s", done)
 
             t0 = time.monotonic()
             woke = gh.vtui("wake", str(path), "s", "--json")
