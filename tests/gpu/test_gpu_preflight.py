@@ -10,7 +10,7 @@ import time
 import pytest
 from _support.procs import marked
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(240)]
 
 GIB = 1 << 30
 UTIL = 0.5

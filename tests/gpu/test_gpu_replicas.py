@@ -14,7 +14,7 @@ import httpx
 import pytest
 from _support.procs import alive
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(240)]
 
 REQUESTS = 16
 

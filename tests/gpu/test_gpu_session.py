@@ -15,7 +15,7 @@ from _support.procs import alive
 
 from vtui.service.client import ServiceClient
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(240)]
 
 MIB = 1 << 20
 

@@ -15,7 +15,7 @@ import pytest
 
 from vtui.service.client import ServiceClient
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(240)]
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -15,7 +15,7 @@ from vtui.ui import fmt
 from vtui.ui.app import make_app
 from vtui.ui.textdump import screen_text
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(240)]
 
 GIB = 1 << 30
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+) GiB\b")  # PID  GPU  INSTANCE  GPU MEM GiB  COMMAND
