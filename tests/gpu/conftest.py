@@ -342,10 +342,12 @@ def gpus(request: pytest.FixtureRequest) -> NvmlGpus:
     return NvmlGpus(request.getfixturevalue("gpu_count"))
 
 
-def quiet(gpus: NvmlGpus, timeout: float = 30.0) -> Reading:
-    """The GPUs once no compute process is left on them (an earlier test's may still be exiting), or as
-    they are after `timeout`: the baseline a test measures against."""
-    wait_until(lambda: not gpus.read().processes, timeout, 0.25)
+def quiet(gpus: NvmlGpus, timeout: float = 20.0) -> Reading:
+    """The GPUs once no live process holds memory on them (an earlier test's may still be exiting), or
+    as they are after `timeout`: the baseline a test measures against."""
+    from _support.procs import alive
+
+    wait_until(lambda: not [pid for _, pid in gpus.read().processes if alive(pid)], timeout, 0.25)
     return gpus.read()
 
 
