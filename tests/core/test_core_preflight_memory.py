@@ -84,3 +84,29 @@ def test_a_sim_instance_is_refused_on_a_simulated_gpu_another_sim_holds(tmp_path
         holder.kill()
         holder.wait()
     assert os.getpid() not in registry.holders()
+
+
+def test_the_supervisor_checks_a_sim_on_real_cuda_against_nvml_not_the_simulated_registry(monkeypatch):
+    from vtui.core import supervisor as supervision
+    from vtui.core.model import Layout, SessionSpec
+    from vtui.sim.gpuview import SIMULATED
+
+    asked: list[str] = []
+    nvml = GpuSample(True, None, (GpuInfo(0, "H200", 0, 140 * GIB, None, None, None, None),), (), 0.0)
+
+    class FakeSampler:
+        def __init__(self, *_a, **_kw) -> None:
+            asked.append("nvml")
+
+        def sample_once(self) -> GpuSample:
+            return nvml
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr("vtui.telemetry.gpu.GpuSampler", FakeSampler)
+    cuda = spec(name="cuda", engine="sim", gpus=(0,), flags={"sim-device": "cuda"})
+    simulated = spec(name="simulated", engine="sim", gpus=(0,), port=8001)
+    sup = supervision.Supervisor(Layout(SessionSpec("pick"), (cuda, simulated)))
+    assert sup._sample_gpus(cuda) is nvml and asked == ["nvml"]
+    assert sup._sample_gpus(simulated).reason == SIMULATED and asked == ["nvml"]

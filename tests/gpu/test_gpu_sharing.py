@@ -7,6 +7,7 @@ loses is diagnosed, with the other instance's PID named as the holder."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -43,8 +44,10 @@ async def test_staggered_pair_fits_and_a_greedy_neighbour_is_diagnosed(gpu_count
             gpu0_total_gib=round(got.gpus[0].memory_total / gh.GIB, 2),
         )
 
-        # b again, now asking 0.6 of the GPU while a holds 0.45: vLLM's start check fails it
-        await sup.restart("b", sup.layout.instance("b").with_flags({"gpu-memory-utilization": 0.6}))
+        # b again, now asking 0.6 of the GPU while a holds 0.45: vLLM's start check fails it (forced past
+        # vtui's own check before the launch, which would refuse it: test_gpu_preflight.py)
+        greedy = sup.layout.instance("b").with_flags({"gpu-memory-utilization": 0.6})
+        await sup.restart("b", dataclasses.replace(greedy, force_start=True))
         states = await gh.settle(sup)
         assert states["a"] is State.READY and states["b"] in (State.CRASHED, State.FAILED), _tail(sup, "b")
         got = gh.sample(sup)

@@ -365,11 +365,12 @@ class Supervisor:
         return False
 
     def _sample_gpus(self, spec: InstanceSpec) -> Any:
-        """The GPUs as the launch will find them: the simulated registry for a sim, else NVML."""
+        """The GPUs as the launch will find them: the simulated registry for a sim, else NVML (also for
+        a sim on `--sim-device cuda`, which holds real CUDA memory and finds what NVML shows)."""
         if self.gpu_sample is not None:
             return self.gpu_sample(spec)
         owners = self._pid_owners()
-        if spec.engine == "sim":
+        if spec.engine == "sim" and spec.flags.get("sim-device") != "cuda":
             from vtui.sim.gpuview import simulated_sample
 
             return simulated_sample(self._layout, owners)
