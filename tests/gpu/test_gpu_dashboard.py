@@ -53,6 +53,8 @@ async def test_dashboard_shows_each_gpu_split_by_instance(gpu_count, gh, figures
             await app.bridge.close(stop_instances=True)
     for gpu in {s.gpus[0] for s in specs}:
         assert f"GPU{gpu}" in text
-    for name in names:
-        assert f"={name}" in text  # the legend of the split bars
+    # the per-process table: each instance's row on its GPU (PID, GPU, instance, GiB)
+    rows = [line.split() for line in text.splitlines() if "GiB" in line]
+    for spec in specs:
+        assert any(r[1:3] == [str(spec.gpus[0]), spec.name] for r in rows), (spec.name, rows)
     figures.record("dashboard", screenshot=str(path), instances=names)

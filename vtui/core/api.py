@@ -99,7 +99,9 @@ class SupervisorApi(Protocol):
 @runtime_checkable
 class TelemetryFeed(Protocol):
     """A `SupervisorApi` that also sends samples and snapshots (the session supervisor's client): the
-    dashboard then runs no scrape loop of its own and repaints on each snapshot."""
+    dashboard then runs no scrape loop of its own and repaints on each snapshot. Kinds: "sample" (one
+    MetricsSample), "history" (a tuple of them, oldest first: the backfill of a newly attached client),
+    "gpu" (a GpuSample)."""
 
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]: ...
 

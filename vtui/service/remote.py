@@ -50,6 +50,7 @@ class RemoteSupervisor:
         self._lines: dict[str, deque[str]] = {}
         self._pids: dict[str, set[int]] = {}
         self._sampled: set[str] = set()  # instances whose samples this client has (no backfill)
+        self._backfilled: set[str] = set()  # instances whose log tail the last hello backfilled
         self._subscribers: list[Callable[[Event], None]] = []
         self._sample_subscribers: list[Callable[[str, Any], None]] = []
         self._status_subscribers: list[Callable[[], None]] = []
@@ -216,10 +217,13 @@ class RemoteSupervisor:
                         if not line:
                             continue
                         message = json.loads(line)
-                        if message.get("type") == "hello":
+                        hello = message.get("type") == "hello"
+                        if hello:
                             self._apply_statuses(message.get("instances") or [])
                             await self._backfill()
                         self._on_message(message)
+                        if hello:  # after the statuses: a view starting its run would drop them
+                            await self._backfill_history()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
@@ -232,8 +236,9 @@ class RemoteSupervisor:
         """The log tail of each instance this client has no lines of yet (a dashboard opened on running
         instances), handed to the subscribers as `LogLines` before the first snapshot: what it derives
         from a run's lines (startup facts, diagnosis) is there when it sees the instance READY. Then
-        the supervisor's recent metrics samples, so plots do not start empty."""
+        `_backfill_history` hands over the supervisor's recent metrics samples after the snapshot."""
         assert self._client is not None
+        self._backfilled.clear()
         for st in self.status():
             if self._lines.get(st.name) or st.log_path is None:
                 continue
@@ -246,6 +251,15 @@ class RemoteSupervisor:
                 self._on_message(
                     {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
                 )
+            self._backfilled.add(st.name)
+
+    async def _backfill_history(self) -> None:
+        """The supervisor's recent metrics samples of the instances just backfilled, so plots do not start
+        empty (after the hello's snapshot: the dashboard starts a view's history when it sees the run)."""
+        assert self._client is not None
+        for st in self.status():
+            if st.name not in self._backfilled:
+                continue
             if st.state.running and st.name not in self._sampled:
                 try:
                     response = await self._client.get(
@@ -254,8 +268,11 @@ class RemoteSupervisor:
                     samples = (response.json().get("samples") or []) if response.status_code == 200 else []
                 except (httpx.HTTPError, ValueError):
                     samples = []
-                for data in samples:  # the plots start where the supervisor's history does
-                    self._on_message({"type": "sample", "sample": data})
+                history = tuple(decode_sample(data) for data in samples)
+                if history:  # the plots start where the supervisor's history does
+                    self._sampled.add(st.name)
+                    for telemetry in list(self._sample_subscribers):
+                        telemetry("history", history)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -267,6 +284,8 @@ class RemoteSupervisor:
                 self._attached.set()
             for notify in list(self._status_subscribers):
                 notify()
+            if kind == "hello" and message.get("gpu"):  # the last GPU sample: no wait for the next one
+                self._on_message({"type": "gpu", "sample": message["gpu"]})
         elif kind == "event":
             event = decode_event(message["event"])
             if isinstance(event, LogLines):

@@ -36,7 +36,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -269,9 +269,14 @@ class SessionService:
         self._broadcast({"type": "sample", "sample": encoded})
 
     def _start_gpu(self) -> None:
+        """The session's one GPU sampler (the dashboards show its samples: they run none of their own):
+        NVML, else the simulated GPUs of the layout's sims. Off (VTUI_SUPERVISOR_GPU=0): one sample says so."""
+        from vtui.telemetry.gpu import GpuSample, GpuSampler
+
         if not self.gpu:
+            self._on_gpu(encode_gpu(GpuSample(False, "GPU sampling off in the supervisor", (), (), 0.0)))
             return
-        from vtui.telemetry.gpu import GpuSampler
+        from vtui.sim.gpuview import simulated_sample
 
         loop = asyncio.get_running_loop()
 
@@ -279,7 +284,10 @@ class SessionService:
             encoded = encode_gpu(sample)
             loop.call_soon_threadsafe(self._on_gpu, encoded)
 
-        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner)
+        def simulated(owners: Mapping[int, str]) -> GpuSample | None:
+            return simulated_sample(self.supervisor.layout, owners)
+
+        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner, fallback=simulated)
         self._gpu_sampler.start()
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:

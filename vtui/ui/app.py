@@ -36,6 +36,7 @@ from vtui.ui.messages import (
     ConfigLoaded,
     DiagnosisReady,
     GpuArrived,
+    HistoryArrived,
     HistoryLoaded,
     LayoutOpened,
     LayoutSaved,
@@ -211,6 +212,10 @@ class VtuiApp(ControlMixin):
 
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         self.store.add_sample(message.sample)  # the next render pass shows it
+
+    def on_history_arrived(self, message: HistoryArrived) -> None:
+        for sample in message.samples:
+            self.store.add_sample(sample)
 
     def on_gpu_arrived(self, message: GpuArrived) -> None:
         first = self.store.gpu is None

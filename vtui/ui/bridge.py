@@ -1,10 +1,9 @@
 """Runs vtui's data sources next to the UI and turns their frozen events into Textual messages.
 
 With the session supervisor (`vtui.service.remote.RemoteSupervisor`, the default): its feed brings the
-events, snapshots and metrics samples (it scrapes; the bridge runs no scrape loop), and the GpuSampler
-runs here in its own thread, attributing GPU processes through the supervisor's process trees. With an
-in-process `Supervisor` (tests, a layout with no file): its `run()` on Textual's loop and one
-ScrapeLoop per READY instance. The bridge never touches widgets; it only posts messages, and the App's
+events, snapshots, metrics samples and GPU samples (it scrapes and samples the GPUs; the bridge runs no
+scrape loop and no GPU sampler). With an in-process `Supervisor` (tests, a layout with no file): its
+`run()` on Textual's loop, one ScrapeLoop per READY instance, and a GpuSampler in its own thread. The bridge never touches widgets; it only posts messages, and the App's
 handlers own the state.
 """
 
@@ -29,6 +28,7 @@ from vtui.telemetry.scrape import ScrapeLoop
 from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.messages import (
     GpuArrived,
+    HistoryArrived,
     LogsArrived,
     MetricsArrived,
     NoticeArrived,
@@ -99,6 +99,8 @@ class Bridge:
         self._unsubscribe_more: list[Callable[[], None]] = []
         # The session supervisor scrapes and sends samples and snapshots on its feed.
         self._feed = supervisor if isinstance(supervisor, TelemetryFeed) else None
+        # ... and samples the GPUs: a dashboard on its feed runs no NVML sampler of its own (one per session)
+        self._gpu_from_feed = self._feed is not None and self._gpu_default and self._gpu_factory is None
         self.logs = LogCoalescer(self._post_logs)  # log lines: coalesced, bounded (vtui.ui.logfeed)
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -114,12 +116,12 @@ class Bridge:
         sampler: Sampler | None = None
         if self._gpu_factory is not None:
             sampler = self._gpu_factory(self._post_gpu, self._pid_owner)
-        elif self._gpu_default:
+        elif self._gpu_default and self._feed is None:
             sampler = default_gpu_sampler(self._post_gpu, self._pid_owner, lambda: self.supervisor.layout)
         if sampler is not None:
             self._gpu = sampler
             sampler.start()
-        if self._gpu is None:
+        elif not self._gpu_from_feed:
             self.app.post_message(GpuArrived(GpuSample(False, "GPU sampling off", (), (), 0.0)))
         self._post_statuses()
 
@@ -188,6 +190,10 @@ class Bridge:
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":
             self.app.post_message(MetricsArrived(sample))
+        elif kind == "history":
+            self.app.post_message(HistoryArrived(sample))
+        elif kind == "gpu" and self._gpu_from_feed:
+            self.app.post_message(GpuArrived(sample))
 
     def _post_statuses(self) -> None:
         self.logs.flush()  # whatever path statuses come by, the lines before them go first

@@ -35,6 +35,15 @@ class MetricsArrived(Message):
         return isinstance(message, MetricsArrived) and message.sample.instance == self.sample.instance
 
 
+class HistoryArrived(Message):
+    """Samples the supervisor kept from before this dashboard attached, oldest first (never coalesced:
+    a MetricsArrived per sample would be, down to the newest)."""
+
+    def __init__(self, samples: tuple[MetricsSample, ...]) -> None:
+        super().__init__()
+        self.samples = samples
+
+
 class GpuArrived(Message):
     def __init__(self, sample: GpuSample) -> None:
         super().__init__()
