@@ -168,6 +168,25 @@ def test_033_logo_banner_gives_version_and_model() -> None:
     assert facts.kv_cache_tokens == 397776
 
 
+def test_033_plain_banner_gives_version_and_model() -> None:
+    """common/startup.py:18's plain form (VLLM_DISABLE_LOG_LOGO, or a logger vLLM did not configure): the
+    only line of a run that says the version and the model before the engine starts."""
+    line = "(APIServer pid=41) INFO 11-01 09:25:06 [launcher.py:367] vLLM server version 0.33.0, serving model Qwen/Qwen3-8B"
+    facts = parse_startup([line])
+    assert (facts.vllm_version, facts.model) == ("0.33.0", "Qwen/Qwen3-8B")
+    # a paste wrapped at the terminal's width (120 columns) cuts the model path; the reader joins it
+    wrapped = [
+        "(APIServer pid=84) INFO 10-10 01:25:08 [api_utils.py:347] vLLM server version 0.30.0, serving model /s/hf/MiniMaxAI/Mini",
+        "Max-H3/",
+        "(APIServer pid=84) INFO 10-10 01:25:08 [api_utils.py:286] non-default args: {'model_tag': '/s/hf/MiniMaxAI/MiniMax-H3/',",
+    ]
+    facts = parse_startup(wrapped)
+    assert (facts.vllm_version, facts.model) == ("0.30.0", "/s/hf/MiniMaxAI/MiniMax-H3/")
+    # a second run appended to the same log starts the facts afresh
+    facts = parse_startup([*LOG_033.splitlines(), line.replace("0.33.0", "0.33.1")])
+    assert facts.vllm_version == "0.33.1" and facts.kv_cache_tokens is None
+
+
 def test_033_kv_cache_too_small_failure() -> None:
     """v1/core/kv_cache_planning.py:77 (0.32 raised it from kv_cache_utils.py; same words)."""
     line = (
