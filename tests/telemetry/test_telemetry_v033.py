@@ -7,6 +7,8 @@ source (file:line named beside each), with realistic values; they were not captu
 GPU here, and the wheel is the CUDA build). Between 0.32.0 and 0.33.0 none of the lines vtui reads changed
 its wording; the "non-default args" line moved to vllm/entrypoints/common/startup.py (its logger prefix
 says `[startup.py:96]`, 0.32's said `[api_utils.py:286]`), and v1/metrics/loggers.py is byte-identical.
+On the CPU backend 0.33 dropped the startup check "... on startup is less than desired CPU memory
+utilization" and added "The worker already uses X GiB ..., leaving none for the KV cache".
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from _support.fake_vllm import make_vllm_033
 from vtui.core import flagspec
 from vtui.core.flagspec import BUILTIN_FLAGS, bundled_flags, bundled_version, validate_flag
 from vtui.telemetry import flagschema
+from vtui.telemetry.diagnosis import diagnose
 from vtui.telemetry.metrics import MetricsWindow
 from vtui.telemetry.promtext import parse_metrics
 from vtui.telemetry.startup_log import parse_startup
@@ -256,3 +259,38 @@ def test_033_metrics_through_the_window() -> None:
     window.update(parse_metrics(METRICS_033), at=100.0)
     sample = window.update(parse_metrics(later), at=110.0)
     assert (sample.generation_tps, sample.prompt_tps) == (200.0, 1000.0)
+
+
+# -- the 0.33 format tests: the CPU backend's memory failures --------------------------------------------
+
+# v1/worker/cpu_worker.py:228 (new in 0.33; its startup check "on startup is less than desired CPU memory
+# utilization" is gone) and :242 (0.32's words too), rendered with the figures of a small CPU box.
+CPU_FOOTPRINT = (
+    "(EngineCore pid=77) ValueError: The worker already uses 3.91 GiB (model weights and runtime), more than "
+    "the 3.13 GiB of CPU memory reserved for it on node 0, leaving none for the KV cache. On the CPU backend, "
+    "the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its name). To "
+    "resolve: increase `--gpu-memory-utilization` to more than 0.13, or set the KV cache size explicitly with "
+    "`--kv-cache-memory-bytes` or VLLM_CPU_KVCACHE_SPACE."
+)
+CPU_KV_SHORT = (
+    "(EngineCore pid=77) ValueError: Available memory on node 0 (1.20/31.25 GiB) on kv cache allocation is "
+    "less than requested memory for kv (2.50 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, "
+    "or reduce CPU memory used by other processes."
+)
+
+
+def test_033_cpu_reservation_below_the_workers_footprint() -> None:
+    (problem,) = [p for p in diagnose([CPU_FOOTPRINT]) if p.kind == "cpu_reservation_below_footprint"]
+    assert dict(problem.fix or {}) == {"gpu-memory-utilization": 0.18}  # vLLM's "more than 0.13", + 0.05
+    assert "3.91 GiB" in problem.explanation and "3.13 GiB" in problem.explanation
+
+
+def test_033_cpu_memory_short_for_the_kv_cache() -> None:
+    facts = parse_startup(
+        ["INFO 11-01 09:25:06 [startup.py:96] non-default args: {'kv_cache_memory_bytes': 2684354560}"]
+    )
+    (problem,) = [p for p in diagnose([CPU_KV_SHORT], facts) if p.kind == "cpu_memory_short_for_kv"]
+    assert dict(problem.fix or {}) == {"kv-cache-memory-bytes": int(1.20 * 0.9 * 2**30)}
+    assert "1.2 of 31.25 GiB is free on node 0" in problem.explanation
+    unset = [p for p in diagnose([CPU_KV_SHORT]) if p.kind == "cpu_memory_short_for_kv"]
+    assert unset and unset[0].fix is None  # sized by utilization: the remedies say what to try
