@@ -73,3 +73,44 @@ def make_fake_vllm(root: Path, version: str = "0.99.0") -> Path:
         "import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n"
     )
     return _bin(root, site)
+
+
+# vLLM 0.33's switches (vllm/utils/argparse_utils.py EnableDisableAction, described here in its effect, not
+# copied): `--enable-x` pairs with `--disable-x`; `--no-enable-x` still parses but leaves option_strings
+# (so the help), and the action lists the spellings that set False in `negative_option_strings`.
+PARSER_033 = """
+import argparse
+class EnableDisable(argparse.BooleanOptionalAction):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        given = list(option_strings)
+        inverse = ["--disable-" + s[len("--enable-"):] for s in given if s.startswith("--enable-")]
+        self.negative_option_strings = {s for s in self.option_strings if s not in given} | set(inverse)
+        self.option_strings = [*self.option_strings, *inverse]  # all registered with the parser
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, option_string not in self.negative_option_strings)
+def make_arg_parser(parser):
+    group = parser.add_argument_group("CacheConfig")
+    switch = group.add_argument("--enable-prefix-caching", action=EnableDisable, default=None,
+                                help="Whether to enable prefix caching.")
+    switch.option_strings = ["--enable-prefix-caching", "--disable-prefix-caching"]  # what help shows
+    group.add_argument("--max-num-seqs", type=int, default=None, help="Maximum number of sequences.")
+    group.add_argument("--watchdog-config", type=str, default=None, help="New in 0.33.")
+    return parser
+"""
+
+
+def make_vllm_033(root: Path, version: str = "0.33.0") -> Path:
+    """A vLLM laid out as 0.33 is: make_arg_parser in vllm/entrypoints/common/cli_args.py (0.32's
+    vllm/entrypoints/launchers/cli_args.py is gone), switches as enable/disable pairs."""
+    site = root / "site"
+    (site / "vllm" / "entrypoints" / "common").mkdir(parents=True)
+    (site / "vllm" / "utils").mkdir(parents=True)
+    for package in ("vllm", "vllm/entrypoints", "vllm/entrypoints/common", "vllm/utils"):
+        (site / package / "__init__.py").write_text("")
+    (site / "vllm" / "_version.py").write_text(f'__version__ = version = "{version}"\n')
+    (site / "vllm" / "entrypoints" / "common" / "cli_args.py").write_text(PARSER_033)
+    (site / "vllm" / "utils" / "argparse_utils.py").write_text(
+        "import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n"
+    )
+    return _bin(root, site)

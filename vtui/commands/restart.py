@@ -28,7 +28,7 @@ from vtui.commands._runs import (
     row_of,
 )
 from vtui.core.flagspec import FlagTable, canonical_name, parse_flag_value
-from vtui.core.model import SECRET_FLAGS, FlagValue
+from vtui.core.model import SECRET_FLAGS, FlagValue, Layout
 
 HELP = "restart one instance, optionally with changed flags (--set flag=value, --unset flag)"
 
@@ -215,11 +215,15 @@ def _check_save(layout_path, name, session, set_flags, unset) -> int:
     from vtui.layouts import LayoutError, load_layout, render_layout
 
     try:
-        layout = load_layout(layout_path)
+        layout = load_layout(layout_path, flags=_file_flags(layout_path))
         inst = next(i for i in session.status()["instances"] if i["name"] == name)
         running = {k: v for k, v in inst["spec"]["flags"].items() if v != "***"}
         spec = layout.instance(name).with_flags(running, tuple(layout.instance(name).flags))
-        render_layout(layout.replace_instance(spec.with_flags(set_flags, unset)))
+        changed = layout.replace_instance(spec.with_flags(set_flags, unset))
+        ok, table = _save_flags(changed, layout_path, notes=True)
+        if not ok:
+            return 2
+        render_layout(changed, flags=table)
     except LayoutError as exc:
         for problem in exc.problems:
             print(f"vtui restart: {problem}", file=sys.stderr)
@@ -236,7 +240,7 @@ def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
     from vtui.layouts import LayoutError, load_layout, save_layout
 
     try:
-        current = load_layout(path) if path is not None else None
+        current = load_layout(path, flags=_file_flags(path)) if path is not None else None
         if current is None or name not in current.names():
             print(
                 f"vtui restart: {name} runs, but {path} has no instance {name} any more: not saved",
@@ -246,9 +250,35 @@ def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
         own = current.instance(name)
         kept: dict[str, Any] = {k: v for k, v in own.flags.items() if k in SECRET_FLAGS}
         plain: dict[str, Any] = {k: v for k, v in flags.items() if k not in SECRET_FLAGS}
-        saved = save_layout(current.replace_instance(replace(own, flags={**plain, **kept})))
+        changed = current.replace_instance(replace(own, flags={**plain, **kept}))
+        ok, table = _save_flags(changed, path)
+        if not ok:
+            return 1
+        saved = save_layout(changed, flags=table)
     except (OSError, LayoutError) as exc:
         print(f"vtui restart: {name} runs, but {path} was not saved: {exc}", file=sys.stderr)
         return 1
     print(f"{name}: flags saved to {saved}")
     return 0
+
+
+def _file_flags(path: str | Path | None) -> FlagTable | None:
+    """The flags a layout file is read with: every flag its instances' vLLMs know (None: bundled)."""
+    from vtui.telemetry.flagschema import layout_flags
+
+    return layout_flags(path) if path is not None else None
+
+
+def _save_flags(layout: Layout, path: object, notes: bool = False) -> tuple[bool, FlagTable | None]:
+    """(ok, the flag table to save `layout` with), checked against each instance's own vLLM; not ok
+    (after printing why) when a flag is one that instance's vLLM would reject. `notes`: say which
+    instances were checked against a bundled schema instead (once, before the restart)."""
+    from vtui.telemetry.flagschema import save_check
+
+    check = save_check(layout)
+    for problem in check.problems:
+        print(f"vtui restart: {path} (not saved): {problem}", file=sys.stderr)
+    if notes:
+        for note in check.notes:
+            print(f"vtui restart: note: {note}", file=sys.stderr)
+    return not check.problems, check.flags

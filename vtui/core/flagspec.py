@@ -38,7 +38,9 @@ class FlagSpec:
 # -- parsing `vllm serve --help=all` --------------------------------------------------------------
 
 _SPLIT_NAMES = re.compile(r",\s+(?=-)")
-_DEFAULT = re.compile(r"\(default:\s*(.*)\)\s*$", re.S)
+_DEFAULT = re.compile(
+    r"\(default:\s*((?:(?!\(default:).)*)\)\s*$", re.S
+)  # the last one: help may quote another
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 # Flags whose help says "(default: None)" and nothing else about their type.
 _INT_FLAGS = frozenset(
@@ -151,6 +153,16 @@ def _choices(text: str) -> tuple[str, ...] | None:
     return None
 
 
+def inverse_switch(name: str) -> str | None:
+    """vLLM 0.33's other spelling of an `--enable-x` / `--disable-x` switch (`EnableDisableAction` in
+    vllm/utils/argparse_utils.py pairs them; `--no-x` stays accepted but leaves the help): the name
+    that sets it False. None for any other flag."""
+    for prefix, other in (("enable-", "disable-"), ("disable-", "enable-")):
+        if name.startswith(prefix):
+            return other + name[len(prefix) :]
+    return None
+
+
 def _spec_from_block(signature: str, help_lines: list[str], group: str) -> FlagSpec | None:
     parts = _SPLIT_NAMES.split(signature.strip())
     names = [p.split(" ", 1)[0] for p in parts]
@@ -159,7 +171,10 @@ def _spec_from_block(signature: str, help_lines: list[str], group: str) -> FlagS
         return None
     name = longs[0][2:]
     rest = parts[0].split(" ", 1)[1] if " " in parts[0] else ""
-    aliases = tuple(n for n in names if n != longs[0] and n != f"--no-{name}")
+    inverse = inverse_switch(name)
+    negations = {f"--no-{name}", *((f"--{inverse}",) if inverse and not rest else ())}
+    negatable = any(n in negations for n in names)
+    aliases = tuple(n for n in names if n != longs[0] and n not in negations)
     text = "\n".join(help_lines).strip()
     default: object = None
     match = _DEFAULT.search(text)
@@ -171,7 +186,7 @@ def _spec_from_block(signature: str, help_lines: list[str], group: str) -> FlagS
     flat = " ".join(text.split())
     human = "human-readable integers" in flat
     optional_value = rest.startswith("[") and rest.endswith("]") and not rest.startswith("['")
-    if not rest or f"--no-{name}" in names:
+    if not rest or negatable:
         kind = "bool"
     elif re.search(r"\s\[\S+ \.\.\.\]$", rest):
         kind = "list"
@@ -203,7 +218,7 @@ def _spec_from_block(signature: str, help_lines: list[str], group: str) -> FlagS
         group=group,
         human=human,
         optional_value=optional_value,
-        negatable=f"--no-{name}" in names,
+        negatable=negatable,
     )
 
 
@@ -276,6 +291,44 @@ _DATA = _load_data()
 BUILTIN_FLAGS: Mapping[str, FlagSpec] = _load_builtin(_DATA)
 VLLM_VERSION: str = _DATA["vllm_version"]  # the vLLM whose help built the table
 del _DATA
+
+# Every vLLM release whose `--help=all` vtui bundles: version -> (help text in data/, generated table).
+# The first is the default (BUILTIN_FLAGS: the simulated engine's, the planner's); the others are what an
+# instance is checked against when its vLLM is that release but its own parser cannot be read.
+BUNDLED: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "0.32.0": ("serve_help_0_32.txt", "vllm_serve_flags.json"),
+        "0.33.0": ("serve_help_0_33.txt", "vllm_serve_flags_0_33.json"),
+    }
+)
+_BUNDLED_TABLES: dict[str, Mapping[str, FlagSpec]] = {VLLM_VERSION: BUILTIN_FLAGS}
+
+
+def _release(version: str) -> tuple[int, int]:
+    parts = [int(p) for p in re.findall(r"\d+", version)[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def bundled_version(version: str | None) -> str:
+    """The bundled schema's release for a vLLM version: the same minor release, else the newest bundled
+    one before it (a nightly after the last bundled release takes that release's flags), else the
+    default. `0.33.2` -> `0.33.0`, `0.34.0.dev3` -> `0.33.0`, `0.20.1` or None -> `0.32.0`."""
+    if not version or not re.match(r"\d", version):
+        return VLLM_VERSION
+    wanted = _release(version)
+    older = [v for v in BUNDLED if _release(v) <= wanted]
+    return max(older, key=_release) if older else VLLM_VERSION
+
+
+def bundled_flags(version: str | None = None) -> Mapping[str, FlagSpec]:
+    """The bundled table for a vLLM version (see `bundled_version`); read once per release."""
+    release = bundled_version(version)
+    table = _BUNDLED_TABLES.get(release)
+    if table is None:
+        data_file = DATA_FILE.with_name(BUNDLED[release][1])
+        table = _BUNDLED_TABLES[release] = _load_builtin(json.loads(data_file.read_text(encoding="utf-8")))
+    return table
+
 
 # The knobs the seeds discuss: the flag editor shows these first.
 SEED_FLAGS: tuple[str, ...] = tuple(
@@ -383,6 +436,11 @@ def suggest(name: str, flags: FlagTable | None = None) -> str | None:
             return aliases[candidate]
         if candidate.startswith("no-") and candidate[3:] in known:
             return candidate[3:]
+        inverse = inverse_switch(
+            candidate
+        )  # 0.33's `disable-x` of a switch `enable-x`: write enable-x = false
+        if inverse and inverse in known and known[inverse].negatable:
+            return inverse
     close = difflib.get_close_matches(bare.replace("_", "-"), list(known), n=1, cutoff=0.75)
     return close[0] if close else None
 

@@ -273,18 +273,24 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def save_layout(layout: Layout, path: str | os.PathLike[str] | None = None) -> Path:
+def save_layout(
+    layout: Layout, path: str | os.PathLike[str] | None = None, *, flags: FlagTable | None = None
+) -> Path:
     """Write the layout atomically (temp file in the same folder, fsync, os.replace); returns the path.
     Saved to the file it was read from, only what changed is rewritten (comments and order kept; see
-    `render_layout`). Raises LayoutError, writing nothing, when the result would not load."""
+    `render_layout`). Raises LayoutError, writing nothing, when the result would not load. `flags`: the
+    vllm serve flags to check against (`telemetry.flagschema.save_check`: the instances' own vLLMs');
+    None: the bundled 0.32 schema."""
     target = Path(path) if path is not None else layout.path
     if target is None:
         raise ValueError("save_layout: the layout has no path; pass one")
-    atomic_write_text(target, render_layout(layout, target))
+    atomic_write_text(target, render_layout(layout, target, flags=flags))
     return target
 
 
-def render_layout(layout: Layout, path: str | os.PathLike[str] | None = None) -> str:
+def render_layout(
+    layout: Layout, path: str | os.PathLike[str] | None = None, *, flags: FlagTable | None = None
+) -> str:
     """The text `save_layout` writes to `path` (default: the layout's own file). Into the existing file
     the layout was read from: that file's text with just the differences applied (comments, key order,
     untouched `${VAR}` strings kept). Otherwise (a new file, save-as elsewhere, an original that no
@@ -293,8 +299,8 @@ def render_layout(layout: Layout, path: str | os.PathLike[str] | None = None) ->
     target = Path(path) if path is not None else layout.path
     if target is None:
         raise ValueError("render_layout: the layout has no path; pass one")
-    text = _edited_in_place(layout, target) or dump_layout(layout)
-    _load_text(text, f"{target} (not saved)", target)  # raises LayoutError
+    text = _edited_in_place(layout, target, flags) or dump_layout(layout)
+    _load_text(text, f"{target} (not saved)", target, flags=flags)  # raises LayoutError
     return text
 
 
@@ -305,12 +311,12 @@ def _same_file(a: Path | None, b: Path) -> bool:
         return False
 
 
-def _edited_in_place(layout: Layout, target: Path) -> str | None:
+def _edited_in_place(layout: Layout, target: Path, flags: FlagTable | None = None) -> str | None:
     if not _same_file(layout.path, target):
         return None
     try:
         original = target.read_bytes().decode("utf-8")  # as is: CRLF line ends stay CRLF
-        old = _load_text(original, str(target), target)[0]
+        old = _load_text(original, str(target), target, flags=flags)[0]
     except (OSError, UnicodeDecodeError, LayoutError):
         return None
     bom = _BOM if original.startswith(_BOM) else ""
@@ -322,7 +328,7 @@ def _edited_in_place(layout: Layout, target: Path) -> str | None:
         return None
     text = bom + text
     try:
-        saved = _load_text(text, str(target), target)[0]
+        saved = _load_text(text, str(target), target, flags=flags)[0]
     except LayoutError:
         return None
     return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None

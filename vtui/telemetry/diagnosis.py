@@ -282,6 +282,52 @@ def _model_missing(m: re.Match[str], ctx: _Context) -> Problem:
     )
 
 
+def _cpu_footprint(m: re.Match[str], ctx: _Context) -> Problem:
+    """vLLM 0.33's CPU backend (v1/worker/cpu_worker.py): the worker's own memory fills its reservation."""
+    used, reserved = float(m.group(1)), float(m.group(2))
+    needed = float(m.group(4)) if m.group(4) else None
+    util = round(min(0.99, needed + 0.05), 2) if needed is not None else None
+    why = (
+        f"The model and runtime already use {used:g} GiB, more than the {reserved:g} GiB of CPU memory "
+        "--gpu-memory-utilization reserves on the CPU backend: nothing is left for the KV cache."
+    )
+    return Problem(
+        "cpu_reservation_below_footprint",
+        m.group(0),
+        _fix(gpu_memory_utilization=util) if util is not None else None,
+        why,
+        (
+            f"raise --gpu-memory-utilization to {util:g}"
+            if util is not None
+            else "raise --gpu-memory-utilization",
+            "set --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE) to size the cache directly",
+        ),
+    )
+
+
+def _cpu_kv_short(m: re.Match[str], ctx: _Context) -> Problem:
+    """The CPU backend's KV allocation (0.32 and 0.33): less free memory on the node than the cache needs."""
+    free, total, wanted = float(m.group(2)), float(m.group(3)), float(m.group(4))
+    explicit = ctx.facts.arg("kv_cache_memory_bytes")
+    fits = int(free * 0.9 * 2**30)
+    why = (
+        f"Only {free:g} of {total:g} GiB is free on node {m.group(1)}, but the KV cache needs {wanted:g} GiB. "
+        "Other processes hold the rest, or the reservation is too large."
+    )
+    fix = _fix(kv_cache_memory_bytes=fits) if isinstance(explicit, int) and fits > 0 else None
+    return Problem(
+        "cpu_memory_short_for_kv",
+        m.group(0),
+        fix,
+        why,
+        (
+            f"set --kv-cache-memory-bytes to at most {fits} ({free * 0.9:.2f} GiB)",
+            "lower --gpu-memory-utilization (on the CPU backend it reserves CPU memory)",
+            "free CPU memory used by other processes",
+        ),
+    )
+
+
 def _preempted(m: re.Match[str], ctx: _Context) -> Problem:
     return _kv_short("vLLM preempted requests: not enough KV cache space", None, None)
 
@@ -325,6 +371,17 @@ _DETECTORS: tuple[_Detector, ...] = tuple(
             _model_missing,
         ),
         (r"is preempted by PreemptionMode\.\w+ mode because there is not enough KV cache space", _preempted),
+        (
+            r"The worker already uses ([\d.]+) GiB \(model weights and runtime\), more than the ([\d.]+) GiB of "
+            r"CPU memory reserved for it on node (\d+)(?:.*?increase `--gpu-memory-utilization` to more than "
+            r"([\d.]+))?",
+            _cpu_footprint,
+        ),
+        (
+            r"Available memory on node (\d+) \(([\d.]+)/([\d.]+) GiB\) on kv cache allocation is less than "
+            r"requested memory for kv \(([\d.]+)(?:/[\d.]+)? GiB\)",
+            _cpu_kv_short,
+        ),
     )
 )
 _LOG_PID = re.compile(r"^\((?:[\w -]+) pid=(\d+)\)", re.M)

@@ -1,6 +1,7 @@
 """The installed vLLM's own `vllm serve` flag schema, read from its argparse parser by a small script run
 in the instance's Python (name, type, choices, default, help per option), cached per vLLM version in
-`paths.cache_dir()`. Without vLLM it falls back to `vtui.core.flagspec.BUILTIN_FLAGS` (0.32's help).
+`paths.cache_dir()`. Without vLLM it falls back to `vtui.core.flagspec.BUILTIN_FLAGS` (0.32's help); with
+a vLLM whose parser cannot be read, to the bundled table of its release (`flagspec.bundled_flags`: 0.33).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from pathlib import Path
 from types import MappingProxyType
 
 from vtui.core import paths
-from vtui.core.flagspec import BUILTIN_FLAGS, VLLM_VERSION, FlagSpec
+from vtui.core.flagspec import BUILTIN_FLAGS, VLLM_VERSION, FlagSpec, bundled_flags, bundled_version
+from vtui.core.model import Layout
 
 __all__ = [
     "FlagSchema",
+    "SaveCheck",
     "installed_schema",
+    "save_check",
     "python_of",
     "layout_schemas",
     "schema_for",
@@ -58,8 +62,12 @@ print("@MARK@" + json.dumps({"version": version, "present": spec is not None}))
 _DUMP_SCRIPT = r"""
 import argparse, importlib, json, os, sys
 def from_modules():
-    # where make_arg_parser has lived: 0.32's launchers, then the openai entrypoint of 0.5-0.31
-    for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    # where make_arg_parser has lived: 0.33's common, 0.32's launchers, the openai entrypoint of 0.5-0.31
+    for module in (
+        "vllm.entrypoints.common.cli_args",
+        "vllm.entrypoints.launchers.cli_args",
+        "vllm.entrypoints.openai.cli_args",
+    ):
         try:
             make_arg_parser = importlib.import_module(module).make_arg_parser
         except (ImportError, AttributeError):
@@ -150,6 +158,10 @@ for action in parser._actions:
     if not longs or isinstance(action, argparse._HelpAction):
         continue
     name = longs[0][2:]
+    # 0.33's EnableDisableAction pairs --enable-x with --disable-x (and hides --no-x, still accepted):
+    # the inverse spelling is how the switch is turned off, not an alias of it
+    negatives = set(getattr(action, "negative_option_strings", None) or ())
+    negatives |= {s for s in action.option_strings if s.startswith("--no-")}
     kind, human = base_type(action.type)
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
                            argparse.BooleanOptionalAction)) or action.nargs == 0:
@@ -166,10 +178,10 @@ for action in parser._actions:
         "name": name, "type": kind,
         "choices": [str(c) for c in action.choices] if action.choices is not None else None,
         "default": safe(action.default), "help": help_text or "",
-        "aliases": [s for s in action.option_strings if s != longs[0] and not s.startswith("--no-")],
+        "aliases": [s for s in action.option_strings if s != longs[0] and s not in negatives],
         "group": groups.get(id(action), ""), "human": human,
         "optional_value": action.nargs == "?",
-        "negatable": any(s.startswith("--no-") for s in action.option_strings),
+        "negatable": bool(negatives) or isinstance(action, argparse.BooleanOptionalAction),
     })
 sys.stdout.write("\n@MARK@" + json.dumps(out) + "\n")
 """
@@ -178,7 +190,8 @@ sys.stdout.write("\n@MARK@" + json.dumps(out) + "\n")
 @dataclass(frozen=True)
 class FlagSchema:
     """Flags by canonical name, with where they came from: "installed" (read now), "cache" (read
-    earlier from the same vLLM version) or "builtin" (vtui's 0.32 table: vLLM absent or unreadable)."""
+    earlier from the same vLLM version), "bundled" (vtui's table of the installed release, 0.33: its
+    parser unreadable) or "builtin" (vtui's default 0.32 table: no vLLM, the sim, or an older release)."""
 
     flags: Mapping[str, FlagSpec]
     vllm_version: str | None
@@ -187,7 +200,7 @@ class FlagSchema:
 
     def label(self) -> str:
         """One line for the editor and `vtui check`: which schema validates the flags."""
-        if self.source == "builtin":
+        if self.source in ("builtin", "bundled"):
             why = f": {self.error}" if self.error else ""
             return f"flags: vtui's bundled vLLM {self.vllm_version} schema{why}"
         return f"flags: installed vLLM {self.vllm_version} ({self.source})"
@@ -285,8 +298,13 @@ def _specs(items: list[dict]) -> Mapping[str, FlagSpec]:
     return MappingProxyType(specs)
 
 
-def _builtin(error: str | None) -> FlagSchema:
-    return FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin", error)
+def _builtin(error: str | None, version: str | None = None) -> FlagSchema:
+    """The bundled schema for an instance whose own parser was not read: its release's table when vtui
+    bundles one other than the default (`version`: the installed vLLM's), else the default 0.32 one."""
+    release = bundled_version(version)
+    if release == VLLM_VERSION:
+        return FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin", error)
+    return FlagSchema(bundled_flags(release), release, "bundled", f"vLLM {version} is installed; {error}")
 
 
 def installed_schema(
@@ -322,9 +340,9 @@ def installed_schema(
     try:
         items = _run(python, _DUMP_SCRIPT.replace("@MARK@", _MARK), timeout)
     except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
-        return _builtin(f"cannot read vLLM {version}'s serve parser: {exc}")
+        return _builtin(f"cannot read vLLM {version}'s serve parser: {exc}", version)
     if not isinstance(items, list) or not items:
-        return _builtin(f"vLLM {version}'s serve parser has no options")
+        return _builtin(f"vLLM {version}'s serve parser has no options", version)
     specs = _specs(items)
     atomic_write_text(
         cache,
@@ -374,9 +392,9 @@ def known_schema(engine: str, command: Sequence[str] | None) -> FlagSchema | Non
 
 def unknown_flags(flags: Mapping[str, object], schema: FlagSchema) -> list[tuple[str, str]]:
     """(flag, reason) for each flag the schema's vLLM would reject (unknown there, or a value it does not
-    take), checked with the same rules as the bundled schema; nothing for the bundled schema itself
-    (the layout loader already checked against it)."""
-    if schema.source == "builtin":
+    take), checked with the same rules as the bundled schema; nothing for the default bundled schema
+    itself (the layout loader already checked against it)."""
+    if schema.flags is BUILTIN_FLAGS:
         return []
     from vtui.core import flagspec
 
@@ -424,8 +442,8 @@ def layout_schemas(
 def union_table(schemas: Iterable[FlagSchema]) -> Mapping[str, FlagSpec] | None:
     """Every flag any of the schemas knows (the bundled ones first, an installed vLLM's spec winning):
     what the layout loader accepts before each instance is checked against its own vLLM. None when
-    every schema is the bundled one."""
-    installed = [s for s in schemas if s.source != "builtin"]
+    every schema is the default bundled one."""
+    installed = [s for s in schemas if s.flags is not BUILTIN_FLAGS]
     if not installed:
         return None
     merged: dict[str, FlagSpec] = dict(BUILTIN_FLAGS)
@@ -440,3 +458,34 @@ def layout_flags(
     """The flag table to load a layout with: every flag its instances' vLLMs know (None: the bundled
     schema). What loads a layout to start it (up, restart, the session supervisor) passes it on."""
     return union_table(layout_schemas(path, notify).values())
+
+
+@dataclass(frozen=True)
+class SaveCheck:
+    """What saving a layout checks its flags against: `flags`, the table to load it with (every flag its
+    instances' vLLMs know; None: the bundled 0.32 one); `problems`, "NAME: flags.X: why" for a flag an
+    instance's own vLLM would reject; `notes`, one line per vLLM instance checked against a bundled
+    schema instead of its vLLM's own (and why)."""
+
+    flags: Mapping[str, FlagSpec] | None
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def save_check(layout: Layout, notify: Callable[[str], None] | None = None) -> SaveCheck:
+    """The flag check of a layout about to be saved (the flag editor's save, `restart --save`): each
+    instance against the schema of the vLLM it runs (`schema_for`), as `vtui check` does. Blocking on a
+    version's first read (seconds): call it from a worker thread in the UI."""
+    schemas = {spec.name: schema_for(spec.engine, spec.command, notify) for spec in layout.instances}
+    problems = tuple(
+        f"{name}: flags.{flag}: {why}"
+        for spec in layout.instances
+        for flag, why in unknown_flags(spec.flags, schemas[spec.name])
+        for name in (spec.name,)
+    )
+    notes = tuple(
+        f"{spec.name}: {schemas[spec.name].label()}"
+        for spec in layout.instances
+        if spec.engine == "vllm" and schemas[spec.name].source in ("builtin", "bundled")
+    )
+    return SaveCheck(union_table(schemas.values()), problems, notes)

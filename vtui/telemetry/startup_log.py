@@ -1,7 +1,8 @@
 """Startup facts from a `vllm serve` log, for every vLLM generation: the V0 (0.4-0.7) memory profiling
 and "# GPU blocks" lines, the V1 "Available KV cache memory" / "KV cache size" / "Maximum concurrency"
 lines, timings, max model len, non-default args and the version banner; with or without the
-`(EngineCore… pid=…)` prefixes. `parse_startup(lines)` reads them: the UI at READY and after a failure,
+`(EngineCore… pid=…)` prefixes; 0.30-0.33 wrote the same lines (tests/telemetry/test_telemetry_v033.py).
+`parse_startup(lines)` reads them: the UI at READY and after a failure,
 `vtui diagnose`, and the planner's "from the log" budget (`StartupFacts.kv_memory_bytes`). The live
 STARTING phase is the supervisor's (core.phases, through core.instance), not this module's.
 """
@@ -131,9 +132,12 @@ _Rule = tuple[re.Pattern[str], tuple[tuple[str, Callable[[str], object], int], .
 _RULES: tuple[_Rule, ...] = tuple(
     (re.compile(p), groups)
     for p, groups in (
-        # version banner (0.11+ ASCII art), API server line (0.4-0.10), engine init line
+        # version banner (0.11+ ASCII art), API server line (0.4-0.10), the banner's plain form (0.30+:
+        # "vLLM server version V, serving model M" without the logo, vllm/entrypoints/common/startup.py in
+        # 0.33), engine init line
         (r"[▀▄█]\s+version\s+(\d[\w.+\-]*)", (("vllm_version", str, 3),)),
-        (r"vLLM API server version (\d[\w.+\-]*)", (("vllm_version", str, 3),)),
+        (r"vLLM (?:API )?server version (\d[\w.+\-]*)", (("vllm_version", str, 3),)),
+        (r"vLLM server version \S+, serving model (\S.*?)\s*$", (("model", str, 2),)),
         (r"LLM engine \(v(\d[\w.+\-]*)\)(?: with config| w?$)", (("vllm_version", str, 2),)),  # or cut short
         (r"[▀▄█]\s+model\s+(\S.*?)\s*$", (("model", str, 2),)),
         (r"with config: model='([^']*)'", (("model", str, 1),)),
@@ -268,7 +272,7 @@ _NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
 _KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
 _NS_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+(?:\([^)]*\))?)")
 _V0_CAPTURE = re.compile(r"Capturing the model for CUDA graphs")  # 0.4-0.5 wording, not in core.phases
-_NEW_RUN = re.compile(r"[▀▄█]\s+version\s+\d|vLLM API server version \d")
+_NEW_RUN = re.compile(r"[▀▄█]\s+version\s+\d|vLLM (?:API )?server version \d")
 
 
 def _literal(text: str) -> object:

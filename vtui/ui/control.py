@@ -20,6 +20,7 @@ from vtui.core.api import SupervisorApi
 from vtui.core.model import InstanceSpec
 from vtui.core.preflight import PreflightError
 from vtui.layouts import LayoutError, load_layout, save_layout
+from vtui.telemetry.flagschema import save_check
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen, spec_changes
 from vtui.ui.settings import UiSettings
@@ -171,10 +172,17 @@ class ControlMixin(App[int]):
         layout = replace(running, path=path)
         try:
             await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-            await asyncio.to_thread(save_layout, running, path)
+            # the flags are checked against each instance's own vLLM (the bundled schema without one)
+            check = await asyncio.to_thread(save_check, running)
+            if check.problems:
+                self.notify(f"not saved {path}: " + "; ".join(check.problems), severity="error", timeout=10)
+                return False
+            await asyncio.to_thread(save_layout, running, path, flags=check.flags)
         except (OSError, LayoutError) as exc:
             self.notify(f"could not save {path}: {exc}", severity="error", timeout=10)
             return False
+        if check.notes:
+            self.notify("saved; " + "; ".join(check.notes), timeout=6)
         self.post_message(LayoutSaved(layout, path))
         return True
 
