@@ -286,8 +286,8 @@ class Supervisor:
         if not self._adopted_once:
             await self.adopt()
         wanted = self._names(names)
-        attached = [self.instances[n] for n in wanted if isinstance(self.instances[n], Attached)]
-        await self._probe_attached([i for i in attached if not i.probed])  # starting one: watching it
+        unprobed = [i for n in wanted if isinstance(i := self.instances[n], Attached) and not i.probed]
+        await self._probe_attached(unprobed)  # starting an attached server: watching it
         todo = [
             n
             for n in wanted
