@@ -7,10 +7,7 @@ read back by the project's parser and by prometheus_client's."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,28 +17,9 @@ import tomli_w
 from vtui.service.client import ServiceClient
 from vtui.telemetry.promtext import parse_labels, parse_metrics
 
-from .conftest import SMALL_MODEL, free_port, healthy, ps_rows, sim_instance, vtui, wait_for
+from .conftest import free_port, healthy, ps_rows, sim_instance, vtui, wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def outside_sim() -> Iterator[int]:
-    """A `vtui sim` started by hand, as a user would: its port."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vtui", "sim", SMALL_MODEL, "--port", str(port), "--max-model-len", "4096"]
-        + ["--sim-startup-scale", "0"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: healthy(port), timeout=60, what="the outside sim answering /health")
-        yield port
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 def _layout(folder: Path, session: str, ext_port: int, metrics_port: int) -> Path:
