@@ -78,6 +78,9 @@ def test_an_attached_sim_is_watched_exported_and_never_stopped(
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert "attached server" in refused.stderr and "never starts, stops or restarts it" in refused.stderr
 
+    logs = vtui("logs", str(path), "ext")
+    assert logs.returncode != 0 and "its log is where it runs" in logs.stderr
+
     down = vtui("down", str(path))
     assert down.returncode == 0, down.stdout + down.stderr
     assert (
@@ -135,7 +138,7 @@ def check_exposition(text: str, states: dict[str, str]) -> None:
         "gone": "external",
     }
     held = {labels["instance"] for labels, v in labelled("vtui_instance_gpu_memory_bytes") if v > 0}
-    assert "a" in held  # the launched sim's simulated GPU memory, attributed to it
+    assert {"a", "ext"} <= held  # simulated GPU memory, attributed: ext by the pid listening on its port
     assert {labels["instance"] for labels, _ in snap.labelled("vllm:num_requests_running")} == {"a", "ext"}
 
     prometheus = pytest.importorskip("prometheus_client.parser")

@@ -61,6 +61,8 @@ class Attached(Instance):
         self.probed = False  # a first probe was made (before it: STOPPED, not settled)
         self._no_answer = 0
         self._bad_answers = 0
+        self._local: tuple[int, float] | None = None  # (pid, create time) of its listener on this machine
+        self._looked_at = -1e9  # when the listener was last searched for (a miss is retried after 30 s)
 
     def on_probe(self, probe: Probe) -> None:
         self.probed = True
@@ -91,6 +93,36 @@ class Attached(Instance):
         if self.state in (State.STOPPED, State.UNREACHABLE) or due:
             self.unhealthy_since = self.clock.time()
             self._set_state(State.UNHEALTHY, self.last_error)  # STOPPED/UNREACHABLE/READY -> UNHEALTHY
+
+    def local_pids(self, now: float) -> set[int]:
+        """The processes of the server when it runs on this machine (a loopback URL): its port's
+        listener and that one's descendants (EngineCore, workers), so GPU memory is attributed to it.
+        The listener is searched for once (psutil's socket table), then kept while it lives."""
+        import psutil
+
+        host = self.spec.host
+        if not (host in ("localhost", "::1") or host.startswith("127.")):
+            return set()
+        proc = None
+        if self._local is not None:
+            try:
+                proc = psutil.Process(self._local[0])
+                if proc.create_time() != self._local[1]:
+                    proc = None
+            except psutil.Error:
+                proc = None
+        if proc is None and now - self._looked_at >= 30.0:
+            self._looked_at = now
+            proc = _listener(self.spec.port)
+        if proc is None:
+            self._local = None
+            return set()
+        try:
+            self._local = (proc.pid, proc.create_time())
+            return {proc.pid, *(child.pid for child in proc.children(recursive=True))}
+        except psutil.Error:
+            self._local = None
+            return set()
 
     # -- nothing of it is vtui's to launch, stop, restart or put to sleep -------------------------------
     def begin_launch(self, spec: InstanceSpec | None = None) -> bool:
@@ -131,6 +163,23 @@ class Attached(Instance):
     @property
     def kv_allocated_or_done(self) -> bool:
         return True  # holds none of this machine's GPUs for vtui: never makes a launch wait
+
+
+def _listener(port: int) -> Any:
+    """The psutil.Process listening on TCP `port`, None when none is visible (another user's, no rights)."""
+    import psutil
+
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            try:
+                return psutil.Process(conn.pid)
+            except psutil.Error:
+                return None
+    return None
 
 
 class AttachedProber:

@@ -179,7 +179,10 @@ class Supervisor:
         return tuple(status_of(self.instances[s.name]) for s in self._layout.instances)
 
     def pids_of(self, name: str) -> set[int]:
-        handle = self.instances[name].handle
+        inst = self.instances[name]
+        if isinstance(inst, Attached):  # on this machine: its listener's tree (GPU memory per instance)
+            return inst.local_pids(self.clock.time()) if inst.state is not State.UNREACHABLE else set()
+        handle = inst.handle
         return set(self.launcher.tree(handle, thorough=False)) if handle is not None else set()
 
     def recent_lines(self, name: str) -> list[str]:
@@ -394,9 +397,9 @@ class Supervisor:
     def _pid_owners(self) -> dict[int, str]:
         owners: dict[int, str] = {}
         for name, inst in self.instances.items():
-            if inst.handle is not None:
+            if inst.handle is not None or isinstance(inst, Attached):
                 with contextlib.suppress(Exception):
-                    owners.update(dict.fromkeys(self.launcher.tree(inst.handle, thorough=False), name))
+                    owners.update(dict.fromkeys(self.pids_of(name), name))
         return owners
 
     async def _launch_now(self, inst: Instance) -> None:

@@ -553,6 +553,11 @@ class SessionService:
         inst = self.supervisor.instances.get(name)
         if inst is None:
             raise KeyError(f"no instance named {name} in session {self.session}")
+        if isinstance(inst, Attached):
+            raise _BadRequest(
+                400,
+                f"{name} is an attached server ({inst.spec.base_url}): its log is where it runs, vtui has none",
+            )
         n = int(query.get("n", 50))
         path = inst.log_path
         lines = await asyncio.to_thread(read_tail, path, n) if path is not None and path.exists() else []
