@@ -122,3 +122,31 @@ async def test_the_endpoint_serves_it_and_nothing_else() -> None:
     finally:
         await endpoint.stop()
     await asyncio.sleep(0)
+
+
+def test_a_real_vllm_payload_keeps_every_vllm_sample_per_instance() -> None:
+    """vLLM 0.32's own /metrics (tests/telemetry/fixtures/metrics_busy.txt), two instances of it: every
+    `vllm:` sample of the payload appears once per instance, with its labels, and nothing else of it."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    payload = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_busy.txt").read_text()
+
+    def samples(text: str) -> list[tuple[str, frozenset, float]]:
+        return sorted(
+            (s.name, frozenset(s.labels.items()), s.value)
+            for fam in parser.text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name.startswith("vllm:")
+        )
+
+    text = render([status("a", State.READY), status("b", State.READY)], {"a": payload, "b": payload})
+    original = samples(payload)
+    assert len(original) > 100
+    for name in ("a", "b"):
+        mine = [
+            (n, frozenset((k, v) for k, v in labels if k != "instance"), value)
+            for n, labels, value in samples(text)
+            if ("instance", name) in labels
+        ]
+        assert sorted(mine) == original
+    families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert len(families) == len(set(families))

@@ -365,7 +365,8 @@ class SessionService:
         gpu = self.last_gpu
         if not (gpu and gpu.get("available")) and any(st.spec.engine == "sim" for st in statuses):
             gpu = await asyncio.to_thread(self._simulated_gpus)
-        return render(statuses, texts, up=up, gpu=gpu)
+        # ~20 ms for 8 real payloads (benchmarks/bench_exporter.py): off the loop, on frozen snapshots
+        return await asyncio.to_thread(partial(render, statuses, texts, up=up, gpu=gpu))
 
     def _simulated_gpus(self) -> dict[str, Any] | None:
         """Without NVML: the simulated GPUs the layout's `vtui sim` instances hold memory on."""
