@@ -22,7 +22,7 @@ from .conftest import free_port, healthy, ps_rows, sim_instance, vtui, wait_for
 pytestmark = pytest.mark.timeout(180)
 
 
-def _layout(folder: Path, session: str, ext_port: int, metrics_port: int) -> Path:
+def _layout(folder: Path, session: str, ext_port: int, metrics_port: int) -> tuple[Path, dict]:
     data = {
         "session": {"name": session, "metrics_port": metrics_port},
         "instance": [
@@ -33,14 +33,14 @@ def _layout(folder: Path, session: str, ext_port: int, metrics_port: int) -> Pat
     }
     path = folder / "layout.toml"
     path.write_text("# attached servers beside a launched one\n" + tomli_w.dumps(data))
-    return path
+    return path, data
 
 
 def test_an_attached_sim_is_watched_exported_and_never_stopped(
     tmp_path: Path, session: str, outside_sim: int
 ) -> None:
     metrics_port = free_port()
-    path = _layout(tmp_path, session, outside_sim, metrics_port)
+    path, data = _layout(tmp_path, session, outside_sim, metrics_port)
     up = vtui("up", str(path))
     assert up.returncode == 1, up.stdout + up.stderr  # "gone" does not answer
     assert "ext: ready on http://127.0.0.1:" in up.stdout and "attached" in up.stdout
@@ -92,6 +92,20 @@ def test_an_attached_sim_is_watched_exported_and_never_stopped(
     time.sleep(1.5)  # a probe or two later: still watched, still READY
     rows = ps_rows(str(path))
     assert (rows["a"]["state"], rows["ext"]["state"]) == ("stopped", "ready")
+
+    # a new layout drops the attached servers and moves the endpoint: no trace of them is left
+    moved = free_port()
+    data["session"]["metrics_port"] = moved
+    data["instance"] = data["instance"][:1]
+    path.write_text(tomli_w.dumps(data))
+    again = vtui("up", str(path))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert set(ps_rows(str(path))) == {"a"}
+    text = httpx.get(f"http://127.0.0.1:{moved}/metrics", timeout=5, trust_env=False).text
+    assert 'instance="ext"' not in text and 'vtui_instance_state{instance="a",state="ready"} 1' in text
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5, trust_env=False)
+    assert vtui("down", str(path)).returncode == 0
 
 
 def check_exposition(text: str, states: dict[str, str]) -> None:

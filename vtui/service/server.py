@@ -271,6 +271,11 @@ class SessionService:
                         st.name, url, self._sample_sink(st.name), pool, interval=self.scrape_interval
                     )
                 self._scrapers[st.name] = (url, loop, self._spawn(loop.run()))
+        listed = {st.name for st in self.supervisor.status()}
+        for name in [n for n in self._scrapers if n not in listed]:  # a new layout dropped it (attached)
+            _, loop, task = self._scrapers.pop(name)
+            loop.stop()
+            task.cancel()
         for _, loop, _ in self._scrapers.values():
             loop.keep_text = self._exporter is not None  # the exporter reads the last payload
 
