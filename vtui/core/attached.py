@@ -228,8 +228,9 @@ def no_answer(exc: BaseException) -> str:
     for _ in range(4):
         if cause is None:
             break
-        if isinstance(cause, OSError) and cause.errno:
-            return f"{type(exc).__name__}: {os.strerror(cause.errno).lower()}"
+        if isinstance(cause, OSError) and cause.errno:  # a resolver's errno is negative: its own text
+            text = os.strerror(cause.errno) if cause.errno > 0 else (cause.strerror or str(cause))
+            return f"{type(exc).__name__}: {text.lower()}"
         cause = cause.__cause__ or cause.__context__
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
