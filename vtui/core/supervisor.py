@@ -748,7 +748,12 @@ class Supervisor:
     # -- attached servers ----------------------------------------------------------------------------
     async def _attached_loop(self) -> None:
         while True:
-            await self._probe_attached([i for i in self.instances.values() if isinstance(i, Attached)])
+            try:
+                await self._probe_attached([i for i in self.instances.values() if isinstance(i, Attached)])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep watching; say what went wrong
+                self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
             await self.clock.sleep(self.health_interval)
 
     async def _probe_attached(self, attached: list[Attached]) -> None:
