@@ -39,3 +39,13 @@ async def test_attached_server_offers_only_what_applies(app_factory, layout) -> 
             offered = {t for t, _, _ in palette_entries(app) if t.endswith(" gpu2")}
             assert allowed == ({"detail", "bench"} if state is State.READY else {"detail"}), state
             assert offered == {f"instance: {e.verb} gpu2" for e in INSTANCE_ACTIONS if e.action in allowed}
+
+
+def test_the_fleet_table_names_the_unreachable_state_within_its_column() -> None:
+    from vtui.ui.widgets.fleet import RowData, layout_columns, row_cells
+    from vtui.ui.widgets.palette import PLAIN
+
+    cols = layout_columns(200, 8)
+    cells = row_cells(RowData("gpu2", state=State.UNREACHABLE), cols, PLAIN, is_all=False)
+    state = next(cell for (col, _), cell in zip(cols, cells, strict=True) if col.key == "state")
+    assert "".join(text for text, _ in state).strip() == "NO ANSWER"
