@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "wake": "vtui.commands.wake",
     "check": "vtui.commands.check",
     "export": "vtui.commands.export",
+    "discover": "vtui.commands.discover",
     # engines and telemetry
     "sim": "vtui.sim.cli",
     "diagnose": "vtui.commands.diagnose",

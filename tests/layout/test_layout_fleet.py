@@ -1,6 +1,7 @@
 """The fleet keys (engine = "external" with url/api_key; replicas with router_port/replica_gpus): what the
 model makes of them, that saving keeps them, what `vtui check` says, and that the supervisor's preflight
-refuses them (not supervised yet) instead of launching something else."""
+refuses replicas (not supervised yet) instead of launching something else, and passes an attached server
+over (it is watched, never launched: tests/core/test_core_attached.py)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_saving_keeps_the_keys_and_the_reference(fleet_path: Path, tmp_path: Pat
     assert "fleet-s3cret" not in fleet_path.read_text()
 
 
-def test_check_lists_them_and_says_they_are_not_supervised_yet(fleet_path: Path) -> None:
+def test_check_lists_them_and_says_replicas_are_not_supervised_yet(fleet_path: Path) -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["check", str(fleet_path)])
@@ -94,13 +95,12 @@ def test_check_lists_them_and_says_they_are_not_supervised_yet(fleet_path: Path)
     assert "remote (external https://gpu2.lan:8443)" in text
     assert "small (vllm ×2 :8100-8101 gpus 0|1, router :9000)" in text
     assert "pinned (vllm ×2 :8200-8201 gpus 2,3|4,5)" in text
-    assert text.count("not supported yet by the supervisor") == 3
+    assert text.count("not supported yet by the supervisor") == 2
 
 
 def test_preflight_refuses_them_before_anything_starts(fleet_path: Path) -> None:
     layout = load_layout(fleet_path)
     result = preflight(layout, nvml=None, cpu_count=64)
-    assert len(result.problems) == 3
-    assert 'engine = "external"' in result.problems[0] and "not supported yet" in result.problems[0]
-    assert "replicas = 2" in result.problems[1]
-    assert preflight(layout, ["remote"], cpu_count=64).problems == [result.problems[0]]
+    assert len(result.problems) == 2
+    assert "replicas = 2" in result.problems[0] and "not supported yet" in result.problems[0]
+    assert preflight(layout, ["remote"], cpu_count=64).problems == []  # attached: nothing to launch

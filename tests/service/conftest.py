@@ -144,3 +144,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "c
             return value
         assert time.monotonic() < end, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+@pytest.fixture
+def outside_sim() -> Iterator[int]:
+    """A `vtui sim` started by hand, as a user would: its port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vtui", "sim", SMALL_MODEL, "--port", str(port), "--max-model-len", "4096"]
+        + ["--sim-startup-scale", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: healthy(port), timeout=60, what="the outside sim answering /health")
+        yield port
+    finally:
+        proc.kill()
+        proc.wait(10)

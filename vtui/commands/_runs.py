@@ -40,6 +40,7 @@ __all__ = [
     "load_session",
     "print_json",
     "progress_printer",
+    "refuse_attached",
     "row_of",
 ]
 
@@ -252,14 +253,31 @@ def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = No
         "last_error": instance.get("last_error"),
         "log_path": instance.get("log_path"),
         "flags": masked(dict(spec.get("flags") or {})),
+        "url": base_url_of(spec) if spec.get("engine") == "external" else None,  # an attached server
         "in_layout": instance.get("in_layout", True),
         "adopted": instance.get("adopted", False),
         "supervisor_pid": supervisor_pid,
     }
 
 
+def refuse_attached(session: Session, name: str, command: str, verb: str) -> bool:
+    """True (the refusal printed) when `name` is an attached server: vtui never starts, stops or
+    restarts one (`vtui restart`/`sleep`/`wake` exit 2 on it)."""
+    from vtui.core.attached import attached_refusal
+    from vtui.core.runstate import spec_from_dict
+
+    inst = next((i for i in session.status()["instances"] if i["name"] == name), None)
+    spec = (inst or {}).get("spec") or {}
+    if spec.get("engine") != "external":
+        return False
+    print(f"vtui {command}: {attached_refusal(spec_from_dict(spec), verb)}", file=sys.stderr)
+    return True
+
+
 def base_url_of(spec: dict[str, Any]) -> str:
     """`InstanceSpec.base_url` of a spec as the supervisor sends it."""
+    if spec.get("url"):
+        return str(spec["url"]).rstrip("/")
     host = spec.get("host") or "127.0.0.1"
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{spec.get('port')}"
 

@@ -1,7 +1,8 @@
 """`vtui down [LAYOUT] [NAME…] [--json]`: stop instances (SIGTERM, grace, SIGKILL of the group, sweep of
 orphans) through the session supervisor — including ones a previous vtui started and ones the layout
 no longer lists. Returns once no process of any of their trees is alive. Works from a running
-supervisor even when the layout file was moved, edited into an invalid state or deleted."""
+supervisor even when the layout file was moved, edited into an invalid state or deleted. Attached servers
+(engine = "external") are left running, and said so: vtui only watches them."""
 
 from __future__ import annotations
 
@@ -47,13 +48,24 @@ def run(args: argparse.Namespace) -> int:
         return 1
     stopped, leftovers = answer.get("stopped", []), answer.get("leftovers", [])
     notices = answer.get("notices", [])
+    attached = answer.get("attached") or {}  # name -> URL: watched, never stopped
     if args.json:
-        print_json({"session": session.name, "stopped": stopped, "leftovers": leftovers, "notices": notices})
+        print_json(
+            {
+                "session": session.name,
+                "stopped": stopped,
+                "leftovers": leftovers,
+                "notices": notices,
+                "left_running": attached,
+            }
+        )
     else:
         for text in notices:  # requests cut by the stop, trees that needed SIGKILL
             print(text)
         for name in stopped:
             print(f"{name}: stopped")
+        for name, url in attached.items():
+            print(f'{name}: left running (engine = "external", {url}: vtui watches it, never stops it)')
         if leftovers:
             print(f"vtui down: killed processes that outlived the stop: {leftovers}", file=sys.stderr)
         print(f"session {session.name}: {len(stopped)} instance(s) down")

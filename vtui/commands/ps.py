@@ -70,7 +70,7 @@ def table(rows: list[dict]) -> list[str]:
             ",".join(map(str, row["gpus"])) or "-",
             str(row["restarts"]),
             _duration(row["uptime_s"]) if row["uptime_s"] is not None else "-",
-            row["model"] or "-",
+            " ".join(filter(None, (row["model"], row.get("url") and f"@ {row['url']}"))) or "-",
         ]
         for row in rows
     ]

@@ -25,6 +25,7 @@ from vtui.commands._runs import (
     follow_feed,
     print_json,
     progress_printer,
+    refuse_attached,
     row_of,
 )
 from vtui.core.flagspec import FlagTable, canonical_name, parse_flag_value
@@ -146,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         print("vtui restart: name exactly one instance", file=sys.stderr)
         return 2
     name = session.names[0]
+    if refuse_attached(session, name, "restart", "restart"):
+        return 2
     running = next(i for i in session.status()["instances"] if i["name"] == name)
     if args.set_flags:
         # the instance's own vLLM's parser (read once per version, cached), the bundled one without it

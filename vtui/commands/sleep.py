@@ -2,14 +2,23 @@
 session supervisor (level 1: weights offloaded to CPU memory and the KV cache freed; level 2: both
 freed). The process stays up and keeps its port; `vtui wake NAME` brings it back. Needs
 `sleep_mode = true` on the instance (the engine must start with VLLM_SERVER_DEV_MODE=1) and a loopback
-bind. Exit codes: 0 done, 1 refused or failed (the reason printed), 2 bad arguments or layout."""
+bind. Exit codes: 0 done, 1 refused or failed (the reason printed), 2 bad arguments or layout, or an
+attached server (engine = "external": vtui only watches it)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from vtui.commands._runs import CommandError, ServiceError, ServiceUnavailable, connect, print_json, row_of
+from vtui.commands._runs import (
+    CommandError,
+    ServiceError,
+    ServiceUnavailable,
+    connect,
+    print_json,
+    refuse_attached,
+    row_of,
+)
 
 HELP = "put one instance to sleep (vLLM sleep mode: its GPU memory freed, the process kept)"
 
@@ -45,6 +54,8 @@ def sleep_or_wake(args: argparse.Namespace, verb: str) -> int:
         print(f"vtui {verb}: name exactly one instance", file=sys.stderr)
         return 2
     name = session.names[0]
+    if refuse_attached(session, name, verb, "put to sleep or wake"):
+        return 2
     body: dict = {"name": name}
     if verb == "sleep":
         body["level"] = args.level

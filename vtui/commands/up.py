@@ -108,7 +108,8 @@ def _report(session, states: dict[str, str], as_json: bool) -> int:
         if name not in states:
             continue
         if states[name] == "ready":
-            print(f"{name}: ready on {base_url_of(inst['spec'])} (pid {inst['pid']})")
+            who = f"pid {inst['pid']}" if inst.get("pid") else "attached: watched, never started by vtui"
+            print(f"{name}: ready on {base_url_of(inst['spec'])} ({who})")
         else:
             reason = inst.get("last_error") or "no error line found; see `vtui logs " + name + "`"
             print(f"{name}: {states[name]}: {reason}", file=sys.stderr)

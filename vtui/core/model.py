@@ -62,7 +62,7 @@ class InstanceSpec:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     start_stagger: float = 0.0  # extra seconds to wait before starting this instance
     # engine = "external": the server's base URL (host and port are taken from it) and the API key to
-    # send it (from a `${VAR}`; kept out of repr). Nothing is launched for it.
+    # send it (from a `${VAR}`; kept out of repr). Nothing is launched for it: it is watched (core.attached).
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     # replicas > 1: copies on `port`, `port + 1`, …, each on its own GPU set (`replica_gpus`, else `gpus`
@@ -93,12 +93,7 @@ class InstanceSpec:
 
     def not_supervised_yet(self) -> str | None:
         """Why this release's supervisor cannot run this instance (None: it can). The layout accepts
-        attached servers and replicas so that exports and checks see them; launching them comes later."""
-        if self.engine == "external":
-            return (
-                f'instance "{self.name}": engine = "external" ({self.url}) is not supported yet by the '
-                "supervisor (vtui check and vtui export read it; watching it comes in a later release)"
-            )
+        replicas so that exports and checks see them; launching them comes later."""
         if self.replicas > 1:
             return (
                 f'instance "{self.name}": replicas = {self.replicas} is not supported yet by the '
@@ -204,6 +199,10 @@ class SessionSpec:
     on_event: tuple[str, ...] | None = None  # command run with each event's JSON on stdin (core.notify)
     webhook: str | None = None  # URL each event's JSON is POSTed to (core.notify)
     on_event_cooldown: float | None = None  # seconds between two events of one kind and instance (None: 60)
+    metrics_port: int | None = (
+        None  # the session supervisor's aggregated Prometheus /metrics (service.exporter)
+    )
+    metrics_host: str = "127.0.0.1"  # where that endpoint binds
 
 
 # Where a layout value came from a `${VAR}` reference: (instance name, or "" for [defaults], key path such

@@ -115,11 +115,12 @@ def preflight(
     """Check starting `names` (default: all) while `running` instances of the layout keep running."""
     wanted = list(names) if names is not None else layout.names()
     live = set(running)
-    to_start = [s for s in layout.instances if s.name in wanted and s.name not in live]
+    launched = [s for s in layout.instances if s.engine != "external"]  # attached servers: only watched
+    to_start = [s for s in launched if s.name in wanted and s.name not in live]
     result = PreflightResult()
     if not to_start:
         return result
-    # attached servers and replicas: the layout takes them (check, export), this supervisor cannot run them
+    # replicas: the layout takes them (check, export), this supervisor cannot run them
     unsupported = [reason for spec in to_start if (reason := spec.not_supervised_yet())]
     if unsupported:
         return PreflightResult(problems=unsupported)
@@ -162,7 +163,7 @@ def preflight(
                         f'instance "{spec.name}": GPU {", ".join(map(str, missing))} '
                         f"not present (this machine has {have})"
                     )
-    active = [s for s in layout.instances if s.name in live] + to_start
+    active = [s for s in launched if s.name in live] + to_start
     if not layout.session.allow_gpu_sharing:
         result.problems.extend(_overlaps(active, {s.name for s in to_start}))
     unpinned = [s for s in active if not s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env]

@@ -16,6 +16,7 @@ class State(enum.Enum):
     FAILED = "failed"
     ASLEEP = "asleep"  # vLLM sleep mode: the process lives, its weights / KV cache memory is freed
     WAKING = "waking"  # /wake_up sent, not answered yet
+    UNREACHABLE = "unreachable"  # an attached server (engine = "external") whose URL does not answer
 
     @property
     def running(self) -> bool:
@@ -56,12 +57,17 @@ _PHASE_RANK: dict[Phase, int] = {phase: index for index, phase in enumerate(Phas
 
 # Allowed edges. Every state change goes through Instance._set_state, which checks this table.
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.STOPPED: frozenset({State.STARTING, State.READY}),  # READY: re-adopted a live process
+    # READY: re-adopted a live process, or an attached server's first /health answer; UNREACHABLE /
+    # UNHEALTHY: an attached server's first probe got no answer / a bad one
+    State.STOPPED: frozenset({State.STARTING, State.READY, State.UNREACHABLE, State.UNHEALTHY}),
     State.STARTING: frozenset({State.READY, State.CRASHED, State.STOPPING, State.FAILED}),
     # READY -> STOPPING: a stop, or the stuck watchdog (restart_stuck_after); READY -> ASLEEP: /sleep answered
-    State.READY: frozenset({State.UNHEALTHY, State.CRASHED, State.STOPPING, State.ASLEEP}),
+    # READY -> UNREACHABLE: an attached server stopped answering
+    State.READY: frozenset({State.UNHEALTHY, State.CRASHED, State.STOPPING, State.ASLEEP, State.UNREACHABLE}),
     # UNHEALTHY -> STOPPING: a stop, or the liveness restart (restart_unhealthy_after)
-    State.UNHEALTHY: frozenset({State.READY, State.CRASHED, State.STOPPING}),
+    State.UNHEALTHY: frozenset({State.READY, State.CRASHED, State.STOPPING, State.UNREACHABLE}),
+    # an attached server's URL answers again (READY, or UNHEALTHY: not 200); nothing of it is vtui's to stop
+    State.UNREACHABLE: frozenset({State.READY, State.UNHEALTHY}),
     # STOPPING -> CRASHED: a policy stop (liveness / stuck) ended; the restart policy follows
     State.STOPPING: frozenset({State.STOPPED, State.CRASHED}),
     State.ASLEEP: frozenset({State.WAKING, State.CRASHED, State.STOPPING}),

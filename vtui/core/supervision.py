@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vtui.core import paths
+from vtui.core.attached import attached_refusal
 from vtui.core.clock import Clock
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
@@ -119,6 +120,8 @@ def loopback(host: str) -> bool:
 def sleep_problem(spec: InstanceSpec) -> str | None:
     """Why `spec` cannot sleep (None: it can): sleep mode needs the layout's opt-in and a loopback bind,
     since VLLM_SERVER_DEV_MODE opens /sleep, /wake_up and other dev routes to whoever reaches the port."""
+    if spec.engine == "external":
+        return attached_refusal(spec, "put to sleep or wake")
     if not loopback(spec.host):
         return (
             f'instance "{spec.name}": sleep mode is allowed only on a loopback bind (host = "127.0.0.1"), '

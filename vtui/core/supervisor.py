@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vtui.core.api import Launcher
+from vtui.core.attached import Attached, AttachedProber, AttachedRefused, Probe, attached_refusal, is_attached
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event, LogLines, Notice, ProcessExited, StateChanged
 from vtui.core.instance import Instance, SpawnError
@@ -98,9 +99,11 @@ class Supervisor:
         self._sleeps: dict[str, asyncio.Task] = {}  # idle sleeps under way
         self._refusals: dict[str, list[str]] = {}  # launches the GPU memory check refused, by instance
         self.gpu_sample: Callable[[InstanceSpec], Any] | None = None  # test seam: the sample to check
+        self.prober = AttachedProber()  # attached servers' /health (the launcher's `probe` first, if any)
 
     def _new_instance(self, spec: InstanceSpec) -> Instance:
-        return Instance(
+        kind = Attached if is_attached(spec) else Instance
+        return kind(
             spec,
             clock=self.clock,
             emit=self._emit,
@@ -116,14 +119,17 @@ class Supervisor:
             raise ValueError(f"layout session {layout.session.name!r} is not {self.session!r}")
         for spec in layout.instances:
             inst = self.instances.get(spec.name)
-            if inst is None:
-                self.instances[spec.name] = self._new_instance(spec)
-            elif not inst.state.running and spec.name not in self._pending:
-                inst.spec = spec
+            idle = inst is not None and not inst.state.running and spec.name not in self._pending
+            other_kind = inst is not None and isinstance(inst, Attached) != is_attached(spec)
+            if inst is None or (other_kind and (isinstance(inst, Attached) or idle)):
+                self.instances[spec.name] = self._new_instance(spec)  # new, or it changed between kinds
+            elif isinstance(inst, Attached) or idle:
+                inst.spec = spec  # an attached server runs with no spec of vtui's: the new one at once
         kept = [
             self.instances[s.name].spec
             for s in self._layout.instances
             if s.name not in layout.names()
+            and not isinstance(self.instances[s.name], Attached)  # nothing of it to stop: dropped
             and (self.instances[s.name].state.running or s.name in self._pending)
         ]
         for spec in self._layout.instances:
@@ -174,7 +180,10 @@ class Supervisor:
         return tuple(status_of(self.instances[s.name]) for s in self._layout.instances)
 
     def pids_of(self, name: str) -> set[int]:
-        handle = self.instances[name].handle
+        inst = self.instances[name]
+        if isinstance(inst, Attached):  # on this machine: its listener's tree (GPU memory per instance)
+            return inst.local_pids(self.clock.time()) if inst.state is not State.UNREACHABLE else set()
+        handle = inst.handle
         return set(self.launcher.tree(handle, thorough=False)) if handle is not None else set()
 
     def recent_lines(self, name: str) -> list[str]:
@@ -285,7 +294,15 @@ class Supervisor:
         if not self._adopted_once:
             await self.adopt()
         wanted = self._names(names)
-        todo = [n for n in wanted if not self.instances[n].state.running and n not in self._pending]
+        unprobed = [i for n in wanted if isinstance(i := self.instances[n], Attached) and not i.probed]
+        await self._probe_attached(unprobed)  # starting an attached server: watching it
+        todo = [
+            n
+            for n in wanted
+            if not isinstance(self.instances[n], Attached)
+            and not self.instances[n].state.running
+            and n not in self._pending
+        ]
         if not todo:
             return
         if self.check_preflight:
@@ -386,9 +403,9 @@ class Supervisor:
     def _pid_owners(self) -> dict[int, str]:
         owners: dict[int, str] = {}
         for name, inst in self.instances.items():
-            if inst.handle is not None:
+            if inst.handle is not None or isinstance(inst, Attached):
                 with contextlib.suppress(Exception):
-                    owners.update(dict.fromkeys(self.launcher.tree(inst.handle, thorough=False), name))
+                    owners.update(dict.fromkeys(self.pids_of(name), name))
         return owners
 
     async def _launch_now(self, inst: Instance) -> None:
@@ -491,6 +508,9 @@ class Supervisor:
 
     async def _stop_one(self, name: str, grace: float | None = None) -> None:
         inst = self.instances[name]
+        if isinstance(inst, Attached):
+            self._notice(name, "info", f"{name}: {left_running(inst.spec)}")
+            return
         for tasks in (self._policy_stops, self._sleeps):
             task = tasks.pop(name, None)
             if task is not None:  # a watchdog restart or an idle sleep under way finishes first
@@ -525,7 +545,9 @@ class Supervisor:
 
     async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
         """Stop, then start again — with `spec` (new flags) when given. The spec that last reached
-        READY stays in `last_good_spec` for a rollback."""
+        READY stays in `last_good_spec` for a rollback. AttachedRefused for an attached server."""
+        if isinstance(self.instances.get(name), Attached):
+            raise AttachedRefused(attached_refusal(self.instances[name].spec, "restart"))
         await self.stop([name])
         inst = self.instances[name]
         if spec is not None:
@@ -540,7 +562,11 @@ class Supervisor:
             return
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
-        self._loops = [asyncio.create_task(self._tick_loop()), asyncio.create_task(self._health_loop())]
+        self._loops = [
+            asyncio.create_task(self._tick_loop()),
+            asyncio.create_task(self._health_loop()),
+            asyncio.create_task(self._attached_loop()),  # its own loop: a slow remote URL delays no probe
+        ]
 
     async def run(self) -> None:
         """Supervise (logs, health, restart policy) until `close()`."""
@@ -563,6 +589,8 @@ class Supervisor:
         for tailer in self._tailers.values():
             tailer.close()
         self._tailers.clear()
+        with contextlib.suppress(Exception):
+            await self.prober.aclose()
         aclose = getattr(self.launcher, "aclose", None)  # the launcher's health client
         if aclose is not None:
             with contextlib.suppress(Exception):
@@ -722,6 +750,40 @@ class Supervisor:
                             self._drain(inst.spec.name)  # the startup phases logged so far come first
                         inst.on_health(ok is True)
             await self.clock.sleep(self.health_interval)
+
+    # -- attached servers ----------------------------------------------------------------------------
+    async def _attached_loop(self) -> None:
+        while True:
+            try:
+                await self._probe_attached([i for i in self.instances.values() if isinstance(i, Attached)])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep watching; say what went wrong
+                self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
+            await self.clock.sleep(self.health_interval)
+
+    async def _probe_attached(self, attached: list[Attached]) -> None:
+        """One /health probe of each attached server, at once; its state follows (`Attached.on_probe`)."""
+        if not attached:
+            return
+        results = await asyncio.gather(*(self._probe(i.spec) for i in attached), return_exceptions=True)
+        for inst, result in zip(attached, results, strict=True):
+            if self.instances.get(inst.spec.name) is not inst:
+                continue  # dropped or replaced by a new layout meanwhile
+            if isinstance(result, BaseException):
+                result = Probe(None, f"probe failed: {result!r}")
+            inst.on_probe(result)
+
+    async def _probe(self, spec: InstanceSpec) -> Probe:
+        """The launcher's cheap probe where it has one for this URL, else httpx (`AttachedProber`)."""
+        fast = getattr(self.launcher, "probe", None)
+        result = await fast(spec) if fast is not None else None
+        return result if isinstance(result, Probe) else await self.prober.probe(spec)
+
+
+def left_running(spec: InstanceSpec) -> str:
+    """What a stop says of an attached server."""
+    return f'attached server (engine = "external", {spec.base_url}) left running: vtui never stops it'
 
 
 def _unlisted_spec(record: RunRecord) -> InstanceSpec:

@@ -113,7 +113,16 @@ def dump_layout(layout: Layout) -> str:
     session: dict[str, object] = {"name": layout.session.name}
     if layout.session.allow_gpu_sharing:
         session["allow_gpu_sharing"] = True
-    for key in ("gpu_hour_price", "gpu_memory_gib", "on_event", "webhook", "on_event_cooldown"):
+    if layout.session.metrics_host != "127.0.0.1":
+        session["metrics_host"] = layout.session.metrics_host
+    for key in (
+        "gpu_hour_price",
+        "gpu_memory_gib",
+        "on_event",
+        "webhook",
+        "on_event_cooldown",
+        "metrics_port",
+    ):
         if getattr(layout.session, key) is not None:
             value = getattr(layout.session, key)
             session[key] = list(value) if isinstance(value, tuple) else value

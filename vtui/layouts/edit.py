@@ -34,7 +34,14 @@ from vtui.layouts.rules import INSTANCE_KEYS
 __all__ = ["edit_text"]
 
 _MISSING = object()
-_SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib")
+_SESSION_KEYS = (
+    "name",
+    "allow_gpu_sharing",
+    "gpu_hour_price",
+    "gpu_memory_gib",
+    "metrics_port",
+    "metrics_host",
+)
 
 
 def edit_text(text: str, old: Layout, new: Layout) -> str | None:
@@ -137,7 +144,7 @@ def _session(doc: Any, old: Layout, new: Layout) -> None:
             doc["session"] = table
         table = doc["session"]
     for key, value in changes.items():
-        if value is None or (key == "allow_gpu_sharing" and value is False):
+        if value is None or (key, value) in (("allow_gpu_sharing", False), ("metrics_host", "127.0.0.1")):
             with contextlib.suppress(KeyError):
                 del table[key]
         else:

@@ -23,12 +23,15 @@ from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
 from vtui.layouts.rules import (
     DEFAULT_KEYS,
+    EXPORTER_KEYS,
     INSTANCE_KEYS,
     MAX_NAME,
     NOTIFY_KEYS,
     SESSION_KEYS,
     TOP_KEYS,
+    WILDCARD_HOSTS,
     Checker,
+    exporter_value,
     notify_value,
 )
 
@@ -184,10 +187,27 @@ def _build(data: Mapping[str, object], c: Checker, source: Path) -> Layout | Non
                 where = " (here or in [defaults])" if required == "model" else ""
                 c.problem(f"{key}.{required}", f"required{where}")
     c.cross_check(merged, allow_gpu_sharing=bool(session.allow_gpu_sharing) if session else False)
+    if session is not None and session.metrics_port is not None:
+        _metrics_port_free(c, session.metrics_port, merged)
     if c.problems or session is None:
         return None
     instances = tuple(_spec(fields) for fields in merged)
     return Layout(session=session, instances=instances, path=source, defaults=defaults, templates=c.templates)
+
+
+def _metrics_port_free(c: Checker, port: int, merged: list[dict[str, object]]) -> None:
+    """The session's /metrics port must not be one an instance (or its replicas, or router) listens on."""
+    for fields in merged:
+        if fields.get("engine") == "external":
+            continue
+        first, count = fields.get("port"), fields.get("replicas", 1)
+        taken = (
+            set(range(first, first + count)) if isinstance(first, int) and isinstance(count, int) else set()
+        )
+        if isinstance(fields.get("router_port"), int):
+            taken.add(fields["router_port"])  # type: ignore[arg-type]
+        if port in taken:
+            c.problem("session.metrics_port", f'{port} is also a port of instance "{fields.get("name")}"')
 
 
 def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
@@ -218,6 +238,13 @@ def _session(c: Checker, raw: object, default_name: str) -> SessionSpec | None:
             values[key], error = notify_value(key, value)
             if error:
                 c.problem(dotted, error)
+        elif key in EXPORTER_KEYS:
+            values[key], error = exporter_value(key, value)
+            if error:
+                c.problem(dotted, error)
+                values.pop(key)
+            elif key == "metrics_host" and value in WILDCARD_HOSTS:
+                c.warn(dotted, f"{value}: the session's /metrics is reachable from other machines")
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             values[key] = float(value)
         else:

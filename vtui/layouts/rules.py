@@ -18,7 +18,8 @@ from vtui.layouts.text import LineIndex, expand_vars, has_vars
 
 TOP_KEYS = ("session", "defaults", "instance")
 NOTIFY_KEYS = ("on_event", "webhook", "on_event_cooldown")  # core.notify: tell someone about events
-SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib", *NOTIFY_KEYS)
+EXPORTER_KEYS = ("metrics_port", "metrics_host")  # service.exporter: the session's Prometheus /metrics
+SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib", *NOTIFY_KEYS, *EXPORTER_KEYS)
 INSTANCE_KEYS = (
     "name",
     "model",
@@ -581,6 +582,23 @@ class Checker:
                 where,
                 f"{needed[1]} = {needed[0]}, but {len(gpus)} GPU(s) " + (f"per {per}" if per else "listed"),
             )
+
+
+def exporter_value(key: str, value: object) -> tuple[object, str | None]:
+    """`[session] metrics_port` / `metrics_host`'s value, or the problem with it (service.exporter)."""
+    if key == "metrics_port":
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+            return value, None
+        return (
+            None,
+            f"expected a TCP port 1-65535 for the session's Prometheus /metrics, e.g. 9400, got {q(value)}",
+        )
+    if isinstance(value, str) and (value in ("0.0.0.0", "::") or valid_host(value)):
+        return value, None
+    return (
+        None,
+        f'expected an IP address or a host name to bind /metrics to, like "127.0.0.1", got {q(value)}',
+    )
 
 
 def notify_value(key: str, value: object) -> tuple[object, str | None]:

@@ -6,7 +6,9 @@ per-instance cost is what matters.
   reads `/proc/PID/stat` once (the start time the first full psutil check verified, and the state)
   instead of building a psutil.Process five times a second per instance (~0.17 ms each).
 - `LeanScrapeLoop`: one `/metrics` poller per instance on the same client; parsing and windowing are
-  telemetry's (`parse_metrics`, `MetricsWindow`), as in `telemetry.scrape.ScrapeLoop`.
+  telemetry's (`parse_metrics`, `MetricsWindow`), as in `telemetry.scrape.ScrapeLoop`. With `keep_text`
+  the last payload stays for the session's exporter (`service.exporter`: nothing is scraped twice).
+- `LeanLauncher.probe`: an attached server's `/health` (plain http, no API key) on the same client.
 
 Plain-http URLs only; anything else falls back to the OS launcher's httpx probe.
 """
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vtui.bench.lean_http import LeanHTTPError, LeanPool
+from vtui.core.attached import Probe, no_answer
 from vtui.core.launcher import OsLauncher, ProcessHandle
 from vtui.core.model import InstanceSpec
 from vtui.telemetry.metrics import MetricsSample, MetricsWindow, parse_metrics
@@ -79,6 +82,21 @@ class LeanLauncher(OsLauncher):
             return False
         return response.status == 200
 
+    async def probe(self, spec: InstanceSpec) -> Probe | None:
+        """An attached server's /health on the lean client; None where it does not apply (https, an API
+        key to send): the supervisor's httpx prober takes those."""
+        url = f"{spec.base_url}/health"
+        pool = self.pool()
+        if spec.api_key or not pool.handles(url, "GET"):
+            return None
+        try:
+            response = await asyncio.wait_for(pool.request("GET", url), self.health_timeout)
+        except asyncio.TimeoutError:
+            return Probe(None, f"no answer within {self.health_timeout:g} s")
+        except (LeanHTTPError, OSError) as exc:
+            return Probe(None, no_answer(exc))
+        return Probe(response.status)
+
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None and self._pool_loop is asyncio.get_running_loop():
@@ -113,6 +131,8 @@ class LeanScrapeLoop:
         self.window = MetricsWindow(window_s)
         self.failures = 0
         self.last_error: str | None = None
+        self.keep_text = False  # keep the last payload in `last_text` (the session's exporter reads it)
+        self.last_text: str | None = None
         self._on_sample = on_sample
         self._pool = pool
         self._stopped = False
@@ -135,14 +155,16 @@ class LeanScrapeLoop:
         except (LeanHTTPError, OSError, asyncio.TimeoutError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__} from {self.url}"
+            self.last_text = None
             return None
         if response.status != 200:
             self.failures += 1
             self.last_error = f"HTTP {response.status} from {self.url}"
+            self.last_text = None
             return None
-        sample = self.window.update(
-            parse_metrics(response.body.decode("utf-8", "replace")), time.time(), self.instance
-        )
+        text = response.body.decode("utf-8", "replace")
+        self.last_text = text if self.keep_text else None
+        sample = self.window.update(parse_metrics(text), time.time(), self.instance)
         self.failures = 0
         self.last_error = None
         if not self._stopped:

@@ -22,6 +22,11 @@ samples per instance, the recent events, the startup facts and the flag history 
     GET  /feed                    NDJSON stream: hello (status), then events, statuses, samples
     POST /shutdown {stop}         end supervision (instances keep running unless stop)
 
+With `[session] metrics_port` it also serves the session's Prometheus `GET /metrics` on TCP
+(`service.exporter`, bound to `metrics_host`, 127.0.0.1 by default). Attached servers (engine =
+"external") are watched and scraped like the others, never started or stopped (`/stop` lists them under
+"attached"), and keep no supervisor alive on their own.
+
 Crash-only: everything it must not forget is on disk before it matters (run records are written ahead
 of each spawn), so `kill -9` loses nothing but the sample history. It exits by itself once no instance
 runs and no client has been connected for `idle_grace` seconds.
@@ -46,6 +51,7 @@ import h11
 
 from vtui.core import notify
 from vtui.core.atomic import atomic_write_text
+from vtui.core.attached import Attached
 from vtui.core.events import Event, Notice, PhaseChanged, ProcessExited, StateChanged
 from vtui.core.logfile import read_tail
 from vtui.core.model import Layout
@@ -56,6 +62,7 @@ from vtui.core.state import State
 from vtui.core.supervision import kill_marked
 from vtui.core.supervisor import SleepRefused, Supervisor
 from vtui.service import locations
+from vtui.service.exporter import MetricsEndpoint, render
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 from vtui.service.wire import encode_event, encode_facts, encode_gpu, encode_sample, encode_status
 
@@ -117,6 +124,7 @@ class SessionService:
         self._load_state()
         self.notifier: Notifier | None = Notifier.from_session(layout.session, log=log)
         self._troubled: set[str] = set()  # crashed or unhealthy since their last READY (-> recovered)
+        self._exporter: MetricsEndpoint | None = None  # [session] metrics_port
         self.supervisor.subscribe(self._on_event)
 
     # -- persisted context -------------------------------------------------------------------------
@@ -152,7 +160,7 @@ class SessionService:
         if new is State.CRASHED:
             kind = notify.CRASHED
             self._troubled.add(name)
-        elif new is State.UNHEALTHY:
+        elif new in (State.UNHEALTHY, State.UNREACHABLE):
             self._troubled.add(name)
         elif new is State.FAILED:
             budget = inst.spec.restart.max_restarts if inst is not None else 0
@@ -192,8 +200,8 @@ class SessionService:
         elif event.new in (State.CRASHED, State.FAILED) and history and history[-1]["outcome"] is None:
             history[-1]["outcome"] = event.new.value
             self._save_state()
-        elif event.new is State.READY and event.instance not in self.facts:  # adopted, nothing persisted
-            self._spawn(self._facts_from_log(event.instance))
+        elif event.new is State.READY and event.instance not in self.facts and not isinstance(inst, Attached):
+            self._spawn(self._facts_from_log(event.instance))  # adopted, nothing persisted
         self._sync_scrapers()
 
     def _remember_facts(self, name: str, lines: list[str]) -> None:
@@ -247,10 +255,29 @@ class SessionService:
                 del self._scrapers[st.name]
                 current = None
             if current is None and st.state in SCRAPE_STATES:
-                loop = LeanScrapeLoop(
-                    st.name, url, self._sample_sink(st.name), pool, interval=self.scrape_interval
-                )
+                loop: Any
+                if st.spec.api_key or not pool().handles(url + "/metrics", "GET"):
+                    from vtui.telemetry.scrape import ScrapeLoop  # https, a key: an attached server
+
+                    loop = ScrapeLoop(
+                        st.name,
+                        url,
+                        self._sample_sink(st.name),
+                        interval=self.scrape_interval,
+                        api_key=st.spec.api_key,
+                    )
+                else:
+                    loop = LeanScrapeLoop(
+                        st.name, url, self._sample_sink(st.name), pool, interval=self.scrape_interval
+                    )
                 self._scrapers[st.name] = (url, loop, self._spawn(loop.run()))
+        listed = {st.name for st in self.supervisor.status()}
+        for name in [n for n in self._scrapers if n not in listed]:  # a new layout dropped it (attached)
+            _, loop, task = self._scrapers.pop(name)
+            loop.stop()
+            task.cancel()
+        for _, loop, _ in self._scrapers.values():
+            loop.keep_text = self._exporter is not None  # the exporter reads the last payload
 
     def _sample_sink(self, name: str) -> Callable[[Any], None]:
         return lambda sample: self._on_sample(name, sample)
@@ -314,6 +341,52 @@ class SessionService:
                     for pid in self.supervisor.pids_of(st.name):
                         owners[pid] = st.name
         return owners
+
+    # -- the session's Prometheus endpoint ---------------------------------------------------------------
+    async def _configure_exporter(self) -> None:
+        """Serve `[session] metrics_port` on `metrics_host` (rebound when a new layout moves it, ended
+        when it drops it). A port that cannot be bound is said (log, a notice) and supervision goes on."""
+        session = self.supervisor.layout.session
+        where = (session.metrics_host, session.metrics_port) if session.metrics_port else None
+        current = self._exporter
+        if current is not None and (current.host, current.port) == where:
+            return
+        if current is not None:
+            await current.stop()
+            self._exporter = None
+        if where is not None:
+            endpoint = MetricsEndpoint(where[0], where[1], self._render_metrics)
+            try:
+                await endpoint.start()
+            except OSError as exc:
+                text = f"metrics_port {where[1]} on {where[0]}: cannot serve /metrics: {exc.strerror or exc}"
+                log(text)
+                self._on_event(Notice(None, "error", text))
+            else:
+                self._exporter = endpoint
+                log(f"serving the session's Prometheus metrics on http://{where[0]}:{where[1]}/metrics")
+        self._sync_scrapers()
+
+    async def _render_metrics(self) -> str:
+        statuses = self.supervisor.status()
+        texts: dict[str, str] = {}
+        up: dict[str, bool] = {}
+        for name, (_, loop, _) in self._scrapers.items():
+            up[name] = loop.last_text is not None  # kept on success, dropped on a failed scrape
+            if loop.last_text:
+                texts[name] = loop.last_text
+        gpu = self.last_gpu
+        if not (gpu and gpu.get("available")) and any(st.spec.engine == "sim" for st in statuses):
+            gpu = await asyncio.to_thread(self._simulated_gpus)
+        # ~20 ms for 8 real payloads (benchmarks/bench_exporter.py): off the loop, on frozen snapshots
+        return await asyncio.to_thread(partial(render, statuses, texts, up=up, gpu=gpu))
+
+    def _simulated_gpus(self) -> dict[str, Any] | None:
+        """Without NVML: the simulated GPUs the layout's `vtui sim` instances hold memory on."""
+        from vtui.sim.gpuview import simulated_sample
+
+        sample = simulated_sample(self.supervisor.layout, self._pid_owner())
+        return encode_gpu(sample) if sample is not None else None
 
     # -- requests ----------------------------------------------------------------------------------
     async def handle(self, method: str, target: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -434,11 +507,15 @@ class SessionService:
         self._file_names = set(layout.names())
         self.layout_path = str(layout.path) if layout.path else path
         self._write_registration()
+        await self._configure_exporter()
         self._broadcast_status()
         return {"ok": True, "layout_path": self.layout_path}
 
     async def _stop(self, names: list[str] | None, grace: float | None) -> dict[str, Any]:
-        wanted = names if names is not None else [st.name for st in self.supervisor.status()]
+        asked = names if names is not None else [st.name for st in self.supervisor.status()]
+        instances = self.supervisor.instances
+        attached = [n for n in asked if isinstance(instances.get(n), Attached)]  # watched, never stopped
+        wanted = [n for n in asked if n not in attached]
         notices: list[str] = []  # what the stop had to say (requests cut, SIGKILL needed), for the answer
 
         def collect(event: Event) -> None:
@@ -454,7 +531,8 @@ class SessionService:
         leftovers: list[int] = []
         for name in wanted:
             leftovers += await asyncio.to_thread(kill_marked, f"{self.session}/{name}")
-        return {"stopped": wanted, "leftovers": leftovers, "notices": notices}
+        urls = {n: instances[n].spec.base_url for n in attached}
+        return {"stopped": wanted, "leftovers": leftovers, "notices": notices, "attached": urls}
 
     def _refuse_unresolved(self, names: list[str]) -> None:
         from vtui.layouts import unresolved
@@ -489,6 +567,11 @@ class SessionService:
         inst = self.supervisor.instances.get(name)
         if inst is None:
             raise KeyError(f"no instance named {name} in session {self.session}")
+        if isinstance(inst, Attached):
+            raise _BadRequest(
+                400,
+                f"{name} is an attached server ({inst.spec.base_url}): its log is where it runs, vtui has none",
+            )
         n = int(query.get("n", 50))
         path = inst.log_path
         lines = await asyncio.to_thread(read_tail, path, n) if path is not None and path.exists() else []
@@ -602,9 +685,11 @@ class SessionService:
         atomic_write_text(locations.info_path(self.session), json.dumps(info), mode=0o600)
 
     def _busy(self) -> bool:
+        """Something of the session's own runs (an attached server alone keeps no supervisor up)."""
         sup = self.supervisor
         return bool(sup._pending) or any(
-            i.state.running or i.state is State.BACKOFF for i in sup.instances.values()
+            (i.state.running or i.state is State.BACKOFF) and not isinstance(i, Attached)
+            for i in sup.instances.values()
         )
 
     async def _idle_watch(self) -> None:
@@ -633,6 +718,7 @@ class SessionService:
             os.umask(old)
         os.chmod(self.socket_file, 0o600)
         self._write_registration()
+        await self._configure_exporter()
         watch = self._spawn(self._idle_watch())
         runner = self._spawn(self.supervisor.run())
         try:
@@ -655,6 +741,9 @@ class SessionService:
             loop.stop()
             task.cancel()
         self._scrapers.clear()
+        if self._exporter is not None:
+            await self._exporter.stop()
+            self._exporter = None
         if self._gpu_sampler is not None:
             await asyncio.to_thread(self._gpu_sampler.stop)
         await self.supervisor.close()

@@ -51,6 +51,8 @@ class ScrapeLoop:
         self.window = MetricsWindow(window_s)
         self.failures = 0  # consecutive
         self.last_error: str | None = None
+        self.keep_text = False  # keep the last payload in `last_text` (the session's exporter reads it)
+        self.last_text: str | None = None
         self.scrapes = 0  # attempts started: lets tests check nothing piles up
         self.in_flight = 0
         self._stop: asyncio.Event | None = None
@@ -115,6 +117,7 @@ class ScrapeLoop:
                 self._failed(f"HTTP {response.status_code} from {self.url}")
                 return None
             text = response.text
+            self.last_text = text if self.keep_text else None
         except asyncio.TimeoutError:
             self._failed(f"no answer from {self.url} within {self.timeout:g} s")
             return None
@@ -130,6 +133,7 @@ class ScrapeLoop:
         return sample
 
     def _failed(self, message: str) -> None:
+        self.last_text = None
         self.failures += 1
         self.last_error = message
         if self._on_error is not None:

@@ -80,7 +80,10 @@ class FakeSupervisor:
         if self._preflight and (problems := self._preflight(self._layout)):
             raise PreflightError(problems)
         for name in names:
-            if not self._status[name].state.running:
+            if self._status[name].spec.engine == "external":  # attached: watched, never launched
+                if self._status[name].state is State.STOPPED:
+                    self._set(name, State.READY, reason="answers /health")
+            elif not self._status[name].state.running:
                 await self._launch(name)
 
     async def wait_settled(
@@ -93,6 +96,8 @@ class FakeSupervisor:
         self.calls.append(("stop", tuple(names)))
         for name in names:
             st = self._status[name]
+            if st.spec.engine == "external":
+                continue  # attached: left running, as the real supervisor does
             if st.state.running:
                 self._set(name, State.STOPPING)
                 self._set(name, State.STOPPED, pid=None, started_at=None)

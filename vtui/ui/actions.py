@@ -28,25 +28,39 @@ def _always(view: InstanceView) -> bool:
     return True
 
 
+def _launched(view: InstanceView) -> bool:
+    """vtui launches it: not an attached server (engine = "external"), which vtui only watches — never
+    starts, stops or restarts — and whose flags and log are not vtui's."""
+    return view.spec is None or view.spec.engine != "external"
+
+
 INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
-    InstanceAction("start", "start", "launch it", lambda v: not v.state.running),
+    InstanceAction("start", "start", "launch it", lambda v: _launched(v) and not v.state.running),
     InstanceAction(
-        "stop", "stop", "stop its process group", lambda v: v.state.running or v.state == State.BACKOFF
+        "stop",
+        "stop",
+        "stop its process group",
+        lambda v: _launched(v) and (v.state.running or v.state == State.BACKOFF),
     ),
-    InstanceAction("restart", "restart", "graceful restart", lambda v: v.state != State.STOPPING),
     InstanceAction(
-        "rollback", "rollback", "restart with the last flags that reached READY", lambda v: v.can_rollback()
+        "restart", "restart", "graceful restart", lambda v: _launched(v) and v.state != State.STOPPING
+    ),
+    InstanceAction(
+        "rollback",
+        "rollback",
+        "restart with the last flags that reached READY",
+        lambda v: _launched(v) and v.can_rollback(),
     ),
     InstanceAction("detail", "details", "history, facts, diagnosis", _always),
-    InstanceAction("logs", "logs", "follow its log", _always),
-    InstanceAction("flags", "edit flags", "flag editor", _always),
+    InstanceAction("logs", "logs", "follow its log", _launched),
+    InstanceAction("flags", "edit flags", "flag editor", _launched),
     InstanceAction(
         "bench",
         "bench",
         "load-test it (live progress, plot; results kept in the flag history)",
         lambda v: v.state == State.READY,
     ),
-    InstanceAction("presets", "presets", "throughput-first (A) / latency-first (B)", _always),
+    InstanceAction("presets", "presets", "throughput-first (A) / latency-first (B)", _launched),
     InstanceAction(
         "sleep_toggle",
         "sleep/wake",

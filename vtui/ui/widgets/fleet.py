@@ -36,6 +36,7 @@ PHASE_SHORT = {
     Phase.API_UP: "api up",
 }
 STATE_ORDER = {s: i for i, s in enumerate(State)}
+STATE_LABEL = {State.UNREACHABLE: "NO ANSWER"}  # a state whose name is wider than the STATE column (9)
 TREND_EVERY_S = 3.0  # the trend column is recomputed at most this often (its rows repaint less)
 Cell = tuple[tuple[str, Style | None], ...]  # a column's parts: text, style (None: the row's)
 
@@ -281,7 +282,7 @@ def row_cells(row: RowData, columns: list[tuple[Column, int]], pal: Palette, is_
             if is_all:
                 text = row.state_label
             else:
-                text = row.state.name if row.state else fmt.DASH
+                text = STATE_LABEL.get(row.state, row.state.name) if row.state else fmt.DASH
                 style = pal.state(row.state) if row.state else None
         elif key == "phase":
             text = row.phase

@@ -49,6 +49,7 @@ class Palette:
             State.FAILED: self.bad + Style(bold=True, reverse=True),
             State.ASLEEP: self.muted + Style(italic=True),
             State.WAKING: self.warn + Style(italic=True),
+            State.UNREACHABLE: self.bad + Style(bold=True),
         }.get(state, Style())
 
 
