@@ -1,6 +1,6 @@
 """The fleet keys (engine = "external" with url/api_key; replicas with router_port/replica_gpus): what the
 model makes of them, that saving keeps them, what `vtui check` says, and that the supervisor's preflight
-refuses them (not supervised yet) instead of launching something else."""
+refuses an attached server (not supervised yet) and checks replicas as the copies they expand to."""
 
 from __future__ import annotations
 
@@ -94,13 +94,20 @@ def test_check_lists_them_and_says_they_are_not_supervised_yet(fleet_path: Path)
     assert "remote (external https://gpu2.lan:8443)" in text
     assert "small (vllm ×2 :8100-8101 gpus 0|1, router :9000)" in text
     assert "pinned (vllm ×2 :8200-8201 gpus 2,3|4,5)" in text
-    assert text.count("not supported yet by the supervisor") == 3
+    assert text.count("not supported yet by the supervisor") == 1  # the attached one; replicas run
 
 
 def test_preflight_refuses_them_before_anything_starts(fleet_path: Path) -> None:
     layout = load_layout(fleet_path)
     result = preflight(layout, nvml=None, cpu_count=64)
-    assert len(result.problems) == 3
     assert 'engine = "external"' in result.problems[0] and "not supported yet" in result.problems[0]
-    assert "replicas = 2" in result.problems[1]
+    assert len(result.problems) == 1
     assert preflight(layout, ["remote"], cpu_count=64).problems == [result.problems[0]]
+    # replicas: checked as the copies they run as (a port held by someone else is named per replica)
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 8101))
+        held.listen()
+        problems = preflight(layout, ["small"], nvml=None, cpu_count=64).problems
+    assert any('"small-1": port 8101 is already in use' in p for p in problems), problems

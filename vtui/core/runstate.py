@@ -44,6 +44,7 @@ def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
         "sleep_mode": spec.sleep_mode,
         "idle_sleep_after": spec.idle_sleep_after,
         "force_start": spec.force_start,
+        "group": spec.group,
     }
 
 
@@ -63,6 +64,7 @@ def spec_from_dict(data: dict[str, Any]) -> InstanceSpec:
         sleep_mode=bool(data.get("sleep_mode", False)),
         idle_sleep_after=float(data.get("idle_sleep_after", 0.0)),
         force_start=bool(data.get("force_start", False)),
+        group=data.get("group"),
     )
 
 

@@ -92,7 +92,8 @@ class SessionService:
         self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
-        self._file_names = set(layout.names())  # the layout file's instances (others: adopted leftovers)
+        # the layout file's instances, replica groups expanded (others: adopted leftovers)
+        self._file_names = set(self.supervisor.layout.names())
         self.socket_file = socket_file or locations.socket_path(self.session)
         self.state_file = locations.paths.state_dir() / f"{locations._safe(self.session)}.service.json"
         self.idle_grace = idle_grace
@@ -239,6 +240,8 @@ class SessionService:
         launcher = self.supervisor.launcher
         pool = launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool
         for st in self.supervisor.status():
+            if st.spec.engine == "router":  # its /metrics is one replica's (vllm_router_* are elsewhere)
+                continue
             url = st.spec.base_url
             current = self._scrapers.get(st.name)
             if current and (st.state not in SCRAPE_STATES or current[0] != url):
@@ -423,14 +426,18 @@ class SessionService:
         if self.notifier is not None:
             self.notifier.close(wait=0)
         self.notifier = Notifier.from_session(layout.session, log=log)
-        self._file_names = set(layout.names())
+        self._file_names = set(self.supervisor.resolve(layout.names()))
         self.layout_path = str(layout.path) if layout.path else path
         self._write_registration()
         self._broadcast_status()
         return {"ok": True, "layout_path": self.layout_path}
 
     async def _stop(self, names: list[str] | None, grace: float | None) -> dict[str, Any]:
-        wanted = names if names is not None else [st.name for st in self.supervisor.status()]
+        wanted = (
+            self.supervisor.resolve(names)
+            if names is not None
+            else [st.name for st in self.supervisor.status()]
+        )
         notices: list[str] = []  # what the stop had to say (requests cut, SIGKILL needed), for the answer
 
         def collect(event: Event) -> None:
@@ -451,7 +458,10 @@ class SessionService:
     def _refuse_unresolved(self, names: list[str]) -> None:
         from vtui.layouts import unresolved
 
-        missing = {n: v for n, v in unresolved(self.supervisor.layout).items() if n in names}
+        layout = self.supervisor.layout
+        # a replica's ${VAR}s are its group's entry's
+        asked = set(names) | {s.group for s in layout.instances if s.name in names and s.group}
+        missing = {n: v for n, v in unresolved(layout).items() if n in asked}
         if missing:
             problems = [
                 f"{name}: {', '.join('${' + v + '}' for v in found)} not set in the supervisor's environment "
