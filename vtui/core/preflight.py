@@ -134,9 +134,9 @@ def preflight(
         from vtui.core.replicas import router_installed
 
         if not router_installed():
-            groups = sorted({f'"{s.group}"' for s in to_start if s.engine == "router"})
+            routed = sorted({f'"{s.group}"' for s in to_start if s.engine == "router"})
             result.problems.append(
-                f"instance {', '.join(groups)}: replicas behind a router need vllm-router, not installed "
+                f"instance {', '.join(routed)}: replicas behind a router need vllm-router, not installed "
                 f"for {sys.executable}: pip install 'vtui[router]' (or vllm-router)"
             )
     for spec in to_start:
