@@ -255,6 +255,10 @@ def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = No
         "in_layout": instance.get("in_layout", True),
         "adopted": instance.get("adopted", False),
         "supervisor_pid": supervisor_pid,
+        # replicas = N: the entry it came from, "replica" or "router", and the replicas a router routes to
+        "group": instance.get("group"),
+        "role": instance.get("role"),
+        "workers": instance.get("workers"),
     }
 
 

@@ -168,6 +168,9 @@ class RouterHub:
         self._notify = notify  # (instance, level, text)
         self._stopping: set[str] = set()  # replicas whose stop asked the router to forget them
         self._locks: dict[str, asyncio.Lock] = {}
+        self.workers: dict[
+            str, tuple[str, ...]
+        ] = {}  # group -> the replicas its router routes to (last seen)
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
@@ -203,6 +206,8 @@ class RouterHub:
         router = self._router_of(found[0].group)
         if router is None or router[1] is not State.READY:
             return
+        known = self.workers.get(found[0].group, ())
+        self.workers[found[0].group] = tuple(n for n in known if n != name)
         try:
             httpx.post(
                 f"{router[0].base_url}/remove_worker",
@@ -237,6 +242,7 @@ class RouterHub:
         async with lock:
             router = self._router_of(group)
             if router is None or router[1] is not State.READY:
+                self.workers.pop(group, None)
                 return None
             spec = router[0]
             client = self._http()
@@ -266,6 +272,8 @@ class RouterHub:
                 except httpx.HTTPError as exc:
                     errors.append(f"/add_worker {want[url]}: {exc!r}")
             names = {_url(s): s.name for s, _ in self._specs().values()}
+            now_urls = (have - set(removed)) | {u for u, n in want.items() if n in added}
+            self.workers[group] = tuple(sorted(names.get(u, u) for u in now_urls))
             change = Change(
                 spec.name,
                 tuple(added),
@@ -275,18 +283,20 @@ class RouterHub:
             if change.added or change.removed:
                 parts = [f"+{', '.join(change.added)}" if change.added else ""]
                 parts.append(f"-{', '.join(change.removed)}" if change.removed else "")
-                now = sorted(set(want.values()))
+                now = ", ".join(self.workers[group]) or "none"
                 self._notify(
-                    spec.name,
-                    "info",
-                    f"{spec.name}: workers {' '.join(p for p in parts if p)} → {', '.join(now) or 'none'}",
+                    spec.name, "info", f"{spec.name}: workers {' '.join(p for p in parts if p)} → {now}"
                 )
             if change.error:
                 self._notify(spec.name, "warning", f"{spec.name}: {change.error}")
             return change
 
 
-def describe(spec: InstanceSpec) -> dict[str, Any]:
-    """A replica's or router's place in its group, for `vtui ps --json` (None fields: a plain instance)."""
-    role = "router" if spec.engine == "router" else ("replica" if spec.group else None)
-    return {"group": spec.group, "role": role}
+def describe(spec: InstanceSpec, hub: RouterHub) -> dict[str, Any]:
+    """A replica's or router's place in its group for the status clients get (`vtui ps --json`): its
+    group, its role, and a router's workers (the replicas it routes to); {} for a plain instance."""
+    if spec.group is None:
+        return {}
+    if spec.engine == "router":
+        return {"group": spec.group, "role": "router", "workers": list(hub.workers.get(spec.group, ()))}
+    return {"group": spec.group, "role": "replica"}

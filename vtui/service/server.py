@@ -51,6 +51,7 @@ from vtui.core.logfile import read_tail
 from vtui.core.model import Layout
 from vtui.core.notify import Notifier
 from vtui.core.preflight import PreflightError
+from vtui.core.replicas import describe
 from vtui.core.runstate import masked
 from vtui.core.state import State
 from vtui.core.supervision import kill_marked
@@ -229,7 +230,12 @@ class SessionService:
 
     def _statuses(self) -> list[dict[str, Any]]:
         return [
-            encode_status(st, in_layout=st.name in self._file_names, facts=self.facts.get(st.name))
+            encode_status(
+                st,
+                in_layout=st.name in self._file_names,
+                facts=self.facts.get(st.name),
+                **describe(st.spec, self.supervisor.routers),
+            )
             for st in self.supervisor.status()
         ]
 
