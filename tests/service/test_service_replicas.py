@@ -1,8 +1,9 @@
 """Replicas behind the real vllm-router (issue 17): `replicas = 2` of the sim start as two supervised
 copies on their own ports and simulated GPUs plus a vllm-router on router_port; requests through the
 router reach both (each replica's own request counter); a kill -9 of one leaves the router serving,
-vtui restarts it, and the router's membership follows (removed, then added again). Skipped only when
-vllm-router is not installed."""
+vtui restarts it, and the router's membership follows (removed, then added again); a new supervisor
+adopts the group as it runs; a replica's stop leaves the router first. Skipped only when vllm-router is
+not installed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from vtui.core.replicas import router_installed
 from vtui.telemetry.promtext import parse_metrics
 
-from .conftest import SMALL_MODEL, free_port, ps_rows, vtui, wait_for, write_layout
+from .conftest import SMALL_MODEL, free_port, ps_rows, supervisors, vtui, wait_for, write_layout
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -143,6 +144,27 @@ def test_two_sim_replicas_behind_vllm_router(tmp_path: Path, session: str) -> No
     assert any(w == urls for w in seen[gone:]), "the restarted replica was not added back"
     row = ps_rows(str(path))["chat-0"]
     assert row["restarts"] == 1
+    assert complete(router_port) == 200
+
+    # kill -9 of the supervisor: the next one adopts the group as it runs (GPUs chosen by the last one)
+    rows = ps_rows(str(path))
+    (old,) = supervisors(session)
+    old.kill()
+    old.wait(10)
+    again = ps_rows(str(path))
+    assert again["chat-0"]["supervisor_pid"] != old.pid
+    for name in rows:
+        assert (again[name]["pid"], again[name]["gpus"], again[name]["adopted"]) == (
+            rows[name]["pid"],
+            rows[name]["gpus"],
+            True,
+        )
+    wait_for(lambda: sorted(ps_rows(str(path))["chat-router"]["workers"]) == ["chat-0", "chat-1"], 15)
+
+    # a replica's stop: the router forgets it first (the drain's hook), the group serves on
+    stopped = vtui("down", str(path), "chat-1", timeout=60)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert workers(router_port) == {f"http://127.0.0.1:{port}"}
     assert complete(router_port) == 200
 
     down = vtui("down", str(path), timeout=60)

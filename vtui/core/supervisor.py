@@ -144,8 +144,15 @@ class Supervisor:
     def _expand(self, layout: Layout) -> Layout:
         """`replicas = N` entries as the instances run (`core.replicas.supervised`): the GPUs of a group
         that lists none are chosen by free memory; replicas already known keep theirs."""
-        keep = {n: i.spec for n, i in getattr(self, "instances", {}).items()}
         auto = [s for s in layout.instances if s.replicas > 1 and not s.gpus and not s.replica_gpus]
+        if not any(s.replicas > 1 for s in layout.instances):
+            return layout
+        keep: dict[str, InstanceSpec] = {}
+        if not getattr(self, "instances", None):  # a new supervisor: what the last one ran
+            for record in self.store.all(self.session):
+                with contextlib.suppress(Exception):
+                    keep[record.name] = spec_from_dict(record.spec)
+        keep.update({n: i.spec for n, i in getattr(self, "instances", {}).items()})
         free = self._free_memory(layout, auto[0]) if auto else None
         return supervised(layout, free_memory=free, keep=keep)
 
