@@ -248,6 +248,32 @@ KEYS = (
 )
 
 
+async def screenshot(layout: Path, router: str, out: Path, seconds: float = 8.0) -> None:
+    """The dashboard (headless, 230×20) on this session while 8 streams go through the router, saved
+    as SVG: the replicas' rows and the router's group row."""
+    from vtui.ui.app import make_app
+
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"model": MODEL, "prompt": "hello", "max_tokens": 256}
+        with httpx.Client(timeout=30, trust_env=False) as http:
+            while not stop.is_set():
+                http.post(f"{router}/v1/completions", json=body)
+
+    loaders = [threading.Thread(target=traffic, daemon=True) for _ in range(8)]
+    for t in loaders:
+        t.start()
+    app = make_app(layout, gpu_sampler=False)
+    try:
+        async with app.run_test(size=(230, 20)) as pilot:
+            await pilot.pause(seconds)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            app.save_screenshot(filename=out.name, path=str(out.parent))
+    finally:
+        stop.set()
+
+
 def summary(values: list[float | None]) -> dict:
     known = [v for v in values if v is not None]
     if not known:
@@ -269,6 +295,7 @@ def main() -> int:
     parser.add_argument("--max-num-seqs", type=int, default=16)
     parser.add_argument("--kills", type=int, default=5, help="kills idle, and as many busy")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_router.json")
+    parser.add_argument("--screenshot", type=Path, help="also save the dashboard under load as this SVG")
     args = parser.parse_args()
 
     state = tempfile.mkdtemp(prefix="vtui-bench-router-")
@@ -292,6 +319,8 @@ def main() -> int:
             time.sleep(0.1)
         direct = load(f"http://127.0.0.1:{port}", args.concurrency, args.duration)
         routed = load(router, args.concurrency, args.duration)
+        if args.screenshot:
+            asyncio.run(screenshot(path, router, args.screenshot))
         client = ServiceClient(session)
         kills = [
             one_kill(client, router, "chat-0", f"http://127.0.0.1:{port}", busy=bool(i % 2))

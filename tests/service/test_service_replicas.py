@@ -2,8 +2,8 @@
 copies on their own ports and simulated GPUs plus a vllm-router on router_port; requests through the
 router reach both (each replica's own request counter); a kill -9 of one leaves the router serving,
 vtui restarts it, and the router's membership follows (removed, then added again); a new supervisor
-adopts the group as it runs; a replica's stop leaves the router first. Skipped only when vllm-router is
-not installed."""
+adopts the group as it runs; a rolling restart of the group keeps the router serving; a replica's stop
+leaves the router first; the group's name stops it all. Skipped only when vllm-router is not installed."""
 
 from __future__ import annotations
 
@@ -161,12 +161,92 @@ def test_two_sim_replicas_behind_vllm_router(tmp_path: Path, session: str) -> No
         )
     wait_for(lambda: sorted(ps_rows(str(path))["chat-router"]["workers"]) == ["chat-0", "chat-1"], 15)
 
+    # a rolling restart of the group: one replica at a time, the router serving throughout
+    pids = {n: again[n]["pid"] for n in ("chat-0", "chat-1")}
+    codes: list[int] = []
+    stop.clear()
+
+    def load() -> None:
+        while not stop.is_set():
+            codes.append(complete(router_port))
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        rolled = vtui("restart", str(path), "chat", timeout=120)
+    finally:
+        stop.set()
+        loader.join()
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    after = ps_rows(str(path))
+    assert all(after[n]["pid"] != pids[n] and after[n]["state"] == "ready" for n in pids), after
+    assert after["chat-router"]["pid"] == rows["chat-router"]["pid"]  # the router itself stays
+    assert codes and set(codes) == {200}, codes
+    wait_for(lambda: workers(router_port) == urls, timeout=15, what="both replicas back in the router")
+
     # a replica's stop: the router forgets it first (the drain's hook), the group serves on
     stopped = vtui("down", str(path), "chat-1", timeout=60)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert workers(router_port) == {f"http://127.0.0.1:{port}"}
     assert complete(router_port) == 200
 
-    down = vtui("down", str(path), timeout=60)
+    down = vtui("down", str(path), "chat", timeout=60)  # the group's name: its replicas and router
     assert down.returncode == 0, down.stdout + down.stderr
     assert not any(ps_rows(str(path))[n]["pid"] for n in ("chat-0", "chat-1", "chat-router"))
+
+
+async def test_the_dashboard_shows_each_replica_and_the_group_row(tmp_path: Path, session: str) -> None:
+    """The real app on the session supervisor: a row per replica and the router's, which carries the
+    group's load (its replicas' sum) while requests go through the router."""
+    import asyncio
+
+    from vtui.core.state import State
+    from vtui.ui.app import make_app
+    from vtui.ui.textdump import screen_text
+    from vtui.ui.widgets.fleet import FleetTable
+
+    port, router_port = free_run(2), free_port()
+    path = write_layout(tmp_path, session, [group_entry("chat", port, router_port)])
+    up = await asyncio.to_thread(vtui, "up", str(path), timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    await asyncio.to_thread(
+        wait_for, lambda: len(workers(router_port)) == 2, 15, "both replicas added to the router"
+    )
+    names = ("chat-0", "chat-1", "chat-router")
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"model": SMALL_MODEL, "prompt": "hello", "max_tokens": 256}
+        with httpx.Client(timeout=30, trust_env=False) as http:
+            while not stop.is_set():
+                http.post(f"http://127.0.0.1:{router_port}/v1/completions", json=body)
+
+    loaders = [threading.Thread(target=traffic) for _ in range(6)]
+    app = make_app(path, gpu_sampler=False)
+    try:
+        async with app.run_test(size=(160, 24)) as pilot:
+            assert list(app.store.views)[:3] == list(names)  # the entry itself has no row
+            for t in loaders:
+                t.start()
+            table = app.screen.query_one(FleetTable)
+
+            def busy() -> bool:
+                rows = table._rows
+                return all(n in rows and rows[n].state is State.READY for n in names) and all(
+                    rows[n].running for n in ("chat-0", "chat-1")
+                )
+
+            end = asyncio.get_running_loop().time() + 30
+            while not busy():
+                assert asyncio.get_running_loop().time() < end, "no load seen on both replicas"
+                await pilot.pause(0.2)
+            rows = table._rows
+            group = rows["chat-router"]
+            assert group.aggregate and group.phase in ("2/2 up", "chat-0 hot", "chat-1 hot")
+            assert group.running == (rows["chat-0"].running or 0) + (rows["chat-1"].running or 0)
+            text = screen_text(app)
+            assert all(n in text for n in names), text
+    finally:
+        stop.set()
+        for t in loaders:
+            t.join(35)

@@ -49,4 +49,5 @@ def test_router_row_is_the_groups_all_row() -> None:
     assert router.ttft95 == pytest.approx(0.1 + 0.9 * 0.9)  # the merged histograms', not chat-1's 0.955
     assert (router.phase, router.phase_style) == ("chat-1 slow", "warn")  # 0.955 s vs a median of 0.525
     assert table._all is not None and table._all.running == 9.0  # replicas and solo, the router not again
+    assert table._all.state_label == "4/4 up"
     assert table._rows["chat-0"].running == 2.0 and not table._rows["chat-0"].aggregate

@@ -430,7 +430,9 @@ class FleetTable(Widget, can_focus=False):
             if spec is not None and spec.engine == "router" and spec.group:
                 group_row(row, spec.group, store, self._rows)
         rows = list(self._rows.values())
-        self._all = all_row([r for r in rows if not r.aggregate])
+        self._all = all_row([r for r in rows if not r.aggregate])  # a group's replicas count once
+        ready = sum(1 for r in rows if r.state in (State.READY, State.UNHEALTHY))
+        self._all.state_label = f"{ready}/{len(rows)} up"  # routers are instances too
         shown = [r for r in rows if self._matches(r)]
         if self.sort_key is not None:
             key = self.sort_key
