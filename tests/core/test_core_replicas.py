@@ -118,8 +118,11 @@ def test_the_router_should_route_to_ready_replicas_not_one_being_stopped() -> No
     hub = RouterHub(lambda: {s.name: (s, states[s.name]) for s in specs}, lambda *_: None)
     assert hub.groups() == ["chat"]
     assert hub.wanted("chat") == {"http://127.0.0.1:8100": "chat-0"}
-    states["chat-1"] = State.READY
+    states["chat-1"] = State.UNHEALTHY  # a missed /health: the router's own health check judges it
     assert set(hub.wanted("chat").values()) == {"chat-0", "chat-1"}
+    states["chat-1"] = State.CRASHED
+    assert set(hub.wanted("chat").values()) == {"chat-0"}
+    states["chat-1"] = State.READY
     states["chat-router"] = State.STOPPED  # no HTTP call to a router that is not READY
     hub.stop_routing("s/chat-0")
     assert set(hub.wanted("chat").values()) == {"chat-1"}

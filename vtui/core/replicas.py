@@ -4,8 +4,8 @@
 `port + 1`, …; each its own GPU set: `replica_gpus`, else `gpus` split in equal sets, else the GPUs with
 the most free memory that no other instance lists) plus `NAME-router`, the vllm-router on `router_port`
 (engine "router", run by `core.routerproc`). `RouterHub` keeps each router's workers equal to the READY
-replicas of its group through vllm-router's `/add_worker` and `/remove_worker`, and is the drain's
-`Router` hook (`stop_routing`: a replica about to stop is removed before its in-flight requests drain).
+(or UNHEALTHY) replicas of its group through vllm-router's `/add_worker` and `/remove_worker`, and is
+the drain's `Router` hook (`stop_routing`: a replica about to stop leaves before its requests drain).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ ROUTER_POLICY = "round_robin"  # every READY replica gets its turn; the load sho
 WORKER_STARTUP_TIMEOUT_S = 30  # /add_worker waits this long for the worker's /health (it is READY already)
 RECONCILE_EVERY_S = 5.0  # the membership is compared with the router's /list_workers this often
 ROUTER_TIMEOUT_S = 5.0
+ROUTED = (State.READY, State.UNHEALTHY)  # replica states its router routes to
 
 
 def router_installed() -> bool:
@@ -182,13 +183,14 @@ class RouterHub:
         return None
 
     def wanted(self, group: str) -> dict[str, str]:
-        """url -> replica name of the group's replicas that should get requests: READY, not stopping."""
+        """url -> replica name of the group's replicas that should get requests: READY, or UNHEALTHY (a
+        missed /health under load: the router's own health check judges that one), and not stopping."""
         return {
             _url(spec): spec.name
             for spec, state in self._specs().values()
             if spec.group == group
             and spec.engine != "router"
-            and state is State.READY
+            and state in ROUTED
             and spec.name not in self._stopping
         }
 
