@@ -128,3 +128,19 @@ def test_the_router_should_route_to_ready_replicas_not_one_being_stopped() -> No
     assert set(hub.wanted("chat").values()) == {"chat-1"}
     hub.started("chat-0")
     assert set(hub.wanted("chat").values()) == {"chat-0", "chat-1"}
+
+
+def test_check_says_when_vllm_router_is_missing(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    from vtui.cli import main
+
+    path = tmp_path / "l.toml"
+    path.write_text(
+        '[session]\nname = "s"\n[[instance]]\nname = "chat"\nmodel = "m"\nengine = "sim"\nport = 8100\n'
+        "replicas = 2\nrouter_port = 9000\n"
+    )
+    monkeypatch.setattr(replicas, "router_installed", lambda: False)
+    assert main(["check", str(path)]) == 0
+    assert "note: chat: replicas behind a router need vllm-router" in capsys.readouterr().out
+    monkeypatch.setattr(replicas, "router_installed", lambda: True)
+    assert main(["check", str(path)]) == 0
+    assert "need vllm-router" not in capsys.readouterr().out
