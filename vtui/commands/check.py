@@ -68,6 +68,15 @@ def run(args: argparse.Namespace) -> int:
         reason = spec.not_supervised_yet()
         if reason:
             print(f"note: {reason}")
+    routed = [s.name for s in layout.instances if s.replicas > 1 and s.router_port is not None]
+    if routed:
+        from vtui.core import replicas
+
+        if not replicas.router_installed():
+            print(
+                f"note: {', '.join(routed)}: replicas behind a router need vllm-router, not installed "
+                f"for {sys.executable}: pip install 'vtui[router]' (or vllm-router)"
+            )
     count = len(layout.instances)
     print(
         f'{path}: OK: session "{layout.session.name}", {count} instance{"s" if count != 1 else ""}: '

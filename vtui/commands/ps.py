@@ -70,7 +70,7 @@ def table(rows: list[dict]) -> list[str]:
             ",".join(map(str, row["gpus"])) or "-",
             str(row["restarts"]),
             _duration(row["uptime_s"]) if row["uptime_s"] is not None else "-",
-            " ".join(filter(None, (row["model"], row.get("url") and f"@ {row['url']}"))) or "-",
+            _model_cell(row),
         ]
         for row in rows
     ]
@@ -86,6 +86,14 @@ def table(rows: list[dict]) -> list[str]:
         if row["last_error"] and row["state"] not in ("ready", "starting"):
             out.append(f"{'':<{widths[0]}} └ {row['last_error']}")
     return out
+
+
+def _model_cell(row: dict) -> str:
+    """The model; a router's cell names the replicas it routes to."""
+    if row.get("role") == "router":
+        workers = row.get("workers") or []
+        return f"router → {', '.join(workers) if workers else 'no replica'}"
+    return " ".join(filter(None, (row["model"], row.get("url") and f"@ {row['url']}"))) or "-"
 
 
 def _duration(seconds: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -149,7 +150,14 @@ def run(args: argparse.Namespace) -> int:
     name = session.names[0]
     if refuse_attached(session, name, "restart", "restart"):
         return 2
-    running = next(i for i in session.status()["instances"] if i["name"] == name)
+    instances = session.status()["instances"]
+    group = [i["name"] for i in instances if i.get("group") == name and i.get("role") == "replica"]
+    if group and name not in {i["name"] for i in instances}:
+        if args.save:
+            print(f"vtui restart: --save takes one instance; {name} is a replica group", file=sys.stderr)
+            return 2
+        return _rolling(args, session, group)
+    running = next(i for i in instances if i["name"] == name)
     if args.set_flags:
         # the instance's own vLLM's parser (read once per version, cached), the bundled one without it
         from vtui.telemetry.flagschema import schema_for
@@ -206,6 +214,39 @@ def run(args: argparse.Namespace) -> int:
     if args.save:
         return _save(Path(layout_path) if layout_path else None, name, inst["spec"]["flags"])
     return 0
+
+
+def _rolling(args: argparse.Namespace, session: Any, replicas: list[str]) -> int:
+    """A replica group, one replica at a time (the router serves on the others): each restarted with the
+    flags given, READY and back in its router before the next; stops at the first that is not."""
+    words = list(args.words[:-1])  # the layout, when one was named
+    for replica in replicas:
+        code = run(argparse.Namespace(**{**vars(args), "words": [*words, replica]}))
+        if code:
+            print(
+                f"vtui restart: {replica} did not come back; the rest of its group left as it is",
+                file=sys.stderr,
+            )
+            return code
+        if not _routed_again(session, replica):
+            print(f"vtui restart: {replica} is READY but its router has not taken it back", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _routed_again(session: Any, replica: str, timeout: float = 30.0) -> bool:
+    """Until the replica's router routes to it again (its workers, as the supervisor reports them); True
+    at once when the group has no router running."""
+    end = time.monotonic() + timeout
+    while True:
+        rows = session.status(refresh=True)["instances"]
+        group = next((i.get("group") for i in rows if i["name"] == replica), None)
+        router = next((i for i in rows if i.get("group") == group and i.get("role") == "router"), None)
+        if router is None or router["state"] != "ready" or replica in (router.get("workers") or []):
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.1)
 
 
 def _only(name: str, show):

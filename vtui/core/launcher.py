@@ -62,7 +62,11 @@ class ProcessHandle:
     load_endpoint: bool = False  # its /load counts requests in flight (see core.drain)
 
     def serves(self, spec: InstanceSpec) -> None:
-        """Set what the drain before a stop asks (an adopted handle learns it from the layout's spec)."""
+        """Set what the drain before a stop asks (an adopted handle learns it from the layout's spec).
+        A router is not drained: its replicas are (their requests are the ones in flight)."""
+        if spec.engine == "router":
+            self.base_url = None
+            return
         self.base_url = spec.base_url
         self.load_endpoint = spec.engine == "sim" or spec.flags.get("enable-server-load-tracking") is True
 
@@ -177,7 +181,7 @@ class OsLauncher:
         router: Router | None = None,
     ) -> None:
         self.grace = grace
-        self.router = router  # the hook a router fronting the instances will fill (core.drain)
+        self.router = router  # told to route nothing new to an instance before it stops (core.drain)
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.health_timeout = health_timeout
@@ -414,7 +418,7 @@ class OsLauncher:
         client per event loop, kept: a new client per probe loads the CA bundle each time (10-100 ms of
         loop CPU per instance per second), and keep-alive spares a connect per probe."""
         try:
-            response = await self._health_client().get(f"{spec.base_url}/health")
+            response = await self._health_client().get(spec.health_url)
             return response.status_code == 200
         except (httpx.HTTPError, OSError):
             return False
@@ -441,9 +445,7 @@ class OsLauncher:
 
     def health_sync(self, spec: InstanceSpec) -> bool:
         try:
-            response = httpx.get(
-                f"{spec.base_url}/health", timeout=self.health_timeout, trust_env=False, verify=False
-            )
+            response = httpx.get(spec.health_url, timeout=self.health_timeout, trust_env=False, verify=False)
             return response.status_code == 200
         except (httpx.HTTPError, OSError):
             return False

@@ -17,7 +17,9 @@ from typing import Literal
 
 FlagValue = bool | int | float | str | list  # list: a flag taking several values (`--api-key a b`)
 RestartMode = Literal["never", "on-failure", "always"]
-Engine = Literal["vllm", "sim", "external"]  # external: a server vtui did not start (url)
+# external: a server vtui did not start (url); router: the vllm-router a `replicas = N` entry is fronted by
+# (made by `core.replicas`, never written in a layout)
+Engine = Literal["vllm", "sim", "external", "router"]
 
 # Flags whose value must never appear on a command line (readable by every local user in `ps`).
 SECRET_FLAGS: Mapping[str, str] = MappingProxyType({"api-key": "VLLM_API_KEY"})
@@ -66,11 +68,12 @@ class InstanceSpec:
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     # replicas > 1: copies on `port`, `port + 1`, …, each on its own GPU set (`replica_gpus`, else `gpus`
-    # split in order), fronted by a router on `router_port`. Schema only: the supervisor refuses them
-    # (`not_supervised_yet`) until a release launches them.
+    # split in order, else chosen by free memory), fronted by vllm-router on `router_port`. The supervisor
+    # runs the expansion `core.replicas.supervised` makes of it: NAME-0 … NAME-(N-1) and NAME-router.
     replicas: int = 1
     router_port: int | None = None
     replica_gpus: tuple[tuple[int, ...], ...] = ()
+    group: str | None = None  # a replica's or router's [[instance]] entry (the NAME of NAME-0, NAME-router)
     sleep_mode: bool = False  # vLLM sleep mode: VLLM_SERVER_DEV_MODE=1 (+ --enable-sleep-mode on GPUs)
     idle_sleep_after: float = 0.0  # no request running or waiting this long -> sleep level 1; 0: never
     force_start: bool = False  # start even when the GPUs' free memory is short (preflight warns only)
@@ -91,15 +94,16 @@ class InstanceSpec:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def health_url(self) -> str:
+        """What READY means: /health answers 200. vllm-router's /health is 503 while one worker is
+        unhealthy (a replica restarting is no reason to restart the router): its /liveness."""
+        return f"{self.base_url}/liveness" if self.engine == "router" else f"{self.base_url}/health"
+
     def not_supervised_yet(self) -> str | None:
-        """Why this release's supervisor cannot run this instance (None: it can). The layout accepts
-        replicas so that exports and checks see them; launching them comes later."""
-        if self.replicas > 1:
-            return (
-                f'instance "{self.name}": replicas = {self.replicas} is not supported yet by the '
-                "supervisor (vtui check and vtui export read it; launching replicas comes in a later "
-                "release); use one [[instance]] per copy for now"
-            )
+        """Why this release's supervisor cannot run this instance (None: it can): the hook for a layout
+        key accepted before the supervisor runs it. Every engine (attached servers too) and replicas
+        are supervised now."""
         return None
 
     def replica_gpu_sets(self) -> tuple[tuple[int, ...], ...]:
@@ -110,9 +114,10 @@ class InstanceSpec:
         per = len(self.gpus) // self.replicas if self.gpus else 0
         return tuple(self.gpus[i * per : (i + 1) * per] for i in range(self.replicas))
 
-    def replica_specs(self) -> tuple[InstanceSpec, ...]:
+    def replica_specs(self, sets: tuple[tuple[int, ...], ...] = ()) -> tuple[InstanceSpec, ...]:
         """The copies `replicas = N` stands for: `NAME-0` on `port` … `NAME-(N-1)` on `port + N - 1`,
-        each one plain instance (replicas = 1) with its own GPU set. One replica: the spec itself."""
+        each one plain instance (replicas = 1) with its own GPU set (`sets` when given, else
+        `replica_gpu_sets`). One replica: the spec itself."""
         if self.replicas <= 1:
             return (self,)
         return tuple(
@@ -124,8 +129,9 @@ class InstanceSpec:
                 replicas=1,
                 router_port=None,
                 replica_gpus=(),
+                group=self.name,
             )
-            for i, gpus in enumerate(self.replica_gpu_sets())
+            for i, gpus in enumerate(sets or self.replica_gpu_sets())
         )
 
     def with_flags(
@@ -144,11 +150,15 @@ class InstanceSpec:
             return [os.path.expanduser(os.path.expandvars(part)) for part in self.command]
         if self.engine == "sim":
             return [sys.executable, "-m", "vtui.sim"]
+        if self.engine == "router":
+            return [sys.executable, "-m", "vtui.core.routerproc"]
         return ["vllm", "serve"]
 
     def argv(self) -> list[str]:
-        """The full command line. Secret flags (api-key) are left out: see `process_env`."""
-        args = [*self.executable(), self.model, "--host", self.host, "--port", str(self.port)]
+        """The full command line. Secret flags (api-key) are left out: see `process_env`. A router takes
+        no model: its flags are vllm-router's."""
+        model = [] if self.engine == "router" else [self.model]
+        args = [*self.executable(), *model, "--host", self.host, "--port", str(self.port)]
         for name, value in self.flags.items():
             if name in SECRET_FLAGS or name in ("host", "port", "model"):
                 continue

@@ -13,6 +13,7 @@ import errno
 import math
 import os
 import socket
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -114,16 +115,31 @@ def preflight(
 ) -> PreflightResult:
     """Check starting `names` (default: all) while `running` instances of the layout keep running."""
     wanted = list(names) if names is not None else layout.names()
+    if any(s.replicas > 1 for s in layout.instances):  # as the supervisor runs them (core.replicas)
+        from vtui.core.replicas import supervised
+
+        groups = {s.name for s in layout.instances if s.replicas > 1}
+        layout = supervised(layout)
+        wanted = [s.name for s in layout.instances if s.name in wanted or s.group in groups & set(wanted)]
     live = set(running)
     launched = [s for s in layout.instances if s.engine != "external"]  # attached servers: only watched
     to_start = [s for s in launched if s.name in wanted and s.name not in live]
     result = PreflightResult()
     if not to_start:
         return result
-    # replicas: the layout takes them (check, export), this supervisor cannot run them
+    # what the layout takes (check, export) before this supervisor runs it (none today)
     unsupported = [reason for spec in to_start if (reason := spec.not_supervised_yet())]
     if unsupported:
         return PreflightResult(problems=unsupported)
+    if any(spec.engine == "router" for spec in to_start):
+        from vtui.core.replicas import router_installed
+
+        if not router_installed():
+            routed = sorted({f'"{s.group}"' for s in to_start if s.engine == "router"})
+            result.problems.append(
+                f"instance {', '.join(routed)}: replicas behind a router need vllm-router, not installed "
+                f"for {sys.executable}: pip install 'vtui[router]' (or vllm-router)"
+            )
     for spec in to_start:
         host = "0.0.0.0" if spec.host in ("", "0.0.0.0") else spec.host
         if port_in_use(host, spec.port):
@@ -166,7 +182,9 @@ def preflight(
     active = [s for s in launched if s.name in live] + to_start
     if not layout.session.allow_gpu_sharing:
         result.problems.extend(_overlaps(active, {s.name for s in to_start}))
-    unpinned = [s for s in active if not s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env]
+    unpinned = [
+        s for s in active if not s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env and s.engine != "router"
+    ]
     if (
         len(unpinned) >= 2
         and any(s in to_start for s in unpinned)

@@ -45,6 +45,7 @@ def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
         "idle_sleep_after": spec.idle_sleep_after,
         "force_start": spec.force_start,
         **({"url": spec.url} if spec.url else {}),  # an attached server's (its api_key stays home)
+        "group": spec.group,
     }
 
 
@@ -65,6 +66,7 @@ def spec_from_dict(data: dict[str, Any]) -> InstanceSpec:
         idle_sleep_after=float(data.get("idle_sleep_after", 0.0)),
         force_start=bool(data.get("force_start", False)),
         url=data.get("url"),
+        group=data.get("group"),
     )
 
 

@@ -168,7 +168,10 @@ async def asleep_level(base_url: str, timeout: float = 3.0) -> int | None:
 
 def gpus_used(spec: InstanceSpec) -> set[str]:
     """The GPUs an instance lands on, for start ordering: its `gpus`, else the CUDA_VISIBLE_DEVICES its
-    env sets, else GPU 0 — vLLM and the sim both take the first visible GPU when nothing pins them."""
+    env sets, else GPU 0 — vLLM and the sim both take the first visible GPU when nothing pins them. A
+    router holds none."""
+    if spec.engine == "router":
+        return set()
     if spec.gpus:
         return {str(g) for g in spec.gpus}
     if "CUDA_VISIBLE_DEVICES" in spec.env:

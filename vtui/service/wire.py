@@ -137,6 +137,12 @@ def decode_sample(data: dict[str, Any]) -> MetricsSample:
     for name in _PERCENTILE_FIELDS:
         if isinstance(values.get(name), dict):
             values[name] = Percentiles(**values[name])
+    if isinstance(values.get("windowed"), dict):
+        values["windowed"] = {
+            role: (tuple(pair[0]), tuple(pair[1]))
+            for role, pair in values["windowed"].items()
+            if len(pair) == 2
+        }
     return MetricsSample(**values)
 
 

@@ -31,12 +31,14 @@ __all__ = [
 ]
 
 _EMPTY: Mapping[str, float] = MappingProxyType({})
+_NO_WINDOWS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = MappingProxyType({})
 
 # Prefix-cache counters, the newest name first. Each half is read on its own: a payload mid-rename (0.10)
 # can hold the new name of one and the old name of the other.
 _PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
 _PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 _TOKEN_LABELS = ("kv_cache_size_tokens", "num_gpu_tokens", "kv_cache_tokens")
+WINDOWED = ("ttft", "itl")  # the histograms a sample carries for merging (the fleet table's percentiles)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,11 @@ class MetricsSample:
     # per engine, in engine order, when more than one reports (the totals above are their sum; kv_usage
     # their mean): a rank that lags or fills up shows here while the sum looks fine
     ranks: tuple[RankSample, ...] = ()
+    # the window's TTFT and ITL histograms (role -> finite bucket bounds, cumulative counts ending with
+    # +Inf's), so replicas' percentiles can be merged (`telemetry.fleet`) rather than averaged
+    windowed: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        default_factory=lambda: _NO_WINDOWS
+    )
 
 
 @dataclass(frozen=True)
@@ -268,11 +275,14 @@ class MetricsWindow:
         base = points[0] if points else None
 
         percentiles: dict[str, Percentiles] = {}
+        windowed: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
         for role in HISTOGRAM_ROLES:
             hist = point.histograms.get(role)
             if hist is not None and base is not None and role in base.histograms:
                 hist = hist.minus(base.histograms[role])
             percentiles[role] = Percentiles.of(hist)
+            if role in WINDOWED and hist is not None and hist.observations > 0:
+                windowed[role] = (hist.bounds[:-1], hist.counts)
 
         success, abort, error = _finished_rates(point, prev)
         capacity, block_size = _kv_capacity(snap)
@@ -307,6 +317,7 @@ class MetricsWindow:
             vllm_names=snap.vllm_names,
             engines=len(engines) if engines else None,
             ranks=_ranks(snap, point, prev),
+            windowed=MappingProxyType(windowed) if windowed else _NO_WINDOWS,
         )
         points.append(point)
         return sample

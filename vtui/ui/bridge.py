@@ -206,6 +206,8 @@ class Bridge:
         if not self._scrape_factory or self._feed is not None:
             return
         for st in statuses:
+            if st.spec.engine == "router":  # its /metrics is one replica's; its row sums its replicas
+                continue
             url = st.spec.base_url
             current = self._scrapers.get(st.name)
             if current and (st.state not in SCRAPE_STATES or current[0] != url):

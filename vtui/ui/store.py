@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.replicas import supervised
 from vtui.core.state import State
 from vtui.core.supervision import InstanceStatus
 from vtui.planner import ModelConfig
@@ -88,12 +89,14 @@ class Store:
         self.layout = layout
         self.saved_layout = layout
         self.path = layout.path  # where the layout was loaded from / last saved to
-        self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in layout.instances}
+        # the instances as supervised: a `replicas = N` entry is NAME-0 … and NAME-router (core.replicas)
+        run = supervised(layout, port_for_metrics=lambda: 0).instances
+        self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in run}
         self.gpu: GpuSample | None = None
         self.supervisor_error: str | None = None  # why the supervisor stopped working, once it has
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
-        for spec in layout.instances:
+        for spec in run:
             self.views[spec.name].flag_history.append(FlagRecord(dict(spec.flags), outcome="planned"))
 
     # -- layout ----------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """The fleet table: one aligned row per instance and an ALL row for the session, drawn through the Line
 API (a custom widget, not Textual's DataTable: see `benchmarks/bench_ui.py` in the README for the cost).
+A replica group's router row is the group's ALL row: its replicas' load summed, percentiles of their
+merged histograms, and in UP/PHASE the slow or hot replica (`telemetry.fleet`), else how many are up.
 
 Columns have fixed widths that depend only on the terminal width and the instance names, never on the
 values, so nothing moves between frames. The narrower the terminal, the more low-priority columns are
@@ -23,6 +25,8 @@ from textual.widget import Widget
 
 from vtui.core.state import Phase, State
 from vtui.core.vllm_memory import default_max_num_seqs
+from vtui.telemetry.fleet import imbalance, merged_percentiles
+from vtui.telemetry.metrics import MetricsSample
 from vtui.ui import fmt, planning
 from vtui.ui.store import InstanceView, Store
 from vtui.ui.widgets.palette import Palette, bar, level_mark, palette_of, spark
@@ -147,6 +151,7 @@ class RowData:
     trend: tuple[float | None, ...] = ()
     model: str = ""
     state_label: str = ""  # the ALL row's "2/3 up"
+    aggregate: bool = False  # a router's row: its group's totals (left out of the session's ALL row)
 
     def sort_value(self, key: str) -> object:
         return {
@@ -261,6 +266,43 @@ def all_row(rows: list[RowData]) -> RowData:
         hit=hit,
         trend=trend,
     )
+
+
+def group_row(router: RowData, group: str, store: Store, rows: dict[str, RowData]) -> None:
+    """Fill a router's row with its replica group's numbers (the group's ALL row): sums as the session's
+    ALL row, TTFT/ITL from the merged histograms, the imbalance check or "N/M up" as its phase."""
+    names = [
+        n
+        for n, v in store.views.items()
+        if v.spec is not None and v.spec.group == group and v.spec.engine != "router"
+    ]
+    members = [rows[n] for n in names if n in rows]
+    total = all_row(members)
+    for key in (
+        "kv",
+        "kv_used",
+        "kv_cap",
+        "running",
+        "max_seqs",
+        "waiting",
+        "ptps",
+        "gtps",
+        "pre",
+        "hit",
+        "trend",
+    ):
+        setattr(router, key, getattr(total, key))
+    router.gpu, router.aggregate = total.gpu, True
+    ready: dict[str, MetricsSample] = {}
+    for n in names:
+        view = store.views[n]
+        if view.sample is not None and view.state in (State.READY, State.UNHEALTHY):
+            ready[n] = view.sample
+    ttft, itl = merged_percentiles(ready.values(), "ttft"), merged_percentiles(ready.values(), "itl")
+    router.ttft50, router.ttft95, router.itl95 = ttft.p50, ttft.p95, itl.p95
+    if router.state in (State.READY, State.UNHEALTHY):
+        odd = imbalance(ready)
+        router.phase, router.phase_style = (odd.short, "warn") if odd else (total.state_label, "")
 
 
 def _fit(text: str, width: int, right: bool) -> str:
@@ -384,8 +426,14 @@ class FleetTable(Widget, can_focus=False):
         for name, row in self._rows.items():  # the trends move every few seconds, the numbers every second
             if name not in fresh and row.state in (State.READY, State.UNHEALTHY):
                 row.trend = old[name].trend
+        for name, row in self._rows.items():
+            spec = store.views[name].spec
+            if spec is not None and spec.engine == "router" and spec.group:
+                group_row(row, spec.group, store, self._rows)
         rows = list(self._rows.values())
-        self._all = all_row(rows)
+        self._all = all_row([r for r in rows if not r.aggregate])  # a group's replicas count once
+        ready = sum(1 for r in rows if r.state in (State.READY, State.UNHEALTHY))
+        self._all.state_label = f"{ready}/{len(rows)} up"  # routers are instances too
         shown = [r for r in rows if self._matches(r)]
         if self.sort_key is not None:
             key = self.sort_key

@@ -1,0 +1,146 @@
+"""`replicas = N` as the supervisor runs it (core.replicas): names, ports, GPU sets (listed, split, chosen
+by free memory, kept across a re-read), the router's spec and command line, group names in start/stop,
+and the membership a router should have (READY replicas only, not one being stopped)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from vtui.core import replicas
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.preflight import preflight
+from vtui.core.replicas import RouterHub, choose_gpus, supervised
+from vtui.core.runstate import spec_from_dict, spec_to_dict
+from vtui.core.state import State
+from vtui.core.supervisor import Supervisor
+
+GIB = 1 << 30
+
+
+def group(**kw: object) -> InstanceSpec:
+    fields: dict = {"name": "chat", "model": "m", "port": 8100, "replicas": 2, "router_port": 9000}
+    fields.update(kw)
+    return InstanceSpec(**fields)
+
+
+def layout(*specs: InstanceSpec) -> Layout:
+    return Layout(SessionSpec(name="s"), specs)
+
+
+def test_names_ports_and_listed_or_split_gpus() -> None:
+    out = supervised(layout(group(replicas=3, gpus=(0, 1, 2, 3, 4, 5))), port_for_metrics=lambda: 9999)
+    assert [(s.name, s.port, s.gpus, s.group) for s in out.instances] == [
+        ("chat-0", 8100, (0, 1), "chat"),
+        ("chat-1", 8101, (2, 3), "chat"),
+        ("chat-2", 8102, (4, 5), "chat"),
+        ("chat-router", 9000, (), "chat"),
+    ]
+    assert all(s.replicas == 1 and s.router_port is None for s in out.instances)
+    listed = supervised(layout(group(replica_gpus=((3,), (1,)))), port_for_metrics=lambda: 9999)
+    assert [s.gpus for s in listed.instances] == [(3,), (1,), ()]
+
+
+def test_gpus_chosen_by_free_memory_skip_gpus_other_instances_list() -> None:
+    other = InstanceSpec(name="big", model="m", port=7000, gpus=(0,))
+    free = {0: 70 * GIB, 1: 10 * GIB, 2: 60 * GIB, 3: 60 * GIB}
+    out = supervised(layout(other, group()), free_memory=free, port_for_metrics=lambda: 9999)
+    assert [s.gpus for s in out.instances if s.group] == [(2,), (3,), ()]  # GPU 0 is big's; 1 has least free
+    tp2 = group(flags={"tensor-parallel-size": 2})
+    assert choose_gpus(tp2, free, taken=set()) == ((0, 2), (1, 3))  # most free first, sets sorted
+    assert choose_gpus(tp2, free, taken={0}) is None  # 3 GPUs for 2 × TP 2: too few
+    # too few GPUs: unpinned (the replicas share GPU 0, as any unpinned instance does; preflight warns)
+    assert [s.gpus for s in supervised(layout(tp2), free_memory={0: GIB}).instances] == [(), (), ()]
+
+
+def test_a_reread_layout_keeps_the_chosen_gpus_and_the_routers_metrics_port() -> None:
+    first = supervised(layout(group()), free_memory={0: GIB, 1: 2 * GIB}, port_for_metrics=lambda: 9101)
+    keep = {s.name: s for s in first.instances}
+    again = supervised(
+        layout(group()), free_memory={0: 9 * GIB, 1: GIB}, keep=keep, port_for_metrics=lambda: 9202
+    )
+    assert [s.gpus for s in again.instances] == [(1,), (0,), ()]
+    assert again.instances[-1].flags["prometheus-port"] == 9101
+
+
+def test_no_router_port_means_replicas_only_and_a_plain_layout_is_untouched() -> None:
+    plain = layout(InstanceSpec(name="a", model="m", port=1))
+    assert supervised(plain) is plain
+    out = supervised(layout(group(router_port=None)))
+    assert [s.name for s in out.instances] == ["chat-0", "chat-1"]
+
+
+def test_router_spec_command_line_and_record_round_trip() -> None:
+    router = supervised(layout(group(host="127.0.0.1")), port_for_metrics=lambda: 9555).instances[-1]
+    assert router.engine == "router" and router.health_url == "http://127.0.0.1:9000/liveness"
+    argv = router.argv()
+    assert argv[:3] == [sys.executable, "-m", "vtui.core.routerproc"]
+    assert "m" not in argv  # a router takes no model argument
+    assert argv[3:7] == ["--host", "127.0.0.1", "--port", "9000"]
+    assert argv[argv.index("--prometheus-port") + 1] == "9555"
+    assert argv[argv.index("--policy") + 1] == "round_robin"
+    assert "CUDA_VISIBLE_DEVICES" not in router.process_env({})
+    assert spec_from_dict(spec_to_dict(router)) == router  # run records keep engine and group
+    replica = supervised(layout(group())).instances[0]
+    assert spec_from_dict(spec_to_dict(replica)).group == "chat"
+
+
+def test_preflight_checks_the_copies_and_says_when_vllm_router_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a free port for chat-1 (chat-0's is not checked)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1] - 1
+    entry = layout(group(port=port, router_port=port + 1, gpus=(0, 1)))
+    monkeypatch.setattr(replicas, "router_installed", lambda: False)
+    problems = preflight(entry, ["chat"], nvml=None, cpu_count=64).problems
+    assert any("need vllm-router" in p and "pip install 'vtui[router]'" in p for p in problems), problems
+    monkeypatch.setattr(replicas, "router_installed", lambda: True)
+    assert not preflight(entry, ["chat-1"], nvml=None, cpu_count=64).problems  # a replica: no router
+
+
+def test_a_group_name_stands_for_its_replicas_and_router() -> None:
+    sup = Supervisor(layout(group(gpus=(0, 1)), InstanceSpec(name="solo", model="m", port=1)))
+    assert sup.layout.names() == ["chat-0", "chat-1", "chat-router", "solo"]
+    assert sup.resolve(["chat"]) == ["chat-0", "chat-1", "chat-router"]
+    assert sup.resolve(["chat-1", "solo"]) == ["chat-1", "solo"]
+    with pytest.raises(KeyError):
+        sup.resolve(["nope"])
+    assert sup.launcher.router is sup.routers  # the drain before a replica's stop asks the router
+
+
+def test_the_router_should_route_to_ready_replicas_not_one_being_stopped() -> None:
+    specs = supervised(layout(group(gpus=(0, 1))), port_for_metrics=lambda: 9999).instances
+    states = {"chat-0": State.READY, "chat-1": State.STARTING, "chat-router": State.READY}
+    hub = RouterHub(lambda: {s.name: (s, states[s.name]) for s in specs}, lambda *_: None)
+    assert hub.groups() == ["chat"]
+    assert hub.wanted("chat") == {"http://127.0.0.1:8100": "chat-0"}
+    states["chat-1"] = State.UNHEALTHY  # a missed /health: the router's own health check judges it
+    assert set(hub.wanted("chat").values()) == {"chat-0", "chat-1"}
+    states["chat-1"] = State.CRASHED
+    assert set(hub.wanted("chat").values()) == {"chat-0"}
+    states["chat-1"] = State.READY
+    states["chat-router"] = State.STOPPED  # no HTTP call to a router that is not READY
+    hub.stop_routing("s/chat-0")
+    assert set(hub.wanted("chat").values()) == {"chat-1"}
+    hub.started("chat-0")
+    assert set(hub.wanted("chat").values()) == {"chat-0", "chat-1"}
+
+
+def test_check_says_when_vllm_router_is_missing(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    from vtui.cli import main
+
+    path = tmp_path / "l.toml"
+    path.write_text(
+        '[session]\nname = "s"\n[[instance]]\nname = "chat"\nmodel = "m"\nengine = "sim"\nport = 8100\n'
+        "replicas = 2\nrouter_port = 9000\n"
+    )
+    monkeypatch.setattr(replicas, "router_installed", lambda: False)
+    assert main(["check", str(path)]) == 0
+    assert "note: chat: replicas behind a router need vllm-router" in capsys.readouterr().out
+    monkeypatch.setattr(replicas, "router_installed", lambda: True)
+    assert main(["check", str(path)]) == 0
+    assert "need vllm-router" not in capsys.readouterr().out

@@ -1,0 +1,252 @@
+"""Replicas behind the real vllm-router (issue 17): `replicas = 2` of the sim start as two supervised
+copies on their own ports and simulated GPUs plus a vllm-router on router_port; requests through the
+router reach both (each replica's own request counter); a kill -9 of one leaves the router serving,
+vtui restarts it, and the router's membership follows (removed, then added again); a new supervisor
+adopts the group as it runs; a rolling restart of the group keeps the router serving; a replica's stop
+leaves the router first; the group's name stops it all. Skipped only when vllm-router is not installed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from vtui.core.replicas import router_installed
+from vtui.telemetry.promtext import parse_metrics
+
+from .conftest import SMALL_MODEL, free_port, ps_rows, supervisors, vtui, wait_for, write_layout
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(autouse=True)
+def _router() -> None:
+    """Skip without vllm-router, unless VTUI_REQUIRE_VLLM=1 (.ci/run, which installs it with [test])."""
+    if not router_installed():
+        why = "vllm-router is not installed (pip install 'vtui[router]')"
+        if os.environ.get("VTUI_REQUIRE_VLLM") == "1":
+            pytest.fail(f"{why}, and VTUI_REQUIRE_VLLM=1 requires it (the [test] extra installs it)")
+        pytest.skip(why)
+
+
+def free_run(count: int) -> int:
+    """A first port of `count` consecutive free ports."""
+    for _ in range(50):
+        base = free_port()
+        if base + count < 65535 and all(_free(base + i) for i in range(count)):
+            return base
+    raise AssertionError("no consecutive free ports")
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def group_entry(name: str, port: int, router_port: int) -> dict:
+    return {
+        "name": name,
+        "engine": "sim",
+        "model": SMALL_MODEL,
+        "port": port,
+        "replicas": 2,
+        "router_port": router_port,
+        "restart": "on-failure",
+        "max_restarts": 3,
+        "backoff": 0.2,
+        "flags": {"max-model-len": 4096, "sim-startup-scale": 0.0},
+    }
+
+
+def served(port: int) -> float:
+    """The replica's own count of finished requests (vllm:request_success_total, every reason)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5, trust_env=False).text
+    return (
+        parse_metrics(text, frozenset({"vllm:request_success_total"})).total("vllm:request_success_total")
+        or 0.0
+    )
+
+
+def complete(router_port: int) -> int:
+    body = {"model": SMALL_MODEL, "prompt": "hello", "max_tokens": 4}
+    return httpx.post(
+        f"http://127.0.0.1:{router_port}/v1/completions", json=body, timeout=30, trust_env=False
+    ).status_code
+
+
+def workers(router_port: int) -> set[str]:
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{router_port}/list_workers", timeout=2, trust_env=False)
+        return set(answer.json()["urls"])
+    except (httpx.HTTPError, ValueError, KeyError):
+        return set()
+
+
+def test_two_sim_replicas_behind_vllm_router(tmp_path: Path, session: str) -> None:
+    port, router_port = free_run(2), free_port()
+    urls = {f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"}
+    path = write_layout(tmp_path, session, [group_entry("chat", port, router_port)])
+    up = vtui("up", str(path), timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    rows = ps_rows(str(path))
+    assert set(rows) == {"chat-0", "chat-1", "chat-router"}
+    assert [rows[n]["port"] for n in ("chat-0", "chat-1", "chat-router")] == [port, port + 1, router_port]
+    assert rows["chat-0"]["gpus"] != rows["chat-1"]["gpus"]  # chosen by free memory: one GPU each
+    assert {rows[n]["role"] for n in rows} == {"replica", "router"}
+    assert all(r["state"] == "ready" for r in rows.values()), rows
+    wait_for(lambda: workers(router_port) == urls, timeout=15, what="both replicas added to the router")
+    wait_for(lambda: sorted(ps_rows(str(path))["chat-router"]["workers"]) == ["chat-0", "chat-1"], 10)
+
+    # requests through the router reach both replicas (each counts its own)
+    before = [served(port), served(port + 1)]
+    assert [complete(router_port) for _ in range(8)] == [200] * 8
+    after = [served(port), served(port + 1)]
+    assert after[0] > before[0] and after[1] > before[1], (before, after)
+
+    # kill -9 one replica: the router keeps serving, vtui restarts it, membership follows
+    victim = rows["chat-0"]["pid"]
+    seen: list[set[str]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.append(workers(router_port))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        os.kill(victim, signal.SIGKILL)
+        codes = [complete(router_port) for _ in range(6)]  # while chat-0 is dead or restarting
+        assert codes == [200] * 6, codes
+        wait_for(
+            lambda: (r := ps_rows(str(path))["chat-0"])["state"] == "ready" and r["pid"] != victim,
+            timeout=60,
+            what="chat-0 restarted",
+        )
+        wait_for(lambda: workers(router_port) == urls, timeout=15, what="chat-0 added back")
+    finally:
+        stop.set()
+        watcher.join()
+    gone = next((i for i, w in enumerate(seen) if f"http://127.0.0.1:{port}" not in w and w), None)
+    assert gone is not None, "the router never dropped the dead replica"
+    assert any(w == urls for w in seen[gone:]), "the restarted replica was not added back"
+    row = ps_rows(str(path))["chat-0"]
+    assert row["restarts"] == 1
+    assert complete(router_port) == 200
+
+    # kill -9 of the supervisor: the next one adopts the group as it runs (GPUs chosen by the last one)
+    rows = ps_rows(str(path))
+    (old,) = supervisors(session)
+    old.kill()
+    old.wait(10)
+    again = ps_rows(str(path))
+    assert again["chat-0"]["supervisor_pid"] != old.pid
+    for name in rows:
+        assert (again[name]["pid"], again[name]["gpus"], again[name]["adopted"]) == (
+            rows[name]["pid"],
+            rows[name]["gpus"],
+            True,
+        )
+    wait_for(lambda: sorted(ps_rows(str(path))["chat-router"]["workers"]) == ["chat-0", "chat-1"], 15)
+
+    # a rolling restart of the group: one replica at a time, the router serving throughout
+    pids = {n: again[n]["pid"] for n in ("chat-0", "chat-1")}
+    codes: list[int] = []
+    stop.clear()
+
+    def load() -> None:
+        while not stop.is_set():
+            codes.append(complete(router_port))
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        rolled = vtui("restart", str(path), "chat", timeout=120)
+    finally:
+        stop.set()
+        loader.join()
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    after = ps_rows(str(path))
+    assert all(after[n]["pid"] != pids[n] and after[n]["state"] == "ready" for n in pids), after
+    assert after["chat-router"]["pid"] == rows["chat-router"]["pid"]  # the router itself stays
+    assert codes and set(codes) == {200}, codes
+    wait_for(lambda: workers(router_port) == urls, timeout=15, what="both replicas back in the router")
+
+    # a replica's stop: the router forgets it first (the drain's hook), the group serves on
+    stopped = vtui("down", str(path), "chat-1", timeout=60)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert workers(router_port) == {f"http://127.0.0.1:{port}"}
+    assert complete(router_port) == 200
+
+    down = vtui("down", str(path), "chat", timeout=60)  # the group's name: its replicas and router
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not any(ps_rows(str(path))[n]["pid"] for n in ("chat-0", "chat-1", "chat-router"))
+
+
+async def test_the_dashboard_shows_each_replica_and_the_group_row(tmp_path: Path, session: str) -> None:
+    """The real app on the session supervisor: a row per replica and the router's, which carries the
+    group's load (its replicas' sum) while requests go through the router."""
+    import asyncio
+
+    from vtui.core.state import State
+    from vtui.ui.app import make_app
+    from vtui.ui.textdump import screen_text
+    from vtui.ui.widgets.fleet import FleetTable
+
+    port, router_port = free_run(2), free_port()
+    path = write_layout(tmp_path, session, [group_entry("chat", port, router_port)])
+    up = await asyncio.to_thread(vtui, "up", str(path), timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    await asyncio.to_thread(
+        wait_for, lambda: len(workers(router_port)) == 2, 15, "both replicas added to the router"
+    )
+    names = ("chat-0", "chat-1", "chat-router")
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"model": SMALL_MODEL, "prompt": "hello", "max_tokens": 256}
+        with httpx.Client(timeout=30, trust_env=False) as http:
+            while not stop.is_set():
+                http.post(f"http://127.0.0.1:{router_port}/v1/completions", json=body)
+
+    loaders = [threading.Thread(target=traffic) for _ in range(6)]
+    app = make_app(path, gpu_sampler=False)
+    try:
+        async with app.run_test(size=(160, 24)) as pilot:
+            assert list(app.store.views)[:3] == list(names)  # the entry itself has no row
+            for t in loaders:
+                t.start()
+            table = app.screen.query_one(FleetTable)
+
+            def busy() -> bool:
+                rows = table._rows
+                return all(n in rows and rows[n].state is State.READY for n in names) and all(
+                    rows[n].running for n in ("chat-0", "chat-1")
+                )
+
+            end = asyncio.get_running_loop().time() + 30
+            while not busy():
+                assert asyncio.get_running_loop().time() < end, "no load seen on both replicas"
+                await pilot.pause(0.2)
+            rows = table._rows
+            group = rows["chat-router"]
+            assert group.aggregate and group.phase in ("2/2 up", "chat-0 hot", "chat-1 hot")
+            assert group.running == (rows["chat-0"].running or 0) + (rows["chat-1"].running or 0)
+            text = screen_text(app)
+            assert all(n in text for n in names), text
+    finally:
+        stop.set()
+        for t in loaders:
+            t.join(35)

@@ -1,0 +1,53 @@
+"""The fleet table with a replica group: a row per replica and one for the router, which is the group's
+ALL row (sums, percentiles of the merged histograms, the slow replica named); the session's ALL row
+counts each replica once."""
+
+from __future__ import annotations
+
+import pytest
+
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.replicas import supervised
+from vtui.core.state import State
+from vtui.core.supervision import InstanceStatus
+from vtui.telemetry.metrics import MetricsSample, Percentiles
+from vtui.ui.store import Store
+from vtui.ui.widgets.fleet import FleetTable
+
+ENTRY = InstanceSpec(name="chat", model="m", port=8100, replicas=2, router_port=9000, gpus=(0, 1))
+SOLO = InstanceSpec(name="solo", model="m", port=8200, gpus=(2,))
+
+
+def status(spec: InstanceSpec) -> InstanceStatus:
+    return InstanceStatus(spec.name, spec, State.READY, None, 1, 0.0, 0, None, None, False, None, None)
+
+
+def test_router_row_is_the_groups_all_row() -> None:
+    layout = Layout(SessionSpec(name="s"), (ENTRY, SOLO))
+    store = Store(layout)
+    assert store.names() == ["chat-0", "chat-1", "chat-router", "solo"]  # no row for the entry itself
+    store.apply_statuses([status(s) for s in supervised(layout, port_for_metrics=lambda: 1).instances])
+    buckets = {"chat-0": (10.0, 10.0, 10.0), "chat-1": (0.0, 10.0, 10.0), "solo": (10.0, 10.0, 10.0)}
+    p95 = {"chat-0": 0.095, "chat-1": 0.955, "solo": 0.095}
+    for name, running in (("chat-0", 2.0), ("chat-1", 3.0), ("solo", 4.0)):
+        store.add_sample(
+            MetricsSample(
+                instance=name,
+                at=1.0,
+                running=running,
+                waiting=0.0,
+                ttft=Percentiles(p50=0.05, p95=p95[name]),
+                windowed={"ttft": ((0.1, 1.0), buckets[name])},
+            )
+        )
+    table = FleetTable()
+    table.set_names(store.names())
+    table.update_from(store, 2.0)
+    router = table._rows["chat-router"]
+    assert router.state is State.READY and router.aggregate
+    assert router.running == 5.0  # its replicas' sum
+    assert router.ttft95 == pytest.approx(0.1 + 0.9 * 0.9)  # the merged histograms', not chat-1's 0.955
+    assert (router.phase, router.phase_style) == ("chat-1 slow", "warn")  # 0.955 s vs a median of 0.525
+    assert table._all is not None and table._all.running == 9.0  # replicas and solo, the router not again
+    assert table._all.state_label == "4/4 up"
+    assert table._rows["chat-0"].running == 2.0 and not table._rows["chat-0"].aggregate
