@@ -98,7 +98,9 @@ def test_check_lists_them_and_says_replicas_are_not_supervised_yet(fleet_path: P
     assert "not supported yet by the supervisor" not in text  # attached servers are watched; replicas run
 
 
-def test_preflight_passes_an_attached_server_over_and_checks_replicas_as_their_copies(fleet_path: Path) -> None:
+def test_preflight_passes_an_attached_server_over_and_checks_replicas_as_their_copies(
+    fleet_path: Path,
+) -> None:
     layout = load_layout(fleet_path)
     result = preflight(layout, nvml=None, cpu_count=64)
     assert result.problems == [], result.problems
