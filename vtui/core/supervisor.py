@@ -47,6 +47,20 @@ from vtui.core.supervision import (
     status_of,
 )
 
+
+def _pump_alive(handle: Any) -> bool:
+    """The log pump of a launched instance still runs (it writes the exit code once it has reaped)."""
+    pump = getattr(handle, "pump_pid", None)
+    if not pump:
+        return False
+    try:
+        import psutil
+
+        return psutil.Process(pump).status() != psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001 — gone, or not ours to read
+        return False
+
+
 WATCHED = (State.STARTING, State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING)  # exits are crashes
 
 __all__ = [
@@ -817,8 +831,10 @@ class Supervisor:
 
     async def _on_death(self, name: str, inst: Instance, handle: Any) -> None:
         info = self._exit_info(handle)
-        for _ in range(10):  # the pump writes the code right after reaping; give it a moment
-            if info is not None:
+        # The pump writes the code right after reaping: give it a moment (seconds on a loaded machine,
+        # while the pump lives; without the code an outside SIGTERM could not be named).
+        for tick in range(60):
+            if info is not None or (tick >= 10 and not _pump_alive(handle)):
                 break
             await asyncio.sleep(0.05)
             info = self._exit_info(handle)
