@@ -119,7 +119,8 @@ class StartFailed(Exception):
 class TrialRunner(Protocol):
     """Puts a configuration in place (a restart unless it already runs) and measures it."""
 
-    restarts: int
+    @property
+    def restarts(self) -> int: ...
 
     def measure(self, config: Config) -> Measurement: ...
 
@@ -196,6 +197,9 @@ class Search:
     max_trials: int = 24  # launched trials, the baseline and the re-measurements included
     workload_tokens: int = 0  # input + output of one request (the planner's unit for workload concurrency)
     on_trial: Callable[[Trial], None] | None = None
+    on_start: Callable[[Config, str, int], None] | None = (
+        None  # a trial is about to be run (config, stage, index)
+    )
     trials: list[Trial] = field(default_factory=list)
     _by_config: dict[Config, Trial] = field(default_factory=dict)
     _failed: list[Config] = field(default_factory=list)
@@ -262,6 +266,8 @@ class Search:
         if self._launched() >= self.max_trials:
             self._stopped = f"stopped at the trial budget ({self.max_trials} launched)"
             return None
+        if self.on_start is not None:
+            self.on_start(config, stage, index)
         try:
             measured = self.runner.measure(config)
         except StartFailed as exc:
@@ -367,6 +373,8 @@ class Search:
         for trial in top:
             if self._launched() >= self.max_trials + 2:  # the re-measurements may exceed the budget by 2
                 break
+            if self.on_start is not None:
+                self.on_start(trial.config, "re-measure", trial.index)
             try:
                 again = self.runner.measure(trial.config)
             except StartFailed:
