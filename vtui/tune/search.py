@@ -401,3 +401,13 @@ def _label(config: Config, start: Config) -> str:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (latency, goodput) points no other point beats on both (lower latency and higher goodput),
+    by ascending latency: the trade-off curve of a tune."""
+    front: list[tuple[float, float]] = []
+    for latency, good in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or good > front[-1][1]:
+            front.append((latency, good))
+    return front
