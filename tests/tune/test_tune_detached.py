@@ -70,6 +70,8 @@ def test_a_detached_tune_runs_on_in_its_own_session_to_the_end(tmp_path: Path) -
     layout, info, original = start(tmp_path, "--max-trials", "4")
     pid = info["pid"]
     assert os.getsid(pid) == pid  # its own session: no terminal's hangup reaches it
+    second = vtui("tune", str(layout), "a", "--detach", *QUICK)
+    assert second.returncode == 2 and "running" in second.stderr, second.stdout + second.stderr
     running = wait_for(info, lambda d: d["current"] is not None)
     assert running["state"] == "running" and progress.live_state(running) == "running"
     assert running["original"] == original

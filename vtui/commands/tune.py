@@ -500,6 +500,10 @@ def run(args: argparse.Namespace) -> int:
     from vtui.tune import Search, StartFailed
     from vtui.tune.runner import SupervisorRunner
 
+    lock = _lock(setup)
+    if lock is None:
+        print(f"vtui tune: a tune of {setup.name} is running already", file=sys.stderr)
+        return 2
     _abort_on_signals(detached=os.getsid(0) == os.getpid())
     live = SupervisorRunner(
         setup.session.client,
@@ -645,6 +649,21 @@ def run(args: argparse.Namespace) -> int:
     )
     print_json(doc) if args.json else print(render_table(doc))
     return code
+
+
+def _lock(setup: _Setup):
+    """One tune per instance: an exclusive lock held for the tune's life (two starts racing, as two
+    quick ctrl+r in the dashboard, leave one running). None when another tune holds it."""
+    import fcntl
+
+    setup.progress_file.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(setup.progress_file.with_suffix(".lock"), "a")  # noqa: SIM115 (held until exit)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle
 
 
 class _Reconnecting:

@@ -202,6 +202,7 @@ class TuneScreen(StoreScreen):
         self._text: str | None = None
         self._stamp: tuple[float, int] | None = None
         self._plotted: object = None
+        self._launching = False  # a `vtui tune` command is under way (one at a time)
 
     @property
     def progress_file(self) -> Path:
@@ -338,6 +339,9 @@ class TuneScreen(StoreScreen):
             value = self.query_one(f"#tune-{key}", Input).value.strip()
             if value:
                 argv += [f"--{key}", value]
+        if self._launching:
+            self.notify("a tune is being started", severity="warning")
+            return
         self.query_one("#tune-status", Static).update(Text("starting the tune …", style="cyan"))
         self._launch("start", argv)
 
@@ -356,12 +360,17 @@ class TuneScreen(StoreScreen):
     def action_back(self) -> None:
         self.app.pop_screen()  # the tune runs on; T shows it again
 
-    @work(thread=True, group="tune-launch", exit_on_error=False)
     def _launch(self, what: str, argv: Sequence[str]) -> None:
+        self._launching = True
+        self._run_launcher(what, list(argv))
+
+    @work(thread=True, group="tune-launch", exit_on_error=False)
+    def _run_launcher(self, what: str, argv: list[str]) -> None:
         code, output = type(self).launcher(list(argv))
         self.post_message(TuneLaunched(what, code, output))
 
     def on_tune_launched(self, message: TuneLaunched) -> None:
+        self._launching = False
         if message.code == 0:
             self.notify(f"tune {message.what}: {message.output.splitlines()[0] if message.output else 'ok'}")
         else:
