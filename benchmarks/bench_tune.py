@@ -7,13 +7,20 @@ max-num-batched-tokens ladder cut to 512 … 16k, so the grid finishes in minute
 combinations vLLM refuses (chunked prefill off with max-num-batched-tokens < max-model-len). Every trial
 of both is the same restart → warm-up → bench step (vtui.tune.runner.SupervisorRunner).
 
-Then the two winners (the grid's best under the SLO and the tuner's) are measured again `--confirm`
+Two more searches on the same space: a plain sweep in the style of `vllm bench sweep` (every
+combination launched, in order, no pruning: not even of the combinations vLLM refuses at startup), and,
+when optuna is installed, Optuna's TPE sampler with the SLO as a constraint (`constraints_func`) given
+the tuner's launched-trial budget (a suggestion the plan rules out, or one already measured, costs no
+launch; `--optuna-seeds` runs).
+
+Then the winners (the grid's best under the SLO, the tuner's, Optuna's) are measured again `--confirm`
 times each, alternating, so the comparison is not decided by one lucky run (a grid's maximum over many
 noisy runs is biased upwards). Target: the tuner's confirmed goodput ≥ 95 % of the grid's with ≤ one
 third of the grid's launched trials. Also printed: the response curves of the sim along max-num-seqs
 and max-num-batched-tokens (throughput, TTFT p95, KV peak, preemptions), read off the grid.
 
-    python benchmarks/bench_tune.py [--ttft-p95-ms 400] [--concurrency 24] [--json] [--out FILE.json]
+    python benchmarks/bench_tune.py [--ttft-p95-ms 400] [--concurrency 24] [--no-sweep] [--optuna-seeds 2]
+                                    [--json] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ def main() -> int:
     parser.add_argument("--num-requests", type=int, default=40)
     parser.add_argument("--gpu-gib", type=float, default=2.5, help="memory of the simulated GPU")
     parser.add_argument("--confirm", type=int, default=3, help="re-measurements of each winner")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the plain sweep-style grid")
+    parser.add_argument("--optuna-seeds", type=int, default=1, help="Optuna runs (0: none)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -161,14 +170,45 @@ def _run(args: argparse.Namespace, layout: Path, start_flags: dict) -> int:
     tune_wall = time.monotonic() - t0
     tune_launched = sum(1 + len(t.repeats) for t in result.trials if t.launched)
 
-    # -- confirm both winners, alternating ---------------------------------------------------------
-    confirm: dict[str, list] = {"grid": [], "tuner": []}
+    # -- the plain sweep: every combination launched, no pruning -----------------------------------
+    sweep = None
+    if not args.no_sweep:
+        sweep = _sweep(space, start, dims, session, bench, defaults, objective)
+        print(f"sweep: {sweep['launched']} launched in {sweep['wall_s']} s", file=sys.stderr)
+
+    # -- Optuna TPE, constrained, on the tuner's budget ---------------------------------------------
+    optuna_runs = []
+    for seed in range(args.optuna_seeds):
+        run = _optuna(
+            space, start, dims, session, bench, defaults, objective, search, predictor, tune_launched, seed
+        )
+        if run is None:
+            break
+        optuna_runs.append(run)
+        print(
+            f"optuna seed {seed}: {run['launched']} launched in {run['wall_s']} s, best {run['best']}",
+            file=sys.stderr,
+        )
+
+    # -- confirm the winners, alternating ----------------------------------------------------------
+    finalists = {"grid": grid_best[0] if grid_best else None, "tuner": result.best.config}
+    for run in optuna_runs:
+        finalists[f"optuna{run['seed']}"] = run.pop("_config")
+    confirm: dict[str, list] = {name: [] for name in finalists}
     if grid_best is not None:
         for _ in range(args.confirm):
-            confirm["grid"].append(runner.measure(grid_best[0]))
-            confirm["tuner"].append(runner.measure(result.best.config))
-    grid_conf = merge(confirm["grid"]) if confirm["grid"] else None
-    tune_conf = merge(confirm["tuner"]) if confirm["tuner"] else None
+            for name, config in finalists.items():
+                if config is not None:
+                    confirm[name].append(runner.measure(config))
+    confirmed = {name: merge(ms) if ms else None for name, ms in confirm.items()}
+    grid_conf, tune_conf = confirmed["grid"], confirmed["tuner"]
+    for run in optuna_runs:
+        conf = confirmed[f"optuna{run['seed']}"]
+        run["best_confirmed"] = conf.to_json() if conf else None
+        run["ratio_confirmed"] = (
+            round(conf.req_per_s / grid_conf.req_per_s, 4) if conf and grid_conf else None
+        )
+        run["meets_slo_confirmed"] = meets_slo(conf, objective) if conf else None
 
     curves = _curves(grid, start)
     doc = {
@@ -192,6 +232,8 @@ def _run(args: argparse.Namespace, layout: Path, start_flags: dict) -> int:
         else None,
         "trials_fraction": round(tune_launched / len(grid), 4),
         "tuner_meets_slo_confirmed": meets_slo(tune_conf, objective) if tune_conf else None,
+        "sweep": sweep,
+        "optuna": optuna_runs,
         "curves": curves,
         "settings": {**vars(args), "out": str(args.out) if args.out else None, "start": start_flags},
     }
@@ -204,6 +246,89 @@ def _run(args: argparse.Namespace, layout: Path, start_flags: dict) -> int:
     else:
         _print(doc)
     return 0 if ok else 1
+
+
+def _sweep(space, start, dims, session, bench, defaults, objective) -> dict:
+    """`vllm bench sweep`'s way: one server per combination of the serve parameters, in order, all of
+    them; what vLLM refuses at startup is found out by launching it."""
+    from vtui.tune import StartFailed, meets_slo
+    from vtui.tune.runner import SupervisorRunner
+
+    runner = SupervisorRunner(session.client, "a", bench, defaults=defaults, warmup_requests=2)
+    best, launched, failed = None, 0, 0
+    t0 = time.monotonic()
+    for values in itertools.product(*(space.values[d] for d in dims)):
+        config = start.with_(**dict(zip(dims, values, strict=True)))
+        launched += 1
+        try:
+            m = runner.measure(config)
+        except StartFailed:
+            failed += 1
+            continue
+        if meets_slo(m, objective) and (best is None or m.req_per_s > best[1].req_per_s):
+            best = (config, m)
+    return {
+        "launched": launched,
+        "failed_to_start": failed,
+        "restarts": runner.restarts,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "best": _row(best, start),
+    }
+
+
+def _optuna(space, start, dims, session, bench, defaults, objective, search, predictor, budget, seed):
+    """Optuna's TPE with the SLO as a constraint, on `budget` launched trials. A suggestion that vLLM
+    refuses or the planner rules out is told back as infeasible without a launch; one already measured
+    is answered from the cache (Optuna's categorical TPE repeats itself on small spaces)."""
+    try:
+        import optuna
+    except ImportError:
+        print("optuna is not installed: no Optuna comparison", file=sys.stderr)
+        return None
+    from vtui.tune import StartFailed, meets_slo, score
+    from vtui.tune.runner import SupervisorRunner
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    runner = SupervisorRunner(session.client, "a", bench, defaults=defaults, warmup_requests=2)
+    runner.apply(start.flags)
+
+    def constraints(trial) -> tuple[float]:
+        return (trial.user_attrs["excess"],)
+
+    sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=constraints, n_startup_trials=5)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    cache: dict = {}
+    launched, asked = 0, 0
+    t0 = time.monotonic()
+    while launched < budget and asked < 400:
+        asked += 1
+        trial = study.ask()
+        config = start.with_(**{d: trial.suggest_categorical(d, list(space.values[d])) for d in dims})
+        if config not in cache:
+            problem = search.plan_problem(config, predictor(config)) if config != start else None
+            if problem is not None:
+                cache[config] = None
+            else:
+                launched += 1
+                try:
+                    cache[config] = runner.measure(config)
+                except StartFailed:
+                    cache[config] = None
+        m = cache[config]
+        value = score(m, objective)
+        excess = 0.0 if meets_slo(m, objective) else 1.0 + max(0.0, -value if value > -1e5 else 1.0)
+        trial.set_user_attr("excess", excess)
+        study.tell(trial, value if m is not None and value > -1e5 else -1.0)
+    measured = [(c, m) for c, m in cache.items() if m is not None and meets_slo(m, objective)]
+    best = max(measured, key=lambda cm: cm[1].req_per_s) if measured else None
+    return {
+        "seed": seed,
+        "launched": launched,
+        "asked": asked,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "best": _row(best, start),
+        "_config": best[0] if best else None,
+    }
 
 
 def _row(cm, start) -> dict | None:
@@ -246,6 +371,17 @@ def _print(doc: dict) -> None:
         f"tuner / grid goodput (confirmed): {doc['ratio_confirmed']}; first run {doc['ratio_first_run']}; "
         f"target met: {doc['target_met']}"
     )
+    if doc.get("sweep"):
+        sw = doc["sweep"]
+        print(
+            f"plain sweep (vllm bench sweep style): {sw['launched']} launched ({sw['failed_to_start']} failed to "
+            f"start), {sw['wall_s']} s; best {sw['best']}"
+        )
+    for run in doc.get("optuna") or []:
+        print(
+            f"optuna TPE seed {run['seed']}: {run['launched']} launched ({run['asked']} asked), {run['wall_s']} s; "
+            f"confirmed {run['best_confirmed']}, ratio {run['ratio_confirmed']}"
+        )
     for name, rows in doc["curves"].items():
         print(name)
         for r in rows:

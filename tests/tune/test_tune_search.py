@@ -151,3 +151,56 @@ def test_trial_budget_is_kept():
 def test_a_failing_baseline_is_an_error():
     with pytest.raises(StartFailed):
         make(FakeRunner(oom_above=0.5), Objective()).run()
+
+
+class DiesAfter(FakeRunner):
+    """A runner whose process is killed (as by kill -9) before its n+1-th measurement."""
+
+    def __init__(self, n: int, **kw) -> None:
+        super().__init__(**kw)
+        self.n = n
+
+    def measure(self, config: Config) -> Measurement:
+        if len(self.measured) >= self.n:
+            raise SystemExit("killed")
+        return super().measure(config)
+
+
+def test_a_resumed_search_replays_its_record_and_ends_where_an_unbroken_one_does():
+    from vtui.tune import progress
+
+    objective = Objective(ttft_p95_ms=200)
+    whole = FakeRunner(oom_above=0.9)
+    unbroken = make(whole, objective).run()
+    dying = make(DiesAfter(6, oom_above=0.9), objective)
+    recorded: list[dict] = []
+    dying.on_trial = lambda t: recorded.append(progress.trial_json(t, dying.start, objective))
+    with pytest.raises(SystemExit):
+        dying.run()
+    assert len([t for t in recorded if t["launched"]]) == 6
+    fresh = FakeRunner(oom_above=0.9)
+    replay = progress.ReplayRunner(fresh, progress.recorded_outcomes(recorded), restarts=6)
+    resumed = make(replay, objective).run()
+    assert replay.replayed == 6 and replay.restarts == 6 + fresh.restarts
+    assert fresh.measured == whole.measured[6:]  # the recorded six are not run again
+    assert [t.config for t in resumed.trials] == [t.config for t in unbroken.trials]
+    assert resumed.best.config == unbroken.best.config
+
+
+def test_a_recorded_failure_to_start_replays_as_one():
+    from vtui.tune import progress
+
+    objective = Objective(ttft_p95_ms=200)
+    search = make(FakeRunner(oom_above=0.9), objective)
+    failed = search.evaluate(search.start.with_(gpu_memory_utilization=0.92), "fit")
+    record = progress.recorded_outcomes([progress.trial_json(failed, search.start, objective)])
+    again = make(progress.ReplayRunner(FakeRunner(), record), objective)
+    trial = again.evaluate(again.start.with_(gpu_memory_utilization=0.92), "fit")
+    assert trial.infeasible == failed.infeasible and trial.diagnosis == failed.diagnosis
+
+
+def test_the_pareto_front():
+    from vtui.tune.search import pareto_front
+
+    points = [(50.0, 10.0), (40.0, 12.0), (60.0, 20.0), (70.0, 15.0), (30.0, 5.0), (60.0, 19.0)]
+    assert pareto_front(points) == [(30.0, 5.0), (40.0, 12.0), (60.0, 20.0)]

@@ -135,7 +135,7 @@ async def test_theme_key_cycles_dark_light_high_contrast(fake, app_factory):
         await settle(pilot)
         seen = [app.theme]
         for _ in range(3):
-            await pilot.press("T")
+            await pilot.press("ctrl+t")
             await settle(pilot)
             seen.append(app.theme)
         assert seen == ["textual-dark", "textual-light", "vtui-high-contrast", "textual-dark"]

@@ -6,7 +6,7 @@ warm-up; `planner_predictor` scores a configuration from the plan before a resta
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -52,6 +52,7 @@ class SupervisorRunner:
         self.warmup_requests = warmup_requests
         self.ready_timeout_s = ready_timeout_s
         self.restarts = 0
+        self.on_phase: Callable[[str], None] | None = None  # "restarting", "benchmarking"
         self.results: dict[Config, BenchResult] = {}  # the last bench of each configuration
 
     def effective(self, flags: Mapping[str, object]) -> dict[str, object]:
@@ -69,6 +70,7 @@ class SupervisorRunner:
         changes = {k: v for k, v in want.items() if running.get(k) != v}
         unset = [k for k in running if k not in want] if exact else []
         self.restarts += 1
+        self._phase("restarting")
         try:
             self.client.post("/restart", {"name": self.name, "set": changes, "unset": unset}, timeout=None)
         except ServiceError as exc:
@@ -94,8 +96,13 @@ class SupervisorRunner:
         message = inst.get("last_error") or (problems[0]["message"] if problems else inst["state"])
         return StartFailed(str(message), problems)
 
+    def _phase(self, phase: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(phase)
+
     def measure(self, config: Config) -> Measurement:
         self.apply(config.flags)
+        self._phase("benchmarking")
         bench = replace(self.bench, warmup_requests=self.warmup_requests)
         result = asyncio.run(run_bench(bench))
         self.results[config] = result

@@ -60,6 +60,12 @@ INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
         "load-test it (live progress, plot; results kept in the flag history)",
         lambda v: v.state == State.READY,
     ),
+    InstanceAction(
+        "tune",
+        "tune",
+        "find the best flags for a workload under a TTFT SLO (detached; follow, abort, resume here)",
+        _launched,
+    ),
     InstanceAction("presets", "presets", "throughput-first (A) / latency-first (B)", _launched),
     InstanceAction(
         "sleep_toggle",
@@ -71,7 +77,14 @@ INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
     ),
 )
 BY_ACTION = {a.action: a for a in INSTANCE_ACTIONS}
-SCREENS = ("detail", "logs", "flags", "presets", "bench")  # the actions that open a screen on the instance
+SCREENS = (
+    "detail",
+    "logs",
+    "flags",
+    "presets",
+    "bench",
+    "tune",
+)  # the actions that open a screen on the instance
 
 
 def applies(action: str, view: InstanceView | None) -> bool:

