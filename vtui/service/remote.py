@@ -14,6 +14,7 @@ import json
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -41,10 +42,28 @@ class RemoteError(RuntimeError):
 class RemoteSupervisor:
     """A client of one session's supervisor with the in-process `Supervisor`'s face."""
 
-    def __init__(self, layout: Layout, *, reconnect_delay: float = 0.5) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        reconnect_delay: float = 0.5,
+        max_reconnect_delay: float | None = None,
+        socket_file: Path | None = None,
+        start_on_demand: bool = True,
+        on_connection: Callable[[bool, str | None], None] | None = None,
+    ) -> None:
+        """`socket_file`: another socket than this machine's session socket (a host's, forwarded by
+        ssh: `vtui.service.hosts`); `start_on_demand=False`: never start a supervisor, only attach
+        (and re-attach, waiting `reconnect_delay` doubled up to `max_reconnect_delay` between tries).
+        `on_connection(connected, why)`: told when the feed opens (a hello) and when it is lost."""
         self._layout = layout
         self.session = layout.session.name
         self.reconnect_delay = reconnect_delay
+        self.max_reconnect_delay = max(reconnect_delay, max_reconnect_delay or reconnect_delay)
+        self.socket_file = socket_file or locations.socket_path(self.session)
+        self.start_on_demand = start_on_demand
+        self.on_connection = on_connection
+        self.connected = False
         self._statuses: dict[str, InstanceStatus] = {}
         self._order: list[str] = layout.names()
         self._lines: dict[str, deque[str]] = {}
@@ -101,7 +120,7 @@ class RemoteSupervisor:
         from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
 
         try:
-            answer = ServiceClient(self.session).get("/pids", timeout=5.0)
+            answer = ServiceClient(self.session, socket_file=self.socket_file).get("/pids", timeout=5.0)
         except (ServiceError, ServiceUnavailable, OSError):
             return
         self._pids = {name: set(pids) for name, pids in (answer.get("pids") or {}).items()}
@@ -167,6 +186,15 @@ class RemoteSupervisor:
         if self._done is not None:
             self._done.set()
 
+    def begin(self) -> None:
+        """Follow the feed from now on without waiting for it to open (a host's link: the dashboard
+        never waits on a network); `status()` is empty until the first hello."""
+        if self._attached is None:
+            self._attached = asyncio.Event()
+            self._done = asyncio.Event()
+            self._open_client()
+            self._feed_task = asyncio.ensure_future(self._follow())
+
     # -- plumbing --------------------------------------------------------------------------------
     async def _attach(self) -> None:
         if self._attached is None:
@@ -177,14 +205,29 @@ class RemoteSupervisor:
         await self._attached.wait()
 
     async def _ensure(self) -> None:
+        if not self.start_on_demand:  # attach only: the feed's loop retries until it answers
+            self._open_client()
+            return
         if self._layout.path is None:
             raise RemoteError("a layout with no file cannot be handed to a session supervisor")
         _, started = await asyncio.to_thread(ensure_supervisor, self.session, self._layout.path)
-        if self._client is None:
-            transport = httpx.AsyncHTTPTransport(uds=str(locations.socket_path(self.session)))
-            self._client = httpx.AsyncClient(transport=transport, base_url="http://vtui", timeout=None)
+        self._open_client()
         if not started:  # one already ran (maybe another layout file of this session): run ours
             await self._request("/layout", {"path": str(self._layout.path)})
+
+    def _open_client(self) -> None:
+        if self._client is None:
+            transport = httpx.AsyncHTTPTransport(uds=str(self.socket_file))
+            self._client = httpx.AsyncClient(transport=transport, base_url="http://vtui", timeout=None)
+
+    def _connection(self, connected: bool, why: str | None = None) -> None:
+        changed = connected != self.connected
+        self.connected = connected
+        if self.on_connection is not None and (changed or not connected):
+            try:
+                self.on_connection(connected, why)
+            except Exception as exc:  # noqa: BLE001 — a broken consumer must not end the feed
+                print(f"vtui: connection subscriber failed: {exc!r}", file=sys.stderr)
 
     async def _request(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if self._client is None:
@@ -205,7 +248,9 @@ class RemoteSupervisor:
         """The feed, re-opened on a new supervisor when this one goes away."""
         assert self._attached is not None
         first = True
+        delay = self.reconnect_delay
         while not self._closed:
+            why = "the feed ended"
             try:
                 if not first:
                     await self._ensure()
@@ -219,14 +264,21 @@ class RemoteSupervisor:
                         if message.get("type") == "hello":
                             self._apply_statuses(message.get("instances") or [])
                             await self._backfill()
+                            delay = self.reconnect_delay
                         self._on_message(message)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
                 if self._closed:
                     return
-                print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
-            await asyncio.sleep(self.reconnect_delay)
+                why = _reason(exc)
+                if self.start_on_demand:  # this machine's supervisor: worth a line in the log
+                    print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
+            if self._closed:
+                return
+            self._connection(False, why)
+            await asyncio.sleep(delay)
+            delay = min(self.max_reconnect_delay, delay * 2)
 
     async def _backfill(self) -> None:
         """The log tail of each instance this client has no lines of yet (a dashboard opened on running
@@ -265,6 +317,7 @@ class RemoteSupervisor:
                 self.supervisor_pid = message.get("supervisor_pid")
                 assert self._attached is not None
                 self._attached.set()
+                self._connection(True)
             for notify in list(self._status_subscribers):
                 notify()
         elif kind == "event":
@@ -302,6 +355,13 @@ class RemoteSupervisor:
         self._order = [n for n in self._layout.names() if n in statuses] + [
             n for n in statuses if n not in self._layout.names()
         ]
+
+
+def _reason(exc: BaseException) -> str:
+    """A short why for the dashboard ("no supervisor answers", the exception's own words)."""
+    if isinstance(exc, httpx.ConnectError | FileNotFoundError | ConnectionRefusedError):
+        return "no supervisor answers on the socket"
+    return str(exc) or type(exc).__name__
 
 
 def _with_spec(st: InstanceStatus, spec: InstanceSpec) -> InstanceStatus:

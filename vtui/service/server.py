@@ -279,7 +279,12 @@ class SessionService:
             encoded = encode_gpu(sample)
             loop.call_soon_threadsafe(self._on_gpu, encoded)
 
-        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner)
+        from vtui.sim.gpuview import simulated_sample
+
+        def simulated(owners: Any) -> Any:  # no NVIDIA driver: the sims' GPUs (a remote dashboard shows them)
+            return simulated_sample(self.supervisor.layout, owners)
+
+        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner, fallback=simulated)
         self._gpu_sampler.start()
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:

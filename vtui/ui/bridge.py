@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from textual.app import App
 
-from vtui.core.api import SupervisorApi, TelemetryFeed
+from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, LogLines, Notice
 from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
@@ -29,6 +29,7 @@ from vtui.telemetry.scrape import ScrapeLoop
 from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.messages import (
     GpuArrived,
+    HostsChanged,
     LogsArrived,
     MetricsArrived,
     NoticeArrived,
@@ -110,6 +111,9 @@ class Bridge:
                 self._feed.subscribe_telemetry(self._on_telemetry),
                 self._feed.subscribe_statuses(self._post_statuses),
             ]
+        if isinstance(self.supervisor, HostFeed):  # `vtui --host`: other machines' links
+            self._unsubscribe_more.append(self.supervisor.subscribe_hosts(self._post_hosts))
+            self._post_hosts()
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
         sampler: Sampler | None = None
         if self._gpu_factory is not None:
@@ -149,6 +153,8 @@ class Bridge:
         if self._gpu is not None:
             self._gpu.stop()
             self._gpu = None
+        if isinstance(self.supervisor, HostFeed):
+            self.supervisor.drop_links()
 
     async def close(self, stop_instances: bool = False) -> None:
         if self._unsubscribe:
@@ -188,6 +194,12 @@ class Bridge:
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":
             self.app.post_message(MetricsArrived(sample))
+        elif kind == "host_gpu":  # another host's GPUs (its supervisor samples them)
+            self.app.post_message(GpuArrived(sample.sample, host=sample.host))
+
+    def _post_hosts(self) -> None:
+        assert isinstance(self.supervisor, HostFeed)
+        self.app.post_message(HostsChanged(self.supervisor.hosts()))
 
     def _post_statuses(self) -> None:
         self.logs.flush()  # whatever path statuses come by, the lines before them go first
