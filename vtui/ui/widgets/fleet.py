@@ -466,7 +466,9 @@ class FleetTable(Widget, can_focus=False):
             key = "kvpct"
         if reverse is None:
             reverse = (
-                (not self.reverse) if key == self.sort_key else key not in ("name", "host", "state", "gpu", "port")
+                (not self.reverse)
+                if key == self.sort_key
+                else key not in ("name", "host", "state", "gpu", "port")
             )
         self.sort_key, self.reverse = key, reverse
 
