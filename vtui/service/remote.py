@@ -13,10 +13,11 @@ import contextlib
 import json
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import h11
 import httpx
 
 from vtui.core.events import Event, LogLines
@@ -255,17 +256,13 @@ class RemoteSupervisor:
                 if not first:
                     await self._ensure()
                 first = False
-                assert self._client is not None
-                async with self._client.stream("GET", "/feed") as response:
-                    async for line in response.aiter_lines():
-                        if not line:
-                            continue
-                        message = json.loads(line)
-                        if message.get("type") == "hello":
-                            self._apply_statuses(message.get("instances") or [])
-                            await self._backfill()
-                            delay = self.reconnect_delay
-                        self._on_message(message)
+                async for line in self._feed_lines():
+                    message = json.loads(line)
+                    if message.get("type") == "hello":
+                        self._apply_statuses(message.get("instances") or [])
+                        await self._backfill()
+                        delay = self.reconnect_delay
+                    self._on_message(message)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
@@ -279,6 +276,37 @@ class RemoteSupervisor:
             self._connection(False, why)
             await asyncio.sleep(delay)
             delay = min(self.max_reconnect_delay, delay * 2)
+
+    async def _feed_lines(self) -> AsyncIterator[bytes]:
+        """The feed's NDJSON lines, read with h11 straight off the socket: this stream carries every
+        sample and log line of every instance, and httpx's streaming layers cost the dashboard more
+        than the parsing does (`benchmarks/bench_hosts.py`). Requests stay on httpx."""
+        reader, writer = await asyncio.open_unix_connection(str(self.socket_file))
+        conn = h11.Connection(h11.CLIENT)
+        try:
+            headers = [("host", "vtui"), ("accept", "application/x-ndjson")]
+            writer.write(conn.send(h11.Request(method="GET", target="/feed", headers=headers)) or b"")
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            pending = b""
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(1 << 16))  # b"": the supervisor went away
+                elif isinstance(event, h11.Response):
+                    if event.status_code != 200:
+                        raise RemoteError(f"the feed answered HTTP {event.status_code}")
+                elif isinstance(event, h11.Data):
+                    pending += event.data
+                    if b"\n" in pending:
+                        *lines, pending = pending.split(b"\n")
+                        for line in lines:
+                            if line.strip():
+                                yield line
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    return
+        finally:
+            writer.close()
 
     async def _backfill(self) -> None:
         """The log tail of each instance this client has no lines of yet (a dashboard opened on running
@@ -359,7 +387,9 @@ class RemoteSupervisor:
 
 def _reason(exc: BaseException) -> str:
     """A short why for the dashboard ("no supervisor answers", the exception's own words)."""
-    if isinstance(exc, httpx.ConnectError | FileNotFoundError | ConnectionRefusedError):
+    if isinstance(
+        exc, httpx.ConnectError | FileNotFoundError | ConnectionRefusedError | ConnectionResetError
+    ):
         return "no supervisor answers on the socket"
     return str(exc) or type(exc).__name__
 
