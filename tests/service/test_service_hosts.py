@@ -156,3 +156,35 @@ async def test_a_dashboard_shows_and_drives_a_second_hosts_session_and_rides_out
         on_host, "gpu2", sys.executable, "-m", "vtui", "ps", str(remote_path), "--json"
     )
     assert json.loads(listed.stdout)[0]["state"] == "ready"
+
+
+def test_ps_with_host_lists_both_machines_sessions(tmp_path: Path, session: str, hosts: Path) -> None:
+    remote_path = write_layout(tmp_path, "far" + session, [sim_instance("r1")], "remote.toml")
+    assert on_host("gpu2", sys.executable, "-m", "vtui", "up", str(remote_path), gpu=False).returncode == 0
+    local_path = write_layout(tmp_path, session, [sim_instance("a")])
+    up = subprocess.run(
+        [sys.executable, "-m", "vtui", "up", str(local_path)], capture_output=True, timeout=120
+    )
+    assert up.returncode == 0, up.stderr
+
+    def ps(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "vtui", "ps", str(local_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    listed = ps("--host", "me@gpu2", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {(r["host"], r["name"]): r for r in json.loads(listed.stdout)}
+    assert set(rows) == {(None, "a"), ("gpu2", "r1")}
+    assert rows[("gpu2", "r1")]["state"] == "ready"
+    text = ps("--host", "me@gpu2").stdout.splitlines()
+    assert text[1].split()[:3] == ["NAME", "HOST", "STATE"]
+    assert any(line.split()[:3] == ["r1", "gpu2", "ready"] for line in text)
+    (hosts / "gpu3").mkdir()
+    (hosts / "gpu3" / "down").touch()
+    lost = ps("--host", "me@gpu2", "--host", "me@gpu3", "--json")
+    assert lost.returncode == 1 and "me@gpu3: ssh: connect to host gpu3 port 22" in lost.stderr
+    assert {r["host"] for r in json.loads(lost.stdout)} == {None, "gpu2"}  # what answered is listed

@@ -29,7 +29,6 @@ import functools
 import hashlib
 import json
 import os
-import shlex
 import signal
 import sys
 import time
@@ -44,6 +43,7 @@ from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
 from vtui.service.remote import RemoteError, RemoteSupervisor
+from vtui.service.ssh import SSH_OPTIONS, host_label, remote_vtui, ssh_command
 
 __all__ = ["Fleet", "HostGpu", "HostLink", "host_label", "remote_vtui", "ssh_command"]
 
@@ -51,35 +51,7 @@ DISCOVER_TIMEOUT = 20.0  # seconds for `ssh HOST vtui sessions --json`
 FORWARD_TIMEOUT = 15.0  # seconds for a forward's local socket to answer
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 STABLE_S = 10.0  # a forward that lived this long was a good one: the backoff starts over
-SSH_OPTIONS = (
-    "-o",
-    "BatchMode=yes",  # never a password prompt on the dashboard's terminal
-    "-o",
-    "ConnectTimeout=10",
-    "-o",
-    "ServerAliveInterval=5",  # a dead network is noticed in ~15 s, not at the next TCP timeout
-    "-o",
-    "ServerAliveCountMax=3",
-)
 SEP = ":"  # LABEL:NAME
-
-
-def ssh_command() -> list[str]:
-    """The ssh client and its own options: `$VTUI_SSH` (e.g. `ssh -F ~/.ssh/lab.conf`), else `ssh`."""
-    return shlex.split(os.environ.get("VTUI_SSH") or "ssh")
-
-
-def remote_vtui() -> str:
-    """The vtui command on the other hosts (a shell word list: `~/venv/bin/vtui`, `python -m vtui`)."""
-    return os.environ.get("VTUI_REMOTE_VTUI") or "vtui"
-
-
-def host_label(target: str) -> str:
-    """`user@gpu2.lab:22` -> `gpu2.lab`: what the fleet table's HOST column shows."""
-    host = target.rsplit("@", 1)[-1]
-    if host.startswith("["):  # [v6::addr]
-        return host[1:].split("]", 1)[0]
-    return host.split(":", 1)[0] if host.count(":") == 1 else host
 
 
 @dataclasses.dataclass(frozen=True)
