@@ -188,3 +188,23 @@ def test_ps_with_host_lists_both_machines_sessions(tmp_path: Path, session: str,
     lost = ps("--host", "me@gpu2", "--host", "me@gpu3", "--json")
     assert lost.returncode == 1 and "me@gpu3: ssh: connect to host gpu3 port 22" in lost.stderr
     assert {r["host"] for r in json.loads(lost.stdout)} == {None, "gpu2"}  # what answered is listed
+
+
+def test_the_ssh_children_die_with_a_killed_dashboard(tmp_path: Path) -> None:
+    """A `kill -9` of the dashboard leaves no `ssh -N` forward behind (they would hold on forever)."""
+    script = (
+        "import asyncio, sys\n"
+        "from vtui.service.hosts import _die_with_parent\n"
+        "async def main():\n"
+        "    p = await asyncio.create_subprocess_exec('sleep', '120', preexec_fn=_die_with_parent)\n"
+        "    print(p.pid, flush=True)\n"
+        "    await asyncio.sleep(120)\n"
+        "asyncio.run(main())\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = psutil.Process(int(parent.stdout.readline()))
+    assert child.is_running()
+    parent.kill()
+    parent.wait(10)
+    child.wait(10)  # raises TimeoutExpired if it outlived the parent

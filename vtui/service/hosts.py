@@ -62,14 +62,26 @@ class HostGpu:
     sample: Any  # telemetry.gpu.GpuSample, its processes' instances renamed LABEL:NAME
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the dashboard dies (Linux; elsewhere `drop_links` on
-    the way out is all there is)."""
-    if sys.platform.startswith("linux"):
+def _find_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
         import ctypes
 
-        with contextlib.suppress(Exception):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl  # looked up here, never in a forked child
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _find_prctl()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the dashboard dies, even by kill -9 (Linux's
+    PR_SET_PDEATHSIG; elsewhere `drop_links` on the way out is all there is). Only a call through a
+    function pointer resolved in the parent: nothing that could wait on a lock another thread held."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)
 
 
 class LinkError(Exception):
@@ -481,8 +493,9 @@ class Fleet:
         out = list(self.local.status())
         for link in self.links:
             for fwd in link.forwards:
-                for st in fwd.client.status():
-                    out.append(dataclasses.replace(st, name=self._qualify(fwd, st.name), host=link.label))
+                for st in fwd.client.status():  # its log file is on that host: no scrollback here
+                    name = self._qualify(fwd, st.name)
+                    out.append(dataclasses.replace(st, name=name, host=link.label, log_path=None))
         return tuple(out)
 
     def pids_of(self, name: str) -> set[int]:
