@@ -45,6 +45,7 @@ from vtui.ui.messages import (
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
+    TelemetryBatch,
 )
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.screens.bench import BenchScreen
@@ -229,10 +230,19 @@ class VtuiApp(ControlMixin):
                 screen.refresh_gpu(self.store)
 
     def on_logs_arrived(self, message: LogsArrived) -> None:
-        if self.store.add_logs(message.instance, message.lines, message.skipped):
+        self._add_logs(message.instance, message.lines, message.skipped)
+
+    def _add_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
+        if self.store.add_logs(instance, lines, skipped):
             for screen in self.screen_stack:
                 if isinstance(screen, LogScreen):
-                    screen.append_logs(message.instance, message.lines, message.skipped)
+                    screen.append_logs(instance, lines, skipped)
+
+    def on_telemetry_batch(self, message: TelemetryBatch) -> None:
+        for instance, lines, skipped in message.logs:
+            self._add_logs(instance, lines, skipped)
+        for sample in message.samples:
+            self.store.add_sample(sample)  # the next render pass shows them
 
     def on_supervisor_failed(self, message: SupervisorFailed) -> None:
         self.store.supervisor_error = message.error

@@ -11,6 +11,7 @@ handlers own the state.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -35,9 +36,11 @@ from vtui.ui.messages import (
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
+    TelemetryBatch,
 )
 
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
+SAMPLE_BATCH_S = 0.2  # samples wait this long for company (they are drawn by the 1 Hz render pass)
 
 
 class Sampler(Protocol):
@@ -101,10 +104,17 @@ class Bridge:
         # The session supervisor scrapes and sends samples and snapshots on its feed.
         self._feed = supervisor if isinstance(supervisor, TelemetryFeed) else None
         self.logs = LogCoalescer(self._post_logs)  # log lines: coalesced, bounded (vtui.ui.logfeed)
+        # samples and log batches go to the App together, one TelemetryBatch per short window
+        self._batch_lock = threading.Lock()
+        self._samples: list[MetricsSample] = []
+        self._log_batches: list[tuple[str, tuple[str, ...], int]] = []
+        self._armed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self.logs.bind(asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self.logs.bind(self._loop)
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
         if self._feed is not None:
             self._unsubscribe_more = [
@@ -176,14 +186,52 @@ class Bridge:
         if isinstance(event, LogLines):
             self.logs.add(event.instance, event.lines)
             return
-        self.logs.flush()  # the lines that led to a state change reach the store before it
+        self._flush_telemetry()  # the lines that led to a state change reach the store before it
         if isinstance(event, Notice):
             self.app.post_message(NoticeArrived(event))
         else:
             self._post_statuses()
 
     def _post_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
-        self.app.post_message(LogsArrived(instance, lines, skipped))
+        """A coalesced batch (the coalescer may flush from another thread): sent with the next batch."""
+        if self._loop is None:
+            self.app.post_message(LogsArrived(instance, lines, skipped))
+            return
+        with self._batch_lock:
+            self._log_batches.append((instance, lines, skipped))
+            armed, self._armed = self._armed, True
+        if not armed:
+            self._arm(0.0)
+
+    def _queue_sample(self, sample: MetricsSample) -> None:
+        with self._batch_lock:
+            self._samples.append(sample)
+            armed, self._armed = self._armed, True
+        if not armed:
+            self._arm(SAMPLE_BATCH_S)
+
+    def _arm(self, delay: float) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            if delay:
+                loop.call_soon_threadsafe(loop.call_later, delay, self._send_batch)
+            else:
+                loop.call_soon_threadsafe(self._send_batch)
+        except RuntimeError:  # the loop is closed: the app is going away
+            pass
+
+    def _send_batch(self) -> None:
+        with self._batch_lock:
+            samples, logs = self._samples, self._log_batches
+            self._samples, self._log_batches, self._armed = [], [], False
+        if samples or logs:
+            self.app.post_message(TelemetryBatch(tuple(samples), tuple(logs)))
+
+    def _flush_telemetry(self) -> None:
+        """Everything pending, now (before a state change: the lines and samples before it go first)."""
+        self.logs.flush()
+        self._send_batch()
 
     def _post_gpu(self, sample: GpuSample) -> None:  # from the sampler's thread
         self.app.post_message(GpuArrived(sample))
@@ -193,7 +241,7 @@ class Bridge:
 
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":
-            self.app.post_message(MetricsArrived(sample))
+            self._queue_sample(sample)
         elif kind == "host_gpu":  # another host's GPUs (its supervisor samples them)
             self.app.post_message(GpuArrived(sample.sample, host=sample.host))
 
@@ -202,7 +250,7 @@ class Bridge:
         self.app.post_message(HostsChanged(self.supervisor.hosts()))
 
     def _post_statuses(self) -> None:
-        self.logs.flush()  # whatever path statuses come by, the lines before them go first
+        self._flush_telemetry()  # whatever path statuses come by, the lines before them go first
         statuses = self.supervisor.status()
         self.app.post_message(StatusesChanged(statuses))
         self._sync_scrapers(statuses)

@@ -58,6 +58,22 @@ class HostsChanged(Message):
         return isinstance(message, HostsChanged)
 
 
+class TelemetryBatch(Message):
+    """What the session supervisor's feed brought in one short window: metrics samples (in order, none
+    dropped: a backfill's history too) and coalesced log batches (instance, lines, skipped). One
+    message instead of one per sample and per log batch: with many instances, Textual's per-message
+    dispatch was the dashboard's largest cost after drawing (`benchmarks/bench_hosts.py`)."""
+
+    def __init__(
+        self,
+        samples: tuple[MetricsSample, ...],
+        logs: tuple[tuple[str, tuple[str, ...], int], ...],
+    ) -> None:
+        super().__init__()
+        self.samples = samples
+        self.logs = logs
+
+
 class LogsArrived(Message):
     """A coalesced batch of one instance's lines; `skipped`: lines dropped before them (a flood)."""
 
