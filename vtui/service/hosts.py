@@ -399,6 +399,7 @@ class Fleet:
             if id(fwd) in self._wired:
                 continue
             self._wired.add(id(fwd))
+            fwd.client.sample_prefix = self._qualify(fwd, "")
             fwd.client.subscribe(functools.partial(self._remote_event, fwd))
             fwd.client.subscribe_telemetry(functools.partial(self._remote_sample, fwd))
         state = link.state
@@ -416,9 +417,7 @@ class Fleet:
             callback(event)
 
     def _remote_sample(self, fwd: _Forward, kind: str, sample: Any) -> None:
-        if kind == "sample":
-            if sample.instance:
-                sample = dataclasses.replace(sample, instance=self._qualify(fwd, sample.instance))
+        if kind == "sample":  # already named LABEL:NAME (the client's sample_prefix)
             for callback in list(self._sample_subscribers):
                 callback("sample", sample)
         elif kind == "gpu":

@@ -52,11 +52,14 @@ class RemoteSupervisor:
         socket_file: Path | None = None,
         start_on_demand: bool = True,
         on_connection: Callable[[bool, str | None], None] | None = None,
+        sample_prefix: str = "",
     ) -> None:
         """`socket_file`: another socket than this machine's session socket (a host's, forwarded by
         ssh: `vtui.service.hosts`); `start_on_demand=False`: never start a supervisor, only attach
         (and re-attach, waiting `reconnect_delay` doubled up to `max_reconnect_delay` between tries).
-        `on_connection(connected, why)`: told when the feed opens (a hello) and when it is lost."""
+        `on_connection(connected, why)`: told when the feed opens (a hello) and when it is lost.
+        `sample_prefix`: put before the instance name of each metrics sample handed to subscribers
+        (another host's `gpu2:`; cheaper than renaming the decoded sample)."""
         self._layout = layout
         self.session = layout.session.name
         self.reconnect_delay = reconnect_delay
@@ -64,6 +67,7 @@ class RemoteSupervisor:
         self.socket_file = socket_file or locations.socket_path(self.session)
         self.start_on_demand = start_on_demand
         self.on_connection = on_connection
+        self.sample_prefix = sample_prefix
         self.connected = False
         self._statuses: dict[str, InstanceStatus] = {}
         self._order: list[str] = layout.names()
@@ -359,7 +363,10 @@ class RemoteSupervisor:
                     print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
         elif kind in ("sample", "gpu"):
             if kind == "sample":
-                self._sampled.add(message["sample"].get("instance"))
+                data = message["sample"]
+                self._sampled.add(data.get("instance"))
+                if self.sample_prefix and data.get("instance"):  # named as its subscribers know it
+                    data["instance"] = self.sample_prefix + data["instance"]
             sample = decode_sample(message["sample"]) if kind == "sample" else decode_gpu(message["sample"])
             for telemetry in list(self._sample_subscribers):
                 telemetry(kind, sample)
