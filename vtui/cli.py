@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "restart": "vtui.commands.restart",
     "sleep": "vtui.commands.sleep",
     "wake": "vtui.commands.wake",
+    "sessions": "vtui.commands.sessions",
     "check": "vtui.commands.check",
     "export": "vtui.commands.export",
     "discover": "vtui.commands.discover",

@@ -2,25 +2,31 @@
 detached: it outlives this command and the terminal) run the layout and start its instances (preflight
 first), show progress, return when all are READY or failed — non-zero with the root-cause line when any
 failed. The supervisor keeps applying the restart policy after `up` returns; `--watch` follows its feed
-until Ctrl-C (instances keep running)."""
+until Ctrl-C (instances keep running), and when the supervisor goes away (kill -9) starts a new one,
+which re-adopts the instances, and follows that."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 
 from vtui.commands._runs import (
     CommandError,
+    ServiceClient,
     ServiceError,
     ServiceUnavailable,
     base_url_of,
     connect,
+    ensure_supervisor,
     follow_feed,
     print_json,
     progress_printer,
     row_of,
 )
 
+REATTACH_FIRST, REATTACH_MAX = 0.5, 5.0  # seconds between tries to reach a new supervisor (--watch)
 HELP = "start the instances of a layout and wait until they are ready (--watch: follow the supervisor)"
 
 
@@ -83,10 +89,12 @@ def run(args: argparse.Namespace) -> int:
         code = _report(session, states["states"], args.json)
         if args.watch:
             print("following the session supervisor; Ctrl-C to leave (instances keep running)", flush=True)
+            printer = progress_printer()
             if ended is None:
-                ended = follow_feed(session.client, progress_printer())
-            ended.wait()
-            print("vtui up: the session supervisor ended", file=sys.stderr)
+                ended = follow_feed(session.client, printer)
+            while True:  # until Ctrl-C: a supervisor that ends (kill -9, a crash) is started again
+                ended.wait()
+                ended = _reattach(session, printer)
         return code
     except KeyboardInterrupt:
         print("vtui up: interrupted; instances keep running (`vtui down` stops them)", file=sys.stderr)
@@ -94,6 +102,35 @@ def run(args: argparse.Namespace) -> int:
     except (ServiceError, ServiceUnavailable) as exc:
         print(f"vtui up: {exc}", file=sys.stderr)
         return 1
+
+
+def _reattach(session, printer) -> threading.Event:
+    """The session's supervisor again (started on demand, as any command does: it re-adopts the
+    instances and applies the restart policy again), retried with backoff; its feed followed."""
+    print("vtui up: the session supervisor went away; reconnecting", file=sys.stderr, flush=True)
+    path = session.layout.path if session.layout is not None else None
+    delay = REATTACH_FIRST
+    while True:
+        time.sleep(delay)
+        try:
+            if path is not None:
+                client, _ = ensure_supervisor(session.name, path)
+            else:
+                client = ServiceClient(session.name)
+            ended = follow_feed(client, printer)
+            status = client.get("/status")
+        except (ServiceError, ServiceUnavailable, OSError) as exc:
+            print(f"vtui up: {exc}; retrying in {delay:g} s", file=sys.stderr, flush=True)
+            delay = min(REATTACH_MAX, delay * 2)
+            continue
+        if ended.is_set():  # gone again before the first line
+            continue
+        session.client = client
+        states = ", ".join(f"{i['name']} {i['state']}" for i in status.get("instances") or [])
+        print(
+            f"reattached to the session supervisor (pid {status.get('supervisor_pid')}): {states}", flush=True
+        )
+        return ended
 
 
 def _report(session, states: dict[str, str], as_json: bool) -> int:

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from vtui.core.launcher import ProcessHandle, StopReport
     from vtui.core.model import InstanceSpec, Layout
     from vtui.core.state import State
-    from vtui.core.supervision import InstanceStatus
+    from vtui.core.supervision import HostState, InstanceStatus
 
-__all__ = ["Launcher", "SupervisorApi", "TelemetryFeed"]
+__all__ = ["HostFeed", "Launcher", "SupervisorApi", "TelemetryFeed"]
 
 
 @runtime_checkable
@@ -106,3 +106,15 @@ class TelemetryFeed(Protocol):
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]: ...
 
     def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]: ...
+
+
+@runtime_checkable
+class HostFeed(Protocol):
+    """A `SupervisorApi` that also reaches other hosts' sessions (`service.hosts.Fleet`, `vtui --host`):
+    their links' states, and a callback when one changes."""
+
+    def hosts(self) -> tuple[HostState, ...]: ...
+
+    def subscribe_hosts(self, callback: Callable[[], None]) -> Callable[[], None]: ...
+
+    def drop_links(self) -> None: ...  # end the links now, waiting for nothing (the app exits)

@@ -28,6 +28,7 @@ from vtui.core.state import Phase, State
 
 __all__ = [
     "SLEEP_TIMEOUT",
+    "HostState",
     "InstanceStatus",
     "SleepRefused",
     "engine_post",
@@ -62,6 +63,24 @@ class InstanceStatus:
     adopted: bool
     last_good_spec: InstanceSpec | None
     next_restart_at: float | None
+    host: str | None = None  # the host label of an instance of another machine's session (vtui --host)
+
+
+@dataclass(frozen=True)
+class HostState:
+    """One `vtui --host` link as the dashboard shows it: `state` is "connecting", "connected",
+    "disconnected" or "no session" (the host answers, no session supervisor runs there)."""
+
+    label: str  # what the fleet table shows ("gpu2")
+    target: str  # what ssh was given ("user@gpu2")
+    state: str
+    detail: str | None = None  # why not connected (ssh's last line, the feed's error)
+    sessions: tuple[str, ...] = ()
+    since: float = 0.0  # wall clock of the last change
+
+    @property
+    def connected(self) -> bool:
+        return self.state == "connected"
 
 
 def status_of(inst: Instance) -> InstanceStatus:

@@ -13,9 +13,11 @@ import contextlib
 import json
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+import h11
 import httpx
 
 from vtui.core.events import Event, LogLines
@@ -41,10 +43,32 @@ class RemoteError(RuntimeError):
 class RemoteSupervisor:
     """A client of one session's supervisor with the in-process `Supervisor`'s face."""
 
-    def __init__(self, layout: Layout, *, reconnect_delay: float = 0.5) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        reconnect_delay: float = 0.5,
+        max_reconnect_delay: float | None = None,
+        socket_file: Path | None = None,
+        start_on_demand: bool = True,
+        on_connection: Callable[[bool, str | None], None] | None = None,
+        sample_prefix: str = "",
+    ) -> None:
+        """`socket_file`: another socket than this machine's session socket (a host's, forwarded by
+        ssh: `vtui.service.hosts`); `start_on_demand=False`: never start a supervisor, only attach
+        (and re-attach, waiting `reconnect_delay` doubled up to `max_reconnect_delay` between tries).
+        `on_connection(connected, why)`: told when the feed opens (a hello) and when it is lost.
+        `sample_prefix`: put before the instance name of each metrics sample handed to subscribers
+        (another host's `gpu2:`; cheaper than renaming the decoded sample)."""
         self._layout = layout
         self.session = layout.session.name
         self.reconnect_delay = reconnect_delay
+        self.max_reconnect_delay = max(reconnect_delay, max_reconnect_delay or reconnect_delay)
+        self.socket_file = socket_file or locations.socket_path(self.session)
+        self.start_on_demand = start_on_demand
+        self.on_connection = on_connection
+        self.sample_prefix = sample_prefix
+        self.connected = False
         self._statuses: dict[str, InstanceStatus] = {}
         self._order: list[str] = layout.names()
         self._lines: dict[str, deque[str]] = {}
@@ -102,7 +126,7 @@ class RemoteSupervisor:
         from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
 
         try:
-            answer = ServiceClient(self.session).get("/pids", timeout=5.0)
+            answer = ServiceClient(self.session, socket_file=self.socket_file).get("/pids", timeout=5.0)
         except (ServiceError, ServiceUnavailable, OSError):
             return
         self._pids = {name: set(pids) for name, pids in (answer.get("pids") or {}).items()}
@@ -168,6 +192,15 @@ class RemoteSupervisor:
         if self._done is not None:
             self._done.set()
 
+    def begin(self) -> None:
+        """Follow the feed from now on without waiting for it to open (a host's link: the dashboard
+        never waits on a network); `status()` is empty until the first hello."""
+        if self._attached is None:
+            self._attached = asyncio.Event()
+            self._done = asyncio.Event()
+            self._open_client()
+            self._feed_task = asyncio.ensure_future(self._follow())
+
     # -- plumbing --------------------------------------------------------------------------------
     async def _attach(self) -> None:
         if self._attached is None:
@@ -178,14 +211,29 @@ class RemoteSupervisor:
         await self._attached.wait()
 
     async def _ensure(self) -> None:
+        if not self.start_on_demand:  # attach only: the feed's loop retries until it answers
+            self._open_client()
+            return
         if self._layout.path is None:
             raise RemoteError("a layout with no file cannot be handed to a session supervisor")
         _, started = await asyncio.to_thread(ensure_supervisor, self.session, self._layout.path)
-        if self._client is None:
-            transport = httpx.AsyncHTTPTransport(uds=str(locations.socket_path(self.session)))
-            self._client = httpx.AsyncClient(transport=transport, base_url="http://vtui", timeout=None)
+        self._open_client()
         if not started:  # one already ran (maybe another layout file of this session): run ours
             await self._request("/layout", {"path": str(self._layout.path)})
+
+    def _open_client(self) -> None:
+        if self._client is None:
+            transport = httpx.AsyncHTTPTransport(uds=str(self.socket_file))
+            self._client = httpx.AsyncClient(transport=transport, base_url="http://vtui", timeout=None)
+
+    def _connection(self, connected: bool, why: str | None = None) -> None:
+        changed = connected != self.connected
+        self.connected = connected
+        if self.on_connection is not None and (changed or not connected):
+            try:
+                self.on_connection(connected, why)
+            except Exception as exc:  # noqa: BLE001 — a broken consumer must not end the feed
+                print(f"vtui: connection subscriber failed: {exc!r}", file=sys.stderr)
 
     async def _request(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if self._client is None:
@@ -206,31 +254,67 @@ class RemoteSupervisor:
         """The feed, re-opened on a new supervisor when this one goes away."""
         assert self._attached is not None
         first = True
+        delay = self.reconnect_delay
         while not self._closed:
+            why = "the feed ended"
             try:
                 if not first:
                     await self._ensure()
                 first = False
-                assert self._client is not None
-                async with self._client.stream("GET", "/feed") as response:
-                    async for line in response.aiter_lines():
-                        if not line:
-                            continue
-                        message = json.loads(line)
-                        hello = message.get("type") == "hello"
-                        if hello:
-                            self._apply_statuses(message.get("instances") or [])
-                            await self._backfill()
-                        self._on_message(message)
-                        if hello:  # after the statuses: a view starting its run would drop them
-                            await self._backfill_history()
+                async for line in self._feed_lines():
+                    message = json.loads(line)
+                    hello = message.get("type") == "hello"
+                    if hello:
+                        self._apply_statuses(message.get("instances") or [])
+                        await self._backfill()
+                        delay = self.reconnect_delay
+                    self._on_message(message)
+                    if hello:  # after the statuses: a view starting its run would drop them
+                        await self._backfill_history()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
                 if self._closed:
                     return
-                print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
-            await asyncio.sleep(self.reconnect_delay)
+                why = _reason(exc)
+                if self.start_on_demand:  # this machine's supervisor: worth a line in the log
+                    print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
+            if self._closed:
+                return
+            self._connection(False, why)
+            await asyncio.sleep(delay)
+            delay = min(self.max_reconnect_delay, delay * 2)
+
+    async def _feed_lines(self) -> AsyncIterator[bytes]:
+        """The feed's NDJSON lines, read with h11 straight off the socket: this stream carries every
+        sample and log line of every instance, and httpx's streaming layers cost the dashboard more
+        than the parsing does (`benchmarks/bench_hosts.py`). Requests stay on httpx."""
+        reader, writer = await asyncio.open_unix_connection(str(self.socket_file))
+        conn = h11.Connection(h11.CLIENT)
+        try:
+            headers = [("host", "vtui"), ("accept", "application/x-ndjson")]
+            writer.write(conn.send(h11.Request(method="GET", target="/feed", headers=headers)) or b"")
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            pending = b""
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(1 << 16))  # b"": the supervisor went away
+                elif isinstance(event, h11.Response):
+                    if event.status_code != 200:
+                        raise RemoteError(f"the feed answered HTTP {event.status_code}")
+                elif isinstance(event, h11.Data):
+                    pending += event.data
+                    if b"\n" in pending:
+                        *lines, pending = pending.split(b"\n")
+                        for line in lines:
+                            if line.strip():
+                                yield line
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    return
+        finally:
+            writer.close()
 
     async def _backfill(self) -> None:
         """The log tail of each instance this client has no lines of yet (a dashboard opened on running
@@ -282,6 +366,7 @@ class RemoteSupervisor:
                 self.supervisor_pid = message.get("supervisor_pid")
                 assert self._attached is not None
                 self._attached.set()
+                self._connection(True)
             for notify in list(self._status_subscribers):
                 notify()
             if kind == "hello" and message.get("gpu"):  # the last GPU sample: no wait for the next one
@@ -297,7 +382,10 @@ class RemoteSupervisor:
                     print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
         elif kind in ("sample", "gpu"):
             if kind == "sample":
-                self._sampled.add(message["sample"].get("instance"))
+                data = message["sample"]
+                self._sampled.add(data.get("instance"))
+                if self.sample_prefix and data.get("instance"):  # named as its subscribers know it
+                    data["instance"] = self.sample_prefix + data["instance"]
             sample = decode_sample(message["sample"]) if kind == "sample" else decode_gpu(message["sample"])
             for telemetry in list(self._sample_subscribers):
                 telemetry(kind, sample)
@@ -321,6 +409,15 @@ class RemoteSupervisor:
         self._order = [n for n in self._layout.names() if n in statuses] + [
             n for n in statuses if n not in self._layout.names()
         ]
+
+
+def _reason(exc: BaseException) -> str:
+    """A short why for the dashboard ("no supervisor answers", the exception's own words)."""
+    if isinstance(
+        exc, httpx.ConnectError | FileNotFoundError | ConnectionRefusedError | ConnectionResetError
+    ):
+        return "no supervisor answers on the socket"
+    return str(exc) or type(exc).__name__
 
 
 def _with_spec(st: InstanceStatus, spec: InstanceSpec) -> InstanceStatus:

@@ -58,7 +58,7 @@ INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
         "bench",
         "bench",
         "load-test it (live progress, plot; results kept in the flag history)",
-        lambda v: v.state == State.READY,
+        lambda v: v.state == State.READY and not (v.status and v.status.host),  # not another host's
     ),
     InstanceAction(
         "tune",

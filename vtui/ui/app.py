@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 from textual import work
@@ -38,6 +38,7 @@ from vtui.ui.messages import (
     GpuArrived,
     HistoryArrived,
     HistoryLoaded,
+    HostsChanged,
     LayoutOpened,
     LayoutSaved,
     LogsArrived,
@@ -45,6 +46,7 @@ from vtui.ui.messages import (
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
+    TelemetryBatch,
 )
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.screens.bench import BenchScreen
@@ -184,6 +186,8 @@ class VtuiApp(ControlMixin):
             return
         session = self.store.layout.session.name
         for name, view in self.store.views.items():
+            if view.status is not None and view.status.host is not None:
+                continue  # another host's instance: its flag history is that host's
             if self._history_saved.get(name) != view.history_rev:
                 self._history_saved[name] = view.history_rev
                 self._write_history(
@@ -218,9 +222,13 @@ class VtuiApp(ControlMixin):
         for sample in message.samples:
             self.store.add_sample(sample)
 
+    def on_hosts_changed(self, message: HostsChanged) -> None:
+        self.store.set_hosts(message.hosts)
+        self._refresh_screens(None)
+
     def on_gpu_arrived(self, message: GpuArrived) -> None:
-        first = self.store.gpu is None
-        self.store.set_gpu(message.sample)
+        first = (self.store.gpu if message.host is None else self.store.host_gpus.get(message.host)) is None
+        self.store.set_gpu(message.sample, message.host)
         if not first:
             return  # the next render pass shows it
         for screen in self.screen_stack:
@@ -228,10 +236,19 @@ class VtuiApp(ControlMixin):
                 screen.refresh_gpu(self.store)
 
     def on_logs_arrived(self, message: LogsArrived) -> None:
-        if self.store.add_logs(message.instance, message.lines, message.skipped):
+        self._add_logs(message.instance, message.lines, message.skipped)
+
+    def _add_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
+        if self.store.add_logs(instance, lines, skipped):
             for screen in self.screen_stack:
                 if isinstance(screen, LogScreen):
-                    screen.append_logs(message.instance, message.lines, message.skipped)
+                    screen.append_logs(instance, lines, skipped)
+
+    def on_telemetry_batch(self, message: TelemetryBatch) -> None:
+        for instance, lines, skipped in message.logs:
+            self._add_logs(instance, lines, skipped)
+        for sample in message.samples:
+            self.store.add_sample(sample)  # the next render pass shows them
 
     def on_supervisor_failed(self, message: SupervisorFailed) -> None:
         self.store.supervisor_error = message.error
@@ -373,6 +390,18 @@ def default_supervisor_factory(layout: Layout) -> SupervisorApi:
     return RemoteSupervisor(layout)
 
 
+def with_hosts(factory: SupervisorFactory, hosts: Sequence[str]) -> SupervisorFactory:
+    """The factory's supervisor plus a link to each host's sessions (new links for each layout opened)."""
+    from vtui.service.hosts import Fleet, HostLink
+
+    targets = tuple(hosts)
+
+    def make(layout: Layout) -> SupervisorApi:
+        return Fleet(factory(layout), [HostLink(t) for t in targets])
+
+    return make
+
+
 def make_app(
     layout: str | Path | Layout | None = None,
     *,
@@ -385,10 +414,14 @@ def make_app(
     keymap_path: Path | None = None,
     bench_runner: BenchRunner = run_bench,
     settings: UiSettings | None = None,
+    hosts: Sequence[str] = (),
 ) -> VtuiApp:
     """The one way to build the app. `gpu_sampler`/`scraper`: factories, None for the real ones, False
-    for none. `clock`: wall-clock time for uptimes and countdowns (tests pass a fixed one)."""
+    for none. `clock`: wall-clock time for uptimes and countdowns (tests pass a fixed one). `hosts`:
+    ssh targets whose session supervisors the dashboard shows beside this machine's (`--host`)."""
     factory = supervisor_factory or default_supervisor_factory
+    if hosts:
+        factory = with_hosts(factory, hosts)
     if supervisor is None:
         supervisor = factory(resolve_layout(layout))
     keymap, problems = load_user_keymap(keymap_path)
@@ -419,9 +452,16 @@ def run_tui(argv: list[str]) -> int:
         "layout", nargs="?", help="layout TOML or shipped name (default: last session, else demo)"
     )
     parser.add_argument("--no-start", action="store_true", help="adopt running instances but start nothing")
+    parser.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="[USER@]HOST",
+        help="also show the sessions running on HOST, over ssh (repeatable; ssh: $VTUI_SSH)",
+    )
     args = parser.parse_args(argv)
     try:
-        app = make_app(args.layout, autostart=not args.no_start)
+        app = make_app(args.layout, autostart=not args.no_start, hosts=args.host)
     except LayoutError as exc:
         print(f"vtui: {exc}")
         return 2

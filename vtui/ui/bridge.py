@@ -10,12 +10,13 @@ handlers own the state.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol
 
 from textual.app import App
 
-from vtui.core.api import SupervisorApi, TelemetryFeed
+from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, LogLines, Notice
 from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
@@ -29,14 +30,17 @@ from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.messages import (
     GpuArrived,
     HistoryArrived,
+    HostsChanged,
     LogsArrived,
     MetricsArrived,
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
+    TelemetryBatch,
 )
 
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
+SAMPLE_BATCH_S = 0.2  # samples wait this long for company (they are drawn by the 1 Hz render pass)
 
 
 class Sampler(Protocol):
@@ -102,16 +106,26 @@ class Bridge:
         # ... and samples the GPUs: a dashboard on its feed runs no NVML sampler of its own (one per session)
         self._gpu_from_feed = self._feed is not None and self._gpu_default and self._gpu_factory is None
         self.logs = LogCoalescer(self._post_logs)  # log lines: coalesced, bounded (vtui.ui.logfeed)
+        # samples and log batches go to the App together, one TelemetryBatch per short window
+        self._batch_lock = threading.Lock()
+        self._samples: list[MetricsSample] = []
+        self._log_batches: list[tuple[str, tuple[str, ...], int]] = []
+        self._armed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self.logs.bind(asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self.logs.bind(self._loop)
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
         if self._feed is not None:
             self._unsubscribe_more = [
                 self._feed.subscribe_telemetry(self._on_telemetry),
                 self._feed.subscribe_statuses(self._post_statuses),
             ]
+        if isinstance(self.supervisor, HostFeed):  # `vtui --host`: other machines' links
+            self._unsubscribe_more.append(self.supervisor.subscribe_hosts(self._post_hosts))
+            self._post_hosts()
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
         sampler: Sampler | None = None
         if self._gpu_factory is not None:
@@ -151,6 +165,8 @@ class Bridge:
         if self._gpu is not None:
             self._gpu.stop()
             self._gpu = None
+        if isinstance(self.supervisor, HostFeed):
+            self.supervisor.drop_links()
 
     async def close(self, stop_instances: bool = False) -> None:
         if self._unsubscribe:
@@ -172,14 +188,52 @@ class Bridge:
         if isinstance(event, LogLines):
             self.logs.add(event.instance, event.lines)
             return
-        self.logs.flush()  # the lines that led to a state change reach the store before it
+        self._flush_telemetry()  # the lines that led to a state change reach the store before it
         if isinstance(event, Notice):
             self.app.post_message(NoticeArrived(event))
         else:
             self._post_statuses()
 
     def _post_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
-        self.app.post_message(LogsArrived(instance, lines, skipped))
+        """A coalesced batch (the coalescer may flush from another thread): sent with the next batch."""
+        if self._loop is None:
+            self.app.post_message(LogsArrived(instance, lines, skipped))
+            return
+        with self._batch_lock:
+            self._log_batches.append((instance, lines, skipped))
+            armed, self._armed = self._armed, True
+        if not armed:
+            self._arm(0.0)
+
+    def _queue_sample(self, sample: MetricsSample) -> None:
+        with self._batch_lock:
+            self._samples.append(sample)
+            armed, self._armed = self._armed, True
+        if not armed:
+            self._arm(SAMPLE_BATCH_S)
+
+    def _arm(self, delay: float) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            if delay:
+                loop.call_soon_threadsafe(loop.call_later, delay, self._send_batch)
+            else:
+                loop.call_soon_threadsafe(self._send_batch)
+        except RuntimeError:  # the loop is closed: the app is going away
+            pass
+
+    def _send_batch(self) -> None:
+        with self._batch_lock:
+            samples, logs = self._samples, self._log_batches
+            self._samples, self._log_batches, self._armed = [], [], False
+        if samples or logs:
+            self.app.post_message(TelemetryBatch(tuple(samples), tuple(logs)))
+
+    def _flush_telemetry(self) -> None:
+        """Everything pending, now (before a state change: the lines and samples before it go first)."""
+        self.logs.flush()
+        self._send_batch()
 
     def _post_gpu(self, sample: GpuSample) -> None:  # from the sampler's thread
         self.app.post_message(GpuArrived(sample))
@@ -189,14 +243,20 @@ class Bridge:
 
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":
-            self.app.post_message(MetricsArrived(sample))
+            self._queue_sample(sample)
         elif kind == "history":
             self.app.post_message(HistoryArrived(sample))
         elif kind == "gpu" and self._gpu_from_feed:
             self.app.post_message(GpuArrived(sample))
+        elif kind == "host_gpu":  # another host's GPUs (its supervisor samples them)
+            self.app.post_message(GpuArrived(sample.sample, host=sample.host))
+
+    def _post_hosts(self) -> None:
+        assert isinstance(self.supervisor, HostFeed)
+        self.app.post_message(HostsChanged(self.supervisor.hosts()))
 
     def _post_statuses(self) -> None:
-        self.logs.flush()  # whatever path statuses come by, the lines before them go first
+        self._flush_telemetry()  # whatever path statuses come by, the lines before them go first
         statuses = self.supervisor.status()
         self.app.post_message(StatusesChanged(statuses))
         self._sync_scrapers(statuses)

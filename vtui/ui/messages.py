@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from vtui.core.events import Notice
-from vtui.core.supervision import InstanceStatus
+from vtui.core.supervision import HostState, InstanceStatus
 from vtui.planner import ModelConfig
 from vtui.telemetry.diagnosis import Problem
 from vtui.telemetry.gpu import GpuSample
@@ -45,12 +45,42 @@ class HistoryArrived(Message):
 
 
 class GpuArrived(Message):
-    def __init__(self, sample: GpuSample) -> None:
+    """A GPU sample of this machine, or of another host (`host`: its label, `vtui --host`)."""
+
+    def __init__(self, sample: GpuSample, host: str | None = None) -> None:
         super().__init__()
         self.sample = sample
+        self.host = host
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, GpuArrived)
+        return isinstance(message, GpuArrived) and message.host == self.host
+
+
+class HostsChanged(Message):
+    """The `vtui --host` links' states (connected, disconnected and why)."""
+
+    def __init__(self, hosts: tuple[HostState, ...]) -> None:
+        super().__init__()
+        self.hosts = hosts
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, HostsChanged)
+
+
+class TelemetryBatch(Message):
+    """What the session supervisor's feed brought in one short window: metrics samples (in order, none
+    dropped: a backfill's history too) and coalesced log batches (instance, lines, skipped). One
+    message instead of one per sample and per log batch: with many instances, Textual's per-message
+    dispatch was the dashboard's largest cost after drawing (`benchmarks/bench_hosts.py`)."""
+
+    def __init__(
+        self,
+        samples: tuple[MetricsSample, ...],
+        logs: tuple[tuple[str, tuple[str, ...], int], ...],
+    ) -> None:
+        super().__init__()
+        self.samples = samples
+        self.logs = logs
 
 
 class LogsArrived(Message):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.replicas import supervised
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.supervision import HostState, InstanceStatus
 from vtui.planner import ModelConfig
 from vtui.telemetry.diagnosis import Problem, diagnose, diagnose_runtime
 from vtui.telemetry.gpu import GpuSample
@@ -93,6 +93,8 @@ class Store:
         run = supervised(layout, port_for_metrics=lambda: 0).instances
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in run}
         self.gpu: GpuSample | None = None
+        self.hosts: dict[str, HostState] = {}  # `vtui --host` links by label (empty: this machine only)
+        self.host_gpus: dict[str, GpuSample] = {}  # other hosts' GPU samples by label
         self.supervisor_error: str | None = None  # why the supervisor stopped working, once it has
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
@@ -229,8 +231,19 @@ class Store:
         view.run_lines.extend(lines)
         return True
 
-    def set_gpu(self, sample: GpuSample) -> None:
-        self.gpu = sample
+    def set_gpu(self, sample: GpuSample, host: str | None = None) -> None:
+        if host is None:
+            self.gpu = sample
+        else:
+            self.host_gpus[host] = sample
+
+    def set_hosts(self, hosts: Iterable[HostState]) -> None:
+        self.hosts = {h.label: h for h in hosts}
+
+    def host_of(self, view: InstanceView) -> HostState | None:
+        """The link of another host's instance (None: this machine's)."""
+        host = view.status.host if view.status else None
+        return self.hosts.get(host) if host else None
 
     def pid_owner_hint(self) -> Mapping[str, int | None]:
         return {n: (v.status.pid if v.status else None) for n, v in self.views.items()}

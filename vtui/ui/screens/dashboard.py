@@ -116,7 +116,8 @@ class DashboardScreen(InstanceScreen):
         for name, view in store.views.items():
             if name not in self._commands and view.spec is not None:
                 self._commands[name] = short_command(view.spec)
-        self.query_one(GpuPanel).update_sample(store.gpu, store.names(), self._commands)
+        hosts = [(host, store.host_gpus.get(label)) for label, host in store.hosts.items()]
+        self.query_one(GpuPanel).update_sample(store.gpu, store.names(), self._commands, hosts)
 
     # -- selection, sorting, filter ------------------------------------------------------------------
     def _after_selection(self) -> None:

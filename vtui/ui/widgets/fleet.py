@@ -76,22 +76,30 @@ COLUMNS: tuple[Column, ...] = (
     Column("hit", "HIT", 4, 5),
     Column("trend", "G tok/s trend", 8, 3, right=False, flex=3, max_width=300),
 )
-BY_KEY = {c.key: c for c in COLUMNS}
-SORTABLE = [c.key for c in COLUMNS if c.key not in ("trend", "kv")]  # `kv` sorts as `kvpct`
+HOST_COLUMN = Column("host", "HOST", 5, 0, right=False)  # only with `vtui --host`: each row's machine
+BY_KEY = {c.key: c for c in (*COLUMNS, HOST_COLUMN)}
+SORTABLE = [
+    c.key for c in (COLUMNS[0], HOST_COLUMN, *COLUMNS[1:]) if c.key not in ("trend", "kv")
+]  # `kv` sorts as `kvpct`
+LOCAL = "local"  # the HOST cell of this machine's instances
+HOST_LOST = "host lost"
 
 
-def layout_columns(width: int, name_width: int) -> list[tuple[Column, int]]:
-    """The columns shown at `width` cells (one space between columns) and their widths."""
-    widths = {c.key: (max(c.width, name_width) if c.key == "name" else c.width) for c in COLUMNS}
+def layout_columns(width: int, name_width: int, host_width: int = 0) -> list[tuple[Column, int]]:
+    """The columns shown at `width` cells (one space between columns) and their widths; the HOST
+    column only when `host_width` (other hosts are shown)."""
+    columns = (COLUMNS[0], HOST_COLUMN, *COLUMNS[1:]) if host_width else COLUMNS
+    widths = {c.key: (max(c.width, name_width) if c.key == "name" else c.width) for c in columns}
+    widths["host"] = max(HOST_COLUMN.width, host_width)
     chosen: set[str] = set()
     used = 2  # the selection marker and its space
-    for col in sorted(COLUMNS, key=lambda c: c.priority):
+    for col in sorted(columns, key=lambda c: c.priority):
         need = widths[col.key] + 1
         if used + need <= width:
             chosen.add(col.key)
             used += need
     spare = max(0, width - used)
-    flex = [c for c in COLUMNS if c.key in chosen and c.flex]
+    flex = [c for c in columns if c.key in chosen and c.flex]
     total = sum(c.flex for c in flex)
     for col in flex:  # the KV bar first up to its cap, the rest to the trend
         add = min(col.max_width - widths[col.key], spare * col.flex // total if total else 0)
@@ -101,7 +109,7 @@ def layout_columns(width: int, name_width: int) -> list[tuple[Column, int]]:
         add = min(col.max_width - widths[col.key], spare)
         widths[col.key] += max(0, add)
         spare -= max(0, add)
-    return [(c, widths[c.key]) for c in COLUMNS if c.key in chosen]
+    return [(c, widths[c.key]) for c in columns if c.key in chosen]
 
 
 def gpu_list(indices: tuple[int, ...]) -> str:
@@ -130,6 +138,9 @@ class RowData:
 
     name: str
     state: State | None = None
+    label: str = ""  # the NAME cell when it is not `name` (another host's instance: its own name)
+    host: str = ""  # the HOST cell (with `vtui --host`)
+    host_lost: bool = False  # that host's link is down: the row shows the last known state
     phase: str = ""
     phase_style: str = ""  # "", "bad", "warn", "muted"
     gpu: str = ""
@@ -156,6 +167,7 @@ class RowData:
     def sort_value(self, key: str) -> object:
         return {
             "name": self.name,
+            "host": self.host,
             "state": STATE_ORDER.get(self.state, 99) if self.state else 99,
             "phase": self.phase,
             "gpu": self.gpu,
@@ -177,6 +189,16 @@ class RowData:
 def row_data(view: InstanceView, store: Store, now: float, trend_points: int) -> RowData:
     st, spec, s = view.status, view.spec, view.sample
     row = RowData(view.name, state=view.state)
+    if store.hosts:
+        link = store.host_of(view)
+        row.host = st.host if st is not None and st.host else LOCAL
+        if st is not None and st.host:
+            row.label = view.name.split(":", 1)[-1]
+        if link is not None and not link.connected:
+            row.host_lost, row.phase, row.phase_style = True, HOST_LOST, "bad"
+            if spec is not None:
+                row.gpu, row.port, row.model = gpu_list(spec.gpus), spec.port, spec.model
+            return row  # the last known state; no figures (they are not coming)
     if spec is not None:
         row.gpu, row.port, row.model = gpu_list(spec.gpus), spec.port, spec.model
         row.max_seqs, row.default_seqs = max_seqs(view, store)
@@ -239,14 +261,14 @@ def all_row(rows: list[RowData]) -> RowData:
         _sum(r.trend[len(r.trend) - width + i] if len(r.trend) - width + i >= 0 else None for r in rows)
         for i in range(width)
     )
-    gpus: set[int] = set()
+    gpus: set[tuple[str, int]] = set()  # (host, index): GPU 0 of two hosts is two GPUs
     for r in rows:
         for part in r.gpu.split(","):
             if "-" in part:
                 low, high = part.split("-")
-                gpus.update(range(int(low), int(high) + 1))
+                gpus.update((r.host, i) for i in range(int(low), int(high) + 1))
             elif part.isdigit():
-                gpus.add(int(part))
+                gpus.add((r.host, int(part)))
     return RowData(
         "ALL",
         state_label=f"{ready}/{len(rows)} up",
@@ -319,7 +341,10 @@ def row_cells(row: RowData, columns: list[tuple[Column, int]], pal: Palette, is_
         key = col.key
         style: Style | None = bold
         if key == "name":
-            text, style = row.name, pal.bold
+            text, style = row.label or row.name, pal.bold
+        elif key == "host":
+            text = row.host if not is_all else ""
+            style = (pal.bad + pal.bold) if row.host_lost else pal.muted if row.host == LOCAL else pal.accent
         elif key == "state":
             if is_all:
                 text = row.state_label
@@ -393,13 +418,15 @@ class FleetTable(Widget, can_focus=False):
         self._columns: list[tuple[Column, int]] = []
         self._layout_key: tuple | None = None
         self._name_width = 8
+        self._host_width = 0  # 0: no HOST column (this machine only)
         self._count = 0
         self._trend_at = float("-inf")
         self._trend_w = 0
 
     # -- data ------------------------------------------------------------------------------------
     def set_names(self, names: list[str]) -> None:
-        self._name_width = max(8, min(24, max((len(n) for n in names), default=8)))
+        shown = [n.split(":", 1)[-1] for n in names]  # another host's `gpu2:chat` shows as `chat`
+        self._name_width = max(8, min(24, max((len(n) for n in shown), default=8)))
         self._count = len(names)
         self._layout_key = None
         if self.selected not in names:
@@ -411,6 +438,11 @@ class FleetTable(Widget, can_focus=False):
 
     def update_from(self, store: Store, now: float) -> None:
         """Rebuild the rows from the store (once per render pass) and repaint the lines that changed."""
+        if len(store.views) != self._count:  # instances that appeared since (adopted, another host's)
+            self.set_names(list(store.views))
+        host_width = max([len(LOCAL), *(len(h) for h in store.hosts)]) if store.hosts else 0
+        if host_width != self._host_width:
+            self._host_width, self._layout_key = min(host_width, 16), None
         width = self.content_size.width or 80
         columns = self._layout(width)
         trend_w = next((w for c, w in columns if c.key == "trend"), 0)
@@ -451,13 +483,18 @@ class FleetTable(Widget, can_focus=False):
             return True
         needle = self.filter.lower()
         state = row.state.name.lower() if row.state else ""
-        return needle in row.name.lower() or needle in row.model.lower() or needle in state
+        return (
+            needle in row.name.lower()
+            or needle in row.model.lower()
+            or needle in state
+            or needle in row.host.lower()
+        )
 
     def _layout(self, width: int) -> list[tuple[Column, int]]:
-        key = (width, self._name_width)
+        key = (width, self._name_width, self._host_width)
         if key != self._layout_key:
             self._layout_key = key
-            self._columns = layout_columns(width, self._name_width)
+            self._columns = layout_columns(width, self._name_width, self._host_width)
         return self._columns
 
     # -- selection and sorting ---------------------------------------------------------------------
@@ -478,7 +515,9 @@ class FleetTable(Widget, can_focus=False):
             key = "kvpct"
         if reverse is None:
             reverse = (
-                (not self.reverse) if key == self.sort_key else key not in ("name", "state", "gpu", "port")
+                (not self.reverse)
+                if key == self.sort_key
+                else key not in ("name", "host", "state", "gpu", "port")
             )
         self.sort_key, self.reverse = key, reverse
 

@@ -7,12 +7,13 @@ read other processes' command lines: `--`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
+from vtui.core.supervision import HostState
 from vtui.telemetry.gpu import GpuInfo, GpuSample
 from vtui.ui import fmt
 from vtui.ui.widgets.palette import Palette, bar, level_mark, palette_of
@@ -101,6 +102,41 @@ def gpu_text(
     return Text("\n").join(lines)
 
 
+HOST_PROCESS_ROWS = 3  # with other hosts shown, each host's process table is this short
+
+
+def host_heading(label: str, host: HostState | None, pal: Palette, width: int = 200) -> Text:
+    """`── gpu2 ──` above a host's GPUs (with `vtui --host`); a lost link says so and why."""
+    out = Text(f"── {label} ", style=pal.bold)
+    if host is not None and not host.connected:
+        out.append(host.state.upper(), style=pal.bad + pal.bold)
+        if host.detail:
+            out.append(f": {host.detail}", style=pal.muted)
+    out.truncate(width)
+    return out
+
+
+def hosts_text(
+    local: GpuSample | None,
+    hosts: Sequence[tuple[HostState, GpuSample | None]],
+    names: list[str],
+    width: int,
+    commands: Mapping[str, str] | None = None,
+    pal: Palette | None = None,
+) -> Text:
+    """This machine's GPUs, then each other host's, each under its heading."""
+    pal = pal or palette_of(None)
+    parts = [
+        host_heading("local", None, pal, width),
+        gpu_text(local, names, width, commands, pal, HOST_PROCESS_ROWS),
+    ]
+    for host, sample in hosts:
+        parts.append(host_heading(host.label, host, pal, width))
+        if host.connected or sample is not None:
+            parts.append(gpu_text(sample, names, width, commands, pal, HOST_PROCESS_ROWS))
+    return Text("\n").join(parts)
+
+
 class GpuPanel(Widget):
     """Repaints without a layout pass unless the number of lines changed."""
 
@@ -111,14 +147,20 @@ class GpuPanel(Widget):
         self._sample: GpuSample | None = None
         self._names: list[str] = []
         self._commands: Mapping[str, str] = {}
+        self._hosts: tuple[tuple[HostState, GpuSample | None], ...] = ()
         self._text = Text()
         self._lines = 0
         self._key: tuple | None = None
 
     def update_sample(
-        self, sample: GpuSample | None, names: list[str], commands: Mapping[str, str] | None = None
+        self,
+        sample: GpuSample | None,
+        names: list[str],
+        commands: Mapping[str, str] | None = None,
+        hosts: Sequence[tuple[HostState, GpuSample | None]] = (),
     ) -> None:
-        self._sample, self._names = sample, names
+        """`hosts`: other hosts' links and GPU samples (`vtui --host`), drawn under this machine's."""
+        self._sample, self._names, self._hosts = sample, names, tuple(hosts)
         if commands is not None:
             self._commands = commands
         self._rerender()
@@ -130,6 +172,7 @@ class GpuPanel(Widget):
             (sample.available, sample.reason, sample.gpus, sample.processes) if sample else None,
             tuple(self._names),
             len(self._commands),
+            tuple((h, (s.available, s.gpus, s.processes) if s else None) for h, s in self._hosts),
             self.content_size.width,
             rows,
             self.app.theme,
@@ -137,14 +180,24 @@ class GpuPanel(Widget):
         if key == self._key:  # a new sample with the same figures: nothing to draw
             return
         self._key = key
-        text = gpu_text(
-            self._sample,
-            self._names,
-            self.content_size.width or 78,
-            self._commands,
-            palette_of(self.app),
-            rows,
-        )
+        if self._hosts:
+            text = hosts_text(
+                self._sample,
+                self._hosts,
+                self._names,
+                self.content_size.width or 78,
+                self._commands,
+                palette_of(self.app),
+            )
+        else:
+            text = gpu_text(
+                self._sample,
+                self._names,
+                self.content_size.width or 78,
+                self._commands,
+                palette_of(self.app),
+                rows,
+            )
         if text != self._text:
             lines = text.plain.count("\n") + 1
             relayout = lines != self._lines

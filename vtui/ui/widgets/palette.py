@@ -4,6 +4,7 @@ percentage) and a level marker (`!` high, `!!` critical) beside it, for colour-b
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from rich.style import Style
@@ -38,6 +39,10 @@ class Palette:
         return self.bad if fraction >= BAD_AT else self.warn if fraction >= WARN_AT else self.ok
 
     def state(self, state: State) -> Style:
+        return self._states.get(state, Style())
+
+    @functools.cached_property
+    def _states(self) -> dict[State, Style]:  # built once per palette (the fleet table asks per row)
         return {
             State.READY: self.ok + Style(bold=True),
             State.STARTING: self.warn + Style(bold=True),
@@ -50,7 +55,7 @@ class Palette:
             State.ASLEEP: self.muted + Style(italic=True),
             State.WAKING: self.warn + Style(italic=True),
             State.UNREACHABLE: self.bad + Style(bold=True),
-        }.get(state, Style())
+        }
 
 
 def level_mark(fraction: float | None) -> str:
