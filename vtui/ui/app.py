@@ -17,6 +17,7 @@ from textual.app import App
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.timer import Timer
 
 from vtui.bench import BenchConfig, BenchResult, run_bench
 from vtui.bench.engine import ProgressCallback
@@ -56,6 +57,7 @@ from vtui.ui.screens.logs import LogScreen
 from vtui.ui.screens.presets import PresetScreen
 from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
+from vtui.ui.widgets.notices import NoticeLine
 
 DEMO_LAYOUT = BUILTIN_DIR / "demo.toml"
 SupervisorFactory = Callable[[Layout], SupervisorApi]
@@ -114,6 +116,7 @@ class VtuiApp(ControlMixin):
         self._history_lock = asyncio.Lock()
         self._history_saved: dict[str, int] = {}  # instance -> history_rev last written
         self._history_ready = False  # nothing is written before the files were read
+        self._notice_timer: Timer | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -144,6 +147,25 @@ class VtuiApp(ControlMixin):
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
+
+    # -- notifications: on the screens' reserved notice line, never over data ------------------------
+    def _refresh_notifications(self) -> None:
+        """Textual calls this after each `notify` and when a screen resumes: the live notifications go
+        to the notice line of every screen that has one (a modal's shows through on the screen below);
+        only a screen stack with none falls back to Textual's toasts."""
+        lines = [line for screen in self.screen_stack for line in screen.query(NoticeLine)]
+        if not lines:
+            super()._refresh_notifications()
+            return
+        live = list(self._notifications)
+        for line in lines:
+            line.show(live)
+        if self._notice_timer is not None:
+            self._notice_timer.stop()
+            self._notice_timer = None
+        if live:  # redraw when the next one expires
+            next_expiry = max(0.05, min(n.time_left for n in live))
+            self._notice_timer = self.set_timer(next_expiry, self._refresh_notifications)
 
     def repaint(self) -> None:
         """One render pass of every screen from the store (the render timer's callback; state changes
