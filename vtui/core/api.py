@@ -101,6 +101,12 @@ class TelemetryFeed(Protocol):
     """A `SupervisorApi` that also sends samples and snapshots (the session supervisor's client): the
     dashboard then runs no scrape loop of its own and repaints on each snapshot."""
 
+    # True once attached when the feed carries GPU samples ("gpu"), so the client runs no sampler;
+    # None before the first message
+    feeds_gpu: bool | None
+    # instance -> the StartupFacts the supervisor read from the whole log of its current run
+    facts: dict[str, Any]
+
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]: ...
 
     def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]: ...

@@ -55,6 +55,7 @@ class RemoteSupervisor:
         self._status_subscribers: list[Callable[[], None]] = []
         self.facts: dict[str, Any] = {}
         self.supervisor_pid: int | None = None
+        self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
         self._client: httpx.AsyncClient | None = None
         self._feed_task: asyncio.Task | None = None
         self._attached: asyncio.Event | None = None
@@ -76,7 +77,9 @@ class RemoteSupervisor:
         return unsubscribe
 
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
-        """(kind, sample) for each metrics ("sample") and GPU ("gpu") sample of the feed."""
+        """(kind, sample) for each metrics ("sample") and GPU ("gpu") sample of the feed, and
+        ("samples", a tuple of one instance's MetricsSamples, oldest first): the history backfilled
+        for a newly attached client."""
         self._sample_subscribers.append(callback)
         return lambda: self._sample_subscribers.remove(callback)
 
@@ -218,8 +221,12 @@ class RemoteSupervisor:
                         message = json.loads(line)
                         if message.get("type") == "hello":
                             self._apply_statuses(message.get("instances") or [])
-                            await self._backfill()
+                            await self._backfill_logs()
                         self._on_message(message)
+                        if message.get("type") == "hello":  # after the first snapshot: not in its way
+                            if message.get("gpu"):
+                                self._on_message({"type": "gpu", "sample": message["gpu"]})
+                            await self._backfill_history()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
@@ -228,34 +235,46 @@ class RemoteSupervisor:
                 print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
             await asyncio.sleep(self.reconnect_delay)
 
-    async def _backfill(self) -> None:
+    async def _backfill_logs(self) -> None:
         """The log tail of each instance this client has no lines of yet (a dashboard opened on running
-        instances), handed to the subscribers as `LogLines` before the first snapshot: what it derives
-        from a run's lines (startup facts, diagnosis) is there when it sees the instance READY. Then
-        the supervisor's recent metrics samples, so plots do not start empty."""
+        instances; fetched side by side), handed to the subscribers as `LogLines` before the first
+        snapshot: what it derives from a run's lines (startup facts, diagnosis) is there when it sees
+        the instance READY."""
         assert self._client is not None
-        for st in self.status():
-            if self._lines.get(st.name) or st.log_path is None:
-                continue
+        client = self._client
+        wanted = [st for st in self.status() if not self._lines.get(st.name) and st.log_path is not None]
+
+        async def tail(name: str) -> tuple[str, ...]:
             try:
-                response = await self._client.get("/logs", params={"name": st.name, "n": RECENT_LINES})
-                lines = tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
+                response = await client.get("/logs", params={"name": name, "n": RECENT_LINES})
+                return tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
             except (httpx.HTTPError, ValueError):
-                continue
+                return ()
+
+        for st, lines in zip(wanted, await asyncio.gather(*(tail(st.name) for st in wanted)), strict=True):
             if lines:
                 self._on_message(
                     {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
                 )
-            if st.state.running and st.name not in self._sampled:
-                try:
-                    response = await self._client.get(
-                        "/history", params={"name": st.name, "n": HISTORY_BACKFILL}
-                    )
-                    samples = (response.json().get("samples") or []) if response.status_code == 200 else []
-                except (httpx.HTTPError, ValueError):
-                    samples = []
-                for data in samples:  # the plots start where the supervisor's history does
-                    self._on_message({"type": "sample", "sample": data})
+
+    async def _backfill_history(self) -> None:
+        """The supervisor's recent metrics samples of each running instance this client has none of, so
+        plots do not start empty: one ("samples", tuple) per instance, after the first snapshot."""
+        assert self._client is not None
+        for st in self.status():
+            if not st.state.running or st.name in self._sampled:
+                continue
+            try:
+                response = await self._client.get("/history", params={"name": st.name, "n": HISTORY_BACKFILL})
+                samples = (response.json().get("samples") or []) if response.status_code == 200 else []
+            except (httpx.HTTPError, ValueError):
+                continue
+            if not samples:
+                continue
+            self._sampled.add(st.name)
+            batch = tuple(decode_sample(data) for data in samples)
+            for telemetry in list(self._sample_subscribers):
+                telemetry("samples", batch)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -263,6 +282,7 @@ class RemoteSupervisor:
             self._apply_statuses(message.get("instances") or [])
             if kind == "hello":
                 self.supervisor_pid = message.get("supervisor_pid")
+                self.feeds_gpu = bool(message.get("gpu_sampling"))
                 assert self._attached is not None
                 self._attached.set()
             for notify in list(self._status_subscribers):

@@ -279,7 +279,12 @@ class SessionService:
             encoded = encode_gpu(sample)
             loop.call_soon_threadsafe(self._on_gpu, encoded)
 
-        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner)
+        def simulated(owners: Any) -> Any:  # no NVIDIA driver: the sims' GPUs, as the dashboard draws them
+            from vtui.sim.gpuview import simulated_sample
+
+            return simulated_sample(self.supervisor.layout, owners)
+
+        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner, fallback=simulated)
         self._gpu_sampler.start()
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:
@@ -378,6 +383,7 @@ class SessionService:
             answer["instances"] = self._statuses()
             answer["flag_history"] = self.flag_history
             answer["gpu"] = self.last_gpu
+            answer["gpu_sampling"] = self.gpu  # the feed carries GPU samples (clients run no sampler)
         return answer
 
     def _one_name(self, body: dict[str, Any]) -> str:

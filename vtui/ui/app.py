@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App
@@ -19,15 +20,11 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
 
-from vtui.bench import BenchConfig, BenchResult, run_bench
-from vtui.bench.engine import ProgressCallback
-from vtui.core.api import SupervisorApi
+from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.core.supervisor import Supervisor
 from vtui.layouts import LayoutError, default_layout, load_layout, remember_last
 from vtui.layouts.lookup import BUILTIN_DIR
-from vtui.planner import ModelConfig
-from vtui.ui import history, planning
+from vtui.ui import history
 from vtui.ui.bridge import Bridge, GpuSamplerFactory, ScrapeFactory
 from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
@@ -42,27 +39,35 @@ from vtui.ui.messages import (
     LayoutSaved,
     LogsArrived,
     MetricsArrived,
+    MetricsBackfill,
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
 )
 from vtui.ui.screens.base import StoreScreen
-from vtui.ui.screens.bench import BenchScreen
 from vtui.ui.screens.dashboard import DashboardScreen
-from vtui.ui.screens.detail import DetailScreen
-from vtui.ui.screens.dialogs import QuitScreen
-from vtui.ui.screens.flags import FlagEditorScreen
-from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
-from vtui.ui.screens.logs import LogScreen
-from vtui.ui.screens.presets import PresetScreen
 from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
 from vtui.ui.widgets.notices import NoticeLine
 
+if TYPE_CHECKING:  # the first frame imports only what it shows (screens, bench, planner: on use)
+    from vtui.bench import BenchConfig, BenchResult
+    from vtui.bench.engine import ProgressCallback
+    from vtui.planner import ModelConfig
+
 DEMO_LAYOUT = BUILTIN_DIR / "demo.toml"
 SupervisorFactory = Callable[[Layout], SupervisorApi]
 ConfigKey = tuple[str, str, str | None]
-BenchRunner = Callable[[BenchConfig, ProgressCallback | None], Awaitable[BenchResult]]
+BenchRunner = Callable[["BenchConfig", "ProgressCallback | None"], Awaitable["BenchResult"]]
+
+
+async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = None) -> BenchResult:
+    """vtui.bench.run_bench, imported when a bench first runs (not at start)."""
+    from vtui.bench import run_bench as run
+
+    return await run(config, on_progress)
+
+
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
 HIGH_CONTRAST = Theme(
     name="vtui-high-contrast",
@@ -174,7 +179,10 @@ class VtuiApp(ControlMixin):
 
     # -- handlers: the only place that mutates the store ---------------------------------------------
     def on_statuses_changed(self, message: StatusesChanged) -> None:
-        changed = self.store.apply_statuses(message.statuses, self.supervisor.layout)
+        feed = self.supervisor if isinstance(self.supervisor, TelemetryFeed) else None
+        changed = self.store.apply_statuses(
+            message.statuses, self.supervisor.layout, feed.facts if feed is not None else None
+        )
         for name in changed:
             view = self.store.views[name]
             if view.needs_diagnosis:
@@ -234,6 +242,11 @@ class VtuiApp(ControlMixin):
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         self.store.add_sample(message.sample)  # the next render pass shows it
 
+    def on_metrics_backfill(self, message: MetricsBackfill) -> None:
+        for sample in message.samples:
+            self.store.add_sample(sample)
+        self._refresh_screens(None)
+
     def on_gpu_arrived(self, message: GpuArrived) -> None:
         first = self.store.gpu is None
         self.store.set_gpu(message.sample)
@@ -246,7 +259,7 @@ class VtuiApp(ControlMixin):
     def on_logs_arrived(self, message: LogsArrived) -> None:
         if self.store.add_logs(message.instance, message.lines, message.skipped):
             for screen in self.screen_stack:
-                if isinstance(screen, LogScreen):
+                if isinstance(screen, StoreScreen):
                     screen.append_logs(message.instance, message.lines, message.skipped)
 
     def on_supervisor_failed(self, message: SupervisorFailed) -> None:
@@ -298,6 +311,8 @@ class VtuiApp(ControlMixin):
     # -- model configs for the planner (read from disk once per model, in a worker) ------------------
     def model_config(self, spec: InstanceSpec) -> tuple[ModelConfig | None, str | None] | None:
         """(config or None, reason) when known; None while it is being read (a ConfigLoaded follows)."""
+        from vtui.ui import planning
+
         key = planning.config_key(spec)
         if key in self.store.configs:
             return self.store.configs[key]
@@ -308,6 +323,8 @@ class VtuiApp(ControlMixin):
 
     @work(exit_on_error=False, group="config")
     async def _load_config(self, key: ConfigKey) -> None:
+        from vtui.ui import planning
+
         try:
             config, reason = await asyncio.to_thread(planning.load_config, key)
         except Exception as exc:  # a config the planner cannot read: shown as the reason
@@ -326,6 +343,8 @@ class VtuiApp(ControlMixin):
 
     # -- app actions -------------------------------------------------------------------------------
     def action_help(self) -> None:
+        from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
+
         if isinstance(self.screen, HelpScreen):
             return
         rows = live_rows(self.screen)
@@ -338,6 +357,8 @@ class VtuiApp(ControlMixin):
         self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_quit_dialog(self) -> None:
+        from vtui.ui.screens.dialogs import QuitScreen
+
         self.push_screen(QuitScreen(unsaved=self.store.dirty), self._quit_answered)
 
     def _quit_answered(self, answer: str | None) -> None:
@@ -356,6 +377,12 @@ class VtuiApp(ControlMixin):
         self.run_worker(close(), group="shutdown", exit_on_error=False)
 
     def open_screen(self, kind: str, name: str) -> None:
+        from vtui.ui.screens.bench import BenchScreen
+        from vtui.ui.screens.detail import DetailScreen
+        from vtui.ui.screens.flags import FlagEditorScreen
+        from vtui.ui.screens.logs import LogScreen
+        from vtui.ui.screens.presets import PresetScreen
+
         cls: type[Screen[None]] = {
             "detail": DetailScreen,
             "logs": LogScreen,
@@ -382,6 +409,8 @@ def default_supervisor_factory(layout: Layout) -> SupervisorApi:
     """The session supervisor's client (started on demand; it owns the instances and outlives the
     dashboard); an in-process Supervisor only for a layout with no file."""
     if layout.path is None:
+        from vtui.core.supervisor import Supervisor
+
         return Supervisor(layout)
     from vtui.service.remote import RemoteSupervisor
 

@@ -1,10 +1,11 @@
 """Runs vtui's data sources next to the UI and turns their frozen events into Textual messages.
 
 With the session supervisor (`vtui.service.remote.RemoteSupervisor`, the default): its feed brings the
-events, snapshots and metrics samples (it scrapes; the bridge runs no scrape loop), and the GpuSampler
-runs here in its own thread, attributing GPU processes through the supervisor's process trees. With an
-in-process `Supervisor` (tests, a layout with no file): its `run()` on Textual's loop and one
-ScrapeLoop per READY instance. The bridge never touches widgets; it only posts messages, and the App's
+events, snapshots, metrics and GPU samples (it scrapes and samples the GPUs; the bridge runs no scrape
+loop and no GPU sampler, unless the supervisor samples no GPUs: then a GpuSampler runs here, attributing
+GPU processes through the supervisor's process trees). With an in-process `Supervisor` (tests, a
+layout with no file): its `run()` on Textual's loop, one ScrapeLoop per READY instance and the
+GpuSampler in its own thread. The bridge never touches widgets; it only posts messages, and the App's
 handlers own the state.
 """
 
@@ -25,12 +26,12 @@ from vtui.core.supervision import InstanceStatus
 from vtui.sim.gpuview import simulated_sample
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
-from vtui.telemetry.scrape import ScrapeLoop
 from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.messages import (
     GpuArrived,
     LogsArrived,
     MetricsArrived,
+    MetricsBackfill,
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
@@ -72,6 +73,8 @@ def default_gpu_sampler(
 
 
 def default_scraper(instance: str, base_url: str, on_sample: Callable[[MetricsSample], None]) -> Scraper:
+    from vtui.telemetry.scrape import ScrapeLoop  # in-process supervision only
+
     return ScrapeLoop(instance, base_url, on_sample, interval=1.0)
 
 
@@ -111,6 +114,15 @@ class Bridge:
                 self._feed.subscribe_statuses(self._post_statuses),
             ]
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
+        if not self._gpu_from_feed:  # else after the feed's hello, only if it carries no GPU samples
+            self._start_gpu()
+        self._post_statuses()
+
+    @property
+    def _gpu_from_feed(self) -> bool:
+        return self._feed is not None and self._gpu_factory is None and self._gpu_default
+
+    def _start_gpu(self) -> None:
         sampler: Sampler | None = None
         if self._gpu_factory is not None:
             sampler = self._gpu_factory(self._post_gpu, self._pid_owner)
@@ -121,7 +133,6 @@ class Bridge:
             sampler.start()
         if self._gpu is None:
             self.app.post_message(GpuArrived(GpuSample(False, "GPU sampling off", (), (), 0.0)))
-        self._post_statuses()
 
     async def _supervise(self) -> None:
         """Adopt, start, then run the supervisor; if any of it fails, the App shows the error (a dashboard
@@ -130,6 +141,8 @@ class Bridge:
             try:
                 await self.supervisor.adopt()
                 self._post_statuses()
+                if self._feed is not None and self._gpu_from_feed and not self._feed.feeds_gpu:
+                    self._start_gpu()  # a supervisor that samples no GPUs (VTUI_SUPERVISOR_GPU=0)
                 if self.autostart:
                     await self.supervisor.start()
             except PreflightError as exc:
@@ -188,6 +201,10 @@ class Bridge:
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":
             self.app.post_message(MetricsArrived(sample))
+        elif kind == "samples":
+            self.app.post_message(MetricsBackfill(sample))
+        elif kind == "gpu" and self._gpu_from_feed:
+            self.app.post_message(GpuArrived(sample))
 
     def _post_statuses(self) -> None:
         self.logs.flush()  # whatever path statuses come by, the lines before them go first
