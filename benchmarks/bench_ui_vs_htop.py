@@ -31,6 +31,7 @@ name = "vs-htop"
 allow_gpu_sharing = true
 gpu_memory_gib = 80
 """
+# 0.2 of a simulated 80 GiB GPU each: 32 instances on 8 GPUs pass vtui's free-memory check
 INSTANCE = """
 [[instance]]
 name = "inst{i:02d}"
@@ -42,6 +43,7 @@ gpus = [{gpu}]
 [instance.flags]
 max-num-seqs = 64
 max-model-len = 4096
+gpu-memory-utilization = 0.2
 sim-startup-scale = 0
 sim-load = 2
 """
@@ -110,9 +112,11 @@ def one_size(n: int, args: argparse.Namespace) -> dict:
     vtui = [sys.executable, "-m", "vtui"]
     runs: list[dict] = []
     try:
-        subprocess.run(
-            [*vtui, "up", str(layout), "--timeout", "180"], env=env, check=True, capture_output=True
+        up = subprocess.run(
+            [*vtui, "up", str(layout), "--timeout", "180"], env=env, capture_output=True, text=True
         )
+        if up.returncode:  # say why (a port another program holds, a refused start)
+            raise RuntimeError(f"vtui up failed ({up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
         urls = " ".join(f"http://127.0.0.1:{p}" for p in ports)
         for _ in range(args.repeat):
             run: dict = {}
@@ -159,11 +163,13 @@ def main() -> int:
     if not shutil.which("tmux") or (not args.htop and not args.no_htop):
         print("needs tmux and vllm-htop (--htop PATH, or --no-htop)", file=sys.stderr)
         return 2
-    results = [one_size(int(n), args) for n in args.sizes.split(",")]
-    text = json.dumps(results, indent=1)
+    results = []
+    for n in args.sizes.split(","):
+        results.append(one_size(int(n), args))
+        text = json.dumps(results, indent=1)
+        if args.out:  # after each size: a later failure keeps what was measured
+            args.out.write_text(text + "\n")
     print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
     return 0
 
 
