@@ -31,7 +31,7 @@ name = "vs-htop"
 allow_gpu_sharing = true
 gpu_memory_gib = 80
 """
-# 0.2 of a simulated 80 GiB GPU each: 32 instances on 8 GPUs pass vtui's free-memory check
+# 0.24 of a simulated 80 GiB GPU each: 32 instances on 8 GPUs pass vtui's free-memory check
 INSTANCE = """
 [[instance]]
 name = "inst{i:02d}"
@@ -43,7 +43,7 @@ gpus = [{gpu}]
 [instance.flags]
 max-num-seqs = 64
 max-model-len = 4096
-gpu-memory-utilization = 0.2
+gpu-memory-utilization = 0.24
 sim-startup-scale = 0
 sim-load = 2
 """
