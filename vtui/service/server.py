@@ -284,7 +284,14 @@ class SessionService:
 
             return simulated_sample(self.supervisor.layout, owners)
 
-        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner, fallback=simulated)
+        def owners() -> dict[int, str]:  # no process walk each second for a driverless box with no sims
+            sampler = self._gpu_sampler
+            if sampler is not None and sampler.unusable is not None:
+                if not any(spec.engine == "sim" for spec in self.supervisor.layout.instances):
+                    return {}
+            return self._pid_owner()
+
+        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=owners, fallback=simulated)
         self._gpu_sampler.start()
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:

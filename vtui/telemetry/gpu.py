@@ -108,6 +108,11 @@ class GpuSampler:
         self._reason: str | None = None  # why NVML is unusable, once known
         self._commands: dict[int, tuple[float, str]] = {}  # pid -> (create time, command), seen pids only
 
+    @property
+    def unusable(self) -> str | None:
+        """Why NVML cannot be used (e.g. "no NVIDIA driver"), once a sample found out; else None."""
+        return self._reason
+
     def start(self) -> None:
         if self._thread is not None:
             return
