@@ -119,12 +119,14 @@ def child(
             gpus = tuple(
                 GpuInfo(i, "NVIDIA H200", 100 * GIB, 141 * GIB, 80.0, 60.0, 400.0, 700.0) for i in range(8)
             )
-            while not self.stop_event.wait(1.0):
+            while True:  # the first sample at once, as the real GpuSampler takes it
                 owners = self.pid_owner()
                 procs = tuple(
                     GpuProcess(i % 8, pid, 12 * GIB, name) for i, (pid, name) in enumerate(owners.items())
                 )
                 self.on_sample(GpuSample(True, None, gpus, procs, time.time()))
+                if self.stop_event.wait(1.0):
+                    return
 
         def stop(self):
             self.stop_event.set()
