@@ -132,3 +132,11 @@ async def test_startup_notifications_never_cover_data(fake, app_factory, h, tmp_
         assert len(panel) == 9  # 4 GPUs, the table head, 4 processes
         for gpu_line in panel:
             assert gpu_line.strip() in text, gpu_line
+
+
+def test_theme_stays_a_command_without_a_key(monkeypatch):
+    import vtui.ui.cmdline as cmd
+
+    apps = [b for b in REGISTRY["app"] if b.id != "app.theme"]
+    monkeypatch.setitem(cmd.REGISTRY, "app", apps)
+    assert cmd.commands()["theme"].action == "cycle_theme"

@@ -16,6 +16,8 @@ from vtui.ui.keymap import REGISTRY
 SCOPES = {"app": "app", "instance (dashboard, detail)": "instance", "dashboard": "dashboard"}
 ALIASES = {"q": "quit"}  # k9s' and vi's `:q`
 TAKES_TEXT = {"filter"}  # dashboard commands whose argument is free text
+# App actions that stay commands whether or not a key is bound to them (the theme lost its key to tune)
+KEYLESS = (("theme", "cycle_theme", "Theme"),)
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Command:
     action: str  # the binding's Textual action: "restart", "sort(1)", "quit_dialog"
     help: str  # the binding's description
     scope: str  # "app" (the App's action), "instance" (on an instance), "dashboard" (the screen's)
-    binding_id: str
+    binding_id: str  # "" for a command no key is bound to
 
 
 class CommandError(ValueError):
@@ -40,6 +42,8 @@ def commands() -> dict[str, Command]:
                 continue
             name = binding.id.split(".", 1)[1].replace("_", "-")
             out.setdefault(name, Command(name, binding.action, binding.description, scope, binding.id))
+    for name, action, description in KEYLESS:
+        out.setdefault(name, Command(name, action, description, "app", ""))
     return out
 
 
