@@ -119,12 +119,14 @@ def child(
             gpus = tuple(
                 GpuInfo(i, "NVIDIA H200", 100 * GIB, 141 * GIB, 80.0, 60.0, 400.0, 700.0) for i in range(8)
             )
-            while not self.stop_event.wait(1.0):
+            while True:  # the first sample at once, as the real GpuSampler takes it
                 owners = self.pid_owner()
                 procs = tuple(
                     GpuProcess(i % 8, pid, 12 * GIB, name) for i, (pid, name) in enumerate(owners.items())
                 )
                 self.on_sample(GpuSample(True, None, gpus, procs, time.time()))
+                if self.stop_event.wait(1.0):
+                    return
 
         def stop(self):
             self.stop_event.set()
@@ -212,10 +214,10 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
             "120",
             "-y",
             "40",
-            *[
+            *[  # PYTHONPATH too: the child imports the vtui under test, not an installed one
                 a
-                for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "TERM", "PATH")
-                for a in ("-e", f"{k}={env[k]}")
+                for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "TERM", "PATH", "PYTHONPATH")
+                for a in ("-e", f"{k}={env.get(k, '')}")
             ],
             cmd,
         )
@@ -247,6 +249,7 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
             "key_to_screen_ms_p95": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
             "first_frame_s": round(first_frame, 2),
             "measured_s": seconds,
+            "load_average_1m": round(os.getloadavg()[0], 2),
         }
     finally:
         subprocess.run(["tmux", "-L", tmux.sock, "kill-server"], capture_output=True)

@@ -1,9 +1,13 @@
-"""vtui's dashboard against vllm-htop watching the same 8 simulated instances (real `vtui sim` processes
-serving /metrics over HTTP), each at a 1 s refresh in the same 120x40 tmux terminal, one after the other:
-CPU % of one core and RSS of the monitor's process alone.
+"""vtui's dashboard as a client of a real session supervisor (as `vtui LAYOUT` runs it), against
+vllm-htop watching the same simulated instances (real `vtui sim` processes serving /metrics over HTTP),
+each at a 1 s refresh in the same 120x40 tmux terminal, one after the other: CPU % of one core and RSS
+of the monitor's process alone; for vtui also the time to its first frame with data (the tmux window
+opened to the first instance's row and the GPU panel drawn) and key-press-to-screen latency (`>` sorts
+the fleet table: its header shows NAME^). The machine's 1-minute load average is recorded beside
+each figure (other work on a shared machine skews them).
 
     pip install vllm-htop   # into any venv; it needs only the standard library
-    python benchmarks/bench_ui_vs_htop.py --htop /path/to/venv/bin/vllm-htop
+    python benchmarks/bench_ui_vs_htop.py --htop /path/to/venv/bin/vllm-htop --sizes 8,32 --repeat 2
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +31,7 @@ name = "vs-htop"
 allow_gpu_sharing = true
 gpu_memory_gib = 80
 """
+# 0.24 of a simulated 80 GiB GPU each: 32 instances on 8 GPUs pass vtui's free-memory check
 INSTANCE = """
 [[instance]]
 name = "inst{i:02d}"
@@ -37,12 +43,13 @@ gpus = [{gpu}]
 [instance.flags]
 max-num-seqs = 64
 max-model-len = 4096
+gpu-memory-utilization = 0.24
 sim-startup-scale = 0
 sim-load = 2
 """
 
 
-def monitor_cost(tmux_cmd: str, env: dict, ready: str, seconds: float) -> dict:
+def monitor_cost(tmux_cmd: str, env: dict, ready: tuple[str, ...], seconds: float, presses: int = 0) -> dict:
     import psutil
 
     tmux = Tmux(120, 40)
@@ -52,9 +59,12 @@ def monitor_cost(tmux_cmd: str, env: dict, ready: str, seconds: float) -> dict:
         for a in ("-e", f"{k}={env.get(k, '')}")
     ]
     try:
+        t0 = time.perf_counter()
         tmux("-f", "/dev/null", "new-session", "-d", "-s", "b", "-x", "120", "-y", "40", *keep, tmux_cmd)
         tmux("set-option", "-t", "b", "remain-on-exit", "on")
-        tmux.wait(lambda s: ready in s, timeout=90)
+        tmux.wait(lambda s: all(r in s for r in ready), timeout=90)
+        first_frame = time.perf_counter() - t0
+        load_at_start = os.getloadavg()[0]
         pane_pid = int(tmux("display-message", "-p", "-t", "b", "#{pane_pid}").strip())
         time.sleep(5.0)  # warm up
         root = psutil.Process(pane_pid)
@@ -67,24 +77,28 @@ def monitor_cost(tmux_cmd: str, env: dict, ready: str, seconds: float) -> dict:
         time.sleep(seconds)
         c1, wall = cpu(), time.perf_counter() - w0
         rss = max(p.memory_info().rss for p in procs)
-        return {
+        result = {
             "cpu_percent_of_one_core": round(100.0 * (c1 - c0) / wall, 2),
             "rss_mb": round(rss / 2**20, 1),
+            "first_frame_s": round(first_frame, 2),
+            "load_average_1m": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
         }
+        latencies = []
+        for _ in range(presses):  # sort by name (header NAME^), then back
+            tmux("send-keys", "-t", "b", ">")
+            latencies.append(tmux.wait(lambda s: "NAME^" in s))
+            tmux("send-keys", "-t", "b", "<")
+            latencies.append(tmux.wait(lambda s: "NAME^" not in s and "NAME" in s))
+            time.sleep(0.05)
+        if latencies:
+            result["key_to_screen_ms_p50"] = round(statistics.median(latencies) * 1000, 1)
+            result["key_to_screen_ms_max"] = round(max(latencies) * 1000, 1)
+        return result
     finally:
         subprocess.run(["tmux", "-L", tmux.sock, "kill-server"], capture_output=True)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--htop", default=shutil.which("vllm-htop"), help="the vllm-htop executable")
-    parser.add_argument("--instances", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--base-port", type=int, default=9300)
-    args = parser.parse_args()
-    if not args.htop or not shutil.which("tmux"):
-        print("needs tmux and vllm-htop (--htop PATH)", file=sys.stderr)
-        return 2
+def one_size(n: int, args: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="vtui-vs-htop-"))
     env = dict(
         os.environ,
@@ -93,31 +107,69 @@ def main() -> int:
         TERM="xterm-256color",
     )
     layout = tmp / "vs-htop.toml"
-    ports = [args.base_port + i for i in range(args.instances)]
+    ports = [args.base_port + i for i in range(n)]
     layout.write_text(LAYOUT + "".join(INSTANCE.format(i=i, port=p, gpu=i % 8) for i, p in enumerate(ports)))
     vtui = [sys.executable, "-m", "vtui"]
+    runs: list[dict] = []
     try:
-        subprocess.run(
-            [*vtui, "up", str(layout), "--timeout", "120"], env=env, check=True, capture_output=True
+        up = subprocess.run(
+            [*vtui, "up", str(layout), "--timeout", "180"], env=env, capture_output=True, text=True
         )
+        if up.returncode:  # say why (a port another program holds, a refused start)
+            raise RuntimeError(f"vtui up failed ({up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
         urls = " ".join(f"http://127.0.0.1:{p}" for p in ports)
-        htop = monitor_cost(
-            f"{args.htop} --url {urls} --interval 1 --no-gpu-detect", env, "9300", args.seconds
-        )
-        ours = monitor_cost(f"{' '.join(vtui)} {layout} --no-start", env, "inst07", args.seconds)
+        for _ in range(args.repeat):
+            run: dict = {}
+            if args.htop:
+                run["vllm_htop"] = monitor_cost(
+                    f"{args.htop} --url {urls} --interval 1 --no-gpu-detect",
+                    env,
+                    (str(args.base_port),),
+                    args.seconds,
+                )
+            run["vtui"] = monitor_cost(
+                f"{' '.join(vtui)} {layout} --no-start",
+                env,
+                ("inst00", "READY", "GPU0"),
+                args.seconds,
+                args.presses,
+            )
+            if args.htop:
+                run["cpu_ratio_vtui_to_htop"] = round(
+                    run["vtui"]["cpu_percent_of_one_core"]
+                    / max(run["vllm_htop"]["cpu_percent_of_one_core"], 0.01),
+                    2,
+                )
+            runs.append(run)
     finally:
         subprocess.run([*vtui, "down", str(layout)], env=env, capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    result = {
-        "instances": args.instances,
-        "seconds": args.seconds,
-        "vllm_htop": htop,
-        "vtui": ours,
-        "cpu_ratio_vtui_to_htop": round(
-            ours["cpu_percent_of_one_core"] / max(htop["cpu_percent_of_one_core"], 0.01), 2
-        ),
-    }
-    print(json.dumps(result, indent=1))
+    return {"instances": n, "seconds": args.seconds, "runs": runs}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--htop", default=shutil.which("vllm-htop"), help="the vllm-htop executable")
+    parser.add_argument("--no-htop", action="store_true", help="measure vtui alone")
+    parser.add_argument("--sizes", default="8", help="comma list of instance counts")
+    parser.add_argument("--repeat", type=int, default=1, help="measurements per size (one supervisor)")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--presses", type=int, default=5)
+    parser.add_argument("--base-port", type=int, default=9300)
+    parser.add_argument("--out", type=Path, help="also write the JSON here")
+    args = parser.parse_args()
+    if args.no_htop:
+        args.htop = None
+    if not shutil.which("tmux") or (not args.htop and not args.no_htop):
+        print("needs tmux and vllm-htop (--htop PATH, or --no-htop)", file=sys.stderr)
+        return 2
+    results = []
+    for n in args.sizes.split(","):
+        results.append(one_size(int(n), args))
+        text = json.dumps(results, indent=1)
+        if args.out:  # after each size: a later failure keeps what was measured
+            args.out.write_text(text + "\n")
+    print(text)
     return 0
 
 

@@ -153,3 +153,34 @@ async def test_a_dashboard_opened_on_running_instances_has_their_facts_and_histo
         assert view.facts is not None and view.facts.kv_cache_tokens, view.facts
         assert any("KV cache" in line for line in app.supervisor.recent_lines("a"))
         await app.supervisor.stop()
+
+
+async def test_the_dashboard_draws_the_supervisors_gpu_samples_and_runs_no_sampler(
+    tmp_path: Path, session: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a supervisor that samples the GPUs (here: no driver, so the sims' simulated box), the
+    dashboard draws the feed's samples, its process attributed to the instance, and runs no GPU sampler
+    of its own (one sampler per session, not one per client); with one that samples none, it does."""
+    monkeypatch.setenv("VTUI_SUPERVISOR_GPU", "1")
+    path = write_layout(tmp_path, session, [sim_instance("a", gpus=(2,))])
+    app = make_app(path)  # the default GPU sampler
+    async with app.run_test(size=(110, 32)):
+        view = app.store.views["a"]
+        await until(lambda: view.state == State.READY, what="READY in the dashboard")
+        await until(
+            lambda: app.store.gpu is not None and any(p.instance == "a" for p in app.store.gpu.processes),
+            what="the supervisor's GPU sample with a's process",
+        )
+        assert app.supervisor.feeds_gpu is True and app.bridge._gpu is None
+        gpu = app.store.gpu
+        assert gpu.available and gpu.gpus[2].memory_used and (gpu.gpus[2].name or "").startswith("SIM")
+        await app.supervisor.stop()
+    monkeypatch.setenv("VTUI_SUPERVISOR_GPU", "0")
+    other = tmp_path / "other"
+    other.mkdir()
+    path = write_layout(other, session + "b", [sim_instance("b", gpus=(3,))])
+    app = make_app(path, autostart=False)
+    async with app.run_test(size=(110, 32)):
+        await until(lambda: app.supervisor.feeds_gpu is not None, what="the dashboard attached")
+        await until(lambda: app.bridge._gpu is not None, what="the dashboard's own GPU sampler")
+        assert app.supervisor.feeds_gpu is False

@@ -190,3 +190,36 @@ def test_thread_without_driver_posts_once_and_ends() -> None:
     assert not thread.is_alive()
     assert len(got) == 1 and got[0].reason == NO_DRIVER
     sampler.stop()
+
+
+def test_processes_carry_their_command_line_read_once() -> None:
+    """A real process's command (program as base name, then its arguments) from psutil; a pid that is
+    gone has none (`--` in the panel); the command is read once per process, not every sample."""
+    import os
+    import subprocess
+    import sys
+    from unittest import mock
+
+    import vtui.telemetry.gpu as gpu_mod
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "vtui-gpu-cmd"])
+    try:
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        nvml = FakeNvml(1, processes={0: [(child.pid, 2 * GiB), (gone.pid, 1 * GiB)]})
+        sampler = GpuSampler(lambda s: None, nvml=nvml)
+        reads = []
+        real = gpu_mod.process_command
+        with mock.patch.object(
+            gpu_mod, "process_command", side_effect=lambda pid: reads.append(pid) or real(pid)
+        ):
+            first = {p.pid: p.command for p in sampler.sample_once().processes}
+            second = {p.pid: p.command for p in sampler.sample_once().processes}
+        name = os.path.basename(sys.executable)
+        assert first[child.pid] == f"{name} -c import time; time.sleep(30) vtui-gpu-cmd"
+        assert first[gone.pid] is None
+        assert second == first
+        assert reads.count(child.pid) == 1  # cached by (pid, create time)
+    finally:
+        child.kill()
+        child.wait()

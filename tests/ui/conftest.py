@@ -100,7 +100,7 @@ def gpu_sample(available: bool = True) -> GpuSample:
         GpuProcess(0, 40000, int(76 * GIB), "qwen"),
         GpuProcess(1, 40001, int(76 * GIB), "qwen"),
         GpuProcess(2, 40002, int(70 * GIB), "llama"),
-        GpuProcess(2, 999, int(6 * GIB), None),
+        GpuProcess(2, 999, int(6 * GIB), None, "python3 train.py --epochs 3"),  # "other", command read
     )
     return GpuSample(True, None, gpus, procs, NOW)
 

@@ -146,3 +146,24 @@ def test_snapshot_themes(snap_compare, app_factory, fake, h, theme):
         await _load(pilot, h)
 
     assert snap_compare(app_factory(fake), terminal_size=(120, 40), run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("kind", ["notice", "command_line"])
+def test_snapshot_notice_and_command_line(snap_compare, app_factory, fake, h, size, kind):
+    """A startup warning on the notice line (the fleet rows and the GPU panel in full above it), and the
+    `:` command line open with a completion."""
+
+    async def before(pilot):
+        await _load(pilot, h)
+        if kind == "notice":
+            pilot.app.notify(
+                "keys.toml: keys.instance.nope: unknown binding id", severity="warning", timeout=600
+            )
+        else:
+            await pilot.press("colon", *"restart l")
+            pilot.app.screen.query_one("#command-input").cursor_blink = False
+            await pilot.pause(0.2)  # the completion is looked up in a worker
+        await _settle(pilot)
+
+    assert snap_compare(app_factory(fake), terminal_size=size, run_before=before)

@@ -117,6 +117,17 @@ def test_gpu_panel_marks_and_no_driver(h):
     text = gpu_text(h.gpu_sample(), ["qwen", "llama", "embed"], 100, {"llama": "vllm serve m"}).plain
     lines = text.splitlines()
     assert lines[2].startswith("GPU2") and "80.0/141.0G" in lines[2] and "68%" in lines[2]
-    # one row per process: PID, GPU, owner (or "other"), GiB, command (`--` where vtui cannot know it)
+    # one row per process: PID, GPU, owner (or "other"), GiB, command: the process's own (psutil's, on
+    # the sample), else the instance's, else `--` (an "other" process on a simulated GPU)
     assert any(line.split()[:6] == ["40002", "2", "llama", "70.0", "GiB", "vllm"] for line in lines)
-    assert any(line.split() == ["999", "2", "other", "6.0", "GiB", "--"] for line in lines)
+    assert any(
+        line.split() == ["999", "2", "other", "6.0", "GiB", "python3", "train.py", "--epochs", "3"]
+        for line in lines
+    )
+    assert any(line.split() == ["40000", "0", "qwen", "76.0", "GiB", "--"] for line in lines)
+    sample = h.gpu_sample()
+    sim = replace(sample, processes=tuple(replace(p, command=None) for p in sample.processes))
+    assert any(
+        line.split() == ["999", "2", "other", "6.0", "GiB", "--"]
+        for line in gpu_text(sim, [], 100).plain.splitlines()
+    )

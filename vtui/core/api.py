@@ -100,8 +100,14 @@ class SupervisorApi(Protocol):
 class TelemetryFeed(Protocol):
     """A `SupervisorApi` that also sends samples and snapshots (the session supervisor's client): the
     dashboard then runs no scrape loop of its own and repaints on each snapshot. Kinds: "sample" (one
-    MetricsSample), "history" (a tuple of them, oldest first: the backfill of a newly attached client),
-    "gpu" (a GpuSample)."""
+    MetricsSample), "samples" (a tuple of them, oldest first: the backfill of a newly attached client),
+    "gpu" (a GpuSample), "host_gpu" (another host's, `vtui --host`)."""
+
+    # True once attached when the feed carries GPU samples ("gpu"), so the client runs no sampler;
+    # None before the first message
+    feeds_gpu: bool | None
+    # instance -> the StartupFacts the supervisor read from the whole log of its current run
+    facts: dict[str, Any]
 
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]: ...
 

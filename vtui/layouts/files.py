@@ -19,7 +19,6 @@ from vtui.core.atomic import atomic_write_text
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout, mapping
-from vtui.layouts.edit import edit_text
 from vtui.layouts.errors import LayoutError, LayoutProblem
 from vtui.layouts.rules import (
     DEFAULT_KEYS,
@@ -348,6 +347,8 @@ def _edited_in_place(layout: Layout, target: Path, flags: FlagTable | None = Non
         return None
     bom = _BOM if original.startswith(_BOM) else ""
     try:
+        from vtui.layouts.edit import edit_text  # tomlkit: only when saving in place
+
         text = edit_text(original[len(bom) :], old, layout)
     except Exception:  # noqa: BLE001 - tomlkit could not make this edit: the full rewrite still can
         return None

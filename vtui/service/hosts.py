@@ -511,6 +511,11 @@ class Fleet:
         return self.local.recent_lines(name) if routed is None else routed[0].client.recent_lines(routed[1])
 
     @property
+    def feeds_gpu(self) -> bool | None:
+        """This machine's supervisor sends its GPU samples (the other hosts' always come as host_gpu)."""
+        return getattr(self.local, "feeds_gpu", None)
+
+    @property
     def facts(self) -> dict[str, Any]:
         facts = dict(getattr(self.local, "facts", {}) or {})
         for link in self.links:

@@ -74,12 +74,12 @@ class RemoteSupervisor:
         self._lines: dict[str, deque[str]] = {}
         self._pids: dict[str, set[int]] = {}
         self._sampled: set[str] = set()  # instances whose samples this client has (no backfill)
-        self._backfilled: set[str] = set()  # instances whose log tail the last hello backfilled
         self._subscribers: list[Callable[[Event], None]] = []
         self._sample_subscribers: list[Callable[[str, Any], None]] = []
         self._status_subscribers: list[Callable[[], None]] = []
         self.facts: dict[str, Any] = {}
         self.supervisor_pid: int | None = None
+        self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
         self._client: httpx.AsyncClient | None = None
         self._feed_task: asyncio.Task | None = None
         self._attached: asyncio.Event | None = None
@@ -101,7 +101,9 @@ class RemoteSupervisor:
         return unsubscribe
 
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
-        """(kind, sample) for each metrics ("sample") and GPU ("gpu") sample of the feed."""
+        """(kind, sample) for each metrics ("sample") and GPU ("gpu") sample of the feed, and
+        ("samples", a tuple of one instance's MetricsSamples, oldest first): the history backfilled
+        for a newly attached client."""
         self._sample_subscribers.append(callback)
         return lambda: self._sample_subscribers.remove(callback)
 
@@ -266,10 +268,12 @@ class RemoteSupervisor:
                     hello = message.get("type") == "hello"
                     if hello:
                         self._apply_statuses(message.get("instances") or [])
-                        await self._backfill()
+                        await self._backfill_logs()
                         delay = self.reconnect_delay
                     self._on_message(message)
-                    if hello:  # after the statuses: a view starting its run would drop them
+                    if hello:  # after the first snapshot: not in its way
+                        if message.get("gpu"):
+                            self._on_message({"type": "gpu", "sample": message["gpu"]})
                         await self._backfill_history()
             except asyncio.CancelledError:
                 raise
@@ -316,47 +320,46 @@ class RemoteSupervisor:
         finally:
             writer.close()
 
-    async def _backfill(self) -> None:
+    async def _backfill_logs(self) -> None:
         """The log tail of each instance this client has no lines of yet (a dashboard opened on running
-        instances), handed to the subscribers as `LogLines` before the first snapshot: what it derives
-        from a run's lines (startup facts, diagnosis) is there when it sees the instance READY. Then
-        `_backfill_history` hands over the supervisor's recent metrics samples after the snapshot."""
+        instances; fetched side by side), handed to the subscribers as `LogLines` before the first
+        snapshot: what it derives from a run's lines (startup facts, diagnosis) is there when it sees
+        the instance READY."""
         assert self._client is not None
-        self._backfilled.clear()
-        for st in self.status():
-            if self._lines.get(st.name) or st.log_path is None:
-                continue
+        client = self._client
+        wanted = [st for st in self.status() if not self._lines.get(st.name) and st.log_path is not None]
+
+        async def tail(name: str) -> tuple[str, ...]:
             try:
-                response = await self._client.get("/logs", params={"name": st.name, "n": RECENT_LINES})
-                lines = tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
+                response = await client.get("/logs", params={"name": name, "n": RECENT_LINES})
+                return tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
             except (httpx.HTTPError, ValueError):
-                continue
+                return ()
+
+        for st, lines in zip(wanted, await asyncio.gather(*(tail(st.name) for st in wanted)), strict=True):
             if lines:
                 self._on_message(
                     {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
                 )
-            self._backfilled.add(st.name)
 
     async def _backfill_history(self) -> None:
-        """The supervisor's recent metrics samples of the instances just backfilled, so plots do not start
-        empty (after the hello's snapshot: the dashboard starts a view's history when it sees the run)."""
+        """The supervisor's recent metrics samples of each running instance this client has none of, so
+        plots do not start empty: one ("samples", tuple) per instance, after the first snapshot."""
         assert self._client is not None
         for st in self.status():
-            if st.name not in self._backfilled:
+            if not st.state.running or st.name in self._sampled:
                 continue
-            if st.state.running and st.name not in self._sampled:
-                try:
-                    response = await self._client.get(
-                        "/history", params={"name": st.name, "n": HISTORY_BACKFILL}
-                    )
-                    samples = (response.json().get("samples") or []) if response.status_code == 200 else []
-                except (httpx.HTTPError, ValueError):
-                    samples = []
-                history = tuple(decode_sample(data) for data in samples)
-                if history:  # the plots start where the supervisor's history does
-                    self._sampled.add(st.name)
-                    for telemetry in list(self._sample_subscribers):
-                        telemetry("history", history)
+            try:
+                response = await self._client.get("/history", params={"name": st.name, "n": HISTORY_BACKFILL})
+                samples = (response.json().get("samples") or []) if response.status_code == 200 else []
+            except (httpx.HTTPError, ValueError):
+                continue
+            if not samples:
+                continue
+            self._sampled.add(st.name)
+            batch = tuple(decode_sample(data) for data in samples)
+            for telemetry in list(self._sample_subscribers):
+                telemetry("samples", batch)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -364,13 +367,12 @@ class RemoteSupervisor:
             self._apply_statuses(message.get("instances") or [])
             if kind == "hello":
                 self.supervisor_pid = message.get("supervisor_pid")
+                self.feeds_gpu = bool(message.get("gpu_sampling"))
                 assert self._attached is not None
                 self._attached.set()
                 self._connection(True)
             for notify in list(self._status_subscribers):
                 notify()
-            if kind == "hello" and message.get("gpu"):  # the last GPU sample: no wait for the next one
-                self._on_message({"type": "gpu", "sample": message["gpu"]})
         elif kind == "event":
             event = decode_event(message["event"])
             if isinstance(event, LogLines):

@@ -41,7 +41,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -306,24 +306,30 @@ class SessionService:
 
     def _start_gpu(self) -> None:
         """The session's one GPU sampler (the dashboards show its samples: they run none of their own):
-        NVML, else the simulated GPUs of the layout's sims. Off (VTUI_SUPERVISOR_GPU=0): one sample says so."""
-        from vtui.telemetry.gpu import GpuSample, GpuSampler
+        NVML, else the simulated GPUs of the layout's sims."""
+        from vtui.telemetry.gpu import GpuSampler
 
-        if not self.gpu:
-            self._on_gpu(encode_gpu(GpuSample(False, "GPU sampling off in the supervisor", (), (), 0.0)))
+        if not self.gpu:  # VTUI_SUPERVISOR_GPU=0: the status says so (gpu_sampling) and dashboards sample
             return
-        from vtui.sim.gpuview import simulated_sample
-
         loop = asyncio.get_running_loop()
 
         def on_sample(sample: Any) -> None:
             encoded = encode_gpu(sample)
             loop.call_soon_threadsafe(self._on_gpu, encoded)
 
-        def simulated(owners: Mapping[int, str]) -> GpuSample | None:
+        def simulated(owners: Any) -> Any:  # no NVIDIA driver: the sims' GPUs, as the dashboard draws them
+            from vtui.sim.gpuview import simulated_sample
+
             return simulated_sample(self.supervisor.layout, owners)
 
-        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=self._pid_owner, fallback=simulated)
+        def owners() -> dict[int, str]:  # no process walk each second for a driverless box with no sims
+            sampler = self._gpu_sampler
+            if sampler is not None and sampler.unusable is not None:
+                if not any(spec.engine == "sim" for spec in self.supervisor.layout.instances):
+                    return {}
+            return self._pid_owner()
+
+        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=owners, fallback=simulated)
         self._gpu_sampler.start()
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:
@@ -468,6 +474,7 @@ class SessionService:
             answer["instances"] = self._statuses()
             answer["flag_history"] = self.flag_history
             answer["gpu"] = self.last_gpu
+            answer["gpu_sampling"] = self.gpu  # the feed carries GPU samples (clients run no sampler)
         return answer
 
     def _one_name(self, body: dict[str, Any]) -> str:

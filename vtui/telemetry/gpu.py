@@ -1,7 +1,7 @@
 """GPU sampling through NVML (pynvml) in its own thread: per GPU name, memory as nvidia-smi reports it,
 utilization, temperature, power; per process GPU memory mapped to the vtui instance whose process tree
-holds the PID. No NVML is a state ("no NVIDIA driver"), not an error; a field the GPU does not report
-is None.
+holds the PID, and its command line (psutil, read once per process). No NVML is a state ("no NVIDIA
+driver"), not an error; a field the GPU does not report is None.
 """
 
 from __future__ import annotations
@@ -36,6 +36,30 @@ class GpuProcess:
     pid: int
     used_memory: int | None  # bytes
     instance: str | None  # None: a process of no vtui instance ("other")
+    command: str | None = None  # its command line (program as base name); None: unknown (a simulated GPU)
+
+
+COMMAND_CHARS = 200  # longest command kept (the GPU panel cuts it to its width anyway)
+
+
+def process_command(pid: int) -> tuple[float, str] | None:
+    """(create time, command line) of a process: its program as a base name, then its arguments (vLLM's
+    engine and workers show their process titles, `VLLM::EngineCore`); None when it is gone or not
+    ours to read."""
+    import os
+
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            created = proc.create_time()
+            argv = proc.cmdline() or [proc.name()]
+    except (psutil.Error, OSError):
+        return None
+    if not argv or not argv[0]:
+        return None
+    return created, " ".join([os.path.basename(argv[0]), *argv[1:]])[:COMMAND_CHARS]
 
 
 @dataclass(frozen=True)
@@ -82,6 +106,12 @@ class GpuSampler:
         self._thread: threading.Thread | None = None
         self._ready = False
         self._reason: str | None = None  # why NVML is unusable, once known
+        self._commands: dict[int, tuple[float, str]] = {}  # pid -> (create time, command), seen pids only
+
+    @property
+    def unusable(self) -> str | None:
+        """Why NVML cannot be used (e.g. "no NVIDIA driver"), once a sample found out; else None."""
+        return self._reason
 
     def start(self) -> None:
         if self._thread is not None:
@@ -170,7 +200,33 @@ class GpuSampler:
                     )
             if not gpus:
                 return GpuSample(False, "no NVIDIA GPU", (), (), now)
-            return GpuSample(True, None, tuple(gpus), tuple(processes), now)
+            return GpuSample(True, None, tuple(gpus), tuple(self._with_commands(processes)), now)
+
+    def _with_commands(self, processes: list[GpuProcess]) -> list[GpuProcess]:
+        """Each process with its command line, read once per process (a pid seen again is checked by its
+        create time: a recycled pid gets its own command); pids gone from the GPUs are forgotten."""
+        import dataclasses
+
+        import psutil
+
+        known: dict[int, tuple[float, str]] = {}
+        out = []
+        for proc in processes:
+            entry = known.get(proc.pid) or self._commands.get(proc.pid)
+            if entry is not None and proc.pid not in known:
+                try:
+                    if psutil.Process(proc.pid).create_time() != entry[0]:
+                        entry = None
+                except (psutil.Error, OSError):
+                    entry = None
+            if entry is None:
+                entry = process_command(proc.pid)
+            if entry is not None:
+                known[proc.pid] = entry
+                proc = dataclasses.replace(proc, command=entry[1])
+            out.append(proc)
+        self._commands = known
+        return out
 
     def _owners(self) -> Mapping[int, str]:
         if self._pid_owner is None:

@@ -52,6 +52,9 @@ _RECORD_START = re.compile(
     r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} )"
 )
 _MAX_JOINED = 8192
+# uvicorn's access lines (`INFO:     127.0.0.1:40112 - "GET /metrics HTTP/1.1" 200 OK`, two a second from
+# vtui's own probes): a record of its own that carries no startup fact, so the rules are not tried on it
+_ACCESS = re.compile(r'(?:^|\) )INFO:\s+\S+ - "[A-Z]+ \S* HTTP/\d')
 _BOLD_FIGURE = re.compile(r"\*\*([\d.,]+(?: ?[A-Za-z]+)?)\*\*")  # **20865**, **7.51 s**, **34.11 seconds**
 _QUOTE_MARKS = re.compile(r"^\s*(?:[>│▎]\s?)+")  # a quoted paste repeats its marker on every wrapped line
 
@@ -323,6 +326,9 @@ class _Reader:
 
     def feed(self, line: str) -> bool:
         """Read one line; True when a fact or the phase changed."""
+        if " HTTP/" in line and self._phase is not None and _ACCESS.search(line):
+            self._prev = line  # the next line does not continue it
+            return False
         line = _BOLD_FIGURE.sub(r"\1", line)  # markdown bold around a figure in an issue thread
         if _NEW_RUN.search(line) and "vllm_version" in self._values:
             self.reset()  # a new run appended to the same log

@@ -11,22 +11,20 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.timer import Timer
 
-from vtui.bench import BenchConfig, BenchResult, run_bench
-from vtui.bench.engine import ProgressCallback
-from vtui.core.api import SupervisorApi
+from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.core.supervisor import Supervisor
 from vtui.layouts import LayoutError, default_layout, load_layout, remember_last
 from vtui.layouts.lookup import BUILTIN_DIR
-from vtui.planner import ModelConfig
-from vtui.ui import history, planning
+from vtui.ui import history
 from vtui.ui.bridge import Bridge, GpuSamplerFactory, ScrapeFactory
 from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
@@ -36,35 +34,42 @@ from vtui.ui.messages import (
     ConfigLoaded,
     DiagnosisReady,
     GpuArrived,
-    HistoryArrived,
     HistoryLoaded,
     HostsChanged,
     LayoutOpened,
     LayoutSaved,
     LogsArrived,
     MetricsArrived,
+    MetricsBackfill,
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
     TelemetryBatch,
 )
 from vtui.ui.screens.base import StoreScreen
-from vtui.ui.screens.bench import BenchScreen
 from vtui.ui.screens.dashboard import DashboardScreen
-from vtui.ui.screens.detail import DetailScreen
-from vtui.ui.screens.dialogs import QuitScreen
-from vtui.ui.screens.flags import FlagEditorScreen
-from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
-from vtui.ui.screens.logs import LogScreen
-from vtui.ui.screens.presets import PresetScreen
-from vtui.ui.screens.tune import TuneScreen
 from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
+from vtui.ui.widgets.notices import NoticeLine
+
+if TYPE_CHECKING:  # the first frame imports only what it shows (screens, bench, planner: on use)
+    from vtui.bench import BenchConfig, BenchResult
+    from vtui.bench.engine import ProgressCallback
+    from vtui.planner import ModelConfig
 
 DEMO_LAYOUT = BUILTIN_DIR / "demo.toml"
 SupervisorFactory = Callable[[Layout], SupervisorApi]
 ConfigKey = tuple[str, str, str | None]
-BenchRunner = Callable[[BenchConfig, ProgressCallback | None], Awaitable[BenchResult]]
+BenchRunner = Callable[["BenchConfig", "ProgressCallback | None"], Awaitable["BenchResult"]]
+
+
+async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = None) -> BenchResult:
+    """vtui.bench.run_bench, imported when a bench first runs (not at start)."""
+    from vtui.bench import run_bench as run
+
+    return await run(config, on_progress)
+
+
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
 HIGH_CONTRAST = Theme(
     name="vtui-high-contrast",
@@ -118,6 +123,7 @@ class VtuiApp(ControlMixin):
         self._history_lock = asyncio.Lock()
         self._history_saved: dict[str, int] = {}  # instance -> history_rev last written
         self._history_ready = False  # nothing is written before the files were read
+        self._notice_timer: Timer | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -149,6 +155,25 @@ class VtuiApp(ControlMixin):
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
 
+    # -- notifications: on the screens' reserved notice line, never over data ------------------------
+    def _refresh_notifications(self) -> None:
+        """Textual calls this after each `notify` and when a screen resumes: the live notifications go
+        to the notice line of every screen that has one (a modal's shows through on the screen below);
+        only a screen stack with none falls back to Textual's toasts."""
+        lines = [line for screen in self.screen_stack for line in screen.query(NoticeLine)]
+        if not lines:
+            super()._refresh_notifications()
+            return
+        live = list(self._notifications)
+        for line in lines:
+            line.show(live)
+        if self._notice_timer is not None:
+            self._notice_timer.stop()
+            self._notice_timer = None
+        if live:  # redraw when the next one expires
+            next_expiry = max(0.05, min(n.time_left for n in live))
+            self._notice_timer = self.set_timer(next_expiry, self._refresh_notifications)
+
     def repaint(self) -> None:
         """One render pass of every screen from the store (the render timer's callback; state changes
         repaint at once, samples wait for it)."""
@@ -156,7 +181,10 @@ class VtuiApp(ControlMixin):
 
     # -- handlers: the only place that mutates the store ---------------------------------------------
     def on_statuses_changed(self, message: StatusesChanged) -> None:
-        changed = self.store.apply_statuses(message.statuses, self.supervisor.layout)
+        feed = self.supervisor if isinstance(self.supervisor, TelemetryFeed) else None
+        changed = self.store.apply_statuses(
+            message.statuses, self.supervisor.layout, feed.facts if feed is not None else None
+        )
         for name in changed:
             view = self.store.views[name]
             if view.needs_diagnosis:
@@ -218,7 +246,7 @@ class VtuiApp(ControlMixin):
     def on_metrics_arrived(self, message: MetricsArrived) -> None:
         self.store.add_sample(message.sample)  # the next render pass shows it
 
-    def on_history_arrived(self, message: HistoryArrived) -> None:
+    def on_metrics_backfill(self, message: MetricsBackfill) -> None:
         for sample in message.samples:
             self.store.add_sample(sample)
 
@@ -241,7 +269,7 @@ class VtuiApp(ControlMixin):
     def _add_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
         if self.store.add_logs(instance, lines, skipped):
             for screen in self.screen_stack:
-                if isinstance(screen, LogScreen):
+                if isinstance(screen, StoreScreen):
                     screen.append_logs(instance, lines, skipped)
 
     def on_telemetry_batch(self, message: TelemetryBatch) -> None:
@@ -299,6 +327,8 @@ class VtuiApp(ControlMixin):
     # -- model configs for the planner (read from disk once per model, in a worker) ------------------
     def model_config(self, spec: InstanceSpec) -> tuple[ModelConfig | None, str | None] | None:
         """(config or None, reason) when known; None while it is being read (a ConfigLoaded follows)."""
+        from vtui.ui import planning
+
         key = planning.config_key(spec)
         if key in self.store.configs:
             return self.store.configs[key]
@@ -309,6 +339,8 @@ class VtuiApp(ControlMixin):
 
     @work(exit_on_error=False, group="config")
     async def _load_config(self, key: ConfigKey) -> None:
+        from vtui.ui import planning
+
         try:
             config, reason = await asyncio.to_thread(planning.load_config, key)
         except Exception as exc:  # a config the planner cannot read: shown as the reason
@@ -327,6 +359,8 @@ class VtuiApp(ControlMixin):
 
     # -- app actions -------------------------------------------------------------------------------
     def action_help(self) -> None:
+        from vtui.ui.screens.help import HelpScreen, live_rows, registry_rows
+
         if isinstance(self.screen, HelpScreen):
             return
         rows = live_rows(self.screen)
@@ -339,6 +373,8 @@ class VtuiApp(ControlMixin):
         self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_quit_dialog(self) -> None:
+        from vtui.ui.screens.dialogs import QuitScreen
+
         self.push_screen(QuitScreen(unsaved=self.store.dirty), self._quit_answered)
 
     def _quit_answered(self, answer: str | None) -> None:
@@ -357,6 +393,13 @@ class VtuiApp(ControlMixin):
         self.run_worker(close(), group="shutdown", exit_on_error=False)
 
     def open_screen(self, kind: str, name: str) -> None:
+        from vtui.ui.screens.bench import BenchScreen
+        from vtui.ui.screens.detail import DetailScreen
+        from vtui.ui.screens.flags import FlagEditorScreen
+        from vtui.ui.screens.logs import LogScreen
+        from vtui.ui.screens.presets import PresetScreen
+        from vtui.ui.screens.tune import TuneScreen
+
         cls: type[Screen[None]] = {
             "detail": DetailScreen,
             "logs": LogScreen,
@@ -384,6 +427,8 @@ def default_supervisor_factory(layout: Layout) -> SupervisorApi:
     """The session supervisor's client (started on demand; it owns the instances and outlives the
     dashboard); an in-process Supervisor only for a layout with no file."""
     if layout.path is None:
+        from vtui.core.supervisor import Supervisor
+
         return Supervisor(layout)
     from vtui.service.remote import RemoteSupervisor
 

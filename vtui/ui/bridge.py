@@ -1,9 +1,11 @@
 """Runs vtui's data sources next to the UI and turns their frozen events into Textual messages.
 
 With the session supervisor (`vtui.service.remote.RemoteSupervisor`, the default): its feed brings the
-events, snapshots, metrics samples and GPU samples (it scrapes and samples the GPUs; the bridge runs no
-scrape loop and no GPU sampler). With an in-process `Supervisor` (tests, a layout with no file): its
-`run()` on Textual's loop, one ScrapeLoop per READY instance, and a GpuSampler in its own thread. The bridge never touches widgets; it only posts messages, and the App's
+events, snapshots, metrics and GPU samples (it scrapes and samples the GPUs; the bridge runs no scrape
+loop and no GPU sampler, unless the supervisor samples no GPUs: then a GpuSampler runs here, attributing
+GPU processes through the supervisor's process trees). With an in-process `Supervisor` (tests, a
+layout with no file): its `run()` on Textual's loop, one ScrapeLoop per READY instance and the
+GpuSampler in its own thread. The bridge never touches widgets; it only posts messages, and the App's
 handlers own the state.
 """
 
@@ -25,14 +27,13 @@ from vtui.core.supervision import InstanceStatus
 from vtui.sim.gpuview import simulated_sample
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
-from vtui.telemetry.scrape import ScrapeLoop
 from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.messages import (
     GpuArrived,
-    HistoryArrived,
     HostsChanged,
     LogsArrived,
     MetricsArrived,
+    MetricsBackfill,
     NoticeArrived,
     StatusesChanged,
     SupervisorFailed,
@@ -76,6 +77,8 @@ def default_gpu_sampler(
 
 
 def default_scraper(instance: str, base_url: str, on_sample: Callable[[MetricsSample], None]) -> Scraper:
+    from vtui.telemetry.scrape import ScrapeLoop  # in-process supervision only
+
     return ScrapeLoop(instance, base_url, on_sample, interval=1.0)
 
 
@@ -103,8 +106,6 @@ class Bridge:
         self._unsubscribe_more: list[Callable[[], None]] = []
         # The session supervisor scrapes and sends samples and snapshots on its feed.
         self._feed = supervisor if isinstance(supervisor, TelemetryFeed) else None
-        # ... and samples the GPUs: a dashboard on its feed runs no NVML sampler of its own (one per session)
-        self._gpu_from_feed = self._feed is not None and self._gpu_default and self._gpu_factory is None
         self.logs = LogCoalescer(self._post_logs)  # log lines: coalesced, bounded (vtui.ui.logfeed)
         # samples and log batches go to the App together, one TelemetryBatch per short window
         self._batch_lock = threading.Lock()
@@ -127,17 +128,25 @@ class Bridge:
             self._unsubscribe_more.append(self.supervisor.subscribe_hosts(self._post_hosts))
             self._post_hosts()
         self.app.run_worker(self._supervise(), name="supervisor", group="bridge", exit_on_error=False)
+        if not self._gpu_from_feed:  # else after the feed's hello, only if it carries no GPU samples
+            self._start_gpu()
+        self._post_statuses()
+
+    @property
+    def _gpu_from_feed(self) -> bool:
+        return self._feed is not None and self._gpu_factory is None and self._gpu_default
+
+    def _start_gpu(self) -> None:
         sampler: Sampler | None = None
         if self._gpu_factory is not None:
             sampler = self._gpu_factory(self._post_gpu, self._pid_owner)
-        elif self._gpu_default and self._feed is None:
+        elif self._gpu_default:
             sampler = default_gpu_sampler(self._post_gpu, self._pid_owner, lambda: self.supervisor.layout)
         if sampler is not None:
             self._gpu = sampler
             sampler.start()
-        elif not self._gpu_from_feed:
+        else:
             self.app.post_message(GpuArrived(GpuSample(False, "GPU sampling off", (), (), 0.0)))
-        self._post_statuses()
 
     async def _supervise(self) -> None:
         """Adopt, start, then run the supervisor; if any of it fails, the App shows the error (a dashboard
@@ -146,6 +155,8 @@ class Bridge:
             try:
                 await self.supervisor.adopt()
                 self._post_statuses()
+                if self._feed is not None and self._gpu_from_feed and not self._feed.feeds_gpu:
+                    self._start_gpu()  # a supervisor that samples no GPUs (VTUI_SUPERVISOR_GPU=0)
                 if self.autostart:
                     await self.supervisor.start()
             except PreflightError as exc:
@@ -244,8 +255,8 @@ class Bridge:
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":
             self._queue_sample(sample)
-        elif kind == "history":
-            self.app.post_message(HistoryArrived(sample))
+        elif kind == "samples":
+            self.app.post_message(MetricsBackfill(sample))
         elif kind == "gpu" and self._gpu_from_feed:
             self.app.post_message(GpuArrived(sample))
         elif kind == "host_gpu":  # another host's GPUs (its supervisor samples them)

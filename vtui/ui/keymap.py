@@ -47,12 +47,18 @@ DASHBOARD_BINDINGS = [
     Binding("up,k", "select(-1)", "Previous", id="dashboard.previous", show=False),
     Binding("A", "start_all", "Start all", id="dashboard.start_all", show=False),
     Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
+    Binding("colon", "command_line", "Command", id="dashboard.command", key_display=":", show=False),
     Binding("greater_than_sign", "sort(1)", "Sort", id="dashboard.sort_next", key_display=">"),
     Binding("less_than_sign", "sort(-1)", "Sort back", id="dashboard.sort_previous", show=False),
     Binding("I", "sort_reverse", "Invert sort", id="dashboard.sort_reverse", show=False),
 ]
 
 FILTER_BINDINGS = [Binding("escape", "clear", "Clear filter", id="filter.clear")]
+
+COMMAND_LINE_BINDINGS = [
+    Binding("escape", "close", "Close", id="command.close"),
+    Binding("tab", "complete", "Complete", id="command.complete", priority=True),
+]
 
 DETAIL_BINDINGS = [
     Binding("escape", "back", "Back", id="detail.back"),
@@ -130,6 +136,7 @@ REGISTRY: dict[str, list[Binding]] = {
     "instance (dashboard, detail)": INSTANCE_BINDINGS,
     "dashboard": DASHBOARD_BINDINGS,
     "dashboard filter": FILTER_BINDINGS,
+    "command line": COMMAND_LINE_BINDINGS,
     "detail": DETAIL_BINDINGS,
     "logs": LOG_BINDINGS,
     "flag editor": FLAG_BINDINGS,

@@ -6,15 +6,19 @@ GPU sample supersedes an older one still waiting in the queue (log lines never d
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.message import Message
 
 from vtui.core.events import Notice
 from vtui.core.supervision import HostState, InstanceStatus
-from vtui.planner import ModelConfig
-from vtui.telemetry.diagnosis import Problem
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import MetricsSample
-from vtui.telemetry.startup_log import StartupFacts
+
+if TYPE_CHECKING:  # types only: the planner and the log readers load on first use, not at start
+    from vtui.planner import ModelConfig
+    from vtui.telemetry.diagnosis import Problem
+    from vtui.telemetry.startup_log import StartupFacts
 
 
 class StatusesChanged(Message):
@@ -35,9 +39,9 @@ class MetricsArrived(Message):
         return isinstance(message, MetricsArrived) and message.sample.instance == self.sample.instance
 
 
-class HistoryArrived(Message):
-    """Samples the supervisor kept from before this dashboard attached, oldest first (never coalesced:
-    a MetricsArrived per sample would be, down to the newest)."""
+class MetricsBackfill(Message):
+    """One instance's recent samples at once (the session supervisor's history for a newly attached
+    dashboard): one message, never coalesced away as queued MetricsArrived would be."""
 
     def __init__(self, samples: tuple[MetricsSample, ...]) -> None:
         super().__init__()

@@ -6,22 +6,17 @@ and the detail screen's planned-vs-reported table. Textual-free, so it is unit-t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from vtui.core.model import InstanceSpec, SessionSpec
-from vtui.planner import (
-    ModelConfig,
-    Plan,
-    PlanParams,
-    int_flag,
-    model_config_for,
-    params_from_flags,
-    plan,
-)
 from vtui.telemetry.gpu import GpuSample
-from vtui.telemetry.startup_log import StartupFacts
 from vtui.ui import fmt
+
+if TYPE_CHECKING:  # the planner loads on first use (the fleet table's first frame needs none of it)
+    from vtui.planner import ModelConfig, Plan, PlanParams
+    from vtui.telemetry.startup_log import StartupFacts
 
 GIB = 2**30
 
@@ -49,6 +44,8 @@ def config_key(spec: InstanceSpec) -> tuple[str, str, str | None]:
 
 def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, str | None]:
     """(config, None) or (None, why not) for (engine, model, sim params). Blocking: call it in a thread."""
+    from vtui.planner import model_config_for
+
     return model_config_for(*key)
 
 
@@ -76,6 +73,8 @@ def plan_params(
     max_model_len: int | None = None,
 ) -> PlanParams:
     """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults)."""
+    from vtui.planner import params_from_flags
+
     return params_from_flags(
         flags,
         gpu_gib,
@@ -99,6 +98,8 @@ def try_plan(config: ModelConfig | None, params: PlanParams) -> tuple[Plan | Non
     if config is None:
         return None, None
     try:
+        from vtui.planner import plan
+
         return plan(config, params), None
     except (ValueError, ZeroDivisionError, TypeError) as exc:
         return None, f"planner: {exc}"
@@ -116,6 +117,8 @@ def plan_text(result: Plan | None, reason: str | None, max_num_seqs: object = No
     out.append(f"KV tokens {fmt.tokens(result.kv_cache_tokens)}  ")
     conc = result.max_concurrency
     out.append(f"max concurrency at {result.max_model_len:,}: {fmt.num(conc, '.1f')}x")
+    from vtui.planner import int_flag
+
     seqs = int_flag(max_num_seqs)
     if conc is not None and seqs and conc < seqs:
         out.append(f" (< max-num-seqs {seqs})", style="yellow")
@@ -184,6 +187,8 @@ def planned_vs_reported_text(result: Plan | None, reason: str | None, facts: Sta
             style="dim",
         )
         return out
+    from vtui.telemetry.startup_log import StartupFacts
+
     f = facts or StartupFacts()
     rows = (
         ("KV budget GiB/GPU", result.available_kv_gib, f.available_kv_gib, ".2f"),

@@ -9,16 +9,19 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.replicas import supervised
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
-from vtui.planner import ModelConfig
-from vtui.telemetry.diagnosis import Problem, diagnose, diagnose_runtime
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import MetricsSample
-from vtui.telemetry.startup_log import StartupFacts, parse_startup
+
+if TYPE_CHECKING:  # the readers are imported on first use (not before the first frame)
+    from vtui.planner import ModelConfig
+    from vtui.telemetry.diagnosis import Problem
+    from vtui.telemetry.startup_log import StartupFacts
 
 HISTORY_SAMPLES = 600  # 10 minutes at 1 Hz
 LONG_EVERY_S = 10.0  # the hour-long history keeps one sample per 10 s (the detail screen's 1 h plots)
@@ -96,6 +99,7 @@ class Store:
         self.hosts: dict[str, HostState] = {}  # `vtui --host` links by label (empty: this machine only)
         self.host_gpus: dict[str, GpuSample] = {}  # other hosts' GPU samples by label
         self.supervisor_error: str | None = None  # why the supervisor stopped working, once it has
+        self._known_facts: Mapping[str, StartupFacts] = {}
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
         for spec in run:
@@ -118,9 +122,18 @@ class Store:
         self.path = path if path is not None else self.path
 
     # -- updates (each returns the names whose view changed) ---------------------------------------
-    def apply_statuses(self, statuses: Iterable[InstanceStatus], layout: Layout | None = None) -> set[str]:
+    def apply_statuses(
+        self,
+        statuses: Iterable[InstanceStatus],
+        layout: Layout | None = None,
+        known_facts: Mapping[str, StartupFacts] | None = None,
+    ) -> set[str]:
+        """`known_facts`: startup facts the session supervisor read from each run's whole log, used for
+        an instance seen READY for the first time (a dashboard attaching to running instances) instead
+        of parsing its lines here, before the first frame."""
         if layout is not None:
             self.layout = layout
+        self._known_facts = known_facts or {}
         changed: set[str] = set()
         for st in statuses:
             view = self.views.get(st.name)
@@ -164,7 +177,10 @@ class Store:
             view.problems = []
             view.sample = None
         if new.state == State.READY and (old is None or old.state != State.READY):
-            view.facts = parse_startup(list(view.run_lines))
+            from vtui.telemetry.startup_log import parse_startup
+
+            known = self._known_facts.get(view.name) if old is None else None
+            view.facts = known if known is not None else parse_startup(list(view.run_lines))
             view.problems = []
             if last.outcome in ("starting", "planned"):
                 last.outcome = "ready"
@@ -215,6 +231,8 @@ class Store:
             view.long_history.append(sample)
         if view.state in (State.READY, State.UNHEALTHY):
             # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
+            from vtui.telemetry.diagnosis import diagnose_runtime
+
             view.runtime_problems = diagnose_runtime(
                 sample, view.history, view.spec.flags if view.spec else None
             )
@@ -265,6 +283,9 @@ def run_diagnosis(
     lines: list[str], gpu: GpuSample | None, gpus: tuple[int, ...], name: str, own_pids: set[int]
 ) -> tuple[StartupFacts, list[Problem]]:
     """Startup facts and problems of a failed run (blocking: may look up port holders; call in a thread)."""
+    from vtui.telemetry.diagnosis import diagnose
+    from vtui.telemetry.startup_log import parse_startup
+
     facts = parse_startup(lines)
     problems = diagnose(lines, facts, gpu=gpu, gpu_indices=gpus, instance=name, own_pids=own_pids)
     return facts, problems

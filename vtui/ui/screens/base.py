@@ -28,6 +28,9 @@ class StoreScreen(Screen[None]):
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
         raise NotImplementedError
 
+    def append_logs(self, name: str, lines: Iterable[str], skipped: int = 0) -> None:
+        """New log lines of instance `name` (already in the store); the log screen shows them."""
+
 
 class InstanceScreen(StoreScreen):
     """A screen that has a current instance (`selected_name`) and the instance keys."""

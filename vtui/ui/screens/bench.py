@@ -27,6 +27,7 @@ from vtui.ui.keymap import BENCH_BINDINGS
 from vtui.ui.messages import BenchRecorded
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import Store
+from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
@@ -205,6 +206,7 @@ class BenchScreen(StoreScreen):
         yield Static(id="bench-status")
         yield Static(STEP_HEAD, id="bench-steps")
         yield Static(id="bench-plot")
+        yield NoticeLine()
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:

@@ -1,21 +1,25 @@
 """The dashboard: the fleet table (a row per instance, an ALL row), the selected instance's pane with
 labelled sparklines where the terminal is tall enough, and the GPU panel (beside them from 150
-columns). `/` filters the table, `<` `>` `I` sort it, a click selects a row."""
+columns). `/` filters the table, `<` `>` `I` sort it, a click selects a row, `:` opens the command line
+(k9s style: `:restart qwen`, `:stop`, `:theme`, `:q`; vtui.ui.cmdline) on the notice line's row."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from textual.app import ComposeResult
-from textual.containers import Container, Vertical
-from textual.widgets import Footer, Input, Static
+from textual.containers import Container, Horizontal, Vertical
+from textual.suggester import Suggester
+from textual.widgets import Footer, Input, Label, Static
 
-from vtui.ui.keymap import DASHBOARD_BINDINGS, FILTER_BINDINGS, INSTANCE_BINDINGS
+from vtui.ui import actions, cmdline
+from vtui.ui.keymap import COMMAND_LINE_BINDINGS, DASHBOARD_BINDINGS, FILTER_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
 from vtui.ui.widgets.fleet import FleetTable
 from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_pane import InstancePane, short_command
+from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.titlebar import TitleBar
 
 WIDE = 150  # columns from which the GPU panel moves to the right of the table
@@ -29,6 +33,32 @@ class FilterInput(Input):
     def action_clear(self) -> None:
         self.value = ""
         self.screen.close_filter()  # type: ignore[attr-defined]
+
+
+class CommandSuggester(Suggester):
+    """Completes the command line from the key registry, the instances and the themes."""
+
+    def __init__(self, screen: DashboardScreen) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)
+        self._screen = screen
+
+    async def get_suggestion(self, value: str) -> str | None:
+        app = self._screen.app
+        return cmdline.complete(value, app.store.names(), sorted(app.available_themes))
+
+
+class CommandInput(Input):
+    """The `:` line: enter runs, tab (or →) takes the completion, escape closes."""
+
+    BINDINGS = [*COMMAND_LINE_BINDINGS]  # type: ignore[list-item]
+
+    def action_close(self) -> None:
+        self.screen.close_command_line()  # type: ignore[attr-defined]
+
+    def action_complete(self) -> None:
+        if self._suggestion:
+            self.value = self._suggestion + ("" if self._suggestion.endswith(" ") else " ")
+            self.cursor_position = len(self.value)
 
 
 class DashboardScreen(InstanceScreen):
@@ -55,6 +85,14 @@ class DashboardScreen(InstanceScreen):
         yield FilterInput(
             placeholder="filter rows: name, model or state (enter keeps, esc clears)", id="fleet-filter"
         )
+        yield NoticeLine(": command line   / filter   ? keys")
+        with Horizontal(id="command-line"):
+            yield Label(":", id="command-prompt")
+            yield CommandInput(
+                placeholder="restart NAME, stop, bench, theme, q ... (tab completes, esc closes)",
+                id="command-input",
+                suggester=CommandSuggester(self),
+            )
         yield Footer(show_command_palette=False, compact=True)
 
     @property
@@ -65,6 +103,8 @@ class DashboardScreen(InstanceScreen):
         self.query_one("#supervisor-error").display = False
         box = self.query_one("#fleet-filter", FilterInput)
         box.display = box.can_focus = False  # takes keys only after `/`
+        self.query_one("#command-line").display = False
+        self.query_one("#command-input", CommandInput).can_focus = False  # takes keys only after `:`
         self.set_focus(None)
         self.rebuild()
 
@@ -165,6 +205,10 @@ class DashboardScreen(InstanceScreen):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "fleet-filter":
             self.close_filter()
+        elif event.input.id == "command-input":
+            text = event.value
+            self.close_command_line()
+            self.run_worker(self.run_command(text), group="command", exit_on_error=False)
 
     def _apply_filter(self, text: str) -> None:
         self.table.filter = text.strip()
@@ -173,3 +217,54 @@ class DashboardScreen(InstanceScreen):
 
     def action_start_all(self) -> None:
         self.app.start_instances(None)
+
+    # -- the `:` command line --------------------------------------------------------------------------
+    def action_command_line(self) -> None:
+        self.query_one("#command-line").display = True
+        box = self.query_one("#command-input", CommandInput)
+        box.can_focus = True
+        box.value = ""
+        box.focus()
+
+    def close_command_line(self) -> None:
+        box = self.query_one("#command-input", CommandInput)
+        box.can_focus = False
+        self.query_one("#command-line").display = False
+        self.set_focus(None)
+
+    async def run_command(self, text: str) -> bool:
+        """Run one command line; a command that cannot run says why on the notice line (False)."""
+        app = self.app
+        try:
+            command, arg = cmdline.parse(text, app.store.names(), sorted(app.available_themes))
+            await self._run(command, arg)
+        except cmdline.CommandError as exc:
+            app.notify(str(exc), severity="error", timeout=6)
+            return False
+        return True
+
+    async def _run(self, command: cmdline.Command, arg: str | None) -> None:
+        app = self.app
+        if command.scope == "instance":
+            name = arg or self.selected_name()
+            if name is None:
+                raise cmdline.CommandError(f"{command.name}: no instance selected (:{command.name} NAME)")
+            view = app.store.views.get(name)
+            if not actions.applies(command.action, view):
+                state = view.state.name if view is not None else "unknown"
+                raise cmdline.CommandError(f"{command.name}: not available for {name} now ({state})")
+            if name != self.selected_name():
+                self.table.select(name)
+                self._after_selection()
+            actions.perform(app, command.action, name)
+        elif command.name == "theme" and arg is not None:
+            app.theme = arg
+        elif command.name == "filter" and arg is not None:
+            box = self.query_one("#fleet-filter", FilterInput)
+            box.value = arg
+            box.display = True
+            self._apply_filter(arg)
+        elif command.scope == "app":
+            await app.run_action(command.action)
+        else:
+            await self.run_action(command.action)

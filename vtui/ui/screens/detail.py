@@ -16,6 +16,7 @@ from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import InstanceView, Store
 from vtui.ui.widgets.instance_pane import head_lines
+from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.palette import palette_of
 from vtui.ui.widgets.titlebar import TitleBar
 
@@ -164,6 +165,7 @@ class DetailScreen(InstanceScreen):
             yield Static(id="detail-planned")
             yield Static(id="detail-flags")
             yield Static(id="detail-history")
+        yield NoticeLine()
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:

@@ -29,6 +29,7 @@ from vtui.ui import fmt, planning
 from vtui.ui.keymap import FLAG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import Store
+from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
@@ -135,6 +136,7 @@ class FlagEditorScreen(StoreScreen):
         yield Static(id="flag-help")
         yield Static(id="flag-errors")
         yield Static(id="flag-advice")
+        yield NoticeLine()
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:

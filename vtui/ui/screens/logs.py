@@ -37,6 +37,7 @@ from vtui.core.logfile import log_files
 from vtui.ui.keymap import LOG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import LOG_LINES, Store, is_marker, skipped_marker
+from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.ordered_input import OrderedInput
 from vtui.ui.widgets.titlebar import TitleBar
 
@@ -279,6 +280,7 @@ class LogScreen(StoreScreen):
         yield OrderedInput(
             placeholder="filter (regex or text); enter applies, escape clears", id="log-filter"
         )
+        yield NoticeLine()
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:

@@ -2,8 +2,9 @@
 (with the percentage and a `!`/`!!` level marker beside each: colour is never the only cue), then a
 per-process table: PID, GPU, the vtui instance holding it (or "other"), its GPU memory in GiB and the
 command. Simulated GPUs (vtui.sim.gpuview) are drawn the same way; what a simulation cannot know
-(utilization, temperature, power) is `--`. Commands are the instances' own command lines (vtui does not
-read other processes' command lines: `--`)."""
+(utilization, temperature, power) is `--`. The command is the process's own command line (the NVML
+sampler reads it with psutil), else the instance's command line, else `--` (an "other" process on a
+simulated GPU)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def gpu_text(
         owner = p.instance or "other"
         line.append(f"{owner[:name_w]:<{name_w}} ", style=pal.accent if p.instance else pal.muted)
         line.append(f"{fmt.gib(p.used_memory):>5} GiB  ")
-        line.append(commands.get(p.instance or "", fmt.DASH), style=pal.muted)
+        line.append(p.command or commands.get(p.instance or "", fmt.DASH), style=pal.muted)
         line.truncate(width)
         lines.append(line)
     if len(procs) > process_rows:
