@@ -15,8 +15,8 @@ import pytest
 
 from vtui.commands import plan as plan_cmd
 from vtui.core import flagspec
+from vtui.core.flagspec import int_flag
 from vtui.sim import args as simargs
-from vtui.ui import planning
 
 CASES: list[tuple[str, int | None]] = [
     ("1k", 1000),
@@ -63,7 +63,7 @@ def _sim_option(text: str) -> int | None:
 def test_every_caller_gives_vllms_answer(text: str, expected: int | None) -> None:
     assert flagspec.human_int(text) == expected
     assert _plan_option(text) == expected
-    assert planning.int_flag(text) == expected  # the flag editor's reader (the planner's)
+    assert int_flag(text) == expected  # the flag editor's, the planner's, the replicas' and the sim's reader
     assert _sim_option(text) == expected
     accepted = flagspec.validate_flag("max-num-batched-tokens", text) is None
     assert accepted == (expected is not None)

@@ -485,6 +485,19 @@ def human_int(text: str) -> int | None:
         return None
 
 
+def int_flag(value: object) -> int | None:
+    """A flag value as an int (`64`, `64.0`, `"25.6k"`); None when it is no integer."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        return human_int(value)
+    return None
+
+
 def human_int_arg(text: str) -> int:
     """`parse_human_int` as an argparse `type=` (vtui's own CLI options that take vLLM's sizes)."""
     try:

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from vtui.core.flagspec import int_flag
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.state import State
 
@@ -45,8 +46,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _int_flag(spec: InstanceSpec, name: str) -> int:
-    value = spec.flags.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    value = int_flag(spec.flags.get(name))
+    return value if value is not None and value > 0 else 1
 
 
 def gpus_per_replica(spec: InstanceSpec) -> int:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vtui.core import vllm_memory
-from vtui.core.flagspec import BUILTIN_FLAGS, human_int
+from vtui.core.flagspec import BUILTIN_FLAGS, int_flag
 from vtui.planner import memory
 from vtui.planner.config import ModelConfig
 from vtui.planner.kv import blocks_per_request, capacity, kv_layout
@@ -71,19 +71,6 @@ class PlanParams:
         async_on = self.async_scheduling if self.async_scheduling is not None else self.device != "cpu"
         batches = (2 if pp <= 1 else pp) if async_on else pp
         return batches * self.resolved_max_num_batched_tokens
-
-
-def int_flag(value: object) -> int | None:
-    """A flag value as an int (`64`, `64.0`, `"25.6k"`); None when it is no integer."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        return human_int(value)
-    return None
 
 
 def params_from_flags(

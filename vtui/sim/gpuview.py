@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from vtui.core.flagspec import int_flag
 from vtui.sim.gpus import GpuRegistry
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
 
@@ -53,7 +54,8 @@ class SimulatedGpus:
 
 
 def _int_flag(value: object, default: int) -> int:
-    return int(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else default
+    number = int_flag(value)
+    return number if number is not None else default
 
 
 def simulated_sample(layout: Layout, owners: Mapping[int, str]) -> GpuSample | None:
