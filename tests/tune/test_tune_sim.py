@@ -157,6 +157,9 @@ def test_ctrl_c_puts_the_original_flags_back(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=os.environ.copy(),
+        # as a terminal's Ctrl-C finds it: a suite started in the background (`cmd &`) inherits SIGINT
+        # ignored, and Python then installs no KeyboardInterrupt handler in the child
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     deadline = time.monotonic() + 200
