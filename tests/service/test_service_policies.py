@@ -122,6 +122,9 @@ def test_an_instance_asleep_when_its_supervisor_died_is_readopted_asleep(
     assert (row["state"], row["pid"], row["adopted"]) == ("asleep", pid, True), row
     woke = vtui("wake", str(path), "a", "--json")
     assert woke.returncode == 0 and json.loads(woke.stdout)["state"] == "ready", woke.stdout + woke.stderr
+    # the startup facts outlive the wake (its READY is no launch: the run's lines hold no startup)
+    [status] = ServiceClient(session).get("/status")["instances"]
+    assert status["facts"] and status["facts"]["kv_cache_tokens"], status["facts"]
     assert vtui("down", str(path)).returncode == 0
 
 

@@ -195,7 +195,8 @@ class SessionService:
             history.append({"at": event.at, "flags": masked(inst.spec.flags), "outcome": None})
             del history[:-FLAG_HISTORY]
             self._save_state()
-        elif event.new is State.READY and event.reason != "adopted":
+        elif event.new is State.READY and event.old is State.STARTING and event.reason != "adopted":
+            # a launch came up: its run's lines hold the startup (a wake's or a recovery's do not)
             if history and history[-1]["outcome"] is None:
                 history[-1]["outcome"] = "ready"
             self._remember_facts(event.instance, list(inst.run_lines))
