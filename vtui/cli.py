@@ -65,6 +65,8 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A reader that goes away (`vtui metrics FILE | head -1`) ends it quietly: piping
     into `head` is normal use, so a BrokenPipeError is no traceback, in any command."""
+    from vtui.service.locations import SocketDirError
+
     try:
         code = _main(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()  # a pipe closed under buffered output breaks here, not at interpreter exit
@@ -72,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except SocketDirError as exc:  # someone else's folder where a deep state dir's sockets go
+        print(f"vtui: {exc}", file=sys.stderr)
+        return 1
 
 
 def _silence_stdout() -> None:

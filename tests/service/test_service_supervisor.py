@@ -222,3 +222,44 @@ def test_an_instance_the_layout_no_longer_names_stays_known_until_down(tmp_path:
     assert down.returncode == 0, down.stdout + down.stderr
     assert "b: stopped" in down.stdout
     assert not marked(session + "/") and not alive(b_pid)
+
+
+def test_a_state_dir_too_deep_for_a_unix_socket_still_runs_sessions(
+    tmp_path: Path, session: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "state"
+    monkeypatch.setenv("VTUI_STATE_DIR", str(deep))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    assert len(os.fsencode(deep / f"{session}.sock")) > locations.SUN_PATH_MAX
+    sock = locations.socket_path(session)
+    assert len(os.fsencode(sock)) <= locations.SUN_PATH_MAX
+    assert sock.parent == tmp_path / "run" / f"vtui-{os.getuid()}"
+    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    path = write_layout(tmp_path, session, [sim_instance("a")])
+    try:
+        up = vtui("up", str(path))
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert ps_rows(str(path))["a"]["state"] == "ready"
+        assert sock.is_socket()
+    finally:
+        vtui("down", str(path))
+        from _support.procs import kill_state_dir
+
+        kill_state_dir(str(deep))
+
+
+def test_a_socket_folder_others_made_is_refused_by_name(
+    tmp_path: Path, session: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "state"
+    monkeypatch.setenv("VTUI_STATE_DIR", str(deep))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    folder = tmp_path / "run" / f"vtui-{os.getuid()}"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)  # anyone could have put a socket there
+    path = write_layout(tmp_path, session, [sim_instance("a")])
+    result = vtui("ps", str(path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert str(folder) in result.stderr and "not a folder of this user's alone" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,11 +1,19 @@
 """Where one session's supervisor keeps its socket, lock, registration and log: all in the state dir
-(0700). Stdlib only (the CLI's fast path imports it)."""
+(0700). Stdlib only (the CLI's fast path imports it).
+
+A Unix socket's path holds at most 107 bytes (Linux's sun_path, NUL included). A state dir too deep for
+that gets its sockets under a private folder instead, as tmux keeps its under /tmp/tmux-UID:
+`$XDG_RUNTIME_DIR/vtui-UID/` (else the temp dir's), named by a hash of the path they stand for, so every
+state dir keeps sockets of its own."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +26,38 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
 
+SUN_PATH_MAX = 107  # bytes of a Unix socket path (sockaddr_un.sun_path is 108 with the NUL)
+
+
+class SocketDirError(RuntimeError):
+    """The private folder for sockets of a deep state dir is not this user's own (0700)."""
+
+
 def socket_path(session: str) -> Path:
-    return paths.state_dir() / f"{_safe(session)}.sock"
+    path = paths.state_dir() / f"{_safe(session)}.sock"
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return path
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:24]
+    return _short_socket_dir() / f"{digest}.sock"
+
+
+def _short_socket_dir() -> Path:
+    """`vtui-UID` under $XDG_RUNTIME_DIR or the temp dir: made 0700, and refused (SocketDirError) when
+    someone else made it or others may enter it (a socket there could be someone else's)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    folder = Path(base) / f"vtui-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise SocketDirError(
+            f"{folder}: not a folder of this user's alone (mode {stat.filemode(info.st_mode)}, owner "
+            f"uid {info.st_uid}); vtui keeps its sockets there because the state dir "
+            f"{paths.state_dir()} is too deep for a Unix socket path ({SUN_PATH_MAX} bytes)"
+        )
+    return folder
 
 
 def lock_path(session: str) -> Path:
