@@ -20,14 +20,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vtui.core import flagspec  # noqa: E402
+from vtui.core import flagspec, flagtable, servehelp  # noqa: E402
 
 DATA_DIR = flagspec.HELP_FILE.parent
 
 
 def build(help_path: Path, version: str) -> str:
-    specs = flagspec.parse_serve_help(help_path.read_text(encoding="utf-8"))
-    return flagspec.specs_to_json(specs, version, help_path.name)
+    specs = servehelp.parse_serve_help(help_path.read_text(encoding="utf-8"))
+    return flagtable.specs_to_json(specs, version, help_path.name)
 
 
 def _jobs(args: argparse.Namespace) -> list[tuple[Path, str, Path]]:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 stale = 1
             continue
         out.write_text(text, encoding="utf-8")
-        count = len(flagspec.parse_serve_help(help_path.read_text(encoding="utf-8")))
+        count = len(servehelp.parse_serve_help(help_path.read_text(encoding="utf-8")))
         print(f"wrote {out}: {count} flags (vLLM {version})")
     return stale
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.flagspec import BUILTIN_FLAGS, DP_SUPERVISOR_PORT, dp_ports, gpus_needed
+from vtui.core.flagspec import BUILTIN_FLAGS, gpus_needed
+from vtui.core.flagvalues import DP_SUPERVISOR_PORT, dp_ports
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.preflight import preflight
 from vtui.layouts import LayoutError, load_layout

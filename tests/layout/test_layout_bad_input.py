@@ -10,7 +10,7 @@ import pytest
 from vtui.cli import main
 from vtui.layouts import LayoutError, load_layout, render_layout
 from vtui.layouts.files import MAX_LAYOUT_BYTES
-from vtui.layouts.rules import valid_host
+from vtui.layouts.keys import valid_host
 
 ONE = '[[instance]]\nname = "a"\nmodel = "m"\nport = 8001\n'
 

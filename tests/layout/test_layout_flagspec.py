@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core import flagspec
+from vtui.core import flagspec, servehelp
 from vtui.core.flagspec import BUILTIN_FLAGS, SEED_FLAGS, parse_flag_value, suggest, validate_flag
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +198,7 @@ CacheConfig:
   --eps EPS             Epsilon. Should either be a valid JSON string or JSON
                         keys passed individually. (default: {})
 """
-    specs = flagspec.parse_serve_help(text)
+    specs = servehelp.parse_serve_help(text)
     assert set(specs) == {"alpha", "beta", "gamma", "delta", "eps"}
     assert (specs["alpha"].type, specs["alpha"].default, specs["alpha"].aliases) == ("int", 3, ("-a",))
     assert (specs["beta"].type, specs["beta"].default) == ("bool", True)

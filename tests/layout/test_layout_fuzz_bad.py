@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vtui.cli import main
-from vtui.layouts.rules import INSTANCE_KEYS, SESSION_KEYS
+from vtui.layouts.keys import INSTANCE_KEYS, SESSION_KEYS
 
 EXAMPLES = 150  # per test; the pair runs in a few seconds
 

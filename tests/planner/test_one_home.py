@@ -22,7 +22,7 @@ def _holders(pattern: str) -> set[str]:
 
 
 def test_one_human_int_parser() -> None:
-    assert _holders(r"\[kKmMgGtT\]|\[kmgtKMGT\]") == {"core/flagspec.py"}
+    assert _holders(r"\[kKmMgGtT\]|\[kmgtKMGT\]") == {"core/flagvalues.py"}
 
 
 def test_the_planner_reads_no_vllm_log_itself() -> None:

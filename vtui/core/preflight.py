@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from vtui.core import flagspec
-from vtui.core.flagspec import dp_ports
+from vtui.core.flagvalues import dp_ports
 from vtui.core.model import InstanceSpec, Layout
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from vtui.core import flagspec
 from vtui.core.model import SECRET_FLAGS, InstanceSpec, Layout
-from vtui.layouts.rules import SECRET_ENV
+from vtui.layouts.keys import SECRET_ENV
 from vtui.layouts.text import has_vars
 
 __all__ = [

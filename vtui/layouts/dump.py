@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import tomli_w
 
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, Templates
-from vtui.layouts.rules import INSTANCE_KEYS
+from vtui.layouts.keys import INSTANCE_KEYS
 
 __all__ = [
     "BUILTIN_DEFAULTS",

@@ -29,7 +29,7 @@ from vtui.layouts.dump import (
     plain,
     shared_defaults,
 )
-from vtui.layouts.rules import INSTANCE_KEYS
+from vtui.layouts.keys import INSTANCE_KEYS
 
 __all__ = ["edit_text"]
 

@@ -20,7 +20,7 @@ from vtui.core.flagspec import FlagTable
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout, mapping
 from vtui.layouts.errors import LayoutError, LayoutProblem
-from vtui.layouts.rules import (
+from vtui.layouts.keys import (
     DEFAULT_KEYS,
     EXPORTER_KEYS,
     INSTANCE_KEYS,
@@ -29,10 +29,10 @@ from vtui.layouts.rules import (
     SESSION_KEYS,
     TOP_KEYS,
     WILDCARD_HOSTS,
-    Checker,
     exporter_value,
     notify_value,
 )
+from vtui.layouts.rules import Checker
 
 if sys.version_info >= (3, 11):
     import tomllib

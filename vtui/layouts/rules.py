@@ -2,142 +2,40 @@
 
 `Checker` collects every problem and warning (line, dotted key, message) instead of stopping at the
 first, and returns only valid, normalised values so later checks still run on the rest.
+
+The key tables and the rules that need no `Checker` are in `layouts.keys`; the checks across instances
+in `layouts.crosscheck`.
 """
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
 import json
-import re
-import urllib.parse
 from collections.abc import Iterable, Mapping
 
 from vtui.core import flagspec
+from vtui.layouts.crosscheck import CrossCheck
+from vtui.layouts.keys import (
+    ENGINES,
+    EXTERNAL_KEYS,
+    MAX_REPLICAS,
+    PER_INSTANCE_KEYS,
+    POLICY_SECONDS,
+    RESTART_MODES,
+    SECONDS_KEYS,
+    SECRET_ENV,
+    TOP_LEVEL_FLAGS,
+    did_you_mean,
+    is_number,
+    name_problem,
+    q,
+    split_url,
+    url_problem,
+    valid_host,
+)
 from vtui.layouts.text import LineIndex, expand_vars, has_vars
 
-TOP_KEYS = ("session", "defaults", "instance")
-NOTIFY_KEYS = ("on_event", "webhook", "on_event_cooldown")  # core.notify: tell someone about events
-EXPORTER_KEYS = ("metrics_port", "metrics_host")  # service.exporter: the session's Prometheus /metrics
-SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib", *NOTIFY_KEYS, *EXPORTER_KEYS)
-INSTANCE_KEYS = (
-    "name",
-    "model",
-    "engine",
-    "gpus",
-    "port",
-    "host",
-    "env",
-    "flags",
-    "command",
-    "restart",
-    "max_restarts",
-    "backoff",
-    "backoff_max",
-    "start_stagger",
-    "start_timeout",
-    "url",
-    "api_key",
-    "replicas",
-    "router_port",
-    "replica_gpus",
-    "restart_unhealthy_after",
-    "restart_stuck_after",
-    "sleep_mode",
-    "idle_sleep_after",
-    "force_start",
-)
-POLICY_SECONDS = ("restart_unhealthy_after", "restart_stuck_after", "idle_sleep_after")  # 0: off
-SECONDS_KEYS = ("backoff", "backoff_max", "start_stagger", "start_timeout", *POLICY_SECONDS)
-PER_INSTANCE_KEYS = ("name", "port", "url", "router_port", "replica_gpus")
-DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in PER_INSTANCE_KEYS)
-ENGINES = ("vllm", "sim", "external")
-# What an attached server (engine = "external") takes: the rest is about launching one.
-EXTERNAL_KEYS = ("name", "engine", "url", "api_key", "model")
-MAX_REPLICAS = 64
-RESTART_MODES = ("never", "on-failure", "always")
-TOP_LEVEL_FLAGS = ("host", "port", "model")  # set as the instance's own keys, never in flags
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-MAX_NAME = 64  # an instance name lands in file names (logs, run records) and the VTUI_INSTANCE marker
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_DNS_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 
-
-def valid_host(host: str) -> bool:
-    """An IP address (v4 or v6) or a DNS name (RFC 1123 labels, 253 characters at most)."""
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        pass
-    name = host[:-1] if host.endswith(".") else host
-    return 0 < len(name) <= 253 and all(_DNS_LABEL.match(label) for label in name.split("."))
-
-
-def name_problem(value: object) -> str | None:
-    """Why `value` cannot be an instance name, None when it can."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        return f"expected a name of letters, digits, '_', '.', '-' (starting with a letter or digit); got {q(value)}"
-    if len(value) > MAX_NAME:
-        return f"a name is at most {MAX_NAME} characters (it lands in file names); got {len(value)}"
-    return None
-
-
-def split_url(url: str) -> tuple[str, int]:
-    """(host, port) of an attached server's URL (checked by `url_problem`); 80/443 when not written."""
-    parts = urllib.parse.urlsplit(url)
-    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
-
-
-def url_problem(url: str) -> str | None:
-    """Why `url` cannot be an attached server's base URL (http(s)://host[:port], no path), or None."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        return f"not a URL ({exc}): {q(url)}"
-    if parts.scheme not in ("http", "https"):
-        return f'expected http:// or https://, like "http://gpu2:8000", got {q(url)}'
-    if parts.username or parts.password:
-        return 'credentials do not go in the URL; set api_key = "${VLLM_API_KEY}"'
-    if not parts.hostname or not valid_host(parts.hostname):
-        return f"expected a host (an IP address or a DNS name) in the URL, got {q(url)}"
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        return f'expected the server\'s base URL (no path), like "http://gpu2:8000", got {q(url)}'
-    if port == 0:
-        return f"expected a port 1-65535 in the URL, got {q(url)}"
-    return None
-
-
-SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
-
-
-def did_you_mean(word: str, options: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f'; did you mean "{close[0]}"?' if close else ""
-
-
-def q(value: object) -> str:
-    """A value as the user wrote it in TOML: strings quoted, booleans lower case; a long one cut short."""
-    if isinstance(value, str):
-        if len(value) > 80:
-            return json.dumps(value[:40], ensure_ascii=False) + f"… ({len(value)} characters)"
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, (list, int, float)):
-        text = json.dumps(value, default=str)  # dates and times (TOML has them) as written
-        return text if len(text) <= 80 else f"{text[:40]}… ({len(text)} characters)"
-    return repr(value)
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-class Checker:
+class Checker(CrossCheck):
     """Collects problems/warnings for one file, and the `${VAR}` templates its values came from (they go
     onto the `Layout`, so saving writes the references back)."""
 
@@ -260,7 +158,7 @@ class Checker:
             bad(dotted, f"expected true or false, got {q(value)}")
         elif key in SECONDS_KEYS:
             positive = key in ("backoff", "backoff_max")
-            if _number(value) and (value > 0 if positive else value >= 0):  # type: ignore[operator]
+            if is_number(value) and (value > 0 if positive else value >= 0):  # type: ignore[operator]
                 return True, float(value)  # type: ignore[arg-type]
             hint = {"start_timeout": " (0: no limit)"}.get(key, " (0: off)" if key in POLICY_SECONDS else "")
             bad(dotted, f"expected seconds {'> 0' if positive else '>= 0'}{hint}, got {q(value)}")
@@ -349,7 +247,7 @@ class Checker:
         for name, item in value.items():
             key = f"{dotted}.{name}"
             if not isinstance(item, str):
-                hint = f' (quote it: "{item}")' if _number(item) else ""
+                hint = f' (quote it: "{item}")' if is_number(item) else ""
                 self.problem(key, f"expected a string, got {q(item)}{hint}")
                 continue
             expanded = self._expand(key, scope, ("env", name), item)
@@ -469,154 +367,3 @@ class Checker:
         port = fields.get("port")
         if isinstance(port, int) and port + replicas - 1 > 65535:
             self.problem(f"{key}.replicas", f"replica ports {port}..{port + replicas - 1} go past 65535")
-
-    # -- across instances ------------------------------------------------------------------------
-    def cross_check(self, instances: list[dict[str, object]], allow_gpu_sharing: bool) -> None:
-        """Unique names and ports (replicas' and routers' too), GPU sets, parallel sizes vs GPUs,
-        restart timing, exposure."""
-        names: dict[str, tuple[int, bool]] = {}  # name -> (instance index, a replica's name)
-        ports: dict[int, list[tuple[str, int]]] = {}
-        gpu_users: dict[int, int] = {}
-        for i, fields in enumerate(instances):
-            replicas = fields.get("replicas", 1)
-            count = replicas if isinstance(replicas, int) and replicas > 1 else 1
-            name = fields.get("name")
-            if not isinstance(name, str):
-                continue
-            own = [(name, False)] + [(f"{name}-{r}", True) for r in range(count if count > 1 else 0)]
-            if count > 1 and fields.get("router_port") is not None:
-                own.append((f"{name}-router", True))
-            for n, replica in own:
-                if n in names:
-                    j, theirs = names[n]
-                    if not replica and not theirs:
-                        self.problem(f"instance[{i}].name", f'duplicate name "{n}" (also instance[{j}])')
-                    else:
-                        self.problem(
-                            f"instance[{i}].name",
-                            f'"{n}" is both an instance and a replica name (instance[{j}]): '
-                            f"replicas = N names its copies NAME-0 … NAME-(N-1) and its router "
-                            "NAME-router; rename one",
-                        )
-                    break
-            for n, replica in own:
-                names.setdefault(n, (i, replica))
-        for i, fields in enumerate(instances):
-            key = f"instance[{i}]"
-            host = str(fields.get("host", "127.0.0.1"))
-            port = fields.get("port")
-            replicas = fields.get("replicas", 1)
-            count = replicas if isinstance(replicas, int) and replicas > 1 else 1
-            wanted: list[tuple[str, int]] = []
-            if isinstance(port, int):
-                first = "url" if fields.get("engine") == "external" else "port"
-                wanted += [(first if r == 0 else "replicas", port + r) for r in range(count)]
-            router = fields.get("router_port")
-            if isinstance(router, int) and count > 1:
-                wanted.append(("router_port", router))
-            for field_name, number in wanted:
-                clash = next(
-                    (
-                        j
-                        for other_host, j in ports.get(number, [])
-                        if host == other_host or host in WILDCARD_HOSTS or other_host in WILDCARD_HOSTS
-                    ),
-                    None,
-                )
-                if clash is not None:
-                    whose = (
-                        "this instance"
-                        if clash == i
-                        else f'instance[{clash}] ("{instances[clash].get("name", "?")}")'
-                    )
-                    self.problem(f"{key}.{field_name}", f"port {number} is also used by {whose}")
-                    break
-                ports.setdefault(number, []).append((host, i))
-            if host in WILDCARD_HOSTS:
-                self.warn(
-                    f"{key}.host",
-                    f'"{host}" exposes the server to the network; use "127.0.0.1" unless you mean it',
-                )
-            if fields.get("engine", "vllm") == "external":
-                continue
-            if fields.get("engine", "vllm") != "sim":
-                for flag in fields.get("flags") or {}:  # type: ignore[attr-defined]
-                    if flag in flagspec.SIM_FLAGS:
-                        self.problem(
-                            f"{key}.flags.{flag}",
-                            'an option of the simulated engine; set engine = "sim" or remove it',
-                        )
-            listed = fields.get("gpus")
-            gpus: list[int] = list(listed) if isinstance(listed, list) else []
-            sets = fields.get("replica_gpus")
-            if isinstance(sets, list) and not gpus:
-                gpus = [g for group in sets for g in group]
-                before = len(self.problems)
-                for group in sets:
-                    self._parallel(f"{key}.replica_gpus", fields, list(group), per="replica")
-                    if len(self.problems) > before:
-                        break
-            elif count > 1 and gpus and len(gpus) % count == 0:
-                self._parallel(key, fields, gpus[: len(gpus) // count], per="replica")
-            elif count == 1:
-                self._parallel(key, fields, gpus)
-            for gpu in gpus:
-                if gpu in gpu_users and not allow_gpu_sharing:
-                    j = gpu_users[gpu]
-                    self.problem(
-                        f"{key}.gpus",
-                        f"GPU {gpu} is also used by instance[{j}] "
-                        f'("{instances[j].get("name", "?")}"); set '
-                        "session.allow_gpu_sharing = true to share it",
-                    )
-                    break
-                gpu_users.setdefault(gpu, i)
-            backoff, cap = fields.get("backoff"), fields.get("backoff_max")
-            if _number(backoff) and _number(cap) and cap < backoff:  # type: ignore[operator]
-                self.problem(f"{key}.backoff_max", f"must be >= backoff ({backoff:g}s), got {cap:g}s")
-
-    def _parallel(self, key: str, fields: Mapping[str, object], gpus: list[int], per: str = "") -> None:
-        given = fields.get("flags")
-        flags: Mapping[str, object] = given if isinstance(given, Mapping) else {}
-        needed = flagspec.gpus_needed(flags) if gpus else None
-        if needed is not None and needed[0] != len(gpus):
-            where = key if key.endswith(".replica_gpus") else f"{key}.gpus"
-            self.problem(
-                where,
-                f"{needed[1]} = {needed[0]}, but {len(gpus)} GPU(s) " + (f"per {per}" if per else "listed"),
-            )
-
-
-def exporter_value(key: str, value: object) -> tuple[object, str | None]:
-    """`[session] metrics_port` / `metrics_host`'s value, or the problem with it (service.exporter)."""
-    if key == "metrics_port":
-        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
-            return value, None
-        return (
-            None,
-            f"expected a TCP port 1-65535 for the session's Prometheus /metrics, e.g. 9400, got {q(value)}",
-        )
-    if isinstance(value, str) and (value in ("0.0.0.0", "::") or valid_host(value)):
-        return value, None
-    return (
-        None,
-        f'expected an IP address or a host name to bind /metrics to, like "127.0.0.1", got {q(value)}',
-    )
-
-
-def notify_value(key: str, value: object) -> tuple[object, str | None]:
-    """A [session] notification key's normalised value, or the problem with it (core.notify)."""
-    if key == "on_event":
-        if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
-            return tuple(value), None
-        return (
-            None,
-            f'expected a command as a non-empty list of strings, e.g. ["notify-send", "vtui"], got {q(value)}',
-        )
-    if key == "webhook":
-        if isinstance(value, str) and re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
-            return value, None
-        return None, f"expected an http:// or https:// URL, got {q(value)}"
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:  # on_event_cooldown
-        return float(value), None
-    return None, f"expected a number of seconds >= 0 (0: no cooldown), got {q(value)}"

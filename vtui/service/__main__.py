@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from vtui.layouts import LayoutError, load_layout
-    from vtui.service.server import SessionService, log
+    from vtui.service.server import SessionService
+    from vtui.service.service_base import log
     from vtui.telemetry import flagschema
 
     try:

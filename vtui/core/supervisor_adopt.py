@@ -1,0 +1,120 @@
+"""Adoption: the instances a previous vtui started (its run records) taken over again, a launch
+recorded ahead of its spawn found by its marker, the leftovers of a dead one swept."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from vtui.core.logfile import LogTailer, read_tail
+from vtui.core.model import SECRET_FLAGS, InstanceSpec
+from vtui.core.runstate import MASK, RunRecord, merge_flags, spec_from_dict
+from vtui.core.state import State
+from vtui.core.supervision import asleep_level, find_launched, kill_marked, sleep_problem
+from vtui.core.supervisor_base import SupervisorBase
+
+
+class AdoptMixin(SupervisorBase):
+    async def adopt(self) -> list[str]:
+        """Re-adopt recorded, still-live instances (same pid AND create time, matching command).
+        Leftovers of a recorded instance whose leader died are swept."""
+        self._ensure_loops()
+        self._adopted_once = True
+        adopted = []
+        if self.adopt_unlisted:
+            for unlisted in self.store.all(self.session):
+                if unlisted.name not in self.instances:
+                    spec = _unlisted_spec(unlisted)
+                    self.instances[spec.name] = self._new_instance(spec)
+                    self._layout = dataclasses.replace(
+                        self._layout, instances=(*self._layout.instances, spec)
+                    )
+        for spec in self._layout.instances:
+            inst = self.instances[spec.name]
+            if inst.state is not State.STOPPED or spec.name in self._pending:
+                continue
+            record = self.store.load(self.session, spec.name)
+            if record is None:
+                continue
+            if record.pid == 0:  # launch begun, never confirmed: its processes carry the marker
+                handle = await asyncio.to_thread(self._found_launched, record)
+                if handle is None:
+                    self.store.remove(self.session, spec.name)
+                    continue
+                record.pid, record.create_time, record.pump_pid = (
+                    handle.pid,
+                    handle.create_time,
+                    handle.pump_pid,
+                )
+                record.pgid, record.sid = handle.pgid, handle.sid
+                self.store.save(record)
+            else:
+                handle = self.launcher.find(
+                    pid=record.pid,
+                    create_time=record.create_time,
+                    argv=record.argv,
+                    key=record.key,
+                    log_path=Path(record.log_path),
+                    pump_pid=record.pump_pid,
+                )
+            if handle is None:
+                await self._sweeper.dead_record(record)
+                self._note_lost_flags(spec, record.pid, record.flags)
+                continue
+            inst.spec = merge_flags(spec, record.flags)
+            self._set_layout_spec(inst.spec)
+            inst.restarts = record.restarts
+            if record.last_good_flags is not None:
+                inst.last_good_spec = merge_flags(spec, record.last_good_flags)
+            inst.log_path = Path(record.log_path)
+            inst.lines.extend(read_tail(inst.log_path, 200))
+            self._tailers[spec.name] = LogTailer(inst.log_path)
+            healthy = await self.launcher.health(inst.spec)
+            inst.adopt(handle, healthy=healthy, started_at=record.started_at)
+            if healthy and sleep_problem(inst.spec) is None:
+                level = await asleep_level(inst.spec.base_url)  # it answers /health while asleep
+                if level is not None:
+                    inst.on_slept(level, "adopted asleep")
+            adopted.append(spec.name)
+            self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
+        return adopted
+
+    def _found_launched(self, record: RunRecord) -> Any:
+        """The process tree of a launch recorded ahead of its spawn (the launcher died before the
+        confirmation): adopted when its log pump and leader live; anything else with its marker is
+        killed (a pump killed mid-handshake leaves a server no log would capture)."""
+        handle = find_launched(self.launcher, record)
+        if handle is None:
+            killed = kill_marked(record.key)
+            if killed:
+                self._notice(
+                    record.name,
+                    "warning",
+                    f"{record.name}: killed the processes of an unconfirmed launch {killed}",
+                )
+        return handle
+
+    def _note_lost_flags(self, spec: InstanceSpec, pid: int, recorded: dict) -> None:
+        """A recorded instance died with no supervisor watching; the next start uses the layout. Say
+        which flags of its last run the layout does not have, so a retune done in vtui is not lost unseen."""
+        ran = merge_flags(spec, recorded).flags
+        changed = sorted(k for k in set(ran) | set(spec.flags) if ran.get(k) != spec.flags.get(k))
+        if changed:
+            was = ", ".join(f"{k}={ran.get(k, '(unset)')}" for k in changed)
+            now = ", ".join(f"{k}={spec.flags.get(k, '(unset)')}" for k in changed)
+            self._notice(
+                spec.name,
+                "warning",
+                f"{spec.name}: its last run (pid {pid}) ended unsupervised with "
+                f"{was}; starting it again uses the layout's {now}",
+            )
+
+
+def _unlisted_spec(record: RunRecord) -> InstanceSpec:
+    """The spec of a recorded instance the layout no longer names, from its record (a masked secret
+    is dropped rather than passed on as `***`)."""
+    spec = spec_from_dict(record.spec)
+    masked = tuple(k for k in SECRET_FLAGS if spec.flags.get(k) == MASK)
+    return spec.with_flags(unset=masked) if masked else spec

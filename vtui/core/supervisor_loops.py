@@ -1,0 +1,159 @@
+"""The supervisor's long-lived loops: the tick (logs, exits, watchdog restarts, idle sleeps, hung
+starts, due restarts, router reconciliation), the health probes, and the attached servers' probes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from vtui.core.attached import Attached, Probe
+from vtui.core.events import ProcessExited
+from vtui.core.instance import Instance
+from vtui.core.logfile import ExitInfo
+from vtui.core.model import InstanceSpec
+from vtui.core.replicas import RECONCILE_EVERY_S
+from vtui.core.state import State
+from vtui.core.supervisor_base import SupervisorBase
+
+
+def _pump_alive(handle: Any) -> bool:
+    """The log pump of a launched instance still runs (it writes the exit code once it has reaped)."""
+    pump = getattr(handle, "pump_pid", None)
+    if not pump:
+        return False
+    try:
+        import psutil
+
+        return psutil.Process(pump).status() != psutil.STATUS_ZOMBIE
+    except Exception:  # noqa: BLE001 — gone, or not ours to read
+        return False
+
+
+WATCHED = (State.STARTING, State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING)  # exits are crashes
+
+
+class LoopMixin(SupervisorBase):
+    def _ensure_loops(self) -> None:
+        if self._loops:
+            return
+        self._changed = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._loops = [
+            asyncio.create_task(self._tick_loop()),
+            asyncio.create_task(self._health_loop()),
+            asyncio.create_task(self._attached_loop()),  # its own loop: a slow remote URL delays no probe
+        ]
+
+    async def _tick_loop(self) -> None:
+        while True:
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep supervising; say what went wrong
+                self._notice(None, "error", f"supervisor tick failed: {exc!r}")
+            await self.clock.sleep(self.poll_interval)
+
+    async def _tick(self) -> None:
+        now = self.clock.time()
+        if not 0 <= now - self._reconciled_at < RECONCILE_EVERY_S:  # a router restarted, an add that failed
+            self._reconciled_at = now
+            for group in self.routers.groups():
+                self._reconcile_soon(group)
+        for name, inst in list(self.instances.items()):
+            self._drain(name)
+            handle = inst.handle
+            if handle is not None and inst.state in WATCHED and not self.launcher.alive(handle):
+                await self._on_death(name, inst, handle)
+            elif (why := inst.policy_stop_due()) is not None and name not in self._policy_stops:
+                self._drain(name)
+                self._notice(name, "error", f"{name}: {why}; restarting it")
+                handle = inst.begin_policy_stop(why)
+                if handle is not None:
+                    self._policy_stops[name] = asyncio.create_task(self._policy_stop(name, inst, handle))
+            elif inst.idle_sleep_due() and name not in self._sleeps:
+                self._sleeps[name] = asyncio.create_task(self._idle_sleep(name, inst))
+            elif inst.start_overdue():
+                self._drain(name)  # the last lines before the verdict go into its reason
+                hung = inst.on_start_timeout()
+                self._notice(name, "error", f"{name}: {inst.last_error}; stopping it")
+                self._sweeper.end_hung(name, hung, self.stop_grace)  # a relaunch or stop waits for it
+            if inst.restart_due() and name not in self._pending:
+                self._pending[name] = asyncio.create_task(self._launch_when_clear(name, initial=False))
+
+    async def _on_death(self, name: str, inst: Instance, handle: Any) -> None:
+        info = self._exit_info(handle)
+        # The pump writes the code right after reaping: give it a moment (seconds on a loaded machine,
+        # while the pump lives; without the code an outside SIGTERM could not be named).
+        for tick in range(60):
+            if info is not None or (tick >= 10 and not _pump_alive(handle)):
+                break
+            await asyncio.sleep(0.05)
+            info = self._exit_info(handle)
+        code = info.returncode if info is not None else None
+        self._drain(name)
+        self._emit(ProcessExited(name, handle.pid, code, self.clock.time()))
+        inst.on_exit(code, info.describe() if info is not None else None)
+        # Children of a killed API server live on (VLLM::EngineCore): sweep before any relaunch.
+        self._sweeper.after_crash(name, handle)
+
+    def _exit_info(self, handle: Any) -> ExitInfo | None:
+        """How the leader ended (ExitInfo), from a launcher that records it, else from its exit code."""
+        exit_info = getattr(self.launcher, "exit_info", None)
+        if exit_info is not None:
+            return exit_info(handle)
+        code = self.launcher.exit_code(handle)
+        if code is None:
+            return None
+        return ExitInfo(code, None if code < 0 else code, -code if code < 0 else None)
+
+    async def _health_loop(self) -> None:
+        while True:
+            probing = [
+                i
+                for i in self.instances.values()
+                if i.handle is not None and i.state in (State.STARTING, State.READY, State.UNHEALTHY)
+            ]
+            if probing:
+                results = await asyncio.gather(
+                    *(self.launcher.health(i.spec) for i in probing), return_exceptions=True
+                )
+                for inst, ok in zip(probing, results, strict=True):
+                    if inst.handle is not None and inst.state in (
+                        State.STARTING,
+                        State.READY,
+                        State.UNHEALTHY,
+                    ):
+                        if ok is True and inst.state is State.STARTING:
+                            self._drain(inst.spec.name)  # the startup phases logged so far come first
+                        inst.on_health(ok is True)
+            await self.clock.sleep(self.health_interval)
+
+    # -- attached servers ----------------------------------------------------------------------------
+    async def _attached_loop(self) -> None:
+        while True:
+            try:
+                await self._probe_attached([i for i in self.instances.values() if isinstance(i, Attached)])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep watching; say what went wrong
+                self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
+            await self.clock.sleep(self.health_interval)
+
+    async def _probe_attached(self, attached: list[Attached]) -> None:
+        """One /health probe of each attached server, at once; its state follows (`Attached.on_probe`)."""
+        if not attached:
+            return
+        results = await asyncio.gather(*(self._probe(i.spec) for i in attached), return_exceptions=True)
+        for inst, result in zip(attached, results, strict=True):
+            if self.instances.get(inst.spec.name) is not inst:
+                continue  # dropped or replaced by a new layout meanwhile
+            if isinstance(result, BaseException):
+                result = Probe(None, f"probe failed: {result!r}")
+            inst.on_probe(result)
+
+    async def _probe(self, spec: InstanceSpec) -> Probe:
+        """The launcher's cheap probe where it has one for this URL, else httpx (`AttachedProber`)."""
+        fast = getattr(self.launcher, "probe", None)
+        result = await fast(spec) if fast is not None else None
+        return result if isinstance(result, Probe) else await self.prober.probe(spec)
