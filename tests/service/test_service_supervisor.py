@@ -6,10 +6,12 @@ two clients seeing each other's actions, and `ps`/`down` when the layout file mo
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -228,13 +230,13 @@ def test_a_state_dir_too_deep_for_a_unix_socket_still_runs_sessions(
     tmp_path: Path, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "state"
+    run = Path(tempfile.mkdtemp(prefix="vr", dir="/tmp"))  # a short $XDG_RUNTIME_DIR, as /run/user/UID
     monkeypatch.setenv("VTUI_STATE_DIR", str(deep))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    (tmp_path / "run").mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     assert len(os.fsencode(deep / f"{session}.sock")) > locations.SUN_PATH_MAX
     sock = locations.socket_path(session)
     assert len(os.fsencode(sock)) <= locations.SUN_PATH_MAX
-    assert sock.parent == tmp_path / "run" / f"vtui-{os.getuid()}"
+    assert sock.parent == run / f"vtui-{os.getuid()}"
     assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
     path = write_layout(tmp_path, session, [sim_instance("a")])
     try:
@@ -247,19 +249,33 @@ def test_a_state_dir_too_deep_for_a_unix_socket_still_runs_sessions(
         from _support.procs import kill_state_dir
 
         kill_state_dir(str(deep))
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def test_a_socket_folder_others_made_is_refused_by_name(
     tmp_path: Path, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "state"
+    run = Path(tempfile.mkdtemp(prefix="vr", dir="/tmp"))
     monkeypatch.setenv("VTUI_STATE_DIR", str(deep))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    folder = tmp_path / "run" / f"vtui-{os.getuid()}"
-    folder.mkdir(parents=True)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    folder = run / f"vtui-{os.getuid()}"
+    folder.mkdir()
     folder.chmod(0o777)  # anyone could have put a socket there
     path = write_layout(tmp_path, session, [sim_instance("a")])
     result = vtui("ps", str(path))
     assert result.returncode == 1, result.stdout + result.stderr
     assert str(folder) in result.stderr and "not a folder of this user's alone" in result.stderr
     assert "Traceback" not in result.stderr
+    shutil.rmtree(run, ignore_errors=True)
+
+
+def test_a_runtime_dir_too_deep_too_falls_back_to_the_temp_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VTUI_STATE_DIR", str(tmp_path / ("d" * 60) / ("e" * 60) / "state"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / ("r" * 90)))
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    sock = locations.socket_path("s")
+    assert sock.parent == Path("/tmp") / f"vtui-{os.getuid()}"
+    assert len(os.fsencode(sock)) <= locations.SUN_PATH_MAX

@@ -3,7 +3,7 @@
 
 A Unix socket's path holds at most 107 bytes (Linux's sun_path, NUL included). A state dir too deep for
 that gets its sockets under a private folder instead, as tmux keeps its under /tmp/tmux-UID:
-`$XDG_RUNTIME_DIR/vtui-UID/` (else the temp dir's), named by a hash of the path they stand for, so every
+`$XDG_RUNTIME_DIR/vtui-UID/` (else the temp dir's, when that path is the shorter fit), named by a hash of the path they stand for, so every
 state dir keeps sockets of its own."""
 
 from __future__ import annotations
@@ -37,14 +37,17 @@ def socket_path(session: str) -> Path:
     path = paths.state_dir() / f"{_safe(session)}.sock"
     if len(os.fsencode(path)) <= SUN_PATH_MAX:
         return path
-    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:24]
-    return _short_socket_dir() / f"{digest}.sock"
+    name = f"{hashlib.sha256(os.fsencode(path)).hexdigest()[:24]}.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    for base in (runtime, tempfile.gettempdir(), "/tmp"):
+        if base and len(os.fsencode(Path(base) / f"vtui-{os.getuid()}" / name)) <= SUN_PATH_MAX:
+            return _short_socket_dir(base) / name
+    raise SocketDirError(f"no folder short enough for the socket of {path} ({SUN_PATH_MAX} bytes at most)")
 
 
-def _short_socket_dir() -> Path:
-    """`vtui-UID` under $XDG_RUNTIME_DIR or the temp dir: made 0700, and refused (SocketDirError) when
-    someone else made it or others may enter it (a socket there could be someone else's)."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+def _short_socket_dir(base: str) -> Path:
+    """`vtui-UID` under `base` ($XDG_RUNTIME_DIR or the temp dir): made 0700, and refused (SocketDirError)
+    when someone else made it or others may enter it (a socket there could be someone else's)."""
     folder = Path(base) / f"vtui-{os.getuid()}"
     try:
         folder.mkdir(mode=0o700)
