@@ -15,6 +15,7 @@ from vtui.tune import (
     Prediction,
     Search,
     StartFailed,
+    Trial,
     build_space,
     start_config,
 )
@@ -204,3 +205,17 @@ def test_the_pareto_front():
 
     points = [(50.0, 10.0), (40.0, 12.0), (60.0, 20.0), (70.0, 15.0), (30.0, 5.0), (60.0, 19.0)]
     assert pareto_front(points) == [(30.0, 5.0), (40.0, 12.0), (60.0, 20.0)]
+
+
+def test_the_re_measure_starts_with_the_configuration_already_running():
+    runner = FakeRunner()
+    search = make(runner, Objective(ttft_p95_ms=None))
+    best, second = (search.start.with_(**{"max-num-seqs": n}) for n in (32, 16))
+    for config in (best, second):  # the second leader was measured last: the instance runs it now
+        search._record(
+            Trial(len(search.trials), config, "concurrency", True, measurement=runner.measure(config))
+        )
+    runner.measured.clear()
+    winner = search._remeasure(search._by_config[best])
+    assert runner.measured == [second, best]  # no restart for the first re-measure
+    assert winner.config == best and all(len(t.repeats) == 1 for t in search.trials)

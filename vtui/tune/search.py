@@ -376,6 +376,9 @@ class Search:
         top = sorted(measured, key=self.value, reverse=True)[:2]
         if leader not in top:
             top = [leader, *top][:2]
+        # the one the instance runs now first: its re-measure needs no restart (on a GPU box, minutes)
+        running = next((t.config for t in reversed(self.trials) if t.launched), None)
+        top.sort(key=lambda t: t.config != running)
         for trial in top:
             if self._launched() >= self.max_trials + 2:  # the re-measurements may exceed the budget by 2
                 break
