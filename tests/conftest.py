@@ -15,6 +15,41 @@ import pytest
 TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "vtui-test")))
 
 
+def _started() -> float:
+    """When this pytest process started, on psutil's clock (process create times count from boot, and
+    drift seconds away from time.time() on a VM)."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+_STARTED = _started()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No vLLM process the suite started may outlive it. At the end of the run (the xdist controller,
+    or the one process without xdist), a `VLLM::` process (EngineCore, Worker: their environment is
+    overwritten by their new title, so no marker can be read) born during the run and orphaned (its
+    parent is init) is a leak: named, and the run fails. It is not killed: it may be someone else's."""
+    if hasattr(session.config, "workerinput"):
+        return
+    import psutil
+
+    leaked = []
+    for proc in psutil.process_iter(["name", "cmdline", "create_time", "ppid"]):
+        try:
+            title = (proc.info["cmdline"] or [proc.info["name"] or ""])[0]
+            if title.startswith("VLLM::") and proc.info["create_time"] >= _STARTED and proc.info["ppid"] == 1:
+                leaked.append(f"{proc.pid} {title}")
+        except (psutil.Error, IndexError, TypeError):
+            continue
+    if leaked:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"vLLM processes left behind by the run: {', '.join(leaked)}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Real-vLLM tests first, in one xdist group: under `-n 2 --dist loadgroup` (scripts/test.sh) one
