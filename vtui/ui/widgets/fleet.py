@@ -327,6 +327,20 @@ def group_row(router: RowData, group: str, store: Store, rows: dict[str, RowData
         router.phase, router.phase_style = (odd.short, "warn") if odd else (total.state_label, "")
 
 
+_BOLD = Style(bold=True)
+
+
+def _strip(segments: list[Segment], width: int, fill: Style) -> Strip:
+    """The segments as a strip of exactly `width` cells: cut, or padded with `fill`."""
+    strip = Strip(segments)
+    length = strip.cell_length
+    if length > width:
+        return strip.crop(0, width)
+    if length < width:
+        segments.append(Segment(" " * (width - length), fill))
+    return Strip(segments, width)
+
+
 def _fit(text: str, width: int, right: bool) -> str:
     if len(text) > width:
         return text[: width - 1] + "~" if width > 1 else text[:width]
@@ -580,34 +594,48 @@ class FleetTable(Widget, can_focus=False):
         return strip
 
     def _draw_line(self, line: tuple, width: int, base: Style) -> Strip:
+        """One line as few segments as its styles allow: neighbouring parts of one style are one segment
+        (a row is some 40 parts but 10-20 styles), which every later stage (Textual's styles cache, the
+        colour filter, the compositor's cuts, the terminal write) pays for per segment."""
         kind = line[0]
         pad = Style(bgcolor=base.bgcolor)
         if kind == "blank":
             return Strip.blank(width, pad)
+        pal = palette_of(self.app)
         if kind == "header":
-            style = base + palette_of(self.app).header
-            segments = [Segment("  ", style)]
+            style = base + pal.header
+            labels = ["  "]
             for col, w in self._columns:
                 label = col.header
                 if col.key == self.sort_key or (col.key == "kv" and self.sort_key == "kvpct"):
                     label = label + ("v" if self.reverse else "^")
-                segments.append(Segment(_fit(label, w, col.right) + " ", style))
-            return Strip(segments).crop(0, width).extend_cell_length(width, pad)
+                labels.append(_fit(label, w, col.right) + " ")
+            return _strip([Segment("".join(labels), style)], width, pad)
         if kind == "all":
-            row_style = base + palette_of(self.app).total
+            row_style = base + pal.total
             marker, cells = "  ", line[1]
         else:
             selected, cells = line[1], line[2]
-            row_style = base + palette_of(self.app).selected if selected else base
+            row_style = base + pal.selected if selected else base
             marker = "> " if selected else "  "
-        segments = [Segment(marker, row_style + Style(bold=True))]
+        segments: list[Segment] = []
+        run: list[str] = [marker]
+        run_style = row_style + _BOLD
         for cell in cells:
             for text, style in cell:
                 if text:
-                    segments.append(Segment(text, row_style + style if style is not None else row_style))
-            segments.append(Segment(" ", row_style))
+                    style = row_style + style if style is not None else row_style
+                    if style is not run_style:  # Style sums are cached: one style is one object
+                        segments.append(Segment("".join(run), run_style))
+                        run, run_style = [], style
+                    run.append(text)
+            if run_style is not row_style:
+                segments.append(Segment("".join(run), run_style))
+                run, run_style = [], row_style
+            run.append(" ")
+        segments.append(Segment("".join(run), run_style))
         fill = pad if kind == "row" and not line[1] else row_style
-        return Strip(segments).crop(0, width).extend_cell_length(width, fill)
+        return _strip(segments, width, fill)
 
     # -- mouse ---------------------------------------------------------------------------------------
     def on_click(self, event: events.Click) -> None:
