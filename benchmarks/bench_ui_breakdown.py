@@ -42,12 +42,32 @@ from vtui.ui.widgets.titlebar import TitleBar  # noqa: E402
 
 WARMUP_S = 5.0
 totals: dict[str, float] = {}
+calls: dict[str, int] = {}
 armed = threading.Event()
 
 
 def _add(label: str, spent: float) -> None:
     if armed.is_set():
         totals[label] = totals.get(label, 0.0) + spent
+        calls[label] = calls.get(label, 0) + 1
+
+
+def watch_gc() -> None:
+    """The cyclic collector's pauses, by generation (they land inside whatever function allocates)."""
+    import gc
+
+    started = [0.0]
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.thread_time()
+        else:
+            _add(
+                f"gc generation {info['generation']} (inside the entries above)",
+                time.thread_time() - started[0],
+            )
+
+    gc.callbacks.append(callback)
 
 
 def wrap(cls: type, name: str, label: str) -> None:
@@ -110,6 +130,7 @@ def main() -> int:
     ]:
         wrap(cls, name, label)
     wrap_dispatch()
+    watch_gc()
 
     def measure() -> None:
         time.sleep(WARMUP_S)
@@ -131,6 +152,9 @@ def main() -> int:
             ),
             "ms_per_s": {
                 k: round(v / args.seconds * 1000, 2) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])
+            },
+            "calls_per_s": {
+                k: round(calls[k] / args.seconds, 1) for k in sorted(totals, key=lambda k: -totals[k])
             },
         }
         Path(args.out).write_text(json.dumps(result, indent=1))

@@ -258,7 +258,11 @@ class Bridge:
         self.app.post_message(GpuArrived(sample))
 
     def _post_metrics(self, sample: MetricsSample) -> None:
-        self.app.post_message(MetricsArrived(sample))
+        """A scrape loop's sample: batched like the feed's (N instances cost one message per window)."""
+        if self._loop is None:
+            self.app.post_message(MetricsArrived(sample))
+        else:
+            self._queue_sample(sample)
 
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":
