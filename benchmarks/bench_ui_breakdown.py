@@ -4,6 +4,9 @@
 
     tmux new-session -d -x 120 -y 40 "python benchmarks/bench_ui_breakdown.py --out /tmp/ui.json"
 
+With `--layout L.toml`, the dashboard is a client of L's running session supervisor (`vtui up L`
+first), as `vtui L --no-start` runs it: the feed's decoding is measured too.
+
 Nested entries are included in their callers (card_render_line is part of compositor_refresh). The
 wrappers add their own cost: compare shares, not the total with bench_ui's figure."""
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -21,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_ui  # noqa: E402
+import h11  # noqa: E402
 import psutil  # noqa: E402
 from textual._compositor import Compositor  # noqa: E402
 from textual._styles_cache import StylesCache  # noqa: E402
@@ -28,18 +33,41 @@ from textual.app import App  # noqa: E402
 from textual.message_pump import MessagePump  # noqa: E402
 from textual.screen import Screen  # noqa: E402
 
-from vtui.ui.app import VtuiApp  # noqa: E402
+from vtui.service.remote import RemoteSupervisor  # noqa: E402
+from vtui.ui.app import VtuiApp, run_tui  # noqa: E402
 from vtui.ui.widgets.fleet import FleetTable  # noqa: E402
 from vtui.ui.widgets.gpu_panel import GpuPanel  # noqa: E402
+from vtui.ui.widgets.instance_pane import InstancePane  # noqa: E402
+from vtui.ui.widgets.titlebar import TitleBar  # noqa: E402
 
 WARMUP_S = 5.0
 totals: dict[str, float] = {}
+calls: dict[str, int] = {}
 armed = threading.Event()
 
 
 def _add(label: str, spent: float) -> None:
     if armed.is_set():
         totals[label] = totals.get(label, 0.0) + spent
+        calls[label] = calls.get(label, 0) + 1
+
+
+def watch_gc() -> None:
+    """The cyclic collector's pauses, by generation (they land inside whatever function allocates)."""
+    import gc
+
+    started = [0.0]
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.thread_time()
+        else:
+            _add(
+                f"gc generation {info['generation']} (inside the entries above)",
+                time.thread_time() - started[0],
+            )
+
+    gc.callbacks.append(callback)
 
 
 def wrap(cls: type, name: str, label: str) -> None:
@@ -79,6 +107,7 @@ def main() -> int:
     parser.add_argument("--instances", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--up-for", type=float, default=600.0)
+    parser.add_argument("--layout", help="a layout whose session supervisor runs (vtui up): its client")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     for cls, name, label in [
@@ -91,9 +120,17 @@ def main() -> int:
         (VtuiApp, "_refresh_screens", "refresh_screens (vtui: the 1 Hz tick)"),
         (FleetTable, "update_from", "  vtui fleet update_from (rows + compare)"),
         (GpuPanel, "_rerender", "  vtui GPU panel text"),
+        (InstancePane, "update_view", "  vtui instance pane update_view"),
+        (TitleBar, "refresh_from", "  vtui title bar"),
+        (RemoteSupervisor, "_on_message", "feed: decode a message + hand it over (RemoteSupervisor)"),
+        (RemoteSupervisor, "_apply_statuses", "  feed: status snapshot"),
+        (json, "loads", "feed: json.loads"),
+        (h11.Connection, "next_event", "feed: h11 next_event"),
+        (VtuiApp, "on_telemetry_batch", "message TelemetryBatch (store.add_sample, logs)"),
     ]:
         wrap(cls, name, label)
     wrap_dispatch()
+    watch_gc()
 
     def measure() -> None:
         time.sleep(WARMUP_S)
@@ -105,6 +142,8 @@ def main() -> int:
         armed.clear()
         main_thread = next(t for t in proc.threads() if t.id == proc.pid)
         result = {
+            "layout": args.layout,
+            "load_average_1m": round(os.getloadavg()[0], 2),
             "instances": args.instances,
             "up_for_s": args.up_for,
             "seconds": args.seconds,
@@ -114,12 +153,17 @@ def main() -> int:
             "ms_per_s": {
                 k: round(v / args.seconds * 1000, 2) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])
             },
+            "calls_per_s": {
+                k: round(calls[k] / args.seconds, 1) for k in sorted(totals, key=lambda k: -totals[k])
+            },
         }
         Path(args.out).write_text(json.dumps(result, indent=1))
 
     threading.Thread(target=measure, daemon=True).start()
     pidfile = Path(tempfile.mkdtemp()) / "pid"
-    threading.Timer(WARMUP_S + args.seconds + 1, lambda: __import__("os")._exit(0)).start()
+    threading.Timer(WARMUP_S + args.seconds + 1, lambda: os._exit(0)).start()
+    if args.layout:
+        return run_tui([args.layout, "--no-start"])
     return bench_ui.child(args.instances, str(pidfile), up_for=args.up_for)
 
 

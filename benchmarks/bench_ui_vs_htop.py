@@ -141,6 +141,35 @@ def one_size(n: int, args: argparse.Namespace) -> dict:
                     2,
                 )
             runs.append(run)
+        if args.profile:  # the dashboard's main thread under cProfile (bench_ui_profile.py), after the runs
+            out = args.profile / f"vtui_{n}.prof"
+            profiler = Path(__file__).resolve().parent / "bench_ui_profile.py"
+            tmux = Tmux(120, 40)
+            keep = [
+                a
+                for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "PATH", "PYTHONPATH", "TERM")
+                for a in ("-e", f"{k}={env.get(k, '')}")
+            ]
+            try:
+                tmux(
+                    "-f",
+                    "/dev/null",
+                    "new-session",
+                    "-d",
+                    "-s",
+                    "b",
+                    "-x",
+                    "120",
+                    "-y",
+                    "40",
+                    *keep,
+                    f"{sys.executable} {profiler} --out {out} --seconds {args.seconds} -- {layout} --no-start",
+                )
+                deadline = time.monotonic() + args.seconds + 60
+                while not out.exists() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+            finally:
+                subprocess.run(["tmux", "-L", tmux.sock, "kill-server"], capture_output=True)
     finally:
         subprocess.run([*vtui, "down", str(layout)], env=env, capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -157,6 +186,9 @@ def main() -> int:
     parser.add_argument("--presses", type=int, default=5)
     parser.add_argument("--base-port", type=int, default=9300)
     parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument(
+        "--profile", type=Path, help="also profile the dashboard once per size: DIR/vtui_N.prof"
+    )
     args = parser.parse_args()
     if args.no_htop:
         args.htop = None

@@ -131,9 +131,11 @@ def encode_sample(sample: MetricsSample) -> dict[str, Any]:
     return data
 
 
+_SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(MetricsSample))
+
+
 def decode_sample(data: dict[str, Any]) -> MetricsSample:
-    known = {f.name for f in dataclasses.fields(MetricsSample)}
-    values = {k: v for k, v in data.items() if k in known}
+    values = {k: v for k, v in data.items() if k in _SAMPLE_FIELDS}
     for name in _PERCENTILE_FIELDS:
         if isinstance(values.get(name), dict):
             values[name] = Percentiles(**values[name])

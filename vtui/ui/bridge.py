@@ -113,10 +113,12 @@ class Bridge:
         self._log_batches: list[tuple[str, tuple[str, ...], int]] = []
         self._armed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self.logs.bind(self._loop)
         self._unsubscribe = self.supervisor.subscribe(self._on_event)
         if self._feed is not None:
@@ -226,6 +228,12 @@ class Bridge:
     def _arm(self, delay: float) -> None:
         loop = self._loop
         assert loop is not None
+        if threading.get_ident() == self._loop_thread:  # the feed's own loop: no wake-up pipe write
+            if delay:
+                loop.call_later(delay, self._send_batch)
+            else:
+                loop.call_soon(self._send_batch)
+            return
         try:
             if delay:
                 loop.call_soon_threadsafe(loop.call_later, delay, self._send_batch)
@@ -250,7 +258,11 @@ class Bridge:
         self.app.post_message(GpuArrived(sample))
 
     def _post_metrics(self, sample: MetricsSample) -> None:
-        self.app.post_message(MetricsArrived(sample))
+        """A scrape loop's sample: batched like the feed's (N instances cost one message per window)."""
+        if self._loop is None:
+            self.app.post_message(MetricsArrived(sample))
+        else:
+            self._queue_sample(sample)
 
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":

@@ -46,11 +46,14 @@ class LogCoalescer:
         self._armed = False
         self._last_flush = -1e9
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
         self.skipped_total = 0
 
     def bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        """The loop that runs the delayed flushes (without one, every batch is posted at once)."""
+        """The loop that runs the delayed flushes (without one, every batch is posted at once); called on
+        that loop's thread."""
         self._loop = loop
+        self._loop_thread = threading.get_ident() if loop is not None else None
 
     def add(self, instance: str, lines: Iterable[str]) -> None:
         flush_now = schedule = False
@@ -74,6 +77,9 @@ class LogCoalescer:
             self.flush()
         elif schedule and self._loop is not None:
             loop = self._loop
+            if threading.get_ident() == self._loop_thread:  # on the loop already: no wake-up pipe write
+                loop.call_later(self.window, self._timer_flush)
+                return
             try:
                 loop.call_soon_threadsafe(loop.call_later, self.window, self._timer_flush)
             except RuntimeError:  # the loop is closed: the app is going away

@@ -99,6 +99,7 @@ class Store:
         self.hosts: dict[str, HostState] = {}  # `vtui --host` links by label (empty: this machine only)
         self.host_gpus: dict[str, GpuSample] = {}  # other hosts' GPU samples by label
         self.supervisor_error: str | None = None  # why the supervisor stopped working, once it has
+        self._dirty_memo: tuple[Layout, Layout, bool] | None = None
         self._known_facts: Mapping[str, StartupFacts] = {}
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
@@ -108,7 +109,15 @@ class Store:
     # -- layout ----------------------------------------------------------------------------------
     @property
     def dirty(self) -> bool:
-        return _layout_key(self.layout) != _layout_key(self.saved_layout)
+        """The layout differs from the one saved (layouts are immutable: remembered per pair)."""
+        memo = self._dirty_memo
+        if memo is None or memo[0] is not self.layout or memo[1] is not self.saved_layout:
+            memo = self._dirty_memo = (
+                self.layout,
+                self.saved_layout,
+                _layout_key(self.layout) != _layout_key(self.saved_layout),
+            )
+        return memo[2]
 
     def names(self) -> list[str]:
         return list(self.views)

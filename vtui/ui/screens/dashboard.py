@@ -68,20 +68,26 @@ class DashboardScreen(InstanceScreen):
     def __init__(self) -> None:
         super().__init__(id="dashboard")
         self._commands: dict[str, str] = {}
+        # the widgets each render pass updates, kept (a query per widget per pass walks the DOM)
+        self._title = TitleBar()
+        self._banner = Static(id="supervisor-error", classes="error-banner")
+        self._table = FleetTable(id="fleet")
+        self._pane = InstancePane()
+        self._gpu = GpuPanel()
 
     def compose(self) -> ComposeResult:
-        yield TitleBar()
-        yield Static(id="supervisor-error", classes="error-banner")
+        yield self._title
+        yield self._banner
         with Container(id="body"):
             with Vertical(id="main"):
-                yield FleetTable(id="fleet")
+                yield self._table
                 yield Static(
                     "No instances in this layout. Open one with `o` (e.g. layouts/demo.toml).",
                     classes="empty",
                     id="empty",
                 )
-                yield InstancePane()
-            yield GpuPanel()
+                yield self._pane
+            yield self._gpu
         yield FilterInput(
             placeholder="filter rows: name, model or state (enter keeps, esc clears)", id="fleet-filter"
         )
@@ -97,7 +103,7 @@ class DashboardScreen(InstanceScreen):
 
     @property
     def table(self) -> FleetTable:
-        return self.query_one(FleetTable)
+        return self._table
 
     def on_mount(self) -> None:
         self.query_one("#supervisor-error").display = False
@@ -130,7 +136,7 @@ class DashboardScreen(InstanceScreen):
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
         if not self.is_active and names is None and self.app.screen.is_modal is False:
             return  # hidden under a full screen: on_screen_resume repaints it
-        self.query_one(TitleBar).refresh_from(store)
+        self._title.refresh_from(store)
         self._show_supervisor_error(store.supervisor_error)
         now = self.app.clock()
         table = self.table
@@ -141,23 +147,24 @@ class DashboardScreen(InstanceScreen):
 
     def _refresh_pane(self, store: Store, now: float) -> None:
         name = self.table.selected
-        self.query_one(InstancePane).update_view(store.views.get(name) if name else None, store, now)
+        self._pane.update_view(store.views.get(name) if name else None, store, now)
 
     def _show_supervisor_error(self, error: str | None) -> None:
-        banner = self.query_one("#supervisor-error", Static)
+        banner = self._banner
         if error is not None and not banner.display:
             banner.update(
                 f"The supervisor stopped: {error}\nThe states below are the last known ones; nothing is "
                 "watched or restarted. Quit (q, leave running) and start vtui again to re-adopt the instances."
             )
-        banner.display = error is not None
+        if banner.display != (error is not None):
+            banner.display = error is not None
 
     def refresh_gpu(self, store: Store) -> None:
         for name, view in store.views.items():
             if name not in self._commands and view.spec is not None:
                 self._commands[name] = short_command(view.spec)
         hosts = [(host, store.host_gpus.get(label)) for label, host in store.hosts.items()]
-        self.query_one(GpuPanel).update_sample(store.gpu, store.names(), self._commands, hosts)
+        self._gpu.update_sample(store.gpu, store.names(), self._commands, hosts)
 
     # -- selection, sorting, filter ------------------------------------------------------------------
     def _after_selection(self) -> None:

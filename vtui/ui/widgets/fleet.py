@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -245,6 +246,20 @@ def _max(values: Iterable[float | None]) -> float | None:
     return max(known) if known else None
 
 
+def _sum_trends(trends: list[tuple[float | None, ...]]) -> tuple[float | None, ...]:
+    """The trends summed point by point, aligned at their newest end (None where none is known)."""
+    width = max((len(t) for t in trends), default=0)
+    sums = [0.0] * width
+    known = [False] * width
+    for trend in trends:
+        offset = width - len(trend)
+        for i, value in enumerate(trend, offset):
+            if value is not None:
+                sums[i] += value
+                known[i] = True
+    return tuple(total if k else None for total, k in zip(sums, known, strict=True))
+
+
 def all_row(rows: list[RowData]) -> RowData:
     """The session: sums of load and throughput, the worst latency, the KV of all instances together."""
     ready = sum(1 for r in rows if r.state in (State.READY, State.UNHEALTHY))
@@ -256,11 +271,7 @@ def all_row(rows: list[RowData]) -> RowData:
         if total_w
         else (sum(h for h, _ in weights) / len(weights) if weights else None)
     )
-    width = max((len(r.trend) for r in rows), default=0)
-    trend = tuple(
-        _sum(r.trend[len(r.trend) - width + i] if len(r.trend) - width + i >= 0 else None for r in rows)
-        for i in range(width)
-    )
+    trend = _sum_trends([r.trend for r in rows])
     gpus: set[tuple[str, int]] = set()  # (host, index): GPU 0 of two hosts is two GPUs
     for r in rows:
         for part in r.gpu.split(","):
@@ -325,6 +336,22 @@ def group_row(router: RowData, group: str, store: Store, rows: dict[str, RowData
     if router.state in (State.READY, State.UNHEALTHY):
         odd = imbalance(ready)
         router.phase, router.phase_style = (odd.short, "warn") if odd else (total.state_label, "")
+
+
+_BOLD = Style(bold=True)
+
+
+def _cells(text: str) -> int:
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def _strip(segments: list[Segment], length: int, width: int, fill: Style) -> Strip:
+    """The segments (`length` cells) as a strip of exactly `width` cells: cut, or padded with `fill`."""
+    if length > width:
+        return Strip(segments, length).crop(0, width)
+    if length < width:
+        segments.append(Segment(" " * (width - length), fill))
+    return Strip(segments, width)
 
 
 def _fit(text: str, width: int, right: bool) -> str:
@@ -415,6 +442,9 @@ class FleetTable(Widget, can_focus=False):
         self._lines: list[tuple] = []  # each line's cells (and selection), compared to repaint changes
         self._strips: list[Strip | None] = []
         self._strips_key: tuple | None = None
+        self._pal: Palette | None = None
+        self._pad = Style()
+        self._sums: dict[tuple[Style, Style], Style] = {}
         self._columns: list[tuple[Column, int]] = []
         self._layout_key: tuple | None = None
         self._name_width = 8
@@ -572,6 +602,9 @@ class FleetTable(Widget, can_focus=False):
         if key != self._strips_key:
             self._strips_key = key
             self._strips = [None] * len(self._lines)
+            self._pal = palette_of(self.app)
+            self._pad = Style(bgcolor=base.bgcolor)
+            self._sums = {}
         if not 0 <= y < len(self._lines):
             return Strip.blank(width, base)
         strip = self._strips[y]
@@ -579,35 +612,64 @@ class FleetTable(Widget, can_focus=False):
             strip = self._strips[y] = self._draw_line(self._lines[y], width, base)
         return strip
 
+    def _sum(self, row_style: Style, style: Style) -> Style:
+        """row_style + style, remembered (a row adds the same few styles on every repaint)."""
+        key = (row_style, style)
+        combined = self._sums.get(key)
+        if combined is None:
+            combined = self._sums[key] = row_style + style
+        return combined
+
     def _draw_line(self, line: tuple, width: int, base: Style) -> Strip:
+        """One line as few segments as its styles allow: neighbouring parts of one style are one segment
+        (a row is some 40 parts but 10-20 styles), which every later stage (Textual's styles cache, the
+        colour filter, the compositor's cuts, the terminal write) pays for per segment."""
         kind = line[0]
-        pad = Style(bgcolor=base.bgcolor)
+        pad, pal = self._pad, self._pal
+        assert pal is not None  # set by render_line, the only caller
         if kind == "blank":
             return Strip.blank(width, pad)
         if kind == "header":
-            style = base + palette_of(self.app).header
-            segments = [Segment("  ", style)]
+            labels = ["  "]
             for col, w in self._columns:
                 label = col.header
                 if col.key == self.sort_key or (col.key == "kv" and self.sort_key == "kvpct"):
                     label = label + ("v" if self.reverse else "^")
-                segments.append(Segment(_fit(label, w, col.right) + " ", style))
-            return Strip(segments).crop(0, width).extend_cell_length(width, pad)
+                labels.append(_fit(label, w, col.right) + " ")
+            text = "".join(labels)
+            return _strip([Segment(text, self._sum(base, pal.header))], _cells(text), width, pad)
         if kind == "all":
-            row_style = base + palette_of(self.app).total
+            row_style = self._sum(base, pal.total)
             marker, cells = "  ", line[1]
         else:
             selected, cells = line[1], line[2]
-            row_style = base + palette_of(self.app).selected if selected else base
+            row_style = self._sum(base, pal.selected) if selected else base
             marker = "> " if selected else "  "
-        segments = [Segment(marker, row_style + Style(bold=True))]
+        segments: list[Segment] = []
+        run: list[str] = [marker]
+        run_style = self._sum(row_style, _BOLD)
+        length = 0
         for cell in cells:
             for text, style in cell:
                 if text:
-                    segments.append(Segment(text, row_style + style if style is not None else row_style))
-            segments.append(Segment(" ", row_style))
+                    style = self._sum(row_style, style) if style is not None else row_style
+                    if style is not run_style:
+                        joined = "".join(run)
+                        segments.append(Segment(joined, run_style))
+                        length += _cells(joined)
+                        run, run_style = [], style
+                    run.append(text)
+            if run_style is not row_style:
+                joined = "".join(run)
+                segments.append(Segment(joined, run_style))
+                length += _cells(joined)
+                run, run_style = [], row_style
+            run.append(" ")
+        joined = "".join(run)
+        segments.append(Segment(joined, run_style))
+        length += _cells(joined)
         fill = pad if kind == "row" and not line[1] else row_style
-        return Strip(segments).crop(0, width).extend_cell_length(width, fill)
+        return _strip(segments, length, width, fill)
 
     # -- mouse ---------------------------------------------------------------------------------------
     def on_click(self, event: events.Click) -> None:

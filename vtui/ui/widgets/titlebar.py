@@ -43,9 +43,22 @@ class TitleBar(Static):
         self._hint = ""
         self._store: Store | None = None
         self._last: Text | None = None
+        self._key: tuple | None = None
 
     def refresh_from(self, store: Store) -> None:
         self._store = store
+        key = (  # what title_text reads: the text is built only when one of these changed
+            store.layout.session.name,
+            store.supervisor_error,
+            store.path,
+            store.dirty,
+            tuple(v.state for v in store.views.values()),
+            self.screen_title,
+            self._hint,
+        )
+        if key == self._key:
+            return
+        self._key = key
         text = title_text(store, self.screen_title)
         if self._hint:
             text.append(self._hint, style="dim")
