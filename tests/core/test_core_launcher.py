@@ -316,6 +316,15 @@ def test_drain_rides_out_slow_answers_and_keeps_the_count(monkeypatch):
         server.close()
     assert (result.at_start, result.left) == (3, 3)  # every later look timed out: still 3 cut, not None
 
+    # a budget shorter than one slow look (`vtui down --grace 2` on an engine busy on both cores): the
+    # first look is asked again past the budget, so the cut is still counted
+    server = _InFlightServer([5, 5], slow=frozenset({1}))
+    try:
+        result = drain_mod.drain(server.url, 0.1, load_endpoint=False)
+    finally:
+        server.close()
+    assert (result.at_start, result.left) == (5, 5)
+
 
 def test_drain_of_a_silent_instance_does_not_wait():
     from vtui.core.drain import drain

@@ -25,7 +25,8 @@ import httpx
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 POLL = 0.25  # seconds between two looks at the in-flight count
 LOOK_TIMEOUT = 2.0  # one look's HTTP timeout: an engine busy on every core answers /metrics slowly
-FIRST_LOOK_S = 5.0  # how long the first look may keep failing before the count is "unknown"
+FIRST_LOOK_S = 5.0  # how long the first look may keep timing out (even past a shorter budget) before the
+# count is "unknown"
 
 
 class Router(Protocol):
@@ -104,8 +105,9 @@ def drain(
         try:
             first = _look(base_url, load_endpoint=load_endpoint, timeout=LOOK_TIMEOUT)
             break
-        except _Slow:
-            if clock() - start >= min(budget, FIRST_LOOK_S) or not still_running():
+        except _Slow:  # the count is worth a few seconds past a short budget: without it the stop
+            # could not say what it cut
+            if clock() - start >= max(budget, FIRST_LOOK_S) or not still_running():
                 break
     count = first
     while count and clock() - start < budget and still_running():
