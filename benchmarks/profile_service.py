@@ -51,6 +51,12 @@ def main() -> int:
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--out", type=Path, default=None, help="keep the raw profile here")
+    parser.add_argument(
+        "--py-spy",
+        default=None,
+        metavar="BIN",
+        help="sample the window with this py-spy binary instead of cProfile (no profiler overhead in it)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("PROF", "LAYOUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -96,10 +102,15 @@ def main() -> int:
         threading.Thread(target=lambda: [None for _ in client.feed()], daemon=True).start()
         time.sleep(3.0)
         load0 = os.getloadavg()[0]
-        sup.send_signal(signal.SIGUSR1)
-        time.sleep(args.window)
-        sup.send_signal(signal.SIGUSR2)
-        time.sleep(1.0)
+        if args.py_spy:
+            raw = tmp / "py-spy.txt"
+            spy = [args.py_spy, "record", "-p", str(sup.pid), "-d", str(int(args.window)), "-r", "500"]
+            subprocess.run([*spy, "-f", "raw", "-o", str(raw)], capture_output=True, timeout=args.window + 60)
+        else:
+            sup.send_signal(signal.SIGUSR1)
+            time.sleep(args.window)
+            sup.send_signal(signal.SIGUSR2)
+            time.sleep(1.0)
         print(f"load average (1 min): {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end", file=sys.stderr)
     finally:
         vtui("down", str(path), env=env)
@@ -109,9 +120,35 @@ def main() -> int:
             pass
         sup.wait(60)
         log.close()
+    if args.py_spy:
+        summarize(raw, args.top)
+        return 0
     stats = pstats.Stats(str(prof))
     stats.sort_stats(args.sort).print_stats(args.top)
     return 0
+
+
+def summarize(raw: Path, top: int) -> None:
+    """py-spy's raw stacks of the main thread (the event loop): samples per frame, inclusive and own."""
+    from collections import Counter
+
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if "_bootstrap" in frames[0]:  # worker threads (asyncio.to_thread's pool), mostly waiting
+            continue
+        total += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    print(f"{total} main-thread samples at 500 Hz")
+    for title, counter in (("inclusive", inclusive), ("own", own)):
+        print(f"-- {title}")
+        for frame, count in counter.most_common(top):
+            print(f"{count:6d} {100 * count / max(1, total):5.1f}%  {frame}")
 
 
 if __name__ == "__main__":

@@ -8,12 +8,10 @@ state dir keeps sockets of its own."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,8 @@ def socket_path(session: str) -> Path:
     path = paths.state_dir() / f"{_safe(session)}.sock"
     if len(os.fsencode(path)) <= SUN_PATH_MAX:
         return path
+    import hashlib  # a deep state dir only: not on `vtui ps`'s usual path
+
     digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:24]
     return _short_socket_dir() / f"{digest}.sock"
 
@@ -44,6 +44,8 @@ def socket_path(session: str) -> Path:
 def _short_socket_dir() -> Path:
     """`vtui-UID` under $XDG_RUNTIME_DIR or the temp dir: made 0700, and refused (SocketDirError) when
     someone else made it or others may enter it (a socket there could be someone else's)."""
+    import tempfile
+
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     folder = Path(base) / f"vtui-{os.getuid()}"
     try:
