@@ -137,6 +137,8 @@ def summarize(raw: Path, top: int) -> None:
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
         frames = stack.split(";")
         if "_bootstrap" in frames[0]:  # worker threads (asyncio.to_thread's pool), mostly waiting
             continue

@@ -18,8 +18,10 @@ Plain-http URLs only; anything else falls back to the OS launcher's httpx probe.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -144,9 +146,50 @@ class LeanLauncher(OsLauncher):
         await super().aclose()
 
 
+class _Beat:
+    """One timer for all the scrape loops of an event loop that share an interval: their scrapes fall
+    on one grid (origin + k * interval), so the instances are scraped in one wake-up of the supervisor,
+    their samples leave on the feed in one write, instead of a timer, a wake-up and a write each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
+        self.loop, self.interval = loop, interval
+        self.origin = loop.time()
+        self._waiters: dict[int, list[asyncio.Future[None]]] = {}
+
+    def wait(self, not_before: float) -> asyncio.Future[None]:
+        """Done at the grid tick nearest after `not_before` - interval/2 (a scrape that started a
+        little after its tick is due at the next one, not the one after)."""
+        k = max(0, math.ceil((not_before - self.origin) / self.interval - 0.5))
+        future: asyncio.Future[None] = self.loop.create_future()
+        waiters = self._waiters.get(k)
+        if waiters is None:
+            waiters = self._waiters[k] = []
+            self.loop.call_at(self.origin + k * self.interval, self._fire, k)
+        waiters.append(future)
+        return future
+
+    def _fire(self, k: int) -> None:
+        for future in self._waiters.pop(k, ()):
+            if not future.done():  # a stopped loop's wait was cancelled
+                future.set_result(None)
+
+
+_BEATS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Beat]] = weakref.WeakKeyDictionary()
+
+
+def _beat(interval: float) -> _Beat:
+    loop = asyncio.get_running_loop()
+    beats = _BEATS.setdefault(loop, {})
+    beat = beats.get(interval)
+    if beat is None:
+        beat = beats[interval] = _Beat(loop, interval)
+    return beat
+
+
 class LeanScrapeLoop:
-    """Scrapes `{base_url}/metrics` every `interval` seconds (from the start of the previous scrape;
-    the next one is armed only after it finished), `down_interval` after `down_after` failures in a row."""
+    """Scrapes `{base_url}/metrics` every `interval` seconds (the next one is armed only after the
+    previous one finished), `down_interval` after `down_after` failures in a row. The first scrape is at
+    once; the later ones fall on the interval's grid, which every loop of the process shares (`_Beat`)."""
 
     def __init__(
         self,
@@ -182,12 +225,12 @@ class LeanScrapeLoop:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        beat = _beat(self.interval)
         while not self._stopped:
             started = loop.time()
             await self.scrape()
             down = self.failures >= self.down_after
-            pause = self.down_interval if down else max(0.0, self.interval - (loop.time() - started))
-            await asyncio.sleep(pause)
+            await beat.wait(started + (self.down_interval if down else self.interval))
 
     async def scrape(self) -> MetricsSample | None:
         try:
