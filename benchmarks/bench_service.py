@@ -10,7 +10,7 @@
 
 Everything runs in a temporary state dir; the instances and the supervisor are stopped at the end.
 
-    python benchmarks/bench_service.py [--instances 8] [--window 30] [--scrape-s 1] [--out FILE.json]
+    python benchmarks/bench_service.py [--instances 8] [--window 30] [--scrape-s 1] [--out FILE.json [--label L]]
 """
 
 from __future__ import annotations
@@ -81,6 +81,11 @@ def main() -> int:
         help="supervisor's /metrics interval (0: none; isolates its cost)",
     )
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--label",
+        default=None,
+        help="with --out: store the figures under this key of FILE (e.g. before, after)",
+    )
     args = parser.parse_args()
 
     import psutil
@@ -132,6 +137,7 @@ def main() -> int:
         time.sleep(3.0)  # scrapers armed, first samples in
 
         # supervisor CPU over a steady window (no requests but the feed)
+        load_start = os.getloadavg()[0]
         t0 = time.monotonic()
         c0 = sup.cpu_times()
         time.sleep(args.window)
@@ -139,11 +145,17 @@ def main() -> int:
         wall = time.monotonic() - t0
         busy = (c1.user - c0.user) + (c1.system - c0.system)
         result["supervisor_cpu_pct_one_core"] = round(100.0 * busy / wall, 3)
+        result["supervisor_user_sys_pct"] = [
+            round(100.0 * (c1.user - c0.user) / wall, 3),
+            round(100.0 * (c1.system - c0.system) / wall, 3),
+        ]
+        result["load_average_1m_cpu_window"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         result["window_s"] = round(wall, 1)
         result["supervisor_rss_mib"] = round(sup.memory_info().rss / 2**20, 1)
         result["samples_in_window"] = len(sample_lat)
 
         # CLI round trip
+        load_start = os.getloadavg()[0]
         times = []
         for _ in range(args.ps_runs):
             start = time.perf_counter()
@@ -155,6 +167,7 @@ def main() -> int:
             "p95": round(1000 * pct(times, 0.95), 1),
             "min": round(1000 * min(times), 1),
         }
+        result["load_average_1m_ps"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
 
         # event -> client latency over restarts
         names = [f"i{i}" for i in range(args.instances)]
@@ -184,7 +197,16 @@ def main() -> int:
             pass
     print(json.dumps(result, indent=2))
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        stored: dict[str, object] = result
+        if args.label:
+            try:
+                stored = json.loads(args.out.read_text())
+            except (OSError, ValueError):
+                stored = {}
+            if "supervisor_cpu_pct_one_core" in stored:  # an unlabelled result: keep it under "earlier"
+                stored = {"earlier": stored}
+            stored[args.label] = result
+        args.out.write_text(json.dumps(stored, indent=2) + "\n")
     return 0
 
 

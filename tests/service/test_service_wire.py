@@ -3,6 +3,7 @@ a metrics sample, a GPU sample, startup facts; and both supervisors satisfy the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from vtui.core.api import SupervisorApi
@@ -25,7 +26,7 @@ from vtui.service.wire import (
     encode_status,
 )
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
-from vtui.telemetry.metrics import MetricsSample, Percentiles
+from vtui.telemetry.metrics import MetricsSample, Percentiles, RankSample, sample_of
 from vtui.telemetry.startup_log import parse_startup
 
 
@@ -64,6 +65,14 @@ def test_samples_and_facts_round_trip() -> None:
     assert decode_gpu(encode_gpu(gpu)) == gpu
     facts = parse_startup(["INFO 01-01 vllm_version 0.32", "GPU KV cache size: 1,234 tokens"])
     assert decode_facts(encode_facts(facts)) == facts
+
+
+def test_a_data_parallel_sample_round_trips_through_json() -> None:
+    """Per-engine ranks (a data-parallel server) cross the socket as JSON too."""
+    text = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_v1_0.10_dp2.txt").read_text()
+    sample = sample_of(text, "a", 1.0)
+    assert len(sample.ranks) == 2 and isinstance(sample.ranks[0], RankSample)
+    assert decode_sample(json.loads(json.dumps(encode_sample(sample)))) == sample
 
 
 def test_both_supervisors_satisfy_the_seam() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vtui.telemetry.promtext import WANTED, histogram_quantile, parse_labels, parse_metrics
+from vtui.telemetry.promtext import WANTED, MetricsParser, histogram_quantile, parse_labels, parse_metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PAYLOADS = sorted(p.name for p in FIXTURES.glob("metrics_*.txt"))
@@ -36,6 +36,32 @@ def test_values_identical_to_prometheus_client(name: str, fixture_text) -> None:
     ours = _ours(text)
     assert ours, "nothing parsed"
     assert ours == _reference(text)
+
+
+def test_the_remembering_parser_reads_what_parse_metrics_reads(fixture_text) -> None:
+    """One MetricsParser over every payload in turn, twice (second time from memory), and damaged
+    ones: each snapshot equals parse_metrics', malformed counts included."""
+    parser = MetricsParser()
+    busy = fixture_text("metrics_busy.txt")
+    cut = busy.index("vllm:kv_cache_usage_perc{") + 30
+    damaged = [
+        busy[:cut],
+        'vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_running{engine="1"} x\n'
+        '  vllm:num_requests_waiting 2\nvllm:num_requests_waiting{engine="1" 4.0',
+        "",
+    ]
+    texts = [fixture_text(name) for name in PAYLOADS] + damaged
+    for text in texts + texts:
+        assert parser.parse(text) == parse_metrics(text)
+    assert parser.parse(damaged[1]).malformed == 2
+
+
+def test_the_remembering_parser_forgets_beyond_its_bound() -> None:
+    parser = MetricsParser(spare=1)
+    for i in range(3000):  # a counter that changes every scrape: a new line each time
+        snap = parser.parse(f"vllm:prompt_tokens_total {i}\nvllm:num_requests_running 1")
+        assert snap.total("vllm:prompt_tokens_total") == i
+    assert len(parser._seen) <= 1 * 2 + 1024 + 2
 
 
 def test_busy_payload_keeps_the_families_vtui_reads(fixture_text) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vtui.core.runstate import masked
+from vtui.core.masking import masked
 from vtui.service.client import (
     ServiceClient,
     ServiceError,

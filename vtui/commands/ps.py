@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 
@@ -55,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _remote_rows(target: str) -> tuple[list[dict], str | None]:
     """HOST's rows (its last session, as `vtui ps --json` there lists it), each with its `host`."""
+    import subprocess
+
     from vtui.service.ssh import host_label, run_remote
 
     try:

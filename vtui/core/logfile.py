@@ -95,6 +95,7 @@ class LogTailer:
         self.path = Path(path)
         self._fd: int | None = None
         self._ino: int | None = None
+        self._pos = 0  # the fd's offset (kept here: a look with nothing new is one stat)
         self._pending = b""
         self._from_start = from_start
         self._try_open(at_end=not from_start)
@@ -105,8 +106,7 @@ class LogTailer:
         except FileNotFoundError:
             return False
         self._fd, self._ino = fd, os.fstat(fd).st_ino
-        if at_end:
-            os.lseek(fd, 0, os.SEEK_END)
+        self._pos = os.lseek(fd, 0, os.SEEK_END) if at_end else 0
         return True
 
     def _drain(self) -> bytes:
@@ -116,6 +116,7 @@ class LogTailer:
             chunk = os.read(self._fd, 1 << 16)
             if not chunk:
                 return b"".join(chunks)
+            self._pos += len(chunk)
             chunks.append(chunk)
 
     def read(self) -> list[str]:
@@ -127,9 +128,11 @@ class LogTailer:
             st = os.stat(self.path)
         except FileNotFoundError:
             st = None
-        pos = os.lseek(self._fd, 0, os.SEEK_CUR)
-        if st is not None and st.st_ino == self._ino and st.st_size < pos:
-            os.lseek(self._fd, 0, os.SEEK_SET)  # truncated in place
+        if st is not None and st.st_ino == self._ino:
+            if st.st_size == self._pos:
+                return []  # nothing new (the steady state, five times a second per instance)
+            if st.st_size < self._pos:
+                self._pos = os.lseek(self._fd, 0, os.SEEK_SET)  # truncated in place
         data += self._drain()
         if st is not None and st.st_ino != self._ino:  # rotated: old file finished, follow the new one
             os.close(self._fd)

@@ -15,14 +15,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from vtui.core.masking import SECRET_FLAGS as SECRET_FLAGS
+
 FlagValue = bool | int | float | str | list  # list: a flag taking several values (`--api-key a b`)
 RestartMode = Literal["never", "on-failure", "always"]
 # external: a server vtui did not start (url); router: the vllm-router a `replicas = N` entry is fronted by
 # (made by `core.replicas`, never written in a layout)
 Engine = Literal["vllm", "sim", "external", "router"]
 
-# Flags whose value must never appear on a command line (readable by every local user in `ps`).
-SECRET_FLAGS: Mapping[str, str] = MappingProxyType({"api-key": "VLLM_API_KEY"})
+# SECRET_FLAGS (flags whose value must never appear on a command line) lives in core.masking.
 
 
 def _frozen(mapping: Mapping | None) -> Mapping:

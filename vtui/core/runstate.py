@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vtui.core import paths
 from vtui.core.atomic import atomic_write_text, sweep_stale_temps
-from vtui.core.model import SECRET_FLAGS, InstanceSpec, RestartPolicy
+from vtui.core.masking import MASK, SECRET_FLAGS, masked
 
-MASK = "***"
-
-
-def masked(flags: Mapping[str, Any]) -> dict[str, Any]:
-    """The flags with every secret value (api-key) replaced by MASK: what may be written or shown."""
-    return {k: (MASK if k in SECRET_FLAGS else v) for k, v in flags.items()}
+__all__ = [  # MASK and masked live in core.masking; imported from here too
+    "MASK",
+    "RunRecord",
+    "RunStore",
+    "masked",
+    "merge_flags",
+    "spec_from_dict",
+    "spec_to_dict",
+]
+from vtui.core.model import InstanceSpec, RestartPolicy
 
 
 def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:

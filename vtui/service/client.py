@@ -1,22 +1,23 @@
-"""The CLI's client of a session supervisor: HTTP/1.1 over the session's Unix socket with the stdlib's
-`http.client` (importing httpx alone costs more than `vtui ps`'s whole budget), and the on-demand start
-of the supervisor process, detached in its own session so it outlives the terminal.
+"""The CLI's client of a session supervisor: HTTP/1.1 over the session's Unix socket, and the
+on-demand start of the supervisor process, detached in its own session so it outlives the terminal.
 
-Stdlib only: `vtui ps` imports this and nothing heavier when a supervisor already runs.
+Stdlib only, and light: `vtui ps` imports this and nothing heavier when a supervisor already runs.
+A request is one short connection (`Connection: close`) on a plain socket: the answers all carry a
+Content-Length, and importing `http.client` (which brings the email package and ssl) costs more than
+the exchange; httpx alone costs more than `vtui ps`'s whole budget. The streamed feed (chunked) is read
+with `http.client`, imported when a feed is opened.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vtui.service import locations
 
@@ -44,21 +45,86 @@ class ServiceError(Exception):
         ]
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float | None) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = str(path)
+if TYPE_CHECKING:
+    import http.client
+    import subprocess
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if self.timeout is not None:
-            sock.settimeout(self.timeout)
+
+def _unix_connection(path: Path, timeout: float | None) -> http.client.HTTPConnection:
+    """An `http.client` connection on the Unix socket `path` (the feed's reader)."""
+    import http.client
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            if self.timeout is not None:
+                sock.settimeout(self.timeout)
+            try:
+                sock.connect(str(path))
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return UnixConnection("localhost", timeout=timeout)
+
+
+class _Gone(Exception):
+    """The connection closed before a whole answer came."""
+
+
+def _exchange(
+    path: Path, method: str, target: str, payload: bytes | None, timeout: float | None
+) -> tuple[int, bytes]:
+    """One request on a new connection to the Unix socket `path`: (status, body)."""
+    head = f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+    if payload is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+    chunks: list[bytes] = []
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(head.encode("latin-1") + b"\r\n" + (payload or b""))
+        while chunk := sock.recv(1 << 16):  # the supervisor closes after the answer
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    data = b"".join(chunks)
+    top, sep, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = top.split(b"\r\n")
+    parts = status_line.split(None, 2)
+    if not sep or len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        raise _Gone(f"no whole answer ({len(data)} bytes)")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    length = headers.get(b"content-length")
+    if length is not None:
+        if not length.isdigit() or len(body) < int(length):
+            raise _Gone(f"answer cut short ({len(body)} of {length.decode(errors='replace')} bytes)")
+        body = body[: int(length)]
+    elif headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = _unchunk(body)
+    return int(parts[1]), body
+
+
+def _unchunk(data: bytes) -> bytes:
+    out: list[bytes] = []
+    pos = 0
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            raise _Gone("chunked answer cut short")
         try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+            size = int(data[pos:eol].split(b";", 1)[0], 16)
+        except ValueError:
+            raise _Gone("bad chunk size in the answer") from None
+        if size == 0:
+            return b"".join(out)
+        out.append(data[eol + 2 : eol + 2 + size])
+        pos = eol + 2 + size + 2
 
 
 class ServiceClient:
@@ -71,26 +137,19 @@ class ServiceClient:
     def request(
         self, method: str, target: str, body: dict[str, Any] | None = None, *, timeout: float | None = 30.0
     ) -> dict[str, Any]:
-        conn = _UnixConnection(self.path, timeout)
+        payload = json.dumps(body).encode() if body is not None else None
         try:
-            payload = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": "application/json"} if payload is not None else {}
-            try:
-                conn.request(method, target, body=payload, headers=headers)
-                response = conn.getresponse()
-                data = response.read()
-            except (ConnectionRefusedError, FileNotFoundError) as exc:
-                raise ServiceUnavailable(f"no supervisor for session {self.session}: {exc}") from exc
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
-                raise ServiceUnavailable(f"the supervisor of {self.session} went away: {exc}") from exc
-        finally:
-            conn.close()
+            status, data = _exchange(self.path, method, target, payload, timeout)
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise ServiceUnavailable(f"no supervisor for session {self.session}: {exc}") from exc
+        except (_Gone, ConnectionResetError, BrokenPipeError) as exc:
+            raise ServiceUnavailable(f"the supervisor of {self.session} went away: {exc}") from exc
         try:
             answer = json.loads(data) if data else {}
         except ValueError:
             answer = {"error": data.decode(errors="replace")}
-        if response.status >= 400:
-            raise ServiceError(response.status, answer if isinstance(answer, dict) else {"error": answer})
+        if status >= 400:
+            raise ServiceError(status, answer if isinstance(answer, dict) else {"error": answer})
         return answer if isinstance(answer, dict) else {"result": answer}
 
     def get(self, target: str, **kw: Any) -> dict[str, Any]:
@@ -108,7 +167,9 @@ class ServiceClient:
 
     def feed(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """The supervisor's feed, one JSON object per line, until the connection ends."""
-        conn = _UnixConnection(self.path, timeout)
+        import http.client
+
+        conn = _unix_connection(self.path, timeout)
         try:
             try:
                 conn.request("GET", "/feed")
@@ -151,6 +212,8 @@ def ensure_supervisor(session: str, layout_path: str | os.PathLike[str]) -> tupl
     client = ServiceClient(session)
     if client.alive():
         return client, False
+    import subprocess
+
     log = locations.log_path(session)
     with open(log, "ab") as out:
         os.chmod(log, 0o600)

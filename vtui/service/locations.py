@@ -8,12 +8,10 @@ state dir keeps sockets of its own."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,9 @@ def socket_path(session: str) -> Path:
     path = paths.state_dir() / f"{_safe(session)}.sock"
     if len(os.fsencode(path)) <= SUN_PATH_MAX:
         return path
+    import hashlib  # a deep state dir only: not on `vtui ps`'s usual path
+    import tempfile
+
     name = f"{hashlib.sha256(os.fsencode(path)).hexdigest()[:24]}.sock"
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     for base in (runtime, tempfile.gettempdir(), "/tmp"):

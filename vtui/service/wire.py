@@ -17,7 +17,7 @@ from vtui.core.runstate import spec_from_dict, spec_to_dict
 from vtui.core.state import Phase, State
 from vtui.core.supervision import InstanceStatus
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
-from vtui.telemetry.metrics import MetricsSample, Percentiles
+from vtui.telemetry.metrics import MetricsSample, Percentiles, RankSample
 from vtui.telemetry.startup_log import StartupFacts
 
 __all__ = [
@@ -117,17 +117,21 @@ def decode_status(data: dict[str, Any]) -> InstanceStatus:
 _PERCENTILE_FIELDS = {
     f.name for f in dataclasses.fields(MetricsSample) if f.type in ("Percentiles", Percentiles)
 }
+_SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(MetricsSample))
+_RANK_FIELDS = tuple(f.name for f in dataclasses.fields(RankSample))
 
 
 def encode_sample(sample: MetricsSample) -> dict[str, Any]:
     data: dict[str, Any] = {}
-    for f in dataclasses.fields(sample):
-        value = getattr(sample, f.name)
+    for name in _SAMPLE_FIELDS:
+        value = getattr(sample, name)
         if isinstance(value, Percentiles):
             value = {"p50": value.p50, "p95": value.p95, "p99": value.p99}
         elif isinstance(value, Mapping):
             value = dict(value)
-        data[f.name] = value
+        elif name == "ranks":
+            value = [{f: getattr(rank, f) for f in _RANK_FIELDS} for rank in value]
+        data[name] = value
     return data
 
 
@@ -145,6 +149,12 @@ def decode_sample(data: dict[str, Any]) -> MetricsSample:
             for role, pair in values["windowed"].items()
             if len(pair) == 2
         }
+    if isinstance(values.get("ranks"), list):
+        values["ranks"] = tuple(
+            RankSample(**{k: v for k, v in rank.items() if k in _RANK_FIELDS})
+            for rank in values["ranks"]
+            if isinstance(rank, dict)
+        )
     return MetricsSample(**values)
 
 

@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from vtui.telemetry.promtext import (
     HISTOGRAM_ROLES,
@@ -259,12 +260,36 @@ class MetricsWindow:
     def __init__(self, window_s: float = 60.0, max_points: int = 4096) -> None:
         self.window_s = window_s
         self._points: deque[_Point] = deque(maxlen=max_points)
+        # what the last snapshot gave that depends on it alone: a MetricsParser hands back the same
+        # snapshot object while the payload's vtui lines stay the same (a steady server)
+        self._last: tuple[MetricsSnapshot, _Point, tuple[Any, ...]] | None = None
+
+    def _of(self, snap: MetricsSnapshot, at: float) -> tuple[_Point, tuple[Any, ...]]:
+        last = self._last
+        if last is not None and last[0] is snap:
+            p = last[1]
+            return _Point(at, p.counters, p.finished, p.histograms, p.generation_by_engine), last[2]
+        point = _point(snap, at)
+        by_reason = snap.by_label("vllm:num_requests_waiting_by_reason", "reason")
+        engines = {labels.get("engine") for labels, _ in snap.labelled("vllm:num_requests_running")}
+        derived = (
+            _kv_capacity(snap),
+            MappingProxyType(by_reason) if by_reason else _EMPTY,
+            len(engines) if engines else None,
+            snap.total("vllm:num_requests_running"),
+            snap.total("vllm:num_requests_waiting"),
+            _kv_usage(snap),
+            snap.vllm_names,
+        )
+        self._last = (snap, point, derived)
+        return point, derived
 
     def reset(self) -> None:
         self._points.clear()
 
     def update(self, snap: MetricsSnapshot, at: float, instance: str | None = None) -> MetricsSample:
-        point = _point(snap, at)
+        point, derived = self._of(snap, at)
+        (capacity, block_size), by_reason, engines, running, waiting, kv_usage, vllm_names = derived
         points = self._points
         reset = bool(points) and _went_down(point, points[-1])
         if reset:
@@ -285,16 +310,13 @@ class MetricsWindow:
                 windowed[role] = (hist.bounds[:-1], hist.counts)
 
         success, abort, error = _finished_rates(point, prev)
-        capacity, block_size = _kv_capacity(snap)
-        by_reason = snap.by_label("vllm:num_requests_waiting_by_reason", "reason")
-        engines = {labels.get("engine") for labels, _ in snap.labelled("vllm:num_requests_running")}
         sample = MetricsSample(
             instance=instance,
             at=at,
-            running=snap.total("vllm:num_requests_running"),
-            waiting=snap.total("vllm:num_requests_waiting"),
-            waiting_by_reason=MappingProxyType(by_reason) if by_reason else _EMPTY,
-            kv_usage=_kv_usage(snap),
+            running=running,
+            waiting=waiting,
+            waiting_by_reason=by_reason,
+            kv_usage=kv_usage,
             kv_capacity_tokens=capacity,
             block_size=block_size,
             prompt_tps=_rate(point, prev, "prompt"),
@@ -314,8 +336,8 @@ class MetricsWindow:
             prefix_cache_queries_total=point.counters.get("prefix_queries"),
             prefix_cache_hits_total=point.counters.get("prefix_hits"),
             counter_reset=reset,
-            vllm_names=snap.vllm_names,
-            engines=len(engines) if engines else None,
+            vllm_names=vllm_names,
+            engines=engines,
             ranks=_ranks(snap, point, prev),
             windowed=MappingProxyType(windowed) if windowed else _NO_WINDOWS,
         )

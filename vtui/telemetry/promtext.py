@@ -163,6 +163,46 @@ def parse_labels(raw: str) -> Labels:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=8192)
+def _label(raw: str, key: str) -> str | None:
+    """The value of label `key` in raw label text (the last one, as a dict of them has it)."""
+    return dict(parse_labels(raw)).get(key)
+
+
+@functools.lru_cache(maxsize=8192)
+def _bound(raw: str) -> float | None:
+    """A bucket's `le` as a number; None when missing or unreadable."""
+    try:
+        le = float(_label(raw, "le") or "nan")
+    except ValueError:
+        return None
+    return None if math.isnan(le) else le
+
+
+@functools.lru_cache(maxsize=1024)
+def _histogram(
+    buckets: tuple[tuple[str, float], ...], count: float | None, total: float | None
+) -> Histogram | None:
+    """One histogram from its `_bucket` rows, summed over series. Cached: a steady server's buckets
+    repeat from one scrape to the next (Histogram is frozen)."""
+    per_le: dict[float, float] = {}
+    for raw, value in buckets:
+        le = _bound(raw)
+        if le is not None:
+            per_le[le] = per_le.get(le, 0.0) + value
+    if per_le and math.inf not in per_le and count is not None and count >= max(per_le.values()):
+        per_le[math.inf] = count  # a paste that elided the +Inf bucket but kept _count, which equals it
+    if not per_le or math.inf not in per_le:
+        return None
+    bounds = tuple(sorted(per_le))
+    counts: list[float] = []
+    running = 0.0
+    for b in bounds:  # enforce monotonic cumulative counts, as Prometheus does
+        running = max(running, per_le[b])
+        counts.append(running)
+    return Histogram(bounds, tuple(counts), count, total)
+
+
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """The raw values of one /metrics payload: sample name -> ((raw label text, value), ...)."""
@@ -195,34 +235,17 @@ class MetricsSnapshot:
     def by_label(self, name: str, label: str) -> dict[str, float]:
         """Values summed per value of `label` (over engines); series without the label go under ""."""
         out: dict[str, float] = {}
-        for labels, value in self.labelled(name):
-            key = labels.get(label, "")
+        for raw, value in self.series.get(name, ()):
+            key = _label(raw, label) or ""
             out[key] = out.get(key, 0.0) + value
         return out
 
     def histogram(self, base: str) -> Histogram | None:
         """The histogram `base` summed over its series, or None when the payload lacks its buckets."""
-        per_le: dict[float, float] = {}
-        for labels, value in self.labelled(base + "_bucket"):
-            try:
-                le = float(labels.get("le", "nan"))
-            except ValueError:
-                continue
-            if math.isnan(le):
-                continue
-            per_le[le] = per_le.get(le, 0.0) + value
-        count = self.total(base + "_count")
-        if per_le and math.inf not in per_le and count is not None and count >= max(per_le.values()):
-            per_le[math.inf] = count  # a paste that elided the +Inf bucket but kept _count, which equals it
-        if not per_le or math.inf not in per_le:
+        buckets = self.series.get(base + "_bucket")
+        if not buckets:
             return None
-        bounds = tuple(sorted(per_le))
-        counts: list[float] = []
-        running = 0.0
-        for b in bounds:  # enforce monotonic cumulative counts, as Prometheus does
-            running = max(running, per_le[b])
-            counts.append(running)
-        return Histogram(bounds, tuple(counts), count, self.total(base + "_sum"))
+        return _histogram(buckets, self.total(base + "_count"), self.total(base + "_sum"))
 
     @property
     def vllm_names(self) -> str | None:
@@ -240,46 +263,111 @@ class MetricsSnapshot:
 
 
 _PASTE_MARKS = " \t>+|│"
+_Row = tuple[str, str, float]  # (sample name, raw label text, value)
+_BAD: _Row = ("", "", math.nan)  # a line that names a wanted sample but cannot be read (by identity)
 
 
-def parse_metrics(text: str, wanted: frozenset[str] | Iterable[str] = WANTED) -> MetricsSnapshot:
-    """Parse a /metrics payload, keeping only the `vllm:` samples in `wanted`."""
-    wanted = wanted if isinstance(wanted, frozenset) else frozenset(wanted)
+def _read_line(line: str, wanted: frozenset[str]) -> _Row | None:
+    """One payload line: its row when it is a wanted `vllm:` sample, `_BAD` when it is one but cannot
+    be read, None for any other line."""
+    if not line.startswith("vllm:"):
+        line = line.lstrip(_PASTE_MARKS)  # a pasted payload: indented, quoted, a diff's "+"
+        if not line.startswith("vllm:"):
+            return None
+    brace = line.find("{")
+    if brace < 0:
+        name, _, rest = line.partition(" ")
+        raw = ""
+    else:
+        name = line[:brace]
+        if name not in wanted:
+            return None
+        close = line.rfind("}")
+        if close < brace:
+            return _BAD
+        raw = line[brace + 1 : close]
+        rest = line[close + 1 :]
+    if name not in wanted:
+        return None
+    rest = rest.strip()
+    if not rest and name.endswith("_info"):
+        rest = "1"  # an info gauge is always 1; a paste that elides it still gives its labels
+    space = rest.find(" ")
+    try:
+        value = float(rest if space < 0 else rest[:space])
+    except ValueError:
+        return _BAD
+    return name, raw, value
+
+
+def _snapshot(rows: Iterable[_Row]) -> MetricsSnapshot:
+    """The snapshot of a payload's rows (None rows already left out), in payload order."""
     series: dict[str, list[tuple[str, float]]] = {}
     bad = 0
-    for line in text.split("\n"):
-        if not line.startswith("vllm:"):
-            line = line.lstrip(_PASTE_MARKS)  # a pasted payload: indented, quoted, a diff's "+"
-            if not line.startswith("vllm:"):
-                continue
-        brace = line.find("{")
-        if brace < 0:
-            name, _, rest = line.partition(" ")
-            raw = ""
-        else:
-            name = line[:brace]
-            if name not in wanted:
-                continue
-            close = line.rfind("}")
-            if close < brace:
-                bad += 1
-                continue
-            raw = line[brace + 1 : close]
-            rest = line[close + 1 :]
-        if name not in wanted:
-            continue
-        rest = rest.strip()
-        if not rest and name.endswith("_info"):
-            rest = "1"  # an info gauge is always 1; a paste that elides it still gives its labels
-        space = rest.find(" ")
-        try:
-            value = float(rest if space < 0 else rest[:space])
-        except ValueError:
+    for row in rows:
+        if row is _BAD:
             bad += 1
             continue
+        name, raw, value = row
         bucket = series.get(name)
         if bucket is None:
             series[name] = [(raw, value)]
         else:
             bucket.append((raw, value))
     return MetricsSnapshot({k: tuple(v) for k, v in series.items()}, bad)
+
+
+def parse_metrics(text: str, wanted: frozenset[str] | Iterable[str] = WANTED) -> MetricsSnapshot:
+    """Parse a /metrics payload, keeping only the `vllm:` samples in `wanted`."""
+    wanted = wanted if isinstance(wanted, frozenset) else frozenset(wanted)
+    rows: list[_Row] = []
+    for line in text.split("\n"):
+        if not line.startswith("vllm:") and ("vllm:" not in line or line.startswith("#")):  # HELP, TYPE
+            continue
+        row = _read_line(line, wanted)
+        if row is not None:
+            rows.append(row)
+    return _snapshot(rows)
+
+
+class _Seen(dict[str, "_Row | None"]):
+    """Lines already read, with their rows; a new line is read on first lookup."""
+
+    __slots__ = ("wanted",)
+
+    def __init__(self, wanted: frozenset[str]) -> None:
+        super().__init__()
+        self.wanted = wanted
+
+    def __missing__(self, line: str) -> _Row | None:
+        row = self[line] = _read_line(line, self.wanted)
+        return row
+
+
+class MetricsParser:
+    """`parse_metrics` for one server scraped again and again: each line read is remembered, so a
+    payload costs a dictionary lookup per line it shares with the ones before (an idle or steady server
+    repeats nearly all of them, a busy one its HELP/TYPE lines, most gauges and histogram buckets) and a
+    read of the others. The same snapshot as `parse_metrics`, at a fraction of its cost. Bounded: the
+    memory is emptied when it holds `spare` times the last payload's lines (plus 1024)."""
+
+    __slots__ = ("wanted", "spare", "_seen", "_last")
+
+    def __init__(self, wanted: frozenset[str] | Iterable[str] = WANTED, spare: int = 3) -> None:
+        self.wanted = wanted if isinstance(wanted, frozenset) else frozenset(wanted)
+        self.spare = spare
+        self._seen = _Seen(self.wanted)
+        self._last: tuple[list[_Row], MetricsSnapshot] | None = None
+
+    def parse(self, text: str) -> MetricsSnapshot:
+        """The payload's snapshot: the very object of the last call when its rows are the same (a
+        steady server), which `MetricsWindow` takes as "nothing of it to read again"."""
+        lines = text.split("\n")
+        if len(self._seen) > self.spare * len(lines) + 1024:
+            self._seen.clear()
+        rows = [row for row in map(self._seen.__getitem__, lines) if row is not None]
+        if self._last is not None and self._last[0] == rows:
+            return self._last[1]
+        snap = _snapshot(rows)
+        self._last = (rows, snap)
+        return snap

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import httpx
 
-from vtui.telemetry.metrics import MetricsSample, MetricsWindow, parse_metrics
+from vtui.telemetry.metrics import MetricsSample, MetricsWindow
+from vtui.telemetry.promtext import MetricsParser
 
 __all__ = ["ScrapeLoop"]
 
@@ -49,6 +50,7 @@ class ScrapeLoop:
         self._transport = transport
         self._clock = clock
         self.window = MetricsWindow(window_s)
+        self.parser = MetricsParser()  # remembers the lines read: a scrape reads only what changed
         self.failures = 0  # consecutive
         self.last_error: str | None = None
         self.keep_text = False  # keep the last payload in `last_text` (the session's exporter reads it)
@@ -126,7 +128,7 @@ class ScrapeLoop:
             return None
         finally:
             self.in_flight -= 1
-        sample = self.window.update(parse_metrics(text), self._clock(), self.instance)
+        sample = self.window.update(self.parser.parse(text), self._clock(), self.instance)
         self.failures = 0
         self.last_error = None
         self._on_sample(sample)
