@@ -135,11 +135,11 @@ def encode_sample(sample: MetricsSample) -> dict[str, Any]:
     return data
 
 
-_SAMPLE_FIELDS = frozenset(f.name for f in dataclasses.fields(MetricsSample))
+_SAMPLE_FIELD_SET = frozenset(_SAMPLE_FIELDS)
 
 
 def decode_sample(data: dict[str, Any]) -> MetricsSample:
-    values = {k: v for k, v in data.items() if k in _SAMPLE_FIELDS}
+    values = {k: v for k, v in data.items() if k in _SAMPLE_FIELD_SET}
     for name in _PERCENTILE_FIELDS:
         if isinstance(values.get(name), dict):
             values[name] = Percentiles(**values[name])
