@@ -3,7 +3,8 @@
 Two instances share the module (each start costs ~30 s on 2 cores), and the tests are steps of one
 story, run in file order, so the suite pays for as few vLLM launches as it can (five):
 1. both READY with their own CPU binding (cpu-a with sleep mode on);
-2. a restart with a changed flag that vLLM really runs with, while a stream is in flight: the drain lets
+2. the planner's KV tokens equal what vLLM logged (cpu-b's odd max-model-len); a restart with a changed
+   flag that vLLM really runs with, while a stream is in flight: the drain lets
    it finish (vLLM itself aborts what it serves on SIGTERM);
 3. `kill -9` of an API server → CRASHED, restarted, no orphan;
 4. `vtui up --watch` starts the session supervisor, which adopts them; `vtui sleep` / `vtui wake`; an
@@ -78,6 +79,8 @@ class Stream(threading.Thread):
         self.url, self.model, self.max_tokens = f"http://127.0.0.1:{port}", model, max_tokens
         self.started = threading.Event()
         self.finish: str | None = None
+        self.error: str | None = None
+        self.status: int | None = None
 
     def run(self) -> None:
         body = {"model": self.model, "prompt": "Once", "max_tokens": self.max_tokens, "ignore_eos": True}
@@ -89,6 +92,7 @@ class Stream(threading.Thread):
                 timeout=120,
                 trust_env=False,
             ) as response:
+                self.status = response.status_code
                 for line in response.iter_lines():
                     if line.startswith("data: {"):
                         self.started.set()
@@ -97,8 +101,8 @@ class Stream(threading.Thread):
                             self.finish = "error"
                         else:
                             self.finish = chunk["choices"][0].get("finish_reason") or self.finish
-        except httpx.HTTPError:
-            pass
+        except httpx.HTTPError as exc:
+            self.error = repr(exc)
         finally:
             self.started.set()
 
@@ -266,7 +270,7 @@ def world(e2e_home: Path, vllm_bin: Path, tiny_model: Path) -> Iterator[dict[str
 name = "{name}"
 port = {port}
 env.VLLM_CPU_OMP_THREADS_BIND = "{core}"
-{"sleep_mode = true" if name == "cpu-a" else ""}
+{"sleep_mode = true" if name == "cpu-a" else "flags.max-model-len = 500  # the planner check"}
 """
         for core, (name, port) in enumerate(zip(NAMES, ports, strict=True))
     )
@@ -354,13 +358,30 @@ def test_two_instances_ready_each_on_its_own_core(world: dict[str, Any], harness
     assert psutil.Process(harness.status("cpu-b").pid).environ().get("VLLM_SERVER_DEV_MODE") is None
 
 
+def test_the_planner_matches_what_vllm_logged(world: dict[str, Any], harness: Harness) -> None:
+    """cpu-b: `--kv-cache-memory-bytes 64M --max-model-len 500`. 500 is deliberately not a whole number
+    of 128-token blocks: vLLM 0.32 logs int(blocks / blocks per request × max_model_len) =
+    int(512 / 4 × 500) = 64,000 tokens, not 512 × 128 = 65,536."""
+    from vtui.planner import PlanParams, load_model_config, plan
+    from vtui.telemetry.startup_log import parse_startup
+
+    facts = parse_startup(log_text(harness.status("cpu-b")).splitlines())
+    assert facts.kv_memory_bytes == 64 << 20 and facts.kv_memory_exact
+    planned = plan(
+        load_model_config(Path(world["model"])),
+        PlanParams(device="cpu", dtype="float32", max_model_len=500, kv_memory_bytes=64 << 20),
+    )
+    assert planned.kv_cache_tokens == facts.kv_cache_tokens == 64000
+    assert round(planned.max_concurrency, 2) == facts.max_concurrency == 128.0
+
+
 def test_restart_with_changed_flag_runs_with_it(world: dict[str, Any], harness: Harness) -> None:
     old = harness.status("cpu-b")
     assert "'max_num_seqs': 8" in log_text(old).split("non-default args:")[-1].splitlines()[0]
-    # A stream in flight (600 tokens: ~3 s on the tiny model, when both cores are not busy elsewhere)
+    # A stream in flight (480 tokens: ~3 s on the tiny model, when both cores are not busy elsewhere)
     # when the restart stops the old process: the drain waits for it (up to the 10 s grace) before the
     # SIGTERM that would abort it.
-    stream = Stream(world["ports"]["cpu-b"], world["model"], 600)
+    stream = Stream(world["ports"]["cpu-b"], world["model"], 480)
     stream.start()
     assert stream.started.wait(30)
     mark = len(harness.events)
@@ -535,14 +556,20 @@ def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: 
     streams = [Stream(world["ports"]["cpu-a"], world["model"], 2000) for _ in range(16)]
     for stream in streams:
         stream.start()
-    assert streams[0].started.wait(30)
+    # 8 of them run at once (max-num-seqs 8), the others wait: any of them streaming will do
+    wait_until(lambda: any(s.started.is_set() for s in streams), 60, "a first token", interval=0.1)
     started = time.monotonic()
     result = vtui("down", str(world["layout"]), "--grace", "2", timeout=180)
     took = time.monotonic() - started
     for stream in streams:
         stream.join(30)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "cpu-a: " in result.stdout and "request(s) still in flight after" in result.stdout, result.stdout
+    outcomes = [(s.status, s.finish, s.error) for s in streams]
+    assert "cpu-a: " in result.stdout and "request(s) still in flight after" in result.stdout, (
+        result.stdout,
+        took,
+        outcomes,
+    )
     assert "were cut" in result.stdout
     # Cut short: vLLM ends them with finish_reason "abort", an error event, or drops the connection.
     assert [s.finish for s in streams].count("length") < len(streams), [s.finish for s in streams]
