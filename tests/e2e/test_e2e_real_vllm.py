@@ -322,6 +322,10 @@ enforce-eager = true
             watch.wait(10)
         if owned(state):
             vtui("down", str(layout), timeout=120)
+        # a session supervisor left running would relaunch what is killed next: supervisors first
+        from _support.procs import kill_state_dir
+
+        kill_state_dir(str(e2e_home / "state"))
         kill_leftovers(state)
 
 
