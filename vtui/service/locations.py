@@ -3,8 +3,8 @@
 
 A Unix socket's path holds at most 107 bytes (Linux's sun_path, NUL included). A state dir too deep for
 that gets its sockets under a private folder instead, as tmux keeps its under /tmp/tmux-UID:
-`$XDG_RUNTIME_DIR/vtui-UID/` (else the temp dir's, when that path is the shorter fit), named by a hash of the path they stand for, so every
-state dir keeps sockets of its own."""
+`$XDG_RUNTIME_DIR/vtui-UID/` (else the temp dir's, else /tmp's: the first that exists and fits), named
+by a hash of the path they stand for, so every state dir keeps sockets of its own."""
 
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ def socket_path(session: str) -> Path:
     name = f"{hashlib.sha256(os.fsencode(path)).hexdigest()[:24]}.sock"
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     for base in (runtime, tempfile.gettempdir(), "/tmp"):
-        if base and len(os.fsencode(Path(base) / f"vtui-{os.getuid()}" / name)) <= SUN_PATH_MAX:
+        if not base or len(os.fsencode(Path(base) / f"vtui-{os.getuid()}" / name)) > SUN_PATH_MAX:
+            continue
+        if os.path.isdir(base):
             return _short_socket_dir(base) / name
     raise SocketDirError(f"no folder short enough for the socket of {path} ({SUN_PATH_MAX} bytes at most)")
 
