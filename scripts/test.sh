@@ -7,7 +7,8 @@
 #   3. scripts/lint.sh: ruff check, ruff format --check, import-linter, mypy (VTUI_SKIP_LINT=1 skips);
 #   4. pytest with VTUI_REQUIRE_VLLM=1, so a missing vLLM fails instead of skipping, on two workers
 #      (pytest-xdist; VTUI_TEST_WORKERS=N to change, 0 for none): the real-vLLM tests run one after
-#      another on one of them (an xdist group, tests/conftest.py), the rest on the other.
+#      another on one of them (an xdist group, tests/conftest.py), the rest on the other; then the tests
+#      marked `alone` (throughput comparisons) with the machine to themselves.
 # Extra arguments go to pytest, e.g. `./scripts/test.sh tests/e2e -x`.
 set -euo pipefail
 
@@ -73,4 +74,16 @@ workers="${VTUI_TEST_WORKERS:-2}"
 if [[ "$workers" == 0 ]]; then
     exec "$VENV/bin/python" -m pytest "$@"
 fi
-exec "$VENV/bin/python" -m pytest -n "$workers" --dist loadgroup "$@"
+# Tests marked `alone` compare throughputs measured minutes apart: they run after the others, with the
+# machine to themselves (a neighbour worker's load moves their figures).
+set +e
+"$VENV/bin/python" -m pytest -n "$workers" --dist loadgroup -m "not alone" "$@"
+first=$?
+"$VENV/bin/python" -m pytest -m alone "$@"
+second=$?
+set -e
+for rc in "$first" "$second"; do  # 5: nothing selected (e.g. a path without such tests)
+    if [[ "$rc" != 0 && "$rc" != 5 ]]; then exit "$rc"; fi
+done
+if [[ "$first" == 5 && "$second" == 5 ]]; then exit 5; fi
+exit 0

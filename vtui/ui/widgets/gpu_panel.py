@@ -167,6 +167,8 @@ class GpuPanel(Widget):
         self._rerender()
 
     def _rerender(self) -> None:
+        if not self.is_mounted:  # a repaint that fired while the dashboard is being taken down
+            return
         rows = PROCESS_ROWS if self.screen.size.height >= 30 else 3
         sample = self._sample
         key = (
