@@ -15,7 +15,7 @@ from vtui.core.state import State
 from vtui.telemetry.metrics import MetricsSample
 from vtui.ui import fmt
 from vtui.ui.store import InstanceView, Store
-from vtui.ui.widgets.fleet import max_seqs
+from vtui.ui.widgets.fleet_rows import max_seqs
 from vtui.ui.widgets.palette import Palette, palette_of, spark_rows
 
 Series = tuple[str, Callable[[MetricsSample], float | None], Callable[[float | None], str]]
