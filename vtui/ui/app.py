@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.app import App
 from textual.css.query import NoMatches
+from textual.dom import NoScreen
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
@@ -326,7 +327,7 @@ class VtuiApp(ControlMixin):
             if isinstance(screen, StoreScreen) and screen.is_mounted:
                 try:
                     screen.refresh_view(self.store, wanted)
-                except NoMatches:  # a screen being torn down (quit) while samples still arrive
+                except (NoMatches, NoScreen):  # a screen being torn down while samples still arrive
                     continue
 
     # -- model configs for the planner (read from disk once per model, in a worker) ------------------

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from rich.style import Style
 from rich.text import Text
+from textual.dom import NoScreen
 from textual.widget import Widget
 
 from vtui.core.supervision import HostState
@@ -167,9 +168,11 @@ class GpuPanel(Widget):
         self._rerender()
 
     def _rerender(self) -> None:
-        if not self.is_mounted:  # a repaint that fired while the dashboard is being taken down
+        try:
+            height = self.screen.size.height
+        except NoScreen:  # a repaint that fired while the dashboard is being taken down
             return
-        rows = PROCESS_ROWS if self.screen.size.height >= 30 else 3
+        rows = PROCESS_ROWS if height >= 30 else 3
         sample = self._sample
         key = (
             (sample.available, sample.reason, sample.gpus, sample.processes) if sample else None,
