@@ -105,3 +105,23 @@ def test_planned_from_scratch_equals_the_sims_arithmetic(name: str, tp: int) -> 
     assert planned.activation_gib * 2**30 == pytest.approx(sim.activation_bytes, abs=2**20)
     assert planned.non_torch_gib * 2**30 == pytest.approx(sim.non_torch_bytes, abs=2**20)
     assert planned.kv_cache_tokens == pytest.approx(sim.tokens, rel=0.01)
+
+
+def test_the_planner_reads_exactly_the_flags_the_editor_replans_on():
+    """core.flagtable.PLAN_FLAGS is the one list of the flags the planner reads: the flag editor re-plans
+    when one of them changes. A flag the planner reads but the list lacks would leave a stale plan on
+    screen (the editor's old copy lacked disable-hybrid-kv-cache-manager)."""
+    from vtui.core.flagtable import PLAN_FLAGS
+
+    class Recording(dict):
+        def __init__(self) -> None:
+            super().__init__()
+            self.read: set[str] = set()
+
+        def get(self, key, default=None):  # type: ignore[override]
+            self.read.add(key)
+            return super().get(key, default)
+
+    flags = Recording()
+    params_from_flags(flags, 80.0)
+    assert flags.read == set(PLAN_FLAGS)

@@ -153,6 +153,25 @@ SEED_FLAGS: tuple[str, ...] = tuple(
     if name in BUILTIN_FLAGS
 )
 
+# The flags the KV planner reads (`planner.params_from_flags`): the flag editor re-plans when one of
+# them changes, since the others do not move the KV figures. A test holds this list to what the planner
+# reads.
+PLAN_FLAGS: tuple[str, ...] = (
+    "gpu-memory-utilization",
+    "max-model-len",
+    "max-num-seqs",
+    "max-num-batched-tokens",
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "kv-cache-dtype",
+    "dtype",
+    "quantization",
+    "block-size",
+    "kv-cache-memory-bytes",
+    "enforce-eager",
+    "disable-hybrid-kv-cache-manager",
+)
+
 FlagTable = Mapping[str, FlagSpec]  # canonical name -> spec: BUILTIN_FLAGS or an installed vLLM's
 
 

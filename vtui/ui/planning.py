@@ -20,22 +20,6 @@ if TYPE_CHECKING:  # the planner loads on first use (the fleet table's first fra
 
 GIB = 2**30
 
-# The flags the editor re-plans on (the others do not move the KV figures shown).
-PLAN_FLAGS = (
-    "gpu-memory-utilization",
-    "max-model-len",
-    "max-num-seqs",
-    "max-num-batched-tokens",
-    "tensor-parallel-size",
-    "pipeline-parallel-size",
-    "kv-cache-dtype",
-    "dtype",
-    "quantization",
-    "block-size",
-    "kv-cache-memory-bytes",
-    "enforce-eager",
-)
-
 
 def config_key(spec: InstanceSpec) -> tuple[str, str, str | None]:
     sim_params = spec.flags.get("sim-params") if spec.engine == "sim" else None

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Input, Label, Static
 from vtui.core.advice import flag_advice
 from vtui.core.flagspec import (
     BUILTIN_FLAGS,
+    PLAN_FLAGS,
     SEED_FLAGS,
     VLLM_VERSION,
     FlagTable,
@@ -172,7 +173,7 @@ class FlagEditorScreen(StoreScreen):
         gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
         device = planning.device_of(spec, store.gpu)
         key = (
-            tuple(sorted((k, repr(flags.get(k))) for k in planning.PLAN_FLAGS)),
+            tuple(sorted((k, repr(flags.get(k))) for k in PLAN_FLAGS)),
             gpu_gib,
             device,
             loaded is not None,
@@ -215,7 +216,7 @@ class FlagEditorScreen(StoreScreen):
         name = event.input.name or ""
         self._check(event.input)
         self._show_errors()
-        if name in planning.PLAN_FLAGS:
+        if name in PLAN_FLAGS:
             self._replan()
 
     def _check(self, box: Input) -> None:
