@@ -99,3 +99,34 @@ def test_restart_rejects_a_bad_value(tmp_path, session_name, capsys):
     assert main(["restart", str(layout), "a", "--set", "max-num-seqs=many"]) == 2
     assert 'expected an integer, got "many"' in capsys.readouterr().err
     assert marked(session_name) == []
+
+
+def test_up_and_restart_print_their_progress_before_the_summary_and_nothing_after(
+    tmp_path, session_name, capsys
+):
+    """The progress lines come from the supervisor's feed, in a thread: `up` waits until the feed has
+    shown the states it reports, then stops following. Before, the thread printed on after `up` had
+    returned: `a: ready` after the summary, or an instance's later crash in whatever came next (a
+    `vtui ps --json` that then did not parse, as a CI run under load showed)."""
+    import os
+    import signal
+    import time
+
+    layout = write_layout(tmp_path, session_name)
+    assert main(["up", str(layout)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    progress = next(i for i, line in enumerate(lines) if line.endswith("  a: ready"))
+    summary = next(i for i, line in enumerate(lines) if "a: ready on http://127.0.0.1:" in line)
+    assert progress < summary, lines
+    assert main(["restart", "b"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.endswith("  b: ready") for line in lines), lines
+    pid = ps_json(capsys)["a"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the supervisor sees a crash and restarts it: events on the feed
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and ps_json(capsys)["a"]["pid"] in (pid, None):
+        time.sleep(0.2)
+    assert ps_json(capsys)["a"]["pid"] not in (pid, None)
+    time.sleep(0.5)
+    assert capsys.readouterr().out == ""  # no command is following the feed now
+    assert main(["down"]) == 0

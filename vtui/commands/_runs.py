@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommandError",
+    "FeedFollower",
     "ServiceError",
     "ServiceUnavailable",
     "Session",
@@ -216,30 +217,92 @@ def progress_printer(started: float | None = None) -> Callable[[Event], None]:
     return show
 
 
-def follow_feed(client: ServiceClient, on_event: Callable[[Event], None]) -> threading.Event:
-    """Print the supervisor's events from a daemon thread; returns once the feed is open (so nothing
-    the next request causes is missed). The event it returns is set when the feed ends."""
-    from vtui.service.wire import decode_event
+class FeedFollower:
+    """The supervisor's events handed to `on_event` from a daemon thread, with each instance's last
+    known state (from the feed's hello, then its state changes), so a command can print its summary
+    after the progress lines that led to it (`settle`), and stop the feed before it returns (`stop`):
+    no line is printed after the command is done."""
 
-    opened = threading.Event()
-    ended = threading.Event()
+    def __init__(self, client: ServiceClient, on_event: Callable[[Event], None]) -> None:
+        self._client = client
+        self._on_event = on_event
+        self.opened = threading.Event()
+        self.ended = threading.Event()
+        self._stopped = False
+        self._sock: Any = None
+        self._states: dict[str, str] = {}
+        self._changed = threading.Condition()
+        self._handing = threading.Lock()  # held while an event is handed on: stop() waits for it
 
-    def pump() -> None:
+    def start(self, timeout: float = 10.0) -> FeedFollower:
+        """Start the thread; return once the feed is open (so nothing the next request causes is
+        missed)."""
+        threading.Thread(target=self._pump, name="vtui-feed", daemon=True).start()
+        self.opened.wait(timeout)
+        return self
+
+    def _connected(self, sock: Any) -> None:
+        self._sock = sock
+
+    def _pump(self) -> None:
+        from vtui.core.events import StateChanged
+        from vtui.service.wire import decode_event
+
         try:
-            for message in client.feed():
-                if message.get("type") == "hello":
-                    opened.set()
-                elif message.get("type") == "event":
-                    on_event(decode_event(message["event"]))
+            for message in self._client.feed(on_connect=self._connected):
+                kind = message.get("type")
+                if kind == "hello":
+                    with self._changed:
+                        self._states = {i["name"]: i["state"] for i in message.get("instances") or []}
+                        self._changed.notify_all()
+                    self.opened.set()
+                elif kind == "event":
+                    event = decode_event(message["event"])
+                    with self._handing:
+                        if self._stopped:
+                            return
+                        self._on_event(event)
+                    if isinstance(event, StateChanged):
+                        with self._changed:
+                            self._states[event.instance] = event.new.value
+                            self._changed.notify_all()
         except (ServiceUnavailable, ServiceError, OSError, ValueError):
             pass
         finally:
-            opened.set()
-            ended.set()
+            self.opened.set()
+            self.ended.set()
+            with self._changed:
+                self._changed.notify_all()
 
-    threading.Thread(target=pump, name="vtui-feed", daemon=True).start()
-    opened.wait(10.0)
-    return ended
+    def settle(self, states: dict[str, str], timeout: float = 3.0) -> bool:
+        """Wait (at most `timeout`) until the feed has shown each instance in the state the supervisor
+        reported (`/wait`'s answer): its progress lines are then printed before the summary."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while any(self._states.get(name) != state for name, state in states.items()):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.ended.is_set():
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def stop(self) -> None:
+        """No more events are handed on; the connection is shut down."""
+        import socket
+
+        with self._handing:
+            self._stopped = True
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def follow_feed(client: ServiceClient, on_event: Callable[[Event], None]) -> FeedFollower:
+    """Follow the supervisor's feed (see FeedFollower); returns once the feed is open."""
+    return FeedFollower(client, on_event).start()
 
 
 def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = None) -> dict[str, Any]:

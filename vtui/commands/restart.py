@@ -180,11 +180,12 @@ def run(args: argparse.Namespace) -> int:
         code = _check_save(layout_path, name, session, set_flags, unset)
         if code:
             return code
-    if not args.json:
-        follow_feed(session.client, _only(name, progress_printer()))
+    follower = None if args.json else follow_feed(session.client, _only(name, progress_printer()))
     try:
         session.client.post("/restart", {"name": name, "set": set_flags, "unset": unset}, timeout=None)
         states = session.client.post("/wait", {"names": [name], "timeout": args.timeout}, timeout=None)
+        if follower is not None:  # its progress lines before the summary, and none after it
+            follower.settle(states["states"])
         status = session.status(refresh=True)
     except KeyboardInterrupt:
         print("vtui restart: interrupted; the instance keeps starting", file=sys.stderr)
@@ -196,6 +197,9 @@ def run(args: argparse.Namespace) -> int:
     except ServiceUnavailable as exc:
         print(f"vtui restart: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if follower is not None:
+            follower.stop()
     inst = next(i for i in status["instances"] if i["name"] == name)
     ready = states["states"].get(name) == "ready"
     if args.json:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 
 from vtui.commands._runs import (
     CommandError,
+    FeedFollower,
     ServiceClient,
     ServiceError,
     ServiceUnavailable,
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    ended = None if args.json else follow_feed(session.client, progress_printer())
+    follower = None if args.json else follow_feed(session.client, progress_printer())
     try:
         try:
             session.client.post("/start", {"names": only, "force": args.force}, timeout=None)
@@ -83,18 +83,20 @@ def run(args: argparse.Namespace) -> int:
                 states = session.client.post(
                     "/wait", {"names": running, "timeout": args.timeout}, timeout=None
                 )
+                _settle(follower, states["states"])
                 _report(session, states["states"], args.json)
             return 1
         states = session.client.post("/wait", {"names": only, "timeout": args.timeout}, timeout=None)
+        _settle(follower, states["states"])
         code = _report(session, states["states"], args.json)
         if args.watch:
             print("following the session supervisor; Ctrl-C to leave (instances keep running)", flush=True)
             printer = progress_printer()
-            if ended is None:
-                ended = follow_feed(session.client, printer)
+            if follower is None:
+                follower = follow_feed(session.client, printer)
             while True:  # until Ctrl-C: a supervisor that ends (kill -9, a crash) is started again
-                ended.wait()
-                ended = _reattach(session, printer)
+                follower.ended.wait()
+                follower = _reattach(session, printer)
         return code
     except KeyboardInterrupt:
         print("vtui up: interrupted; instances keep running (`vtui down` stops them)", file=sys.stderr)
@@ -102,9 +104,18 @@ def run(args: argparse.Namespace) -> int:
     except (ServiceError, ServiceUnavailable) as exc:
         print(f"vtui up: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if follower is not None:  # no progress line after the command is done
+            follower.stop()
 
 
-def _reattach(session, printer) -> threading.Event:
+def _settle(follower: FeedFollower | None, states: dict[str, str]) -> None:
+    """The progress lines up to the states `/wait` reported, printed before the summary."""
+    if follower is not None:
+        follower.settle(states)
+
+
+def _reattach(session, printer) -> FeedFollower:
     """The session's supervisor again (started on demand, as any command does: it re-adopts the
     instances and applies the restart policy again), retried with backoff; its feed followed."""
     print("vtui up: the session supervisor went away; reconnecting", file=sys.stderr, flush=True)
@@ -117,20 +128,20 @@ def _reattach(session, printer) -> threading.Event:
                 client, _ = ensure_supervisor(session.name, path)
             else:
                 client = ServiceClient(session.name)
-            ended = follow_feed(client, printer)
+            follower = follow_feed(client, printer)
             status = client.get("/status")
         except (ServiceError, ServiceUnavailable, OSError) as exc:
             print(f"vtui up: {exc}; retrying in {delay:g} s", file=sys.stderr, flush=True)
             delay = min(REATTACH_MAX, delay * 2)
             continue
-        if ended.is_set():  # gone again before the first line
+        if follower.ended.is_set():  # gone again before the first line
             continue
         session.client = client
         states = ", ".join(f"{i['name']} {i['state']}" for i in status.get("instances") or [])
         print(
             f"reattached to the session supervisor (pid {status.get('supervisor_pid')}): {states}", flush=True
         )
-        return ended
+        return follower
 
 
 def _report(session, states: dict[str, str], as_json: bool) -> int:

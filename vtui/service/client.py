@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -165,14 +165,19 @@ class ServiceClient:
         except (ServiceUnavailable, ServiceError, OSError):
             return False
 
-    def feed(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
-        """The supervisor's feed, one JSON object per line, until the connection ends."""
+    def feed(
+        self, timeout: float | None = None, on_connect: Callable[[socket.socket], None] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The supervisor's feed, one JSON object per line, until the connection ends. `on_connect`
+        gets the socket once connected (another thread may shut it down to end the feed)."""
         import http.client
 
         conn = _unix_connection(self.path, timeout)
         try:
             try:
                 conn.request("GET", "/feed")
+                if on_connect is not None and conn.sock is not None:
+                    on_connect(conn.sock)
                 response = conn.getresponse()
             except (ConnectionRefusedError, FileNotFoundError) as exc:
                 raise ServiceUnavailable(f"no supervisor for session {self.session}: {exc}") from exc
