@@ -43,13 +43,18 @@ def kill_state_dir(state_dir: str) -> None:
                 instances.append(proc)
         except psutil.Error:
             continue
-    for group in (supervisors, instances + marked_in(state_dir)):
-        for proc in group:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(group, timeout=3)
+    _kill(supervisors)
+    # Looked for again once the supervisors are dead: one may have launched an instance after the scan.
+    _kill(instances + [p for p in marked_in(state_dir) if p not in instances])
+
+
+def _kill(group: list[psutil.Process]) -> None:
+    for proc in group:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(group, timeout=3)
 
 
 def marked_in(state_dir: str) -> list[psutil.Process]:
