@@ -99,6 +99,18 @@ def router_spec(entry: InstanceSpec, prometheus_port: int) -> InstanceSpec:
     )
 
 
+def metrics_base(spec: InstanceSpec) -> str | None:
+    """The URL whose `/metrics` vtui scrapes for `spec`: a router's Prometheus port (its own
+    `vllm_router_*` series; its main port's /metrics forwards to one worker at a time), else its URL."""
+    if spec.engine != "router":
+        return spec.base_url
+    port = spec.flags.get("prometheus-port")
+    if not isinstance(port, int) or isinstance(port, bool):
+        return None
+    host = spec.flags.get("prometheus-host")
+    return f"http://{host if isinstance(host, str) and host else '127.0.0.1'}:{port}"
+
+
 def supervised(
     layout: Layout,
     *,
