@@ -40,6 +40,7 @@ class HandlerMixin(ServiceBase):
             if route == ("POST", "/start"):
                 names = self._names(body)
                 self._refuse_unresolved(names if names is not None else self.supervisor.layout.names())
+                self._bring_up_attached(names)  # watched until `down`, keeping the supervisor up
                 await self.supervisor.start(names, force=bool(body.get("force")))
                 return 200, {"ok": True}
             if route == ("POST", "/sleep"):
@@ -160,6 +161,7 @@ class HandlerMixin(ServiceBase):
         instances = self.supervisor.instances
         attached = [n for n in asked if isinstance(instances.get(n), Attached)]  # watched, never stopped
         wanted = [n for n in asked if n not in attached]
+        self._bring_up_attached(attached, up=False)  # left running; no longer keeps the supervisor up
         notices: list[str] = []  # what the stop had to say (requests cut, SIGKILL needed), for the answer
 
         def collect(event: Event) -> None:
