@@ -564,6 +564,26 @@ class Fleet:
         routed = self._route(name)
         return self.local.recent_lines(name) if routed is None else routed[0].client.recent_lines(routed[1])
 
+    async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None:
+        """`core.api.LogScrollback`: another host's instance's log, read back from `anchor` by its own
+        supervisor (`POST /logs` through the forward); None for this machine's (read from its file)."""
+        from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
+
+        routed = self._route(name)
+        if routed is None:
+            return None
+        fwd, own = routed
+        client = ServiceClient(fwd.session, socket_file=fwd.local_socket)
+        body = {"name": own, "n": count, "before": anchor}
+        try:
+            answer = await asyncio.to_thread(client.post, "/logs", body, timeout=30.0)
+        except (ServiceError, ServiceUnavailable, OSError) as exc:
+            raise OSError(f"{fwd.link.label}: {exc}") from exc
+        lines = answer.get("lines")
+        if not answer.get("found") or not isinstance(lines, list):
+            return None
+        return [str(line) for line in lines]
+
     @property
     def feeds_gpu(self) -> bool | None:
         """This machine's supervisor sends its GPU samples (the other hosts' always come as host_gpu)."""
