@@ -144,3 +144,48 @@ def test_check_says_when_vllm_router_is_missing(tmp_path, monkeypatch: pytest.Mo
     monkeypatch.setattr(replicas, "router_installed", lambda: True)
     assert main(["check", str(path)]) == 0
     assert "need vllm-router" not in capsys.readouterr().out
+
+
+DP_LAYOUT = """
+[session]
+name = "s"
+[[instance]]
+name = "chat"
+model = "m"
+port = 8100
+replicas = 2
+router_port = 9000
+gpus = [0, 1, 2, 3]
+flags.tensor-parallel-size = 2
+[[instance]]
+name = "one"
+model = "m"
+port = 8300
+gpus = [4, 5, 6, 7]
+flags.data-parallel-size = 2
+flags.tensor-parallel-size = 2
+"""
+
+
+def test_check_offers_data_parallel_for_a_vllm_replica_group(tmp_path, capsys) -> None:  # noqa: ANN001
+    """A vLLM replica group gets the one-process alternative (its GPUs and the flag to write) and what
+    each way gives up; a layout already using --data-parallel-size is accepted (tensor × data parallel =
+    its GPUs) and gets no note, nor does a sim group (the sim runs no data-parallel ranks)."""
+    from vtui.cli import main
+
+    path = tmp_path / "l.toml"
+    path.write_text(DP_LAYOUT)
+    assert main(["check", str(path)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "data-parallel-size" in line]
+    assert len(notes) == 1, notes
+    (note,) = notes
+    assert note.startswith("note: chat: replicas = 2 runs 2 vLLM servers of 2 GPU(s) each behind vllm-router")
+    assert "replicas = 1 with flags.data-parallel-size = 2" in note and "4 GPUs in gpus" in note
+    assert "no router" in note and "whole server" in note and "rolling restart" in note
+    path.write_text(DP_LAYOUT.replace("gpus = [4, 5, 6, 7]", "gpus = [4, 5]"))
+    assert main(["check", str(path)]) == 2  # data parallel's ranks count in the GPUs it needs
+    assert "tensor-parallel-size × pipeline-parallel-size × data-parallel-size = 4" in capsys.readouterr().out
+    assert replicas.data_parallel_alternative(group(engine="sim")) is None
+    assert replicas.data_parallel_alternative(group(flags={"data-parallel-size": 2})) is None
+    assert replicas.data_parallel_alternative(group(replicas=1, router_port=None)) is None
+    assert "of 1 GPU(s) each." in (replicas.data_parallel_alternative(group(router_port=None)) or "")

@@ -162,3 +162,40 @@ def check_exposition(text: str, states: dict[str, str]) -> None:
     assert {s.labels["instance"] for s in running.samples} == {"a", "ext"}
     ttft = families["vllm:time_to_first_token_seconds"]
     assert ttft.type == "histogram" and {s.labels["instance"] for s in ttft.samples} == {"a", "ext"}
+
+
+def test_an_attached_only_session_keeps_its_supervisor_until_down(
+    tmp_path: Path, session: str, outside_sim: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of the session's runs and no client is attached, but `vtui up` brought an attached server
+    up: the supervisor stays to watch it (past its idle grace), a successor after a kill -9 too (the
+    intent is persisted), until `vtui down` — then it leaves as an idle one does. A `vtui ps` alone
+    (nothing brought up) starts a supervisor that leaves."""
+    from .conftest import supervisors
+
+    monkeypatch.setenv("VTUI_SUPERVISOR_IDLE_S", "1")
+    data = {
+        "session": {"name": session},
+        "instance": [{"name": "ext", "engine": "external", "url": f"http://127.0.0.1:{outside_sim}"}],
+    }
+    path = tmp_path / "layout.toml"
+    path.write_text(tomli_w.dumps(data))
+    assert ps_rows(str(path))["ext"]["state"] in ("stopped", "ready")  # ps starts one; not brought up
+    wait_for(lambda: not supervisors(session), timeout=15, what="the supervisor `ps` started to leave")
+
+    up = vtui("up", str(path))
+    assert up.returncode == 0, up.stdout + up.stderr
+    (first,) = supervisors(session)
+    time.sleep(4)  # four idle graces with nothing running and no client
+    assert supervisors(session) == [first] and first.is_running()
+    first.kill()
+    first.wait(10)
+    assert ps_rows(str(path))["ext"]["state"] == "ready"  # a successor, started by ps
+    (second,) = supervisors(session)
+    time.sleep(4)
+    assert second.is_running() and supervisors(session) == [second]
+
+    down = vtui("down", str(path))
+    assert down.returncode == 0 and "ext: left running" in down.stdout, down.stdout + down.stderr
+    wait_for(lambda: not supervisors(session), timeout=15, what="the supervisor to leave after down")
+    assert healthy(outside_sim)

@@ -150,3 +150,35 @@ def test_a_real_vllm_payload_keeps_every_vllm_sample_per_instance() -> None:
         assert sorted(mine) == original
     families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
     assert len(families) == len(set(families))
+
+
+def test_a_routers_own_series_are_passed_on_with_its_instance() -> None:
+    """vllm-router 0.1.17's Prometheus payload (captured): its `vllm_router_*` families appear under
+    the router's instance name, each sample of them once, TYPE once per family."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    fixtures = Path(__file__).parents[1] / "telemetry" / "fixtures"
+    payload = (fixtures / "metrics_router_0.1.17.txt").read_text()
+    text = render(
+        [status("chat-router", State.READY, engine="router"), status("chat-0", State.READY)],
+        {"chat-router": payload, "chat-0": PAYLOAD.replace("RUNNING", "2.0")},
+    )
+
+    def samples(body: str) -> list[tuple[str, frozenset, float]]:
+        return sorted(
+            (s.name, frozenset(s.labels.items()), s.value)
+            for fam in parser.text_string_to_metric_families(body)
+            for s in fam.samples
+            if s.name.startswith("vllm_router_")
+        )
+
+    original = samples(payload)
+    assert len(original) > 30
+    assert samples(text) == sorted(
+        (n, labels | {("instance", "chat-router")}, v) for n, labels, v in original
+    )
+    assert (
+        'vllm_router_processed_requests_total{instance="chat-router",worker="http://127.0.0.1:18200"} 5'
+        in text
+    )
+    families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert "vllm_router_generate_duration_seconds" in families and len(families) == len(set(families))

@@ -158,6 +158,103 @@ async def test_a_dashboard_shows_and_drives_a_second_hosts_session_and_rides_out
     assert json.loads(listed.stdout)[0]["state"] == "ready"
 
 
+async def test_a_session_started_on_the_host_after_the_dashboard_attached_gets_its_rows(
+    tmp_path: Path, session: str, hosts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpu2 runs one session when the dashboard attaches; a second one started there later is found by
+    the link's next look (with backoff; the cap lowered for the test) and gets its forward and rows,
+    named with their session (the first session's rows keep their names), driven with the same calls;
+    keys answer meanwhile."""
+    from vtui.service import hosts as hosts_module
+
+    monkeypatch.setattr(hosts_module, "REDISCOVER_MAX", 3.0)
+    first = write_layout(tmp_path, "far" + session, [sim_instance("r1", gpus=(0,))], "first.toml")
+    up = await asyncio.to_thread(on_host, "gpu2", sys.executable, "-m", "vtui", "up", str(first), gpu=False)
+    assert up.returncode == 0, up.stdout + up.stderr
+    local_path = write_layout(tmp_path, session, [sim_instance("a", gpus=(0,))])
+
+    app = make_app(local_path, gpu_sampler=False, hosts=["me@gpu2"])
+    async with app.run_test(size=(160, 40)) as pilot:
+        views = app.store.views
+        table = app.screen.query_one(FleetTable)
+        await until(lambda: "gpu2:r1" in views and views["gpu2:r1"].state == State.READY, what="gpu2:r1")
+        later_session = "late" + session
+        later = write_layout(tmp_path, later_session, [sim_instance("r2", gpus=(1,))], "later.toml")
+        up = await asyncio.to_thread(
+            on_host, "gpu2", sys.executable, "-m", "vtui", "up", str(later), gpu=False
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+        name = f"gpu2:{later_session}/r2"
+        t0 = asyncio.get_running_loop().time()
+        await pilot.press("down")  # keys answer while the link looks for sessions (an ssh that
+        await pilot.pause()  # blocked would take up to its 20 s timeout; this machine is loaded)
+        assert asyncio.get_running_loop().time() - t0 < 5.0
+        await until(
+            lambda: name in views and views[name].state == State.READY, what="the later session's row"
+        )
+        await until(lambda: name in table.names, what="its row in the table")
+        assert set(table.names) == {"a", "gpu2:r1", name}  # the first session's row kept its name
+        assert table._rows[name].host == "gpu2" and views["gpu2:r1"].state == State.READY
+        assert app.store.hosts["gpu2"].sessions == ("far" + session, later_session)
+        await until(lambda: views[name].sample is not None, what="a sample of the later session's instance")
+        await app.supervisor.stop([name])  # routed to the later session's supervisor
+        listed = await asyncio.to_thread(
+            on_host, "gpu2", sys.executable, "-m", "vtui", "ps", str(later), "--json"
+        )
+        assert json.loads(listed.stdout)[0]["state"] == "stopped"
+        listed = await asyncio.to_thread(
+            on_host, "gpu2", sys.executable, "-m", "vtui", "ps", str(first), "--json"
+        )
+        assert json.loads(listed.stdout)[0]["state"] == "ready"
+        await app.supervisor.stop(["a"])
+        await app.bridge.close()  # as quitting does: every ssh ended and its pipes read to the end
+    await until(lambda: not forwards(hosts, "gpu2"), timeout=10, what="the forwards ended")
+
+
+async def test_a_remote_rows_log_scrolls_back_through_its_hosts_supervisor(
+    tmp_path: Path, session: str, hosts: Path
+) -> None:
+    """The log view of another host's instance: its file is over there, so scrolling to the top of a
+    paused view asks that host's supervisor (`POST /logs` with the view's first lines, through the
+    forward) for the lines before them, which are prepended in order."""
+    from vtui.ui.screens.logs import SCROLLBACK_CHUNK, LogScreen, LogView
+    from vtui.ui.store import LOG_LINES
+
+    remote_path = write_layout(tmp_path, "far" + session, [sim_instance("r1", gpus=(0,))], "remote.toml")
+    up = await asyncio.to_thread(
+        on_host, "gpu2", sys.executable, "-m", "vtui", "up", str(remote_path), gpu=False
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    log_file = hosts / "gpu2" / "state" / "logs" / f"far{session}.r1.log"
+    assert log_file.exists()
+    local_path = write_layout(tmp_path, session, [sim_instance("a", gpus=(0,))])
+    app = make_app(local_path, gpu_sampler=False, hosts=["me@gpu2"])
+    async with app.run_test(size=(120, 30)) as pilot:
+        views = app.store.views
+        await until(lambda: "gpu2:r1" in views and views["gpu2:r1"].state == State.READY, what="gpu2:r1")
+        count = LOG_LINES + 2 * SCROLLBACK_CHUNK
+        with open(log_file, "a", encoding="utf-8") as fh:  # O_APPEND, as the instance's log pump writes
+            fh.write("".join(f"numbered {i}\n" for i in range(count)))
+        await until(lambda: f"numbered {count - 1}" in views["gpu2:r1"].logs, what="the lines in the ring")
+        assert views["gpu2:r1"].status.log_path is None  # no file here to read back from
+        app.screen.query_one(FleetTable).select("gpu2:r1")
+        await pilot.press("l")
+        await until(lambda: isinstance(app.screen, LogScreen), what="the log screen")
+        view = app.screen.query_one(LogView)
+        first = next(line for line in view.lines if line.startswith("numbered "))
+        n = int(first.split()[1])
+        assert n >= SCROLLBACK_CHUNK  # the ring dropped the first ones
+        await pilot.press("home")
+        await until(lambda: f"numbered {n - 1}" in view.lines, what="older lines read back from gpu2")
+        lines = list(view.lines)
+        assert lines.index(f"numbered {n - 1}") + 1 == lines.index(first)  # in order, no gap
+        assert f"numbered {n - SCROLLBACK_CHUNK // 2}" in lines
+        assert await app.supervisor.older_lines("gpu2:r1", ["no such line"], 3) is None
+        assert await app.supervisor.older_lines("a", [first], 3) is None  # this machine's: its file
+        await app.supervisor.stop(["a"])
+        await app.bridge.close()
+
+
 def test_ps_with_host_lists_both_machines_sessions(tmp_path: Path, session: str, hosts: Path) -> None:
     remote_path = write_layout(tmp_path, "far" + session, [sim_instance("r1")], "remote.toml")
     assert on_host("gpu2", sys.executable, "-m", "vtui", "up", str(remote_path), gpu=False).returncode == 0

@@ -249,6 +249,28 @@ async def test_the_dashboard_shows_each_replica_and_the_group_row(tmp_path: Path
             assert group.running == (rows["chat-0"].running or 0) + (rows["chat-1"].running or 0)
             text = screen_text(app)
             assert all(n in text for n in names), text
+
+            # the router's own series (its Prometheus port, scraped by the supervisor): both replicas
+            # are handed requests, and its pane says so
+            def routed() -> dict[str, float]:
+                sample = app.store.views["chat-router"].sample
+                return dict(sample.routed) if sample is not None else {}
+
+            end = asyncio.get_running_loop().time() + 15
+            while not (len(routed()) == 2 and all(v > 0 for v in routed().values())):
+                assert asyncio.get_running_loop().time() < end, f"the router's series: {routed()}"
+                await pilot.pause(0.2)
+            assert set(routed()) == {f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"}
+            sample = app.store.views["chat-router"].sample
+            assert sample is not None and sample.router["requests_total"] > 0
+            assert sample.router["active_workers"] == 2 and sample.router["errors_total"] == 0
+            while table.selected != "chat-router":
+                await pilot.press("down")
+            end = asyncio.get_running_loop().time() + 10
+            while "routed " not in (text := screen_text(app)):
+                assert asyncio.get_running_loop().time() < end, text
+                await pilot.pause(0.2)
+            assert "chat-0 " in text.split("routed ", 1)[1].split("\n", 1)[0], text
     finally:
         stop.set()
         for t in loaders:

@@ -245,3 +245,40 @@ def test_data_parallel_engines_are_shown_per_rank(fixture_text) -> None:
 
 def test_one_engine_has_no_rank_breakdown(fixture_text) -> None:
     assert sample_of(fixture_text("metrics_busy.txt")).ranks == ()
+
+
+def test_a_vllm_router_payload_gives_what_it_routed(fixture_text) -> None:
+    """vllm-router 0.1.17's own Prometheus port, captured: right after start (gauges only, its counters
+    appear with the first request, error or retry they count) and after 16 requests, one answered with
+    an error, one retried (a replica killed). Totals from the payload, rates over the window, per worker."""
+    fresh = fixture_text("metrics_router_0.1.17_fresh.txt")
+    later = fixture_text("metrics_router_0.1.17.txt")
+    window = MetricsWindow(window_s=60.0)
+    first = window.update(parse_metrics(fresh), 100.0, "chat-router")
+    assert dict(first.router) == {
+        "requests_total": 0,
+        "errors_total": 0,
+        "retries_total": 0,
+        "active_workers": 2,
+    }
+    assert not first.routed  # no window yet
+    assert first.running is None and first.generation_tps is None  # none of vLLM's own
+    second = window.update(parse_metrics(later), 110.0, "chat-router")
+    assert dict(second.router) == pytest.approx(
+        {
+            "requests_total": 16,
+            "errors_total": 1,
+            "retries_total": 1,
+            "active_workers": 2,
+            "requests_per_s": 1.6,
+            "errors_per_s": 0.1,
+            "retries_per_s": 0.1,
+        }
+    )
+    assert dict(second.routed) == pytest.approx(
+        {"http://127.0.0.1:18200": 0.5, "http://127.0.0.1:18201": 1.3}
+    )
+    # the router restarted: its counters went down, the window starts again
+    third = window.update(parse_metrics(fresh), 120.0, "chat-router")
+    assert third.counter_reset and "requests_per_s" not in third.router and not third.routed
+    assert not sample_of(fixture_text("metrics_busy.txt")).router  # a vLLM payload has none of them

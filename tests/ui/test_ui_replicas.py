@@ -4,6 +4,8 @@ counts each replica once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
@@ -51,3 +53,35 @@ def test_router_row_is_the_groups_all_row() -> None:
     assert table._all is not None and table._all.running == 9.0  # replicas and solo, the router not again
     assert table._all.state_label == "4/4 up"
     assert table._rows["chat-0"].running == 2.0 and not table._rows["chat-0"].aggregate
+
+
+def test_the_routers_own_series_show_in_its_pane_and_errors_in_its_row() -> None:
+    """The router's sample (vllm-router's `vllm_router_*`, captured from 0.1.17): its pane line names
+    each replica's share of what it handed out and its errors and retries; errors within the window
+    take the group row's phase."""
+    from vtui.telemetry.metrics import MetricsWindow, parse_metrics
+    from vtui.ui.widgets.fleet_rows import router_line
+
+    entry = InstanceSpec(name="chat", model="m", port=18200, replicas=2, router_port=9000, gpus=(0, 1))
+    layout = Layout(SessionSpec(name="s"), (entry,))
+    store = Store(layout)
+    store.apply_statuses([status(s) for s in supervised(layout, port_for_metrics=lambda: 1).instances])
+    window = MetricsWindow()
+    fixtures = Path(__file__).parents[1] / "telemetry" / "fixtures"
+    fresh, later = ((fixtures / f"metrics_router_0.1.17{k}.txt").read_text() for k in ("_fresh", ""))
+    store.add_sample(window.update(parse_metrics(fresh), 100.0, "chat-router"))
+    line = router_line(store.views["chat-router"], store)
+    assert line == "routed -- req/s, errors --/s, retries --/s, since start 0 req, 0 err, 0 retries"
+    table = FleetTable()
+    table.set_names(store.names())
+    table.update_from(store, 101.0)
+    assert table._rows["chat-router"].phase == "2/2 up"
+    store.add_sample(window.update(parse_metrics(later), 110.0, "chat-router"))
+    line = router_line(store.views["chat-router"], store)
+    assert line == (
+        "routed 1.6 req/s, chat-0 0.5 (28%), chat-1 1.3 (72%), errors 0.1/s, retries 0.1/s, "
+        "since start 16 req, 1 err, 1 retries"
+    )
+    assert router_line(store.views["chat-0"], store) is None
+    table.update_from(store, 111.0)
+    assert (table._rows["chat-router"].phase, table._rows["chat-router"].phase_style) == ("err 0.1/s", "bad")

@@ -68,10 +68,14 @@ def run(args: argparse.Namespace) -> int:
         reason = spec.not_supervised_yet()
         if reason:
             print(f"note: {reason}")
+    from vtui.core import replicas
+
+    for spec in layout.instances:
+        alternative = replicas.data_parallel_alternative(spec)
+        if alternative:
+            print(f"note: {alternative}")
     routed = [s.name for s in layout.instances if s.replicas > 1 and s.router_port is not None]
     if routed:
-        from vtui.core import replicas
-
         if not replicas.router_installed():
             print(
                 f"note: {', '.join(routed)}: replicas behind a router need vllm-router, not installed "

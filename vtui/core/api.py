@@ -115,6 +115,16 @@ class TelemetryFeed(Protocol):
 
 
 @runtime_checkable
+class LogScrollback(Protocol):
+    """A `SupervisorApi` that reads older log lines of another host's instance (`service.hosts.Fleet`):
+    the `count` lines before `anchor` (consecutive lines of the log), oldest first; None when the
+    anchor is not found, or the name is this machine's (its log file is read here). Raises OSError
+    when that host does not answer."""
+
+    async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None: ...
+
+
+@runtime_checkable
 class HostFeed(Protocol):
     """A `SupervisorApi` that also reaches other hosts' sessions (`service.hosts.Fleet`, `vtui --host`):
     their links' states, and a callback when one changes."""

@@ -1,5 +1,5 @@
-"""Size-capped, rotated instance logs: the writer (a tiny pump process), a rotation-aware tailer, and
-a last-N-lines reader.
+"""Size-capped, rotated instance logs: the writer (a tiny pump process), a rotation-aware tailer, a
+last-N-lines reader and a reader of the lines before a given place (`read_older`, scrollback).
 
 Why a pump process: an instance outlives vtui, so its output cannot go through a pipe that vtui reads
 (vLLM would die of SIGPIPE when vtui exits), and a plain file would grow without bound while no vtui
@@ -25,6 +25,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -182,6 +184,57 @@ def read_tail(path: str | os.PathLike[str], n: int) -> list[str]:
         if len(lines) >= n:
             break
     return lines[-n:] if n > 0 else []
+
+
+def lines_backward(path: str | os.PathLike[str]) -> Iterator[str]:
+    """The log's lines from the newest back, across its rotated files (blocking: call in a thread)."""
+    for file in reversed(log_files(path)):
+        try:
+            fh = open(file, "rb")
+        except OSError:
+            continue
+        with fh:
+            pos = fh.seek(0, os.SEEK_END)
+            carry = b""
+            last = True  # the piece after the file's final newline (empty, or a line being written)
+            while pos > 0:
+                step = min(1 << 16, pos)
+                pos -= step
+                fh.seek(pos)
+                block = fh.read(step) + carry
+                parts = block.split(b"\n")
+                carry = parts[0]
+                for raw in reversed(parts[1:]):
+                    if not last:
+                        yield raw.decode("utf-8", "replace").rstrip("\r")
+                    last = False
+            if carry and not last:
+                yield carry.decode("utf-8", "replace").rstrip("\r")
+
+
+def read_older(
+    path: str | os.PathLike[str], anchor: list[str], count: int, search: int = 2_000_000
+) -> list[str] | None:
+    """The `count` lines of the log file just before the place where `anchor` (consecutive lines) is,
+    oldest first; None when the anchor is not within the last `search` lines (blocking). The log view's
+    scrollback: from the file here, through the session supervisor's `/logs?before=` for another
+    host's instance."""
+    want = list(reversed(anchor))
+    window: deque[str] = deque(maxlen=len(want))
+    it = lines_backward(path)
+    for i, line in enumerate(it):
+        window.append(line)
+        if list(window) == want:
+            older = []
+            for line in it:
+                older.append(line)
+                if len(older) >= count:
+                    break
+            older.reverse()
+            return older
+        if i > search:
+            return None
+    return None
 
 
 # -- how the child ended ------------------------------------------------------------------------

@@ -59,6 +59,26 @@ def gpus_per_replica(spec: InstanceSpec) -> int:
     )
 
 
+def data_parallel_alternative(spec: InstanceSpec) -> str | None:
+    """`vtui check`'s note for a vLLM replica group: the one-process alternative, vLLM's own
+    `--data-parallel-size`, and what each way gives up. None where it does not apply: no replicas, not
+    a vLLM server vtui launches (the sim runs no data-parallel ranks), or data parallel already asked for
+    inside each replica."""
+    if spec.replicas <= 1 or spec.engine != "vllm" or _int_flag(spec, "data-parallel-size") > 1:
+        return None
+    n, per = spec.replicas, gpus_per_replica(spec)
+    front = " behind vllm-router" if spec.router_port is not None else ""
+    return (
+        f"{spec.name}: replicas = {n} runs {n} vLLM servers of {per} GPU(s) each{front}. One server can "
+        f"own all {n * per} instead: replicas = 1 with flags.data-parallel-size = {n} (vLLM's "
+        f"--data-parallel-size; {n * per} GPUs in gpus). vLLM's own front end then balances requests across "
+        f"its {n} engine ranks on one port, no router needed, and a mixture-of-experts model can share its "
+        "experts across the ranks (--enable-expert-parallel). What it gives up: it is one process, so a "
+        "crashed rank stops and restarts the whole server, and there is no rolling restart; replicas are "
+        "separate processes, one restarting while the others serve."
+    )
+
+
 def choose_gpus(
     spec: InstanceSpec, free_memory: Mapping[int, int], taken: set[int]
 ) -> tuple[tuple[int, ...], ...] | None:
@@ -97,6 +117,18 @@ def router_spec(entry: InstanceSpec, prometheus_port: int) -> InstanceSpec:
             "log-level": "warning",
         },
     )
+
+
+def metrics_base(spec: InstanceSpec) -> str | None:
+    """The URL whose `/metrics` vtui scrapes for `spec`: a router's Prometheus port (its own
+    `vllm_router_*` series; its main port's /metrics forwards to one worker at a time), else its URL."""
+    if spec.engine != "router":
+        return spec.base_url
+    port = spec.flags.get("prometheus-port")
+    if not isinstance(port, int) or isinstance(port, bool):
+        return None
+    host = spec.flags.get("prometheus-host")
+    return f"http://{host if isinstance(host, str) and host else '127.0.0.1'}:{port}"
 
 
 def supervised(

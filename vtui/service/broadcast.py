@@ -31,9 +31,14 @@ class BroadcastMixin(ServiceBase):
             return
         self.facts = {k: v for k, v in (data.get("facts") or {}).items() if isinstance(v, dict)}
         self.flag_history = {k: list(v) for k, v in (data.get("flag_history") or {}).items()}
+        self.attached_up = {n for n in data.get("attached_up") or () if isinstance(n, str)}
 
     def _save_state(self) -> None:
-        data = {"facts": self.facts, "flag_history": self.flag_history}
+        data = {
+            "facts": self.facts,
+            "flag_history": self.flag_history,
+            "attached_up": sorted(self.attached_up),
+        }
         self._spawn(asyncio.to_thread(atomic_write_text, self.state_file, json.dumps(data), 0o600))
 
     # -- events ------------------------------------------------------------------------------------

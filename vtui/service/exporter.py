@@ -4,8 +4,9 @@
 What it exposes (Prometheus text format 0.0.4; HELP and TYPE once per family, each family's samples in
 one group):
 
-- every instance's `vllm:` families, from the `/metrics` text the supervisor's own scrape loop fetched
-  last (nothing is scraped twice), each sample with an `instance` label (the instance's name; a label
+- every instance's `vllm:` families (a vllm-router's: its `vllm_router_*`, from its Prometheus port),
+  from the `/metrics` text the supervisor's own scrape loop fetched last (nothing is scraped twice),
+  each sample with an `instance` label (the instance's name; a label
   `instance` the server itself sent becomes `exported_instance`). Scrape it with `honor_labels: true`,
   or Prometheus renames this `instance` to `exported_instance` too;
 - vtui's own: `vtui_instance_state{instance, state}` (one-hot: 1 for the state the instance is in, 0 for
@@ -37,6 +38,7 @@ __all__ = ["CONTENT_TYPE", "MetricsEndpoint", "render"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The sample-name suffixes a family's samples may carry (histograms, summaries, counters, info).
 _SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_info", "_gsum", "_gcount")
+_PASSED = ("vllm:", "vllm_router_")  # the families passed on: vLLM's and its router's
 
 
 @dataclass
@@ -81,8 +83,8 @@ def _belongs(name: str, family: _Family) -> bool:
 
 
 def _add_vllm(text: str, instance: str, families: dict[str, _Family]) -> None:
-    """The `vllm:` families of one instance's payload, relabelled, into `families` (first HELP/TYPE
-    seen for a name wins)."""
+    """The `vllm:` (or `vllm_router_`) families of one instance's payload, relabelled, into `families`
+    (first HELP/TYPE seen for a name wins)."""
     current: _Family | None = None
     for line in text.split("\n"):
         line = line.rstrip("\r")
@@ -93,7 +95,7 @@ def _add_vllm(text: str, instance: str, families: dict[str, _Family]) -> None:
             if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
                 continue
             name = parts[2]
-            if not name.startswith("vllm:"):
+            if not name.startswith(_PASSED):
                 current = None
                 continue
             current = families.get(name)
@@ -104,7 +106,7 @@ def _add_vllm(text: str, instance: str, families: dict[str, _Family]) -> None:
             elif parts[1] == "TYPE" and not current.lines and current.type == "untyped":
                 current.type = parts[3].strip() if len(parts) > 3 else "untyped"
             continue
-        if not line.startswith("vllm:"):
+        if not line.startswith(_PASSED):
             current = None
             continue
         end = len(line)

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from vtui.core.attached import Attached
 from vtui.core.events import Event, Notice
-from vtui.core.logfile import read_tail
+from vtui.core.logfile import read_older, read_tail
 from vtui.core.notify import Notifier
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import masked
@@ -40,6 +40,7 @@ class HandlerMixin(ServiceBase):
             if route == ("POST", "/start"):
                 names = self._names(body)
                 self._refuse_unresolved(names if names is not None else self.supervisor.layout.names())
+                self._bring_up_attached(names)  # watched until `down`, keeping the supervisor up
                 await self.supervisor.start(names, force=bool(body.get("force")))
                 return 200, {"ok": True}
             if route == ("POST", "/sleep"):
@@ -62,6 +63,10 @@ class HandlerMixin(ServiceBase):
                 return 200, await self._restart(body)
             if route == ("GET", "/logs"):
                 return 200, await self._logs(query)
+            if route == ("POST", "/logs"):  # {name, n, before}: the n lines before `before` (scrollback)
+                return 200, await self._logs(
+                    {"name": str(body.get("name", "")), "n": str(body.get("n", 50))}, body
+                )
             if route == ("GET", "/events"):
                 n = int(query.get("n", 200))
                 return 200, {"events": list(self.events)[-n:] if n > 0 else []}
@@ -160,6 +165,7 @@ class HandlerMixin(ServiceBase):
         instances = self.supervisor.instances
         attached = [n for n in asked if isinstance(instances.get(n), Attached)]  # watched, never stopped
         wanted = [n for n in asked if n not in attached]
+        self._bring_up_attached(attached, up=False)  # left running; no longer keeps the supervisor up
         notices: list[str] = []  # what the stop had to say (requests cut, SIGKILL needed), for the answer
 
         def collect(event: Event) -> None:
@@ -209,7 +215,7 @@ class HandlerMixin(ServiceBase):
         await self.supervisor.restart(name, spec)
         return {"ok": True, "flags": masked(self.supervisor.instances[name].spec.flags)}
 
-    async def _logs(self, query: dict[str, str]) -> dict[str, Any]:
+    async def _logs(self, query: dict[str, str], body: dict[str, Any] | None = None) -> dict[str, Any]:
         name = query.get("name", "")
         inst = self.supervisor.instances.get(name)
         if inst is None:
@@ -221,5 +227,11 @@ class HandlerMixin(ServiceBase):
             )
         n = int(query.get("n", 50))
         path = inst.log_path
+        if body is not None:
+            before = body.get("before")
+            if not isinstance(before, list) or not before or not all(isinstance(x, str) for x in before):
+                raise _BadRequest(400, "before: expected the log lines to read back from (a list of strings)")
+            older = await asyncio.to_thread(read_older, path, before, n) if path is not None else None
+            return {"name": name, "lines": older or [], "found": older is not None}
         lines = await asyncio.to_thread(read_tail, path, n) if path is not None and path.exists() else []
         return {"name": name, "log_path": str(path) if path else None, "lines": lines}

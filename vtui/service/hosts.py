@@ -7,11 +7,15 @@ sockets), then per remote session one OpenSSH forward of the remote Unix socket 
 0700 state dir), and a `RemoteSupervisor` on the local end: the same client, feed and requests as for
 this machine's supervisor. A forward that dies (network, sshd, a suspended laptop) marks the host
 disconnected and is started again with backoff (0.5 s doubling to 30 s); the feed re-attaches by
-itself once the socket answers again. Nothing here blocks the caller: every ssh runs as an asyncio
-subprocess, every wait is on the event loop.
+itself once the socket answers again. The host's sessions are looked for again and again (1 s doubling
+to 60 s, from 1 s again after a new one): a session started there after the dashboard attached gets its
+forward and its rows. Nothing here blocks the caller: every ssh runs as an asyncio subprocess, every
+wait is on the event loop.
 
 `Fleet` is the dashboard's `SupervisorApi` over this machine's supervisor plus the links: a remote
-instance is named `LABEL:NAME` (its `InstanceStatus.host` is the label), its events and samples are
+instance is named `LABEL:NAME` (its `InstanceStatus.host` is the label), or `LABEL:SESSION/NAME` when
+the host runs several sessions (the first one found alone keeps its short names: a row never changes
+its name), its events and samples are
 renamed on the way in, and requests on it are routed to its host. Requests without names (autostart,
 "start all", quit's "stop all") go to this machine's session only: another machine's instances are
 started or stopped by name.
@@ -50,6 +54,7 @@ __all__ = ["Fleet", "HostGpu", "HostLink", "host_label", "remote_vtui", "ssh_com
 DISCOVER_TIMEOUT = 20.0  # seconds for `ssh HOST vtui sessions --json`
 FORWARD_TIMEOUT = 15.0  # seconds for a forward's local socket to answer
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
+REDISCOVER_FIRST, REDISCOVER_MAX = 1.0, 60.0  # `vtui sessions --json` again: sessions started later
 STABLE_S = 10.0  # a forward that lived this long was a good one: the backoff starts over
 SEP = ":"  # LABEL:NAME
 
@@ -84,27 +89,47 @@ def _die_with_parent() -> None:
         _PRCTL(1, signal.SIGTERM)
 
 
+async def _reaped(proc: asyncio.subprocess.Process, within: float = 2.0) -> None:
+    """Read a killed child's pipes to their end and reap it, through the second cancellation a closing
+    link sends (drop, then close): else its pipes' transports outlive the event loop. Bounded: a killed
+    process ends at once."""
+    end = time.monotonic() + within
+    done = asyncio.ensure_future(proc.communicate())
+    while not done.done() and time.monotonic() < end:
+        try:
+            await asyncio.wait_for(asyncio.shield(done), max(0.01, end - time.monotonic()))
+        except asyncio.CancelledError:
+            continue
+        except Exception:  # noqa: BLE001 — a timeout, or pipes that cannot be read: give up
+            break
+    if not done.done():
+        done.cancel()
+
+
 class LinkError(Exception):
     """ssh failed: its last line of stderr, or what did not answer."""
 
 
 class _Backoff:
-    def __init__(self) -> None:
-        self.delay = BACKOFF_FIRST
+    def __init__(self, first: float | None = None, cap: float | None = None) -> None:
+        self.first = BACKOFF_FIRST if first is None else first
+        self.cap = BACKOFF_MAX if cap is None else cap
+        self.delay = self.first
 
     def reset(self) -> None:
-        self.delay = BACKOFF_FIRST
+        self.delay = self.first
 
     async def sleep(self) -> None:
         await asyncio.sleep(self.delay)
-        self.delay = min(BACKOFF_MAX, self.delay * 2)
+        self.delay = min(self.cap, self.delay * 2)
 
 
 class _Forward:
     """One remote session reached through one ssh forward, and its supervisor client."""
 
-    def __init__(self, link: HostLink, info: dict[str, Any]) -> None:
+    def __init__(self, link: HostLink, info: dict[str, Any], qualified: bool = False) -> None:
         self.link = link
+        self.qualified = qualified  # its instances are LABEL:SESSION/NAME (chosen once: names stay)
         self.session = str(info["session"])
         self.remote_socket = str(info["socket"])
         digest = hashlib.sha256(f"{link.target}\0{self.remote_socket}".encode()).hexdigest()[:16]
@@ -113,6 +138,7 @@ class _Forward:
         os.chmod(folder, 0o700)
         self.local_socket = folder / f"{digest}.sock"  # short: a Unix socket path has ~107 bytes
         self.proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Future[None] | None = None  # reads ssh's stderr to its end
         self.stderr: deque[str] = deque(maxlen=5)
         self.why: str | None = "connecting"
         self.client = RemoteSupervisor(
@@ -171,7 +197,7 @@ class _Forward:
             stderr=asyncio.subprocess.PIPE,
             preexec_fn=_die_with_parent,  # a killed dashboard leaves no `ssh -N` behind
         )
-        asyncio.ensure_future(self._read_stderr(self.proc))
+        self._reader = asyncio.ensure_future(self._read_stderr(self.proc))
         deadline = time.monotonic() + FORWARD_TIMEOUT
         while not self.local_socket.exists():
             if self.proc.returncode is not None:
@@ -205,6 +231,10 @@ class _Forward:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+        reader, self._reader = self._reader, None
+        if reader is not None:  # its stderr read to the end: the pipe closed before the loop is
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(reader), 1.0)
         self.local_socket.unlink(missing_ok=True)
 
     async def close(self) -> None:
@@ -244,28 +274,46 @@ class HostLink:
             self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
+        """Find the host's sessions, then look again with backoff (from the start again after a new
+        one) for sessions started there since: each new one gets its forward. A failed look while
+        forwards run changes nothing (each forward reports its own link)."""
         backoff = _Backoff()
+        again = _Backoff(REDISCOVER_FIRST, REDISCOVER_MAX)
         while True:
             try:
                 found = await self._discover()
             except LinkError as exc:
-                self._detail = str(exc)
-                self._changed()
-                await backoff.sleep()
+                if not self.forwards:
+                    self._detail = str(exc)
+                    self._changed()
+                    await backoff.sleep()
+                else:
+                    await again.sleep()
                 continue
-            if not found:
+            if not found and not self.forwards:
                 self._found, self._detail = True, "no session supervisor runs there"
                 self._changed()
                 await backoff.sleep()
                 continue
             self._found, self._detail = True, None
-            self.forwards = [_Forward(self, info) for info in found]
-            for fwd in self.forwards:
-                fwd.client.subscribe_statuses(self._changed)
-            self._changed()
-            self._tasks = [asyncio.ensure_future(fwd.keep()) for fwd in self.forwards]
-            await asyncio.gather(*self._tasks)
-            return
+            if self._add(found):
+                again.reset()
+            await again.sleep()
+
+    def _add(self, found: list[dict[str, Any]]) -> bool:
+        """Forwards for the sessions not followed yet (by remote socket); True when there were any."""
+        known = {fwd.remote_socket for fwd in self.forwards}
+        new = [info for info in found if str(info["socket"]) not in known]
+        if not new:
+            return False
+        qualified = bool(self.forwards) or len(found) > 1
+        added = [_Forward(self, info, qualified) for info in new]
+        self.forwards = [*self.forwards, *added]
+        for fwd in added:
+            fwd.client.subscribe_statuses(self._changed)
+        self._changed()
+        self._tasks += [asyncio.ensure_future(fwd.keep()) for fwd in added]
+        return True
 
     async def _discover(self) -> list[dict[str, Any]]:
         """The remote supervisors (`vtui sessions --json` run over ssh)."""
@@ -290,6 +338,11 @@ class HostLink:
                 proc.kill()
             await proc.wait()
             raise LinkError(f"`{command}` did not answer within {DISCOVER_TIMEOUT:g} s") from None
+        except asyncio.CancelledError:  # the link closes while it looks: no ssh left behind
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await _reaped(proc)
+            raise
         if proc.returncode != 0:
             lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
             raise LinkError(lines[-1] if lines else f"`{command}` exited {proc.returncode}")
@@ -358,7 +411,7 @@ class Fleet:
 
     # -- names -------------------------------------------------------------------------------------
     def _qualify(self, fwd: _Forward, name: str) -> str:
-        if len(fwd.link.forwards) > 1:
+        if fwd.qualified:
             return f"{fwd.link.label}{SEP}{fwd.session}/{name}"
         return f"{fwd.link.label}{SEP}{name}"
 
@@ -370,10 +423,11 @@ class Fleet:
                 continue
             rest = name[len(prefix) :]
             for fwd in link.forwards:
-                if len(link.forwards) == 1:
-                    return fwd, rest
-                if rest.startswith(f"{fwd.session}/"):
+                if fwd.qualified and rest.startswith(f"{fwd.session}/"):
                     return fwd, rest[len(fwd.session) + 1 :]
+            for fwd in link.forwards:  # an instance name has no "/": the short-named session's
+                if not fwd.qualified and "/" not in rest:
+                    return fwd, rest
             raise RemoteError(f"{name}: no such session on {link.label}")
         return None
 
@@ -509,6 +563,26 @@ class Fleet:
     def recent_lines(self, name: str) -> list[str]:
         routed = self._route(name)
         return self.local.recent_lines(name) if routed is None else routed[0].client.recent_lines(routed[1])
+
+    async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None:
+        """`core.api.LogScrollback`: another host's instance's log, read back from `anchor` by its own
+        supervisor (`POST /logs` through the forward); None for this machine's (read from its file)."""
+        from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
+
+        routed = self._route(name)
+        if routed is None:
+            return None
+        fwd, own = routed
+        client = ServiceClient(fwd.session, socket_file=fwd.local_socket)
+        body = {"name": own, "n": count, "before": anchor}
+        try:
+            answer = await asyncio.to_thread(client.post, "/logs", body, timeout=30.0)
+        except (ServiceError, ServiceUnavailable, OSError) as exc:
+            raise OSError(f"{fwd.link.label}: {exc}") from exc
+        lines = answer.get("lines")
+        if not answer.get("found") or not isinstance(lines, list):
+            return None
+        return [str(line) for line in lines]
 
     @property
     def feeds_gpu(self) -> bool | None:

@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from vtui.core.events import Notice
+from vtui.core.replicas import metrics_base
 from vtui.core.state import State
 from vtui.service.exporter import MetricsEndpoint, render
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
@@ -29,9 +30,9 @@ class ScrapeMixin(ServiceBase):
         launcher = self.supervisor.launcher
         pool = launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool
         for st in self.supervisor.status():
-            if st.spec.engine == "router":  # its /metrics is one replica's (vllm_router_* are elsewhere)
+            url = metrics_base(st.spec)  # a router's: its Prometheus port (vllm_router_*)
+            if url is None:
                 continue
-            url = st.spec.base_url
             current = self._scrapers.get(st.name)
             if current and (st.state not in SCRAPE_STATES or current[0] != url):
                 current[1].stop()

@@ -25,11 +25,13 @@ samples per instance, the recent events, the startup facts and the flag history 
 With `[session] metrics_port` it also serves the session's Prometheus `GET /metrics` on TCP
 (`service.exporter`, bound to `metrics_host`, 127.0.0.1 by default). Attached servers (engine =
 "external") are watched and scraped like the others, never started or stopped (`/stop` lists them under
-"attached"), and keep no supervisor alive on their own.
+"attached"). Once brought up (`/start` names them, as `vtui up` does) they keep the supervisor up, with
+nothing else running and no client, until `/stop` names them (`vtui down`): otherwise nobody would watch
+them. That intent is persisted, so a successor keeps it.
 
 Crash-only: everything it must not forget is on disk before it matters (run records are written ahead
 of each spawn), so `kill -9` loses nothing but the sample history. It exits by itself once no instance
-runs and no client has been connected for `idle_grace` seconds.
+runs, no attached server is up, and no client has been connected for `idle_grace` seconds.
 
 The class is put together from mixins (`service_base`, `broadcast`, `scraping`, `handlers`,
 `transport`); this module has construction, registration, idleness, `serve` and `shutdown`.
@@ -104,6 +106,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self._done = asyncio.Event()
         self._tasks = set()
         self._loop = None
+        self.attached_up = set()  # attached servers brought up and not down since (persisted)
         self._load_state()
         self.notifier = Notifier.from_session(layout.session, log=log)
         self._troubled = set()  # crashed or unhealthy since their last READY (-> recovered)
@@ -121,12 +124,27 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         atomic_write_text(locations.info_path(self.session), json.dumps(info), mode=0o600)
 
     def _busy(self) -> bool:
-        """Something of the session's own runs (an attached server alone keeps no supervisor up)."""
+        """Something of the session's own runs, or an attached server was brought up and not taken down
+        since (whatever its state: an unreachable one is watched for its return)."""
         sup = self.supervisor
-        return bool(sup._pending) or any(
-            (i.state.running or i.state is State.BACKOFF) and not isinstance(i, Attached)
-            for i in sup.instances.values()
+        return (
+            bool(sup._pending)
+            or any(
+                (i.state.running or i.state is State.BACKOFF) and not isinstance(i, Attached)
+                for i in sup.instances.values()
+            )
+            or any(isinstance(sup.instances.get(n), Attached) for n in self.attached_up)
         )
+
+    def _bring_up_attached(self, names: list[str] | None, up: bool = True) -> None:
+        """`/start` (up) or `/stop` (not) of these names (None: every instance): its attached servers
+        keep the supervisor up from now on, or no longer."""
+        asked = self.supervisor.resolve(names) if names is not None else list(self.supervisor.instances)
+        attached = {n for n in asked if isinstance(self.supervisor.instances.get(n), Attached)}
+        changed = attached - self.attached_up if up else attached & self.attached_up
+        if changed:
+            self.attached_up = self.attached_up | changed if up else self.attached_up - changed
+            self._save_state()
 
     async def _idle_watch(self) -> None:
         while True:

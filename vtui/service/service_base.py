@@ -50,6 +50,7 @@ class ServiceBase:
     notifier: Notifier | None
     _troubled: set[str]
     _exporter: MetricsEndpoint | None
+    attached_up: set[str]
 
     if TYPE_CHECKING:  # defined by the mixins and SessionService
 
@@ -74,6 +75,8 @@ class ServiceBase:
         ) -> tuple[int, dict[str, Any]]: ...
 
         def _write_registration(self) -> None: ...
+
+        def _bring_up_attached(self, names: list[str] | None, up: bool = True) -> None: ...
 
         async def shutdown(self, stop_instances: bool = False) -> None: ...
 

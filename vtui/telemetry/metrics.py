@@ -1,6 +1,7 @@
 """vLLM /metrics → one immutable `MetricsSample` per scrape: gauges as read, counters turned into rates,
 histograms into p50/p95/p99 over a sliding window. Reads V1 and V0 names alike (the renames are in
-promtext), sums data-parallel engines, and reports a missing value as None, never 0.
+promtext), sums data-parallel engines, and reports a missing value as None, never 0. A vllm-router's
+Prometheus payload (`vllm_router_*`) gives a sample whose `router` and `routed` say what it routed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ _PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_que
 _PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 _TOKEN_LABELS = ("kv_cache_size_tokens", "num_gpu_tokens", "kv_cache_tokens")
 WINDOWED = ("ttft", "itl")  # the histograms a sample carries for merging (the fleet table's percentiles)
+# vllm-router's counters (one key each in `_Point.counters`, summed over routes and error types)
+_ROUTER_COUNTERS = (
+    ("requests", "vllm_router_requests_total"),
+    ("errors", "vllm_router_request_errors_total"),
+    ("retries", "vllm_router_retries_total"),
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,11 @@ class MetricsSample:
     windowed: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(
         default_factory=lambda: _NO_WINDOWS
     )
+    # a vllm-router's payload only: `requests_total`, `errors_total`, `retries_total` (since it started),
+    # `active_workers`, and `requests_per_s`, `errors_per_s`, `retries_per_s` over the window (once two
+    # scrapes are in it); `routed`: worker URL -> requests per second it was given over the window
+    router: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    routed: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,7 @@ class _Point:
     finished: Mapping[str, float]
     histograms: Mapping[str, Histogram]
     generation_by_engine: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    routed: Mapping[str, float] = field(default_factory=lambda: _EMPTY)  # a router's, per worker URL
 
 
 def _kv_capacity(snap: MetricsSnapshot) -> tuple[int | None, int | None]:
@@ -182,9 +195,39 @@ def _point(snap: MetricsSnapshot, at: float) -> _Point:
                 histograms[role] = hist
                 break
     by_engine = snap.by_label("vllm:generation_tokens_total", "engine")
+    routed: Mapping[str, float] = _EMPTY
+    if snap.has("vllm_router_active_workers"):  # a router: its counters are 0 until they first count
+        for key, name in _ROUTER_COUNTERS:
+            counters[f"router_{key}"] = snap.total(name) or 0.0
+        routed = MappingProxyType(snap.by_label("vllm_router_processed_requests_total", "worker"))
     return _Point(
-        at, counters, finished, histograms, MappingProxyType(by_engine) if len(by_engine) > 1 else _EMPTY
+        at,
+        counters,
+        finished,
+        histograms,
+        MappingProxyType(by_engine) if len(by_engine) > 1 else _EMPTY,
+        routed,
     )
+
+
+def _router(
+    snap: MetricsSnapshot, point: _Point, base: _Point | None
+) -> tuple[Mapping[str, float], Mapping[str, float]]:
+    """A router's figures (`MetricsSample.router`, `.routed`): totals, and rates over the window."""
+    if "router_requests" not in point.counters:
+        return _EMPTY, _EMPTY
+    figures = {f"{key}_total": point.counters[f"router_{key}"] for key, _ in _ROUTER_COUNTERS}
+    active = snap.total("vllm_router_active_workers")
+    if active is not None:
+        figures["active_workers"] = active
+    routed: dict[str, float] = {}
+    dt = point.at - base.at if base is not None else 0.0
+    if base is not None and dt > 0 and "router_requests" in base.counters:
+        for key, _ in _ROUTER_COUNTERS:
+            figures[f"{key}_per_s"] = (point.counters[f"router_{key}"] - base.counters[f"router_{key}"]) / dt
+        for worker, total in point.routed.items():  # a worker first counted since `base` started at 0
+            routed[worker] = (total - base.routed.get(worker, 0.0)) / dt
+    return MappingProxyType(figures), (MappingProxyType(routed) if routed else _EMPTY)
 
 
 def _engine_key(engine: str) -> tuple[int, str]:
@@ -268,7 +311,7 @@ class MetricsWindow:
         last = self._last
         if last is not None and last[0] is snap:
             p = last[1]
-            return _Point(at, p.counters, p.finished, p.histograms, p.generation_by_engine), last[2]
+            return _Point(at, p.counters, p.finished, p.histograms, p.generation_by_engine, p.routed), last[2]
         point = _point(snap, at)
         by_reason = snap.by_label("vllm:num_requests_waiting_by_reason", "reason")
         engines = {labels.get("engine") for labels, _ in snap.labelled("vllm:num_requests_running")}
@@ -310,6 +353,7 @@ class MetricsWindow:
                 windowed[role] = (hist.bounds[:-1], hist.counts)
 
         success, abort, error = _finished_rates(point, prev)
+        router, routed = _router(snap, point, base)
         sample = MetricsSample(
             instance=instance,
             at=at,
@@ -340,6 +384,8 @@ class MetricsWindow:
             engines=engines,
             ranks=_ranks(snap, point, prev),
             windowed=MappingProxyType(windowed) if windowed else _NO_WINDOWS,
+            router=router,
+            routed=routed,
         )
         points.append(point)
         return sample

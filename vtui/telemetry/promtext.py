@@ -1,4 +1,5 @@
-"""A fast reader of Prometheus text for the `vllm:` families vtui needs: one pass of `str` methods over
+"""A fast reader of Prometheus text for the `vllm:` families vtui needs (and vllm-router's own
+`vllm_router_*`, which its Prometheus port serves): one pass of `str` methods over
 the payload, label sets kept as raw text and parsed only when asked (cached, since they repeat every
 scrape). Tens of times faster than prometheus_client on a real payload (benchmarks/bench_parse.py), with
 identical values (tests/telemetry/test_telemetry_promtext.py).
@@ -46,9 +47,21 @@ SCALARS: tuple[str, ...] = (
     "vllm:request_success_total",
     "vllm:cache_config_info",
 )
-WANTED: frozenset[str] = frozenset(
-    SCALARS + tuple(f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum"))
+# vllm-router's own series (0.1.17, its `--prometheus-port`), read for a router instance. Its counters
+# appear with the first request, error or retry they count; before that a payload holds only the gauges.
+ROUTER_SCALARS: tuple[str, ...] = (
+    "vllm_router_requests_total",  # {route}: requests it took
+    "vllm_router_request_errors_total",  # {route, error_type}: answered with an error
+    "vllm_router_retries_total",  # {route}: sent again to another worker
+    "vllm_router_processed_requests_total",  # {worker}: requests each worker was given
+    "vllm_router_active_workers",
 )
+WANTED: frozenset[str] = frozenset(
+    SCALARS
+    + ROUTER_SCALARS
+    + tuple(f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_count", "_sum"))
+)
+PREFIX = "vllm"  # every name in WANTED starts so: `vllm:` (vLLM) and `vllm_router_` (its router)
 
 # Names that only one generation of vLLM exposes: they tell a payload's naming apart.
 V1_ONLY: frozenset[str] = frozenset(
@@ -268,11 +281,11 @@ _BAD: _Row = ("", "", math.nan)  # a line that names a wanted sample but cannot 
 
 
 def _read_line(line: str, wanted: frozenset[str]) -> _Row | None:
-    """One payload line: its row when it is a wanted `vllm:` sample, `_BAD` when it is one but cannot
-    be read, None for any other line."""
-    if not line.startswith("vllm:"):
+    """One payload line: its row when it is a wanted sample, `_BAD` when it is one but cannot be read,
+    None for any other line."""
+    if not line.startswith(PREFIX):
         line = line.lstrip(_PASTE_MARKS)  # a pasted payload: indented, quoted, a diff's "+"
-        if not line.startswith("vllm:"):
+        if not line.startswith(PREFIX):
             return None
     brace = line.find("{")
     if brace < 0:
@@ -318,11 +331,11 @@ def _snapshot(rows: Iterable[_Row]) -> MetricsSnapshot:
 
 
 def parse_metrics(text: str, wanted: frozenset[str] | Iterable[str] = WANTED) -> MetricsSnapshot:
-    """Parse a /metrics payload, keeping only the `vllm:` samples in `wanted`."""
+    """Parse a /metrics payload, keeping only the samples in `wanted` (names starting with PREFIX)."""
     wanted = wanted if isinstance(wanted, frozenset) else frozenset(wanted)
     rows: list[_Row] = []
     for line in text.split("\n"):
-        if not line.startswith("vllm:") and ("vllm:" not in line or line.startswith("#")):  # HELP, TYPE
+        if not line.startswith(PREFIX) and (PREFIX not in line or line.startswith("#")):  # HELP, TYPE
             continue
         row = _read_line(line, wanted)
         if row is not None:

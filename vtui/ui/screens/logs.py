@@ -14,10 +14,9 @@ repaints again: the view froze at the 5000th line. `LogView` repaints on every c
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rich.cells import cell_len
@@ -33,7 +32,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Footer, Input
 
-from vtui.core.logfile import log_files
+from vtui.core.api import LogScrollback
+from vtui.core.logfile import read_older
 from vtui.ui.keymap import LOG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import LOG_LINES, Store, is_marker, skipped_marker
@@ -67,53 +67,6 @@ def level_style(line: str) -> str:
     if WARNING.search(line):
         return "yellow"
     return ""
-
-
-def _lines_backward(path: Path) -> Iterator[str]:
-    """The log's lines from the newest back, across its rotated files (blocking: call in a thread)."""
-    for file in reversed(log_files(path)):
-        try:
-            fh = open(file, "rb")
-        except OSError:
-            continue
-        with fh:
-            pos = fh.seek(0, os.SEEK_END)
-            carry = b""
-            last = True  # the piece after the file's final newline (empty, or a line being written)
-            while pos > 0:
-                step = min(1 << 16, pos)
-                pos -= step
-                fh.seek(pos)
-                block = fh.read(step) + carry
-                parts = block.split(b"\n")
-                carry = parts[0]
-                for raw in reversed(parts[1:]):
-                    if not last:
-                        yield raw.decode("utf-8", "replace").rstrip("\r")
-                    last = False
-            if carry and not last:
-                yield carry.decode("utf-8", "replace").rstrip("\r")
-
-
-def read_older(path: Path, anchor: list[str], count: int, search: int = 2_000_000) -> list[str] | None:
-    """The `count` lines of the log file just before the place where `anchor` (consecutive lines) is,
-    oldest first; None when the anchor is not within the last `search` lines (blocking)."""
-    want = list(reversed(anchor))
-    window: deque[str] = deque(maxlen=len(want))
-    it = _lines_backward(path)
-    for i, line in enumerate(it):
-        window.append(line)
-        if list(window) == want:
-            older = []
-            for line in it:
-                older.append(line)
-                if len(older) >= count:
-                    break
-            older.reverse()
-            return older
-        if i > search:
-            return None
-    return None
 
 
 def _anchor_of(lines: list[str]) -> list[str]:
@@ -385,19 +338,29 @@ class LogScreen(StoreScreen):
         if self._loading or self._file_exhausted or not self._anchor:
             return
         store_view = self.app.store.views.get(self.instance)
-        path = store_view.status.log_path if store_view and store_view.status else None
-        if path is None:
+        status = store_view.status if store_view else None
+        path = status.log_path if status else None
+        remote = status is not None and bool(status.host) and isinstance(self.app.supervisor, LogScrollback)
+        if path is None and not remote:
             return
         self._loading = True
         self._update_status()
-        self._read_older(Path(path), list(self._anchor))
+        self._read_older(Path(path) if path is not None else None, list(self._anchor))
 
     @work(exclusive=True, group="log-scrollback", exit_on_error=False)
-    async def _read_older(self, path: Path, anchor: list[str]) -> None:
+    async def _read_older(self, path: Path | None, anchor: list[str]) -> None:
+        """From the log file, or (another host's instance) from its host's supervisor."""
+        supervisor = self.app.supervisor
         try:
-            older = await asyncio.to_thread(read_older, path, anchor, SCROLLBACK_CHUNK)
+            if path is not None:
+                older = await asyncio.to_thread(read_older, path, anchor, SCROLLBACK_CHUNK)
+            elif isinstance(supervisor, LogScrollback):
+                older = await supervisor.older_lines(self.instance, anchor, SCROLLBACK_CHUNK)
+            else:
+                older = None
         except OSError as exc:
-            self.notify(f"could not read {path}: {exc}", severity="warning")
+            where = path if path is not None else f"{self.instance}'s log on its host"
+            self.notify(f"could not read {where}: {exc}", severity="warning")
             older = None
         self._loading = False
         if self.follow or not self.is_mounted:

@@ -317,3 +317,33 @@ def group_row(router: RowData, group: str, store: Store, rows: dict[str, RowData
     if router.state in (State.READY, State.UNHEALTHY):
         odd = imbalance(ready)
         router.phase, router.phase_style = (odd.short, "warn") if odd else (total.state_label, "")
+        own = store.views[router.name].sample if router.name in store.views else None
+        errors = own.router.get("errors_per_s") if own is not None else None
+        if errors:  # it answered errors within its window (vllm_router_request_errors_total)
+            router.phase, router.phase_style = f"err {fmt.rate(errors)}/s", "bad"
+
+
+def router_line(view: InstanceView, store: Store) -> str | None:
+    """A router's own figures (vllm-router's `vllm_router_*`, rates over the sample's window): requests
+    through it, each replica's share of what it handed out, errors and retries, and the totals since
+    it started; None for any other instance or before its first scrape."""
+    s, spec = view.sample, view.spec
+    if s is None or not s.router or spec is None:
+        return None
+    host = view.status.host if view.status else None
+    names = {
+        v.spec.base_url: v.name
+        for v in store.views.values()
+        if v.spec is not None and v.spec.group == spec.group and (v.status.host if v.status else None) == host
+    }
+    figures = s.router
+    parts = [f"routed {fmt.rate(figures.get('requests_per_s'))} req/s"]
+    handed = sum(s.routed.values())
+    for url in sorted(s.routed, key=lambda u: names.get(u, u)):
+        share = f" ({s.routed[url] / handed:.0%})" if handed > 0 else ""
+        parts.append(f"{names.get(url, url)} {fmt.rate(s.routed[url])}{share}")
+    parts.append(f"errors {fmt.rate(figures.get('errors_per_s'))}/s")
+    parts.append(f"retries {fmt.rate(figures.get('retries_per_s'))}/s")
+    totals = (figures.get(f"{k}_total") for k in ("requests", "errors", "retries"))
+    parts.append("since start {} req, {} err, {} retries".format(*(fmt.num(t) for t in totals)))
+    return ", ".join(parts)

@@ -15,7 +15,7 @@ from vtui.core.state import State
 from vtui.telemetry.metrics import MetricsSample
 from vtui.ui import fmt
 from vtui.ui.store import InstanceView, Store
-from vtui.ui.widgets.fleet_rows import max_seqs
+from vtui.ui.widgets.fleet_rows import max_seqs, router_line
 from vtui.ui.widgets.palette import Palette, palette_of, spark_rows
 
 Series = tuple[str, Callable[[MetricsSample], float | None], Callable[[float | None], str]]
@@ -59,6 +59,10 @@ def head_lines(view: InstanceView, store: Store, now: float, width: int, pal: Pa
         )
     head.truncate(width)
     lines = [head]
+    routed = router_line(view, store)  # a router: what it routed, its errors and retries
+    if routed is not None:
+        lines.append(Text(routed, style=pal.muted))
+        lines[-1].truncate(width)
     if view.state in (State.FAILED, State.CRASHED, State.BACKOFF) and st is not None and st.last_error:
         err = Text(st.last_error, style=pal.bad)
         err.truncate(width)
@@ -80,7 +84,8 @@ def pane_text(view: InstanceView, store: Store, now: float, width: int, height: 
     lines = head_lines(view, store, now, width, pal)
     room = height - len(lines)
     history = view.history
-    if room >= 2 and history and view.state in (State.READY, State.UNHEALTHY):
+    router = view.spec is not None and view.spec.engine == "router"  # its samples hold none of these
+    if room >= 2 and history and view.state in (State.READY, State.UNHEALTHY) and not router:
         plot_w = max(8, width - LABEL_W - 1)
         recent = [history[i] for i in range(max(0, len(history) - plot_w), len(history))]
         shown = [s for s in SERIES if s[0] not in ("waiting", "prompt tok/s")] if room < 12 else list(SERIES)
