@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,6 +34,7 @@ SIZES = ((120, 40), (80, 24))
 SVG_LIMIT = 100_000  # bytes: above it only the 120x40 SVG is kept (the text is kept at both sizes)
 NOW = 1_700_000_000.0
 GIB = 2**30
+HISTORY_S = 300  # seconds of samples before the pictures: the detail plots' 5 min window
 
 LOG_LINES = [
     "INFO 12-01 13:00:00 [api_server.py:1200] vLLM API server version 0.11.0",
@@ -52,8 +54,12 @@ LOG_LINES = [
     ],
     "ERROR 12-01 13:00:14 [serving.py:99] request 42 failed: context length exceeded",
     *[
-        f"INFO 12-01 13:00:{15 + i:02d} [loggers.py:123] Engine 000: Avg prompt throughput: {1200 + i}.0"
+        line
         for i in range(20)
+        for line in (
+            f"INFO 12-01 13:00:{15 + i:02d} [loggers.py:123] Engine 000: Avg prompt throughput: {1200 + i}.0",
+            f'INFO:     127.0.0.1:{40130 + i} - "GET /health HTTP/1.1" 200 OK',
+        )
     ],
 ]
 
@@ -61,7 +67,7 @@ LOG_LINES = [
 SCREENS: dict[str, tuple[str, str, str]] = {
     "dashboard": (
         "Dashboard, ready under load",
-        "start vtui; 40 s of samples",
+        "start vtui; 5 min of samples",
         "Cards with one line of numbers each became an aligned fleet table (KV bar, run/wait against "
         "max-num-seqs, tok/s, TTFT/ITL, trend) with an ALL row, a selected-instance pane with labelled "
         "sparklines, and an nvitop-style GPU panel with a per-process table.",
@@ -299,31 +305,30 @@ async def settle(pilot: Any, n: int = 4) -> None:
 
 
 async def load(pilot: Any, sc: Scenario) -> None:
-    """The fleet ready under load: 40 s of samples for three instances, coder still loading weights."""
+    """The fleet ready under load: 5 min of samples (one a second) for three instances, coder still
+    loading weights. Smooth, fixed curves (no randomness): both sides get the very same samples."""
     from vtui.core.state import Phase, State
     from vtui.telemetry.metrics import Percentiles
     from vtui.ui.messages import MetricsArrived
 
     await settle(pilot)
     sc.fake.set_state("coder", State.STARTING, Phase.LOADING_WEIGHTS)
-    for i in range(40):
-        for name, scale, lat, hit in (
-            ("qwen", 1.0, 1.0, 0.45),
-            ("llama", 0.4, 0.6, 0.71),
-            ("embed", 0.1, 0.1, 0.0),
-        ):
+    fleet = (("qwen", 1.0, 1.0, 0.45), ("llama", 0.4, 0.6, 0.71), ("embed", 0.1, 0.1, 0.0))
+    for i in range(HISTORY_S):
+        wave, slow = math.sin(i / 17), math.sin(i / 41)
+        for name, scale, lat, hit in fleet:
             pilot.app.on_metrics_arrived(
                 MetricsArrived(
                     sc.metrics(
                         name,
-                        at=NOW - 40 + i,
-                        ttft=Percentiles(0.12 * lat, 0.45 * lat, 0.9 * lat),
+                        at=NOW - HISTORY_S + i,
+                        ttft=Percentiles(0.12 * lat, (0.45 + 0.1 * slow) * lat, 0.9 * lat),
                         itl=Percentiles(0.02 * lat, 0.04 * lat, 0.05 * lat),
                         prefix_hit_rate=hit,
-                        generation_tps=scale * (300 + 10 * (i % 13)),
-                        prompt_tps=scale * (1200 + 25 * (i % 7)),
-                        kv_usage=scale * (0.3 + 0.015 * i),
-                        running=float(int(scale * (10 + i % 5))),
+                        generation_tps=scale * (300 + 60 * wave),
+                        prompt_tps=scale * (1200 + 200 * slow),
+                        kv_usage=scale * (0.3 + 0.55 * i / HISTORY_S),
+                        running=float(round(scale * (12 + 3 * wave))),
                         waiting=float(i % 4) if scale > 0.2 else 0.0,
                     )
                 )
@@ -477,7 +482,8 @@ assert set(DRIVERS) == set(SCREENS)
 
 
 def screen_lines(app: Any) -> str:
-    """The screen as text (vtui.ui.textdump.screen_text where it exists; the same strips otherwise)."""
+    """The screen as text: the strips vtui.ui.textdump.screen_text reads (it is not in the before code).
+    A modal shows alone: vtui.tcss gives every Screen, modals too, a solid background."""
     strips = app.screen._compositor.render_strips()
     return "\n".join(strip.text.rstrip() for strip in strips).rstrip("\n") + "\n"
 
