@@ -67,68 +67,95 @@ LOG_LINES = [
 SCREENS: dict[str, tuple[str, str, str]] = {
     "dashboard": (
         "Dashboard, ready under load",
-        "start vtui; 5 min of samples",
-        "Cards with one line of numbers each became an aligned fleet table (KV bar, run/wait against "
-        "max-num-seqs, tok/s, TTFT/ITL, trend) with an ALL row, a selected-instance pane with labelled "
-        "sparklines, and an nvitop-style GPU panel with a per-process table.",
+        "start vtui; 5 min of samples for qwen, llama and embed, coder loading weights",
+        "Cards with one unaligned line of numbers each (and 20 empty rows at 120x40) became an aligned "
+        "fleet table (state and STARTING phase, GPUs, KV bar and tokens, run against max-num-seqs or "
+        "vLLM's default, tok/s, TTFT p95, hit rate, a trend column) with an ALL row; the selected "
+        "instance's labelled sparklines with their scale; the GPU panel's letter bars (`qqqq…`) became "
+        "solid memory/utilization bars and a per-process table (PID, instance or other, GiB, command).",
     ),
     "detail": (
         "Detail",
         "enter on qwen",
-        "Unlabelled sparklines became history plots with axes and titles (5 min / 1 h, `w`); facts in "
-        "consistent units; the full instance name in the header.",
+        "Unlabelled two-row sparklines of the last 40 samples became plots with axes, units and titles "
+        "over a 5 min / 1 h window (`w`); the header no longer pads the name and says max-num-seqs.",
     ),
     "detail-crashed": (
         "Detail of a crashed instance (diagnosis)",
-        "qwen crashes (max-model-len too big); enter",
-        "Same diagnosis and fixes; the layout around it is the new detail screen's.",
+        "qwen crashes (max-model-len too big), then enter",
+        "The same diagnosis and fixes; the history below is the new plots.",
     ),
     "flags": (
-        "Flag editor with the planner panel",
+        "Flag editor, with the planner panel",
         "f on qwen",
-        "`↑`/`↓` move between fields and the footer says so; the planner panel (KV tokens, concurrency, "
-        "fit) is the same planner.",
+        "`↑`/`↓` move between fields and the footer says so; a line names the flag schema in use. The "
+        "planner has no screen of its own in either version: it is this panel (KV tokens, concurrency, "
+        "fit) and the presets.",
     ),
     "diff": (
         "Flag diff before restart",
         "f, max-num-seqs = 64, ctrl+r",
         "The dialog says that esc closes it.",
     ),
-    "presets": ("Presets (A/B)", "p on qwen", "Unchanged apart from the frame behind it."),
+    "presets": (
+        "Presets (A/B, from the planner)",
+        "p on qwen",
+        "The presets also set --performance-mode (throughput / interactivity).",
+    ),
     "logs": (
         "Log view",
-        "l on qwen (log lines with vtui's own probes among them)",
-        "vtui's own GET /metrics and /health lines are hidden by default (`P` shows them); the view "
-        "follows forever with a bounded ring.",
+        "l on qwen (the log's last lines alternate with vtui's GET /health probes)",
+        "vtui's own /metrics and /health access lines are hidden by default, with a status line that "
+        "counts them (`P` shows them); the view follows forever with a bounded ring.",
     ),
-    "help": ("Help", "?", "New keys (filter, command line, sort, themes, tune, sleep); says esc closes it."),
+    "help": (
+        "Help",
+        "?",
+        "New keys (command line, filter, sort, theme, sleep, tune, log probes, field moves); the title "
+        "says esc closes it.",
+    ),
     "bench": (
         "Bench",
         "B on qwen",
-        "Concurrency and request count are consistent (a step never shows more in flight than it sends).",
+        "Requests per step is said to be at least the concurrency; the table's header fits "
+        "(`req/sout tok/s` before).",
     ),
     "confirm-stop": (
         "Stop confirmation",
         "x on qwen",
-        "Before: `x` stopped the instance at once (the before picture is the dashboard right after `x`); "
-        "after: it asks first (a setting turns that off).",
+        "Before: `x` stopped qwen at once, no question (the before picture is the dashboard right after "
+        "`x`); after: a confirmation (settings.toml's `confirm = false` turns it off).",
     ),
     "confirm-restart": (
         "Restart confirmation",
         "r on qwen",
-        "Before: `r` restarted at once (picture: the dashboard right after `r`); after: it asks first.",
+        "Before: `r` restarted at once (picture: the dashboard right after `r`); after: a confirmation.",
     ),
     "quit": ("Quit dialog", "q", "Says esc closes it."),
     "quit-unsaved": (
         "Quit with unsaved layout changes",
-        "edit the layout, then q",
-        "Before: the plain quit dialog, no warning (stop lost the edits); after: a warning and "
-        "`w` to save first.",
+        "the running layout differs from the saved one, then q",
+        "Before: the plain quit dialog, no warning (and `s` lost the edits); after: a warning and `w` "
+        "to save first.",
     ),
     "save-as": ("Save layout as", "S", "Says esc closes it."),
-    "filter": ("Dashboard `/` filter", "/ then `ll`", "New: not in the before code."),
-    "command-line": ("`:` command line", ": then `restart l`", "New: not in the before code."),
-    "tune": ("Tune (a tune in progress)", "T on qwen", "New: not in the before code."),
+    "filter": ("Dashboard `/` filter", "/ then `ll`", "New: the before code has no filter."),
+    "command-line": (
+        "`:` command line",
+        ": then `restart l` (the completion shows)",
+        "New: the before code has no command line.",
+    ),
+    "tune": (
+        "Tune (a tune in progress)",
+        "T on qwen (a recorded progress file)",
+        "New: the before code has no tune screen.",
+    ),
+    "theme-light": ("Dashboard, light theme", "ctrl+t", "New: the before code has one (dark) theme."),
+    "theme-high-contrast": (
+        "Dashboard, high-contrast theme",
+        "ctrl+t twice",
+        "New: the before code has one (dark) theme.",
+    ),
 }
 
 
@@ -459,6 +486,23 @@ async def s_tune(pilot: Any, sc: Scenario) -> None:
     await settle(pilot, 6)
 
 
+async def s_theme(pilot: Any, sc: Scenario, presses: int) -> None:
+    need("app.theme", "themes")
+    await load(pilot, sc)
+    for _ in range(presses):
+        await press(pilot, "ctrl+t")
+    pilot.app.clear_notifications()  # the "theme: …" toast
+    await settle(pilot)
+
+
+async def s_theme_light(pilot: Any, sc: Scenario) -> None:
+    await s_theme(pilot, sc, 1)
+
+
+async def s_theme_high_contrast(pilot: Any, sc: Scenario) -> None:
+    await s_theme(pilot, sc, 2)
+
+
 DRIVERS: dict[str, Callable[[Any, Scenario], Awaitable[None]]] = {
     "dashboard": s_dashboard,
     "detail": s_detail,
@@ -477,6 +521,8 @@ DRIVERS: dict[str, Callable[[Any, Scenario], Awaitable[None]]] = {
     "filter": s_filter,
     "command-line": s_command_line,
     "tune": s_tune,
+    "theme-light": s_theme_light,
+    "theme-high-contrast": s_theme_high_contrast,
 }
 assert set(DRIVERS) == set(SCREENS)
 
@@ -520,10 +566,14 @@ def child(side: str, out: Path, only: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     index_path = out / "index.json"
     index: dict[str, Any] = json.loads(index_path.read_text()) if only and index_path.exists() else {}
-    head = subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    index["_commit"] = head
+
+    def git(*argv: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(checkout), *argv], capture_output=True, text=True
+        ).stdout.strip()
+
+    index["_commit"] = git("rev-parse", "--short", "HEAD")
+    index["_vtui_commit"] = git("log", "-1", "--format=%h", "HEAD", "--", "vtui")  # the code drawn
     for name in only or list(DRIVERS):
         entry: dict[str, Any] = {}
         for size in SIZES:
@@ -564,39 +614,60 @@ def _text_block(path: Path) -> str:
     return "```text\n" + path.read_text(encoding="utf-8").rstrip("\n") + "\n```\n"
 
 
+def _cell(side: str, name: str, entry: dict[str, Any], w: int, h: int) -> str:
+    if not entry.get("reached"):
+        return "not in this version" if entry else "not captured"
+    links = []
+    for ext in ("svg", "txt"):
+        stem = f"{name}-{w}x{h}.{ext}"
+        if stem in entry["files"]:
+            links.append(f"[{ext}]({side}/{stem})")
+        elif ext == "svg":
+            links.append(f"svg left out ({entry['svg_bytes'][f'{w}x{h}'] // 1000} KB > 100 KB)")
+    return " · ".join(links)
+
+
 def write_readme(out: Path) -> None:
     index = {side: json.loads((out / side / "index.json").read_text()) for side in ("before", "after")}
+    reached = {side: {n for n in SCREENS if index[side].get(n, {}).get("reached")} for side in index}
+    only_after = [n for n in SCREENS if n in reached["after"] and n not in reached["before"]]
     lines = [
         "# vtui screens, before and after dashboard v2 (issue 15)",
         "",
-        f'Before: commit {index["before"]["_commit"]} (the parent of the first "Dashboard v2: fleet table" '
-        f"commit). After: {index['after']['_commit']}. Made by `benchmarks/screens_before_after.py`: the "
-        "real app of each checkout (fake supervisor, four instances, fixed clock and samples) driven "
-        "by Textual's Pilot with the keys a user presses, captured at 120x40 and 80x24 as SVG and text.",
+        f"Before: commit {index['before']['_commit']} (the parent of c9ed4b4, the first "
+        f'"Dashboard v2: fleet table" commit). After: {index["after"]["_commit"]} (its vtui/ is '
+        f"{index['after']['_vtui_commit']}'s, main's at the time). Made by "
+        "`python benchmarks/screens_before_after.py` (before: `git worktree add /tmp/screens-before "
+        "2cf1f06`): each checkout's own app (its `make_app` on the fake supervisor; four instances, "
+        "a fixed clock, the same fixed metrics and GPU samples, 5 min of history) driven by Textual's "
+        "Pilot with the keys a user presses, captured as SVG and plain text at 120x40 and 80x24. An "
+        "80x24 SVG over 100 KB is left out (its text is kept). Modal dialogs show alone: vtui's "
+        "stylesheet gives every screen, modals too, a solid background.",
         "",
+        f"Before and after: {', '.join(f'`{n}`' for n in SCREENS if n in reached['before'])}.",
+        f"After only (not in the before code): {', '.join(f'`{n}`' for n in only_after)}.",
+        "The planner has no screen of its own in either version: its panel is in the flag editor "
+        "(`flags`), and the presets come from it.",
+        "",
+        "| screen | before | after |",
+        "|---|---|---|",
     ]
+    for name, (title, _, _) in SCREENS.items():
+        marks = ["yes" if name in reached[side] else "—" for side in ("before", "after")]
+        lines.append(f"| [{title}](#{name}) | {marks[0]} | {marks[1]} |")
+    lines.append("")
     for name, (title, how, changed) in SCREENS.items():
         lines += [
+            f'<a id="{name}"></a>',
             f"## {title} (`{name}`)",
             "",
             f"How: {how}. {changed}",
             "",
-            "| | before | after |",
+            "| size | before | after |",
             "|---|---|---|",
         ]
         for w, h in SIZES:
-            cells = []
-            for side in ("before", "after"):
-                entry = index[side].get(name, {})
-                if not entry.get("reached"):
-                    cells.append("not in this version" if entry else "not captured")
-                    continue
-                links = [
-                    f"[{ext}]({side}/{name}-{w}x{h}.{ext})"
-                    for ext in ("svg", "txt")
-                    if f"{name}-{w}x{h}.{ext}" in entry["files"]
-                ]
-                cells.append(" · ".join(links))
+            cells = [_cell(side, name, index[side].get(name, {}), w, h) for side in ("before", "after")]
             lines.append(f"| {w}x{h} | {cells[0]} | {cells[1]} |")
         why = [
             f"{side}: {index[side][name]['why']}"
@@ -620,12 +691,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "screens")
     ap.add_argument("--only", nargs="+", default=[], choices=sorted(DRIVERS), help="these screens only")
     ap.add_argument("--side", choices=("before", "after"), help="one side only (then the README)")
+    ap.add_argument("--readme", action="store_true", help="only write README.md from the index files")
     ap.add_argument("--child", choices=("before", "after"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args.child, args.out, args.only)
     for side, checkout in (("before", args.before), ("after", args.after)):
-        if args.side in (None, side):
+        if args.side in (None, side) and not args.readme:
             if not (checkout / "vtui" / "ui" / "app.py").exists():
                 print(f"{checkout}: not a vtui checkout (for before: git worktree add {checkout} 2cf1f06)")
                 return 2
