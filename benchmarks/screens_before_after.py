@@ -492,6 +492,7 @@ async def s_theme(pilot: Any, sc: Scenario, presses: int) -> None:
     for _ in range(presses):
         await press(pilot, "ctrl+t")
     pilot.app.clear_notifications()  # the "theme: …" toast
+    await pilot.pause(0.5)  # styles recomputed for the new theme everywhere (once, a hint line lagged)
     await settle(pilot)
 
 
