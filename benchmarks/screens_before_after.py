@@ -77,8 +77,9 @@ SCREENS: dict[str, tuple[str, str, str]] = {
     "detail": (
         "Detail",
         "enter on qwen",
-        "Unlabelled two-row sparklines of the last 40 samples became plots with axes, units and titles "
-        "over a 5 min / 1 h window (`w`); the header no longer pads the name and says max-num-seqs.",
+        "The one-line numbers and four unlabelled two-row sparklines (no axes, no scale) became plots "
+        "with axes, units and titles over a 5 min / 1 h window (`w`); the header no longer pads the "
+        "name and says max-num-seqs.",
     ),
     "detail-crashed": (
         "Detail of a crashed instance (diagnosis)",
@@ -157,6 +158,15 @@ SCREENS: dict[str, tuple[str, str, str]] = {
         "New: the before code has one (dark) theme.",
     ),
 }
+
+
+# Seen in the after pictures, for whoever works on the screens next (facts about this scenario's frames).
+OBSERVATIONS = (
+    "The fleet table's trend column (`G tok/s~`) is one-row `palette.spark`, scaled from 0 to its own "
+    "maximum: a steady rate (here 240-243 tok/s over its last 8 points) draws a solid bar on every row at "
+    "120x40, so the column shows little of a trend.",
+    "At 80x24 the GPU panel's process table shows 3 of the 6 processes, with nothing saying that more exist.",
+)
 
 
 # -- the child: one checkout's app -----------------------------------------------------------------------
@@ -676,6 +686,7 @@ def write_readme(out: Path) -> None:
             if not index[side].get(name, {}).get("reached", True)
         ]
         lines += ([""] + [f"_{w}_" for w in why] if why else []) + [""]
+    lines += ["## Seen in the after pictures", "", *[f"- {o}" for o in OBSERVATIONS], ""]
     lines += ["## The dashboard and the detail screen at 80x24, as text", ""]
     for name in ("dashboard", "detail"):
         for side in ("before", "after"):
