@@ -255,9 +255,12 @@ class Scenario:
             (3, 40003, 42, "embed", None),
             (3, 40004, 70, "coder", None),
         ]
-        n = len(dataclasses.fields(GpuProcess))
+        # the before code's GpuProcess has no `command` (an "other" process showed no command line)
+        has_command = "command" in {f.name for f in dataclasses.fields(GpuProcess)}
         procs = tuple(
-            GpuProcess(*(gpu, pid, int(gib * GIB), owner, command)[:n])
+            GpuProcess(gpu, pid, int(gib * GIB), owner, command)
+            if has_command
+            else GpuProcess(gpu, pid, int(gib * GIB), owner)
             for gpu, pid, gib, owner, command in rows
         )
         return GpuSample(True, None, gpus, procs, NOW)
