@@ -1,7 +1,7 @@
 """`RemoteSupervisor`: the `SupervisorApi` of a session whose owner is its session supervisor process,
 for the dashboard. Snapshots come from the supervisor's feed (a status snapshot is sent before each
 lifecycle event, so `status()` is current when a subscriber hears of the event); requests are HTTP on
-the session's socket (httpx over the Unix socket, on the caller's event loop). When the supervisor goes
+the session's socket (h11 on the Unix socket, one connection each, on the caller's event loop). When the supervisor goes
 away (kill -9), the feed is re-opened on a new one, started on demand: it re-adopts the instances and
 the first message of its feed replaces every snapshot.
 """
@@ -16,9 +16,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import h11
-import httpx
 
 from vtui.core.events import Event, LogLines
 from vtui.core.model import InstanceSpec, Layout
@@ -81,7 +81,6 @@ class RemoteSupervisor:
         self.facts: dict[str, Any] = {}
         self.supervisor_pid: int | None = None
         self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
-        self._client: httpx.AsyncClient | None = None
         self._feed_task: asyncio.Task | None = None
         self._attached: asyncio.Event | None = None
         self._layout_sent: asyncio.Future[dict[str, Any]] | None = None  # POST /layout, under way or done
@@ -184,19 +183,16 @@ class RemoteSupervisor:
         await self._done.wait()
 
     async def close(self, stop_instances: bool = False) -> None:
-        if stop_instances and self._client is not None:
-            with contextlib.suppress(RemoteError, httpx.HTTPError):
+        if stop_instances and self._attached is not None:
+            with contextlib.suppress(RemoteError):
                 await self.stop()
-                response = await self._client.get("/status")  # the last word, not a feed line unread
-                self._apply_statuses(response.json().get("instances") or [])
+                _, answer = await self._http("GET", "/status")  # the last word, not a feed line unread
+                self._apply_statuses(answer.get("instances") or [])
         self._closed = True
         if self._feed_task is not None:
             self._feed_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._feed_task
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
         if self._done is not None:
             self._done.set()
 
@@ -206,7 +202,6 @@ class RemoteSupervisor:
         if self._attached is None:
             self._attached = asyncio.Event()
             self._done = asyncio.Event()
-            self._open_client()
             self._feed_task = asyncio.ensure_future(self._follow())
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -225,7 +220,6 @@ class RemoteSupervisor:
         data: no liveness request first); one is started when none answers (`start_on_demand`). A
         supervisor this client did not start is handed our layout file alongside the feed, not before
         it (a new layout's snapshot follows on the feed); requests wait for that."""
-        self._open_client()
         if not self.start_on_demand:
             return await asyncio.open_unix_connection(str(self.socket_file))
         started = False
@@ -243,12 +237,6 @@ class RemoteSupervisor:
             self._layout_sent.add_done_callback(_said)
         return connection
 
-    def _open_client(self) -> None:
-        if self._client is None:
-            # plain HTTP on a Unix socket: no TLS, so no certificate store to load (~0.2 s at start)
-            transport = httpx.AsyncHTTPTransport(uds=str(self.socket_file), verify=False)
-            self._client = httpx.AsyncClient(transport=transport, base_url="http://vtui", timeout=None)
-
     def _connection(self, connected: bool, why: str | None = None) -> None:
         changed = connected != self.connected
         self.connected = connected
@@ -259,21 +247,57 @@ class RemoteSupervisor:
                 print(f"vtui: connection subscriber failed: {exc!r}", file=sys.stderr)
 
     async def _request(self, path: str, body: dict[str, Any], *, after_layout: bool = True) -> dict[str, Any]:
-        if self._client is None:
+        if self._attached is None:
             await self._attach()
-        assert self._client is not None
         if after_layout and self._layout_sent is not None and not self._layout_sent.done():
             await asyncio.wait({self._layout_sent})  # what we ask is asked of our layout
-        try:
-            response = await self._client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise RemoteError(f"session supervisor of {self.session}: {exc}") from exc
-        answer = response.json() if response.content else {}
-        if response.status_code == 409 and answer.get("error") == "preflight":
+        status, answer = await self._http("POST", path, body)
+        if status == 409 and answer.get("error") == "preflight":
             raise PreflightError(answer.get("problems") or [])
-        if response.status_code >= 400:
-            raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or str(response)]))
+        if status >= 400:
+            raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or f"HTTP {status}"]))
         return answer
+
+    async def _http(
+        self, method: str, target: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """One request on its own connection (h11, as the feed: httpx would cost the first frame its
+        import). Raises RemoteError when the supervisor cannot be reached or answers no JSON object."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(self.socket_file))
+        except OSError as exc:
+            raise RemoteError(f"session supervisor of {self.session}: {exc}") from exc
+        conn = h11.Connection(h11.CLIENT)
+        status, chunks = 0, []
+        try:
+            payload = json.dumps(body).encode() if body is not None else b""
+            headers = [("host", "vtui"), ("connection", "close")]
+            if body is not None:
+                headers += [("content-type", "application/json"), ("content-length", str(len(payload)))]
+            writer.write(conn.send(h11.Request(method=method, target=target, headers=headers)) or b"")
+            if payload:
+                writer.write(conn.send(h11.Data(data=payload)) or b"")
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(1 << 16))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    break
+        except (OSError, h11.ProtocolError) as exc:
+            raise RemoteError(f"session supervisor of {self.session}: {exc!r}") from exc
+        finally:
+            writer.close()
+        try:
+            answer = json.loads(b"".join(chunks) or b"{}")
+        except ValueError as exc:
+            raise RemoteError(f"session supervisor of {self.session}: HTTP {status}, not JSON") from exc
+        return status, answer if isinstance(answer, dict) else {}
 
     async def _follow(self, connection: _Connection | None = None) -> None:
         """The feed, re-opened on a new supervisor when this one goes away. `connection`: the first one,
@@ -328,7 +352,7 @@ class RemoteSupervisor:
     async def _feed_lines(self, connection: _Connection) -> AsyncIterator[bytes]:
         """The feed's NDJSON lines, read with h11 straight off the socket: this stream carries every
         sample and log line of every instance, and httpx's streaming layers cost the dashboard more
-        than the parsing does (`benchmarks/bench_hosts.py`). Requests stay on httpx."""
+        than the parsing does (`benchmarks/bench_hosts.py`)."""
         reader, writer = connection
         conn = h11.Connection(h11.CLIENT)
         try:
@@ -360,8 +384,6 @@ class RemoteSupervisor:
         """The log tail of each instance (of `names`, else all but `skip`) this client has no lines of yet
         (a dashboard opened on running instances; fetched side by side), handed to the subscribers as
         `LogLines`. Returns the names asked for."""
-        assert self._client is not None
-        client = self._client
         wanted = [
             st
             for st in self.status()
@@ -373,10 +395,12 @@ class RemoteSupervisor:
 
         async def tail(name: str) -> tuple[str, ...]:
             try:
-                response = await client.get("/logs", params={"name": name, "n": RECENT_LINES})
-                return tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
-            except (httpx.HTTPError, ValueError):
+                status, answer = await self._http(
+                    "GET", "/logs?" + urlencode({"name": name, "n": RECENT_LINES})
+                )
+            except RemoteError:
                 return ()
+            return tuple(answer.get("lines") or ()) if status == 200 else ()
 
         for st, lines in zip(wanted, await asyncio.gather(*(tail(st.name) for st in wanted)), strict=True):
             if lines:
@@ -389,16 +413,15 @@ class RemoteSupervisor:
         """The supervisor's recent metrics samples of each running instance this client has none of, so
         plots do not start empty: one ("samples", tuple) per instance, after the first snapshot (fetched
         side by side; the feed waits, so they come before its next live sample)."""
-        assert self._client is not None
-        client = self._client
         wanted = [st.name for st in self.status() if st.state.running and st.name not in self._sampled]
 
         async def history(name: str) -> list[dict[str, Any]]:
+            target = "/history?" + urlencode({"name": name, "n": HISTORY_BACKFILL})
             try:
-                response = await client.get("/history", params={"name": name, "n": HISTORY_BACKFILL})
-                return (response.json().get("samples") or []) if response.status_code == 200 else []
-            except (httpx.HTTPError, ValueError):
+                status, answer = await self._http("GET", target)
+            except RemoteError:
                 return []
+            return (answer.get("samples") or []) if status == 200 else []
 
         for name, samples in zip(wanted, await asyncio.gather(*(history(n) for n in wanted)), strict=True):
             if not samples or name in self._sampled:
@@ -468,9 +491,7 @@ def _said(task: asyncio.Future[dict[str, Any]]) -> None:
 
 def _reason(exc: BaseException) -> str:
     """A short why for the dashboard ("no supervisor answers", the exception's own words)."""
-    if isinstance(
-        exc, httpx.ConnectError | FileNotFoundError | ConnectionRefusedError | ConnectionResetError
-    ):
+    if isinstance(exc, FileNotFoundError | ConnectionRefusedError | ConnectionResetError):
         return "no supervisor answers on the socket"
     return str(exc) or type(exc).__name__
 
