@@ -31,7 +31,7 @@ def _status(spec: InstanceSpec, state: State, log: Path, facts: dict | None = No
 class StandIn:
     """The supervisor's socket API, enough for an attach: answers held back until a test releases them."""
 
-    def __init__(self, hello: dict[str, Any], layout_answer: tuple[int, dict[str, Any]]) -> None:
+    def __init__(self, hello: dict[str, Any] | None, layout_answer: tuple[int, dict[str, Any]]) -> None:
         self.hello = hello
         self.layout_answer = layout_answer
         self.requests: list[str] = []
@@ -56,6 +56,9 @@ class StandIn:
         target = request.target.decode()
         self.requests.append(f"{request.method.decode()} {target}")
         if target.startswith("/feed"):
+            if self.hello is None:  # a hung supervisor: takes the connection, says nothing
+                await reader.read()
+                return
             headers = [("content-type", "application/x-ndjson")]
             writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
             writer.write(conn.send(h11.Data(data=(json.dumps(self.hello) + "\n").encode())) or b"")
@@ -151,6 +154,20 @@ async def test_a_refused_layout_is_the_callers_error_though_the_feed_is_open(tmp
         with pytest.raises(RemoteError, match="session other"):
             await asyncio.wait_for(remote.adopt(), 5)
         assert any(s.startswith("snapshot") for s in seen)
+    finally:
+        await remote.close()
+        server.close()
+
+
+async def test_a_supervisor_that_sends_no_snapshot_is_the_callers_error(tmp_path: Path) -> None:
+    server, stand_in, remote, seen = await _attached(tmp_path)
+    stand_in.hello = None
+    stand_in.release_layout.set()
+    remote.hello_timeout = 0.5
+    try:
+        with pytest.raises(RemoteError, match="no snapshot"):
+            await asyncio.wait_for(remote.adopt(), 5)
+        assert not seen
     finally:
         await remote.close()
         server.close()

@@ -33,6 +33,7 @@ from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sam
 __all__ = ["RemoteSupervisor"]
 
 HISTORY_BACKFILL = 600  # samples handed to a newly attached dashboard (its plots: 10 min at 1 Hz)
+HELLO_TIMEOUT_S = 30.0  # a supervisor that takes the connection but sends no snapshot is not attached
 RECENT_LINES = 3000  # as many as the dashboard keeps of a run (startup facts need its first lines)
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -69,6 +70,7 @@ class RemoteSupervisor:
         self.start_on_demand = start_on_demand
         self.on_connection = on_connection
         self.sample_prefix = sample_prefix
+        self.hello_timeout = HELLO_TIMEOUT_S
         self.connected = False
         self._statuses: dict[str, InstanceStatus] = {}
         self._order: list[str] = layout.names()
@@ -213,6 +215,14 @@ class RemoteSupervisor:
                 raise RemoteError("a layout with no file cannot be handed to a session supervisor")
             first = await self._connect() if self.start_on_demand else None  # its failure is the caller's
             self._feed_task = asyncio.ensure_future(self._follow(first))
+            if self.start_on_demand:  # a hung supervisor is the caller's error too, not a wait forever
+                try:
+                    await asyncio.wait_for(self._attached.wait(), self.hello_timeout)
+                except asyncio.TimeoutError:
+                    raise RemoteError(
+                        f"the session supervisor of {self.session} sent no snapshot within "
+                        f"{self.hello_timeout:g} s (see `vtui ps`)"
+                    ) from None
         await self._attached.wait()
 
     async def _connect(self) -> _Connection:
