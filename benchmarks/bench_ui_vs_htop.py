@@ -4,7 +4,9 @@ each at a 1 s refresh in the same 120x40 tmux terminal, one after the other: CPU
 of the monitor's process alone; for vtui also the time to its first frame with data (the tmux window
 opened to the first instance's row and the GPU panel drawn) and key-press-to-screen latency (`>` sorts
 the fleet table: its header shows NAME^). The machine's 1-minute load average is recorded beside
-each figure (other work on a shared machine skews them).
+each figure (other work on a shared machine skews them). vtui's modules are compiled to bytecode first, as
+an installed vtui's are (`--no-compile`: with PYTHONDONTWRITEBYTECODE set, a source tree is compiled
+on every start, some 0.3-0.5 s of its first frame).
 
     pip install vllm-htop   # into any venv; it needs only the standard library
     python benchmarks/bench_ui_vs_htop.py --htop /path/to/venv/bin/vllm-htop --sizes 8,32 --repeat 2
@@ -49,7 +51,9 @@ sim-load = 2
 """
 
 
-def monitor_cost(tmux_cmd: str, env: dict, ready: tuple[str, ...], seconds: float, presses: int = 0) -> dict:
+def monitor_cost(
+    tmux_cmd: str, env: dict, ready: tuple[str, ...], seconds: float, presses: int = 0, warmup: float = 5.0
+) -> dict:
     import psutil
 
     tmux = Tmux(120, 40)
@@ -66,7 +70,7 @@ def monitor_cost(tmux_cmd: str, env: dict, ready: tuple[str, ...], seconds: floa
         first_frame = time.perf_counter() - t0
         load_at_start = os.getloadavg()[0]
         pane_pid = int(tmux("display-message", "-p", "-t", "b", "#{pane_pid}").strip())
-        time.sleep(5.0)  # warm up
+        time.sleep(warmup)  # warm up (the dashboard's history backfill lands in it)
         root = psutil.Process(pane_pid)
         procs = [root, *root.children(recursive=True)]  # the shell tmux ran (if any) and the monitor
 
@@ -133,6 +137,7 @@ def one_size(n: int, args: argparse.Namespace) -> dict:
                 ("inst00", "READY", "GPU0"),
                 args.seconds,
                 args.presses,
+                args.warmup,
             )
             if args.htop:
                 run["cpu_ratio_vtui_to_htop"] = round(
@@ -184,6 +189,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="measurements per size (one supervisor)")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--presses", type=int, default=5)
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds after the first frame, unmeasured")
+    parser.add_argument("--no-compile", action="store_true", help="leave vtui's bytecode as it is")
     parser.add_argument("--base-port", type=int, default=9300)
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument(
@@ -195,6 +202,12 @@ def main() -> int:
     if not shutil.which("tmux") or (not args.htop and not args.no_htop):
         print("needs tmux and vllm-htop (--htop PATH, or --no-htop)", file=sys.stderr)
         return 2
+    if not args.no_compile:
+        import compileall
+
+        import vtui
+
+        compileall.compile_dir(str(Path(vtui.__file__).parent), quiet=1)
     results = []
     for n in args.sizes.split(","):
         results.append(one_size(int(n), args))

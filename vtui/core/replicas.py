@@ -16,13 +16,14 @@ import importlib.util
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from vtui.core.flagspec import int_flag
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.state import State
+
+if TYPE_CHECKING:  # imported where used: the dashboard imports this module for `supervised` alone
+    import httpx
 
 # vllm-router's health checker: every second, a worker failing 2 checks in a row leaves the rotation
 # (vtui removes a dead replica itself within its 0.2 s tick; this is the router's own net)
@@ -243,6 +244,8 @@ class RouterHub:
             return
         known = self.workers.get(found[0].group, ())
         self.workers[found[0].group] = tuple(n for n in known if n != name)
+        import httpx
+
         try:
             httpx.post(
                 f"{router[0].base_url}/remove_worker",
@@ -259,6 +262,8 @@ class RouterHub:
 
     # -- reconcile ---------------------------------------------------------------------------------
     def _http(self) -> httpx.AsyncClient:
+        import httpx
+
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop or self._client.is_closed:
             self._client = httpx.AsyncClient(timeout=WORKER_STARTUP_TIMEOUT_S + 5, trust_env=False)
@@ -281,6 +286,8 @@ class RouterHub:
                 return None
             spec = router[0]
             client = self._http()
+            import httpx
+
             try:
                 response = await client.get(f"{spec.base_url}/list_workers", timeout=ROUTER_TIMEOUT_S)
                 have = set(response.json().get("urls") or [])

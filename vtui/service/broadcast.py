@@ -12,7 +12,7 @@ from typing import Any
 from vtui.core import notify
 from vtui.core.atomic import atomic_write_text
 from vtui.core.attached import Attached
-from vtui.core.events import Event, PhaseChanged, ProcessExited, StateChanged
+from vtui.core.events import Event, LogLines, PhaseChanged, ProcessExited, StateChanged
 from vtui.core.logfile import read_tail
 from vtui.core.replicas import describe
 from vtui.core.runstate import masked
@@ -21,9 +21,18 @@ from vtui.service.service_base import ServiceBase
 from vtui.service.wire import encode_event, encode_facts, encode_status
 
 FLAG_HISTORY = 50
+# Telemetry (metrics and GPU samples, log lines) goes to the feeds' clients together, at most this often:
+# a dashboard wakes for it a few times a second, not once per sample and per line of each instance (it
+# draws them at 1 Hz). Anything else (status, lifecycle events, facts) goes at once, after what is held.
+FEED_BATCH_S = 0.25
+_HELD_KINDS = frozenset({"sample", "gpu"})
 
 
 class BroadcastMixin(ServiceBase):
+    _held: list[bytes] | None = None  # telemetry lines waiting for the next flush (None: none armed)
+    _held_lines: dict[str, list[str]] | None = None  # log lines by instance, sent as one event each
+    _held_timer: asyncio.TimerHandle | None = None
+
     def _load_state(self) -> None:
         try:
             data = json.loads(self.state_file.read_text(encoding="utf-8"))
@@ -45,6 +54,10 @@ class BroadcastMixin(ServiceBase):
     def _on_event(self, event: Event) -> None:
         encoded = encode_event(event)
         self.events.append(encoded)
+        if isinstance(event, LogLines):
+            if self._feeds:
+                self._hold_lines(event.instance, event.lines)
+            return
         if isinstance(event, (StateChanged, PhaseChanged, ProcessExited)):
             self._broadcast_status()  # first: a client hearing of the event already has the snapshot
         self._broadcast({"type": "event", "event": encoded})
@@ -124,6 +137,46 @@ class BroadcastMixin(ServiceBase):
         if not self._feeds:
             return
         line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        if message.get("type") in _HELD_KINDS:
+            self._arm_flush().append(line)
+            return
+        self._flush_held()  # what came before this goes first (the lines that led to a state change)
+        self._send(line)
+
+    def _hold_lines(self, instance: str, lines: tuple[str, ...]) -> None:
+        self._arm_flush()
+        assert self._held_lines is not None
+        self._held_lines.setdefault(instance, []).extend(lines)
+
+    def _arm_flush(self) -> list[bytes]:
+        if self._held is None:
+            self._held, self._held_lines = [], {}
+            self._held_timer = asyncio.get_running_loop().call_later(FEED_BATCH_S, self._flush_held)
+        return self._held
+
+    def _flush_held(self) -> None:
+        """Send what is held as one write: each instance's log lines as one event, then the samples."""
+        held, lines = self._held, self._held_lines
+        if held is None:
+            return
+        self._held = self._held_lines = None
+        if self._held_timer is not None:
+            self._held_timer.cancel()  # flushed early (a status went out): the next batch arms its own
+            self._held_timer = None
+        out = [
+            (
+                json.dumps(
+                    {"type": "event", "event": {"instance": name, "lines": batch, "kind": "lines"}},
+                    separators=(",", ":"),
+                )
+                + "\n"
+            ).encode()
+            for name, batch in (lines or {}).items()
+        ]
+        if self._feeds and (out or held):
+            self._send(b"".join([*out, *held]))
+
+    def _send(self, line: bytes) -> None:
         for queue in list(self._feeds):
             try:
                 queue.put_nowait(line)

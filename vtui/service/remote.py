@@ -1,7 +1,7 @@
 """`RemoteSupervisor`: the `SupervisorApi` of a session whose owner is its session supervisor process,
 for the dashboard. Snapshots come from the supervisor's feed (a status snapshot is sent before each
 lifecycle event, so `status()` is current when a subscriber hears of the event); requests are HTTP on
-the session's socket (httpx over the Unix socket, on the caller's event loop). When the supervisor goes
+the session's socket (h11 on the Unix socket, one connection each, on the caller's event loop). When the supervisor goes
 away (kill -9), the feed is re-opened on a new one, started on demand: it re-adopts the instances and
 the first message of its feed replaces every snapshot.
 """
@@ -13,12 +13,12 @@ import contextlib
 import json
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import h11
-import httpx
 
 from vtui.core.events import Event, LogLines
 from vtui.core.model import InstanceSpec, Layout
@@ -33,7 +33,9 @@ from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sam
 __all__ = ["RemoteSupervisor"]
 
 HISTORY_BACKFILL = 600  # samples handed to a newly attached dashboard (its plots: 10 min at 1 Hz)
+HELLO_TIMEOUT_S = 30.0  # a supervisor that takes the connection but sends no snapshot is not attached
 RECENT_LINES = 3000  # as many as the dashboard keeps of a run (startup facts need its first lines)
+_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class RemoteError(RuntimeError):
@@ -68,6 +70,7 @@ class RemoteSupervisor:
         self.start_on_demand = start_on_demand
         self.on_connection = on_connection
         self.sample_prefix = sample_prefix
+        self.hello_timeout = HELLO_TIMEOUT_S
         self.connected = False
         self._statuses: dict[str, InstanceStatus] = {}
         self._order: list[str] = layout.names()
@@ -80,9 +83,9 @@ class RemoteSupervisor:
         self.facts: dict[str, Any] = {}
         self.supervisor_pid: int | None = None
         self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
-        self._client: httpx.AsyncClient | None = None
         self._feed_task: asyncio.Task | None = None
         self._attached: asyncio.Event | None = None
+        self._layout_sent: asyncio.Future[dict[str, Any]] | None = None  # POST /layout, under way or done
         self._closed = False
         self._done: asyncio.Event | None = None
 
@@ -137,8 +140,12 @@ class RemoteSupervisor:
         return list(self._lines.get(name, ()))
 
     async def adopt(self) -> list[str]:
-        """Attach to the session supervisor (started on demand): it adopts what runs."""
+        """Attach to the session supervisor (started on demand): it adopts what runs. Raises its
+        refusal of our layout file (the feed is open meanwhile: the first frame does not wait for it)."""
         await self._attach()
+        if self._layout_sent is not None:
+            await asyncio.wait({self._layout_sent})
+            self._layout_sent.result()
         return [st.name for st in self.status() if st.adopted and st.state.running]
 
     async def start(self, names: Iterable[str] | None = None) -> None:
@@ -178,19 +185,16 @@ class RemoteSupervisor:
         await self._done.wait()
 
     async def close(self, stop_instances: bool = False) -> None:
-        if stop_instances and self._client is not None:
-            with contextlib.suppress(RemoteError, httpx.HTTPError):
+        if stop_instances and self._attached is not None:
+            with contextlib.suppress(RemoteError):
                 await self.stop()
-                response = await self._client.get("/status")  # the last word, not a feed line unread
-                self._apply_statuses(response.json().get("instances") or [])
+                _, answer = await self._http("GET", "/status")  # the last word, not a feed line unread
+                self._apply_statuses(answer.get("instances") or [])
         self._closed = True
         if self._feed_task is not None:
             self._feed_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._feed_task
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
         if self._done is not None:
             self._done.set()
 
@@ -200,7 +204,6 @@ class RemoteSupervisor:
         if self._attached is None:
             self._attached = asyncio.Event()
             self._done = asyncio.Event()
-            self._open_client()
             self._feed_task = asyncio.ensure_future(self._follow())
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -208,25 +211,41 @@ class RemoteSupervisor:
         if self._attached is None:
             self._attached = asyncio.Event()
             self._done = asyncio.Event()
-            await self._ensure()
-            self._feed_task = asyncio.ensure_future(self._follow())
+            if self.start_on_demand and self._layout.path is None:
+                raise RemoteError("a layout with no file cannot be handed to a session supervisor")
+            first = await self._connect() if self.start_on_demand else None  # its failure is the caller's
+            self._feed_task = asyncio.ensure_future(self._follow(first))
+            if self.start_on_demand:  # a hung supervisor is the caller's error too, not a wait forever
+                try:
+                    await asyncio.wait_for(self._attached.wait(), self.hello_timeout)
+                except asyncio.TimeoutError:
+                    raise RemoteError(
+                        f"the session supervisor of {self.session} sent no snapshot within "
+                        f"{self.hello_timeout:g} s (see `vtui ps`)"
+                    ) from None
         await self._attached.wait()
 
-    async def _ensure(self) -> None:
-        if not self.start_on_demand:  # attach only: the feed's loop retries until it answers
-            self._open_client()
-            return
-        if self._layout.path is None:
-            raise RemoteError("a layout with no file cannot be handed to a session supervisor")
-        _, started = await asyncio.to_thread(ensure_supervisor, self.session, self._layout.path)
-        self._open_client()
+    async def _connect(self) -> _Connection:
+        """The feed's connection. Straight to the running supervisor (its hello is the first frame's
+        data: no liveness request first); one is started when none answers (`start_on_demand`). A
+        supervisor this client did not start is handed our layout file alongside the feed, not before
+        it (a new layout's snapshot follows on the feed); requests wait for that."""
+        if not self.start_on_demand:
+            return await asyncio.open_unix_connection(str(self.socket_file))
+        started = False
+        try:
+            connection = await asyncio.open_unix_connection(str(self.socket_file))
+        except (FileNotFoundError, ConnectionRefusedError):
+            if self._layout.path is None:
+                raise RemoteError("a layout with no file cannot be handed to a session supervisor") from None
+            _, started = await asyncio.to_thread(ensure_supervisor, self.session, self._layout.path)
+            connection = await asyncio.open_unix_connection(str(self.socket_file))
         if not started:  # one already ran (maybe another layout file of this session): run ours
-            await self._request("/layout", {"path": str(self._layout.path)})
-
-    def _open_client(self) -> None:
-        if self._client is None:
-            transport = httpx.AsyncHTTPTransport(uds=str(self.socket_file))
-            self._client = httpx.AsyncClient(transport=transport, base_url="http://vtui", timeout=None)
+            self._layout_sent = asyncio.ensure_future(
+                self._request("/layout", {"path": str(self._layout.path)}, after_layout=False)
+            )
+            self._layout_sent.add_done_callback(_said)
+        return connection
 
     def _connection(self, connected: bool, why: str | None = None) -> None:
         changed = connected != self.connected
@@ -237,44 +256,85 @@ class RemoteSupervisor:
             except Exception as exc:  # noqa: BLE001 — a broken consumer must not end the feed
                 print(f"vtui: connection subscriber failed: {exc!r}", file=sys.stderr)
 
-    async def _request(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self._client is None:
+    async def _request(self, path: str, body: dict[str, Any], *, after_layout: bool = True) -> dict[str, Any]:
+        if self._attached is None:
             await self._attach()
-        assert self._client is not None
-        try:
-            response = await self._client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise RemoteError(f"session supervisor of {self.session}: {exc}") from exc
-        answer = response.json() if response.content else {}
-        if response.status_code == 409 and answer.get("error") == "preflight":
+        if after_layout and self._layout_sent is not None and not self._layout_sent.done():
+            await asyncio.wait({self._layout_sent})  # what we ask is asked of our layout
+        status, answer = await self._http("POST", path, body)
+        if status == 409 and answer.get("error") == "preflight":
             raise PreflightError(answer.get("problems") or [])
-        if response.status_code >= 400:
-            raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or str(response)]))
+        if status >= 400:
+            raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or f"HTTP {status}"]))
         return answer
 
-    async def _follow(self) -> None:
-        """The feed, re-opened on a new supervisor when this one goes away."""
+    async def _http(
+        self, method: str, target: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """One request on its own connection (h11, as the feed: httpx would cost the first frame its
+        import). Raises RemoteError when the supervisor cannot be reached or answers no JSON object."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(self.socket_file))
+        except OSError as exc:
+            raise RemoteError(f"session supervisor of {self.session}: {exc}") from exc
+        conn = h11.Connection(h11.CLIENT)
+        status, chunks = 0, []
+        try:
+            payload = json.dumps(body).encode() if body is not None else b""
+            headers = [("host", "vtui"), ("connection", "close")]
+            if body is not None:
+                headers += [("content-type", "application/json"), ("content-length", str(len(payload)))]
+            writer.write(conn.send(h11.Request(method=method, target=target, headers=headers)) or b"")
+            if payload:
+                writer.write(conn.send(h11.Data(data=payload)) or b"")
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(1 << 16))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    break
+        except (OSError, h11.ProtocolError) as exc:
+            raise RemoteError(f"session supervisor of {self.session}: {exc!r}") from exc
+        finally:
+            writer.close()
+        try:
+            answer = json.loads(b"".join(chunks) or b"{}")
+        except ValueError as exc:
+            raise RemoteError(f"session supervisor of {self.session}: HTTP {status}, not JSON") from exc
+        return status, answer if isinstance(answer, dict) else {}
+
+    async def _follow(self, connection: _Connection | None = None) -> None:
+        """The feed, re-opened on a new supervisor when this one goes away. `connection`: the first one,
+        opened by `_attach`."""
         assert self._attached is not None
-        first = True
         delay = self.reconnect_delay
         while not self._closed:
             why = "the feed ended"
             try:
-                if not first:
-                    await self._ensure()
-                first = False
-                async for line in self._feed_lines():
+                if connection is None:
+                    connection = await self._connect()
+                lines, connection = self._feed_lines(connection), None
+                async for line in lines:
                     message = json.loads(line)
-                    hello = message.get("type") == "hello"
-                    if hello:
-                        self._apply_statuses(message.get("instances") or [])
-                        await self._backfill_logs()
-                        delay = self.reconnect_delay
+                    if message.get("type") != "hello":
+                        self._on_message(message)
+                        continue
+                    delay = self.reconnect_delay
+                    # the first frame draws from the hello: only the lines a first view derives
+                    # something from (a failed run's diagnosis, facts the supervisor lacks) go before it
+                    self._apply_statuses(message.get("instances") or [])
+                    fetched = await self._backfill_logs(self._needs_lines())
                     self._on_message(message)
-                    if hello:  # after the first snapshot: not in its way
-                        if message.get("gpu"):
-                            self._on_message({"type": "gpu", "sample": message["gpu"]})
-                        await self._backfill_history()
+                    if message.get("gpu"):
+                        self._on_message({"type": "gpu", "sample": message["gpu"]})
+                    await self._backfill_logs(skip=fetched)  # the log views' tails; the feed waits
+                    await self._backfill_history()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
@@ -289,11 +349,21 @@ class RemoteSupervisor:
             await asyncio.sleep(delay)
             delay = min(self.max_reconnect_delay, delay * 2)
 
-    async def _feed_lines(self) -> AsyncIterator[bytes]:
+    def _needs_lines(self) -> list[str]:
+        """Instances whose first view is derived from their run's lines: a failed run (its diagnosis)
+        and a READY one whose startup facts the supervisor has not read."""
+        return [
+            st.name
+            for st in self.status()
+            if st.state in (State.CRASHED, State.FAILED)
+            or (st.state is State.READY and st.name not in self.facts)
+        ]
+
+    async def _feed_lines(self, connection: _Connection) -> AsyncIterator[bytes]:
         """The feed's NDJSON lines, read with h11 straight off the socket: this stream carries every
         sample and log line of every instance, and httpx's streaming layers cost the dashboard more
-        than the parsing does (`benchmarks/bench_hosts.py`). Requests stay on httpx."""
-        reader, writer = await asyncio.open_unix_connection(str(self.socket_file))
+        than the parsing does (`benchmarks/bench_hosts.py`)."""
+        reader, writer = connection
         conn = h11.Connection(h11.CLIENT)
         try:
             headers = [("host", "vtui"), ("accept", "application/x-ndjson")]
@@ -320,43 +390,53 @@ class RemoteSupervisor:
         finally:
             writer.close()
 
-    async def _backfill_logs(self) -> None:
-        """The log tail of each instance this client has no lines of yet (a dashboard opened on running
-        instances; fetched side by side), handed to the subscribers as `LogLines` before the first
-        snapshot: what it derives from a run's lines (startup facts, diagnosis) is there when it sees
-        the instance READY."""
-        assert self._client is not None
-        client = self._client
-        wanted = [st for st in self.status() if not self._lines.get(st.name) and st.log_path is not None]
+    async def _backfill_logs(self, names: list[str] | None = None, skip: Collection[str] = ()) -> set[str]:
+        """The log tail of each instance (of `names`, else all but `skip`) this client has no lines of yet
+        (a dashboard opened on running instances; fetched side by side), handed to the subscribers as
+        `LogLines`. Returns the names asked for."""
+        wanted = [
+            st
+            for st in self.status()
+            if (names is None or st.name in names)
+            and st.name not in skip
+            and not self._lines.get(st.name)
+            and st.log_path is not None
+        ]
 
         async def tail(name: str) -> tuple[str, ...]:
             try:
-                response = await client.get("/logs", params={"name": name, "n": RECENT_LINES})
-                return tuple(response.json().get("lines") or ()) if response.status_code == 200 else ()
-            except (httpx.HTTPError, ValueError):
+                status, answer = await self._http(
+                    "GET", "/logs?" + urlencode({"name": name, "n": RECENT_LINES})
+                )
+            except RemoteError:
                 return ()
+            return tuple(answer.get("lines") or ()) if status == 200 else ()
 
         for st, lines in zip(wanted, await asyncio.gather(*(tail(st.name) for st in wanted)), strict=True):
             if lines:
                 self._on_message(
                     {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
                 )
+        return {st.name for st in wanted}
 
     async def _backfill_history(self) -> None:
         """The supervisor's recent metrics samples of each running instance this client has none of, so
-        plots do not start empty: one ("samples", tuple) per instance, after the first snapshot."""
-        assert self._client is not None
-        for st in self.status():
-            if not st.state.running or st.name in self._sampled:
-                continue
+        plots do not start empty: one ("samples", tuple) per instance, after the first snapshot (fetched
+        side by side; the feed waits, so they come before its next live sample)."""
+        wanted = [st.name for st in self.status() if st.state.running and st.name not in self._sampled]
+
+        async def history(name: str) -> list[dict[str, Any]]:
+            target = "/history?" + urlencode({"name": name, "n": HISTORY_BACKFILL})
             try:
-                response = await self._client.get("/history", params={"name": st.name, "n": HISTORY_BACKFILL})
-                samples = (response.json().get("samples") or []) if response.status_code == 200 else []
-            except (httpx.HTTPError, ValueError):
+                status, answer = await self._http("GET", target)
+            except RemoteError:
+                return []
+            return (answer.get("samples") or []) if status == 200 else []
+
+        for name, samples in zip(wanted, await asyncio.gather(*(history(n) for n in wanted)), strict=True):
+            if not samples or name in self._sampled:
                 continue
-            if not samples:
-                continue
-            self._sampled.add(st.name)
+            self._sampled.add(name)
             batch = tuple(decode_sample(data) for data in samples)
             for telemetry in list(self._sample_subscribers):
                 telemetry("samples", batch)
@@ -413,11 +493,15 @@ class RemoteSupervisor:
         ]
 
 
+def _said(task: asyncio.Future[dict[str, Any]]) -> None:
+    """A layout the supervisor refused after a re-attach (the first attach's caller hears it itself)."""
+    if not task.cancelled() and task.exception() is not None:
+        print(f"vtui: session supervisor refused the layout: {task.exception()}", file=sys.stderr)
+
+
 def _reason(exc: BaseException) -> str:
     """A short why for the dashboard ("no supervisor answers", the exception's own words)."""
-    if isinstance(
-        exc, httpx.ConnectError | FileNotFoundError | ConnectionRefusedError | ConnectionResetError
-    ):
+    if isinstance(exc, FileNotFoundError | ConnectionRefusedError | ConnectionResetError):
         return "no supervisor answers on the socket"
     return str(exc) or type(exc).__name__
 

@@ -253,8 +253,9 @@ class VtuiApp(ControlMixin):
         self.store.add_sample(message.sample)  # the next render pass shows it
 
     def on_metrics_backfill(self, message: MetricsBackfill) -> None:
-        for sample in message.samples:
-            self.store.add_sample(sample)
+        last = len(message.samples) - 1
+        for i, sample in enumerate(message.samples):
+            self.store.add_sample(sample, diagnose=i == last)
 
     def on_hosts_changed(self, message: HostsChanged) -> None:
         self.store.set_hosts(message.hosts)

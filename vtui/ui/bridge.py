@@ -41,7 +41,7 @@ from vtui.ui.messages import (
 )
 
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
-SAMPLE_BATCH_S = 0.2  # samples wait this long for company (they are drawn by the 1 Hz render pass)
+SAMPLE_BATCH_S = 0.2  # a scrape loop's samples wait this long for company (drawn by the 1 Hz render pass)
 
 
 class Sampler(Protocol):
@@ -218,12 +218,12 @@ class Bridge:
         if not armed:
             self._arm(0.0)
 
-    def _queue_sample(self, sample: MetricsSample) -> None:
+    def _queue_sample(self, sample: MetricsSample, wait: float = SAMPLE_BATCH_S) -> None:
         with self._batch_lock:
             self._samples.append(sample)
             armed, self._armed = self._armed, True
         if not armed:
-            self._arm(SAMPLE_BATCH_S)
+            self._arm(wait)
 
     def _arm(self, delay: float) -> None:
         loop = self._loop
@@ -265,8 +265,8 @@ class Bridge:
             self._queue_sample(sample)
 
     def _on_telemetry(self, kind: str, sample: Any) -> None:
-        if kind == "sample":
-            self._queue_sample(sample)
+        if kind == "sample":  # the feed batches them already (the supervisor: a few writes a second)
+            self._queue_sample(sample, 0.0)
         elif kind == "samples":
             self.app.post_message(MetricsBackfill(sample))
         elif kind == "gpu" and self._gpu_from_feed:

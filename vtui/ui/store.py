@@ -230,7 +230,8 @@ class Store:
         view.facts, view.problems = facts, list(problems)
         return True
 
-    def add_sample(self, sample: MetricsSample) -> str | None:
+    def add_sample(self, sample: MetricsSample, *, diagnose: bool = True) -> str | None:
+        """`diagnose=False`: not the last of a batch (the live diagnosis is of the newest sample only)."""
         view = self.views.get(sample.instance or "")
         if view is None:
             return None
@@ -238,7 +239,7 @@ class Store:
         view.history.append(sample)
         if not view.long_history or not 0 <= sample.at - view.long_history[-1].at < LONG_EVERY_S:
             view.long_history.append(sample)
-        if view.state in (State.READY, State.UNHEALTHY):
+        if diagnose and view.state in (State.READY, State.UNHEALTHY):
             # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
             from vtui.telemetry.diagnosis import diagnose_runtime
 

@@ -13,6 +13,7 @@ from textual.suggester import Suggester
 from textual.widgets import Footer, Input, Label, Static
 
 from vtui.ui import actions, cmdline
+from vtui.ui.compositor import LeanCompositor
 from vtui.ui.keymap import COMMAND_LINE_BINDINGS, DASHBOARD_BINDINGS, FILTER_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
@@ -67,6 +68,7 @@ class DashboardScreen(InstanceScreen):
 
     def __init__(self) -> None:
         super().__init__(id="dashboard")
+        self._compositor = LeanCompositor()  # a fleet repaint renders the fleet, not the whole screen
         self._commands: dict[str, str] = {}
         # the widgets each render pass updates, kept (a query per widget per pass walks the DOM)
         self._title = TitleBar()
