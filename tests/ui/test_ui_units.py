@@ -131,3 +131,17 @@ def test_gpu_panel_marks_and_no_driver(h):
         line.split() == ["999", "2", "other", "6.0", "GiB", "--"]
         for line in gpu_text(sim, [], 100).plain.splitlines()
     )
+
+
+def test_gpu_panel_header_says_how_many_processes_a_short_panel_leaves_out(h):
+    """At 80x24 the panel shows 3 process rows; its "+N more" last line was clipped by the panel's
+    height, so nothing said that more processes held GPU memory. The header says it now."""
+    sample = h.gpu_sample()
+    total = len(sample.processes)
+    assert total > 2
+    head = next(
+        line for line in gpu_text(sample, [], 120, process_rows=2).plain.splitlines() if "PID" in line
+    )
+    assert f"(2 of {total} processes)" in head
+    head = next(line for line in gpu_text(sample, [], 120).plain.splitlines() if "PID" in line)
+    assert "processes)" not in head  # all shown: no count

@@ -80,6 +80,8 @@ def gpu_text(
     head = Text(
         f"{'PID':>8}  GPU  {'INSTANCE':<{name_w}} {'GPU MEM':>9}  COMMAND", style=pal.bold + pal.muted
     )
+    if len(sample.processes) > process_rows:  # said in the header: a short panel clips its last line
+        head.append(f"  ({process_rows} of {len(sample.processes)} processes)", style=pal.muted)
     head.truncate(width)
     lines.append(head)
     order = {n: i for i, n in enumerate(names)}
