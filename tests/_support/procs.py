@@ -43,12 +43,13 @@ def kill_state_dir(state_dir: str) -> None:
                 instances.append(proc)
         except psutil.Error:
             continue
-    _kill(supervisors)
+    kill_all(supervisors)
     # Looked for again once the supervisors are dead: one may have launched an instance after the scan.
-    _kill(instances + [p for p in marked_in(state_dir) if p not in instances])
+    kill_all(instances + [p for p in marked_in(state_dir) if p not in instances])
 
 
-def _kill(group: list[psutil.Process]) -> None:
+def kill_all(group: list[psutil.Process]) -> None:
+    """SIGKILL each process (gone ones passed over) and wait up to 3 s for them to end."""
     for proc in group:
         try:
             proc.kill()

@@ -7,9 +7,8 @@ import sys
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
-from _support.procs import alive, marked  # noqa: F401 (the tests import them from here)
+from _support.procs import alive, kill_all, marked  # noqa: F401 (the tests import them from here)
 
 from vtui.core.model import InstanceSpec, RestartPolicy
 
@@ -46,10 +45,4 @@ def session_name():
     """A unique session name; every process started under it is killed after the test."""
     name = f"t{uuid.uuid4().hex[:8]}"
     yield name
-    leftovers = marked(name + "/")
-    for proc in leftovers:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(leftovers, timeout=3)
+    kill_all(marked(name + "/"))

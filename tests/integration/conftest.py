@@ -11,10 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import tomli_w
-from _support.procs import alive, marked  # noqa: F401 (the tests import them from here)
+from _support.procs import alive, kill_all, marked  # noqa: F401 (the tests import them from here)
 
 from vtui.core.events import Event, StateChanged
 from vtui.core.launcher import OsLauncher
@@ -81,13 +80,7 @@ def session() -> Iterator[str]:
     """A unique session name; every process started under it is killed after the test."""
     name = f"it{uuid.uuid4().hex[:8]}"
     yield name
-    leftovers = marked(name + "/")
-    for proc in leftovers:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(leftovers, timeout=3)
+    kill_all(marked(name + "/"))
 
 
 def supervisor(layout: Layout, **kw: Any) -> Supervisor:
