@@ -17,7 +17,7 @@ from vtui.core.logfile import read_tail
 from vtui.core.replicas import describe
 from vtui.core.runstate import masked
 from vtui.core.state import State
-from vtui.service.service_base import ServiceBase
+from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import encode_event, encode_facts, encode_status
 
 FLAG_HISTORY = 50
@@ -31,9 +31,15 @@ class BroadcastMixin(ServiceBase):
             return
         self.facts = {k: v for k, v in (data.get("facts") or {}).items() if isinstance(v, dict)}
         self.flag_history = {k: list(v) for k, v in (data.get("flag_history") or {}).items()}
+        for problem in self.supervisor.edits.load(data.get("pending")):  # dashboards' unapplied edits
+            log(f"{self.state_file}: {problem} (left out)")
 
     def _save_state(self) -> None:
-        data = {"facts": self.facts, "flag_history": self.flag_history}
+        data = {
+            "facts": self.facts,
+            "flag_history": self.flag_history,
+            "pending": self.supervisor.edits.snapshot(),
+        }
         self._spawn(asyncio.to_thread(atomic_write_text, self.state_file, json.dumps(data), 0o600))
 
     # -- events ------------------------------------------------------------------------------------
