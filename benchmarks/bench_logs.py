@@ -87,14 +87,12 @@ def trace_loop(path: str, slow_ms: float = 15.0) -> None:
     gc.callbacks.append(on_gc)
 
 
-def child(rate: int, pidfile: str, seqfile: str, trace: str | None = None) -> int:
+def feeding_supervisor(rate: int, seqfile: str | None = None):
+    """The FakeSupervisor whose `run()` emits `rate` lines/s in batches every TICK (what the app runs);
+    with `seqfile`, the count emitted so far is written there after each batch."""
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
     from vtui.testing.fake_supervisor import FakeSupervisor
-    from vtui.ui.app import make_app
 
-    Path(pidfile).write_text(str(os.getpid()))
-    if trace:
-        trace_loop(trace)
     layout = Layout(
         SessionSpec("benchlogs"), (InstanceSpec("inst00", "Qwen/Qwen3-8B", 9000, engine="sim", gpus=(0,)),)
     )
@@ -120,12 +118,22 @@ def child(rate: int, pidfile: str, seqfile: str, trace: str | None = None) -> in
                 seq += per_tick
                 batch.append(f"INFO seq {seq}")
                 self.emit_logs("inst00", batch)
-                with open(seqfile, "w") as fh:
-                    fh.write(f"{seq} {time.time()}")
+                if seqfile is not None:
+                    with open(seqfile, "w") as fh:
+                        fh.write(f"{seq} {time.time()}")
                 next_at += TICK
                 await asyncio.sleep(max(0.0, next_at - loop.time()))
 
-    app = make_app(supervisor=Feeding(layout), scraper=False, gpu_sampler=False)
+    return Feeding(layout)
+
+
+def child(rate: int, pidfile: str, seqfile: str, trace: str | None = None) -> int:
+    from vtui.ui.app import make_app
+
+    Path(pidfile).write_text(str(os.getpid()))
+    if trace:
+        trace_loop(trace)
+    app = make_app(supervisor=feeding_supervisor(rate, seqfile), scraper=False, gpu_sampler=False)
     app.run()
     return 0
 

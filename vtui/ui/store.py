@@ -128,7 +128,7 @@ class Store:
 
     def set_pending(self, edits: Mapping[str, Mapping[str, FlagValue]]) -> bool:
         """The session's pending flag edits as its owner holds them (`core.pending`); True if changed."""
-        new = {name: dict(flags) for name, flags in edits.items() if flags}
+        new = {name: dict(flags) for name, flags in edits.items() if flags and name in self.views}
         if new == self.pending:
             return False
         self.pending = new
