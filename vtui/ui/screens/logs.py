@@ -172,12 +172,31 @@ class LogView(ScrollView, can_focus=True):
             return
         self.lines.extendleft(reversed(lines))
         self._width = max(self._width, max(map(len, lines)))
-        self.virtual_size = Size(self._width, len(self.lines))
+        self._set_virtual_size(Size(self._width, len(self.lines)))
         self.scroll_to(y=self.scroll_y + len(lines), animate=False, immediate=True)
         self.refresh()
 
+    def _set_virtual_size(self, size: Size) -> None:
+        """A new line count or width without a layout pass of the whole screen, unless a scrollbar comes
+        or goes (assigning Textual's `virtual_size` lays the screen out again on every change: a key
+        that refilters the view redrew the title, footer and status with it)."""
+        old = self.virtual_size
+        if size == old:
+            return
+        width, height = self.container_size
+        update = getattr(self, "_scroll_update", None)  # Textual's own, what a resize calls
+        same_bars = (size.width > width) == (old.width > width) and (size.height > height) == (
+            old.height > height
+        )
+        if update is None or not same_bars or not old.width or not old.height:
+            self.virtual_size = size
+            return
+        self.set_reactive(ScrollView.virtual_size, size)
+        update(size)
+        self.refresh()
+
     def _changed(self) -> None:
-        self.virtual_size = Size(self._width, len(self.lines))
+        self._set_virtual_size(Size(self._width, len(self.lines)))
         if self.follow:
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
         self.refresh()  # the rows move even when the scroll offset cannot (a full ring)
