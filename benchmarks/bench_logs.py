@@ -33,12 +33,66 @@ TICK = 0.2
 SEQ = re.compile(r"seq (\d+)")
 
 
-def child(rate: int, pidfile: str, seqfile: str) -> int:
+def trace_loop(path: str, slow_ms: float = 15.0) -> None:
+    """Record, into `path`, every callback of the UI's loop that ran over `slow_ms` and every GC pause
+    over 2 ms (what a key waits behind); a diagnosis aid (`--trace`), not part of the figures."""
+    import asyncio.events
+    import gc
+
+    out = open(path, "w", buffering=1)  # noqa: SIM115 (open for the process's life)
+    run = asyncio.events.Handle._run
+    gc_start = [0.0]
+
+    def timed(self: asyncio.events.Handle) -> None:
+        t = time.perf_counter()
+        run(self)
+        ms = (time.perf_counter() - t) * 1000
+        if ms > slow_ms:
+            out.write(f"{time.time():.3f} {ms:.1f}ms {self._callback!r:.300}\n")
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+            return
+        ms = (time.perf_counter() - gc_start[0]) * 1000
+        if ms > 2:
+            out.write(
+                f"{time.time():.3f} {ms:.1f}ms gc gen{info.get('generation')} {info.get('collected')}\n"
+            )
+
+    def timing(owner: type, name: str) -> None:
+        inner = getattr(owner, name)
+
+        def wrapped(*args: object, **kwargs: object) -> object:
+            t = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                out.write(f"{time.time():.3f} {(time.perf_counter() - t) * 1000:.1f}ms {name}\n")
+
+        setattr(owner, name, wrapped)
+
+    from textual.app import App
+    from textual.screen import Screen
+
+    from vtui.ui.app import VtuiApp
+    from vtui.ui.screens.logs import LogScreen
+
+    timing(VtuiApp, "on_telemetry_batch")
+    timing(VtuiApp, "on_logs_arrived")
+    timing(Screen, "_on_timer_update")
+    timing(App, "_display")
+    timing(LogScreen, "action_toggle_probes")
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+    gc.callbacks.append(on_gc)
+
+
+def feeding_supervisor(rate: int, seqfile: str | None = None):
+    """The FakeSupervisor whose `run()` emits `rate` lines/s in batches every TICK (what the app runs);
+    with `seqfile`, the count emitted so far is written there after each batch."""
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
     from vtui.testing.fake_supervisor import FakeSupervisor
-    from vtui.ui.app import make_app
 
-    Path(pidfile).write_text(str(os.getpid()))
     layout = Layout(
         SessionSpec("benchlogs"), (InstanceSpec("inst00", "Qwen/Qwen3-8B", 9000, engine="sim", gpus=(0,)),)
     )
@@ -64,12 +118,22 @@ def child(rate: int, pidfile: str, seqfile: str) -> int:
                 seq += per_tick
                 batch.append(f"INFO seq {seq}")
                 self.emit_logs("inst00", batch)
-                with open(seqfile, "w") as fh:
-                    fh.write(f"{seq} {time.time()}")
+                if seqfile is not None:
+                    with open(seqfile, "w") as fh:
+                        fh.write(f"{seq} {time.time()}")
                 next_at += TICK
                 await asyncio.sleep(max(0.0, next_at - loop.time()))
 
-    app = make_app(supervisor=Feeding(layout), scraper=False, gpu_sampler=False)
+    return Feeding(layout)
+
+
+def child(rate: int, pidfile: str, seqfile: str, trace: str | None = None) -> int:
+    from vtui.ui.app import make_app
+
+    Path(pidfile).write_text(str(os.getpid()))
+    if trace:
+        trace_loop(trace)
+    app = make_app(supervisor=feeding_supervisor(rate, seqfile), scraper=False, gpu_sampler=False)
     app.run()
     return 0
 
@@ -95,12 +159,52 @@ class Tmux:
         raise TimeoutError(self.screen())
 
 
+class PaneStream:
+    """The bytes the app writes to its terminal, copied by tmux (`pipe-pane`) into a file: a key's answer
+    is seen when the app writes it, found by reading the file, where polling `capture-pane` spawns a
+    tmux client every few ms (on a loaded 2-core machine, CPU taken from the app while it answers)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.buf = path, 0, b""
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        self.buf += data
+
+    def mark(self) -> None:
+        """Forget what was written so far (call just before sending a key)."""
+        self._read()
+        self.buf = b""
+
+    def wait(self, pattern: re.Pattern[bytes], timeout: float = 10.0, poll: float = 0.001) -> float:
+        start = time.perf_counter()
+        while time.perf_counter() - start < timeout:
+            self._read()
+            if pattern.search(self.buf):
+                return time.perf_counter() - start
+            self.buf = self.buf[-256:]  # a match may span two reads
+            time.sleep(poll)
+        raise TimeoutError(f"{pattern.pattern!r} not written within {timeout}s")
+
+
+SHOWN = re.compile(rb"probes shown \(P hides\)")
+HIDDEN = re.compile(rb"following \| \d+ probe lines hidden")
+
+
 def shown_seq(screen: str) -> int | None:
     found = SEQ.findall(screen)
     return int(found[-1]) if found else None
 
 
-def measure(rate: int, seconds: float, presses: int) -> dict:
+def measure(
+    rate: int, seconds: float, presses: int, trace: str | None = None, detect: str = "stream"
+) -> dict:
     import psutil
 
     tmp = Path(tempfile.mkdtemp(prefix="vtui-benchlogs-"))
@@ -113,10 +217,11 @@ def measure(rate: int, seconds: float, presses: int) -> dict:
         "PATH": os.environ.get("PATH", ""),
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
+    load_start = round(os.getloadavg()[0], 2)
     tmux = Tmux(120, 40)
     cmd = (
         f"{sys.executable} {Path(__file__).resolve()} --child --rate {rate} --pidfile {pidfile}"
-        f" --seqfile {seqfile}"
+        f" --seqfile {seqfile}" + (f" --trace {trace}" if trace else "")
     )
     try:
         tmux(
@@ -124,6 +229,10 @@ def measure(rate: int, seconds: float, presses: int) -> dict:
             *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], cmd,
         )  # fmt: skip
         tmux.wait(lambda s: "inst00" in s and "ready" in s)
+        stream = None
+        if detect == "stream":
+            stream = PaneStream(tmp / "pane.out")
+            tmux("pipe-pane", "-t", "b", "-o", f"cat >> {tmp / 'pane.out'}")
         proc = psutil.Process(int(pidfile.read_text()))
         time.sleep(2.0)
         rss_dashboard_before = proc.memory_info().rss
@@ -151,10 +260,20 @@ def measure(rate: int, seconds: float, presses: int) -> dict:
             samples.append({"emitted": emitted, "shown": seq_shown, "rss_mb": round(rss / 2**20, 1)})
             if presses and time.perf_counter() >= next_press and len(latencies) < presses * 2:
                 # a key answered: P shows the probes, P hides them again (the status line says which)
-                tmux("send-keys", "-t", "b", "P")
-                latencies.append(tmux.wait(lambda s: "probes shown" in s, timeout=10))
-                tmux("send-keys", "-t", "b", "P")
-                latencies.append(tmux.wait(lambda s: "probes shown" not in s, timeout=10))
+                for shown in (True, False):
+                    sent = time.time()
+                    if stream is not None:
+                        stream.mark()
+                    tmux("send-keys", "-t", "b", "P")
+                    if stream is not None:
+                        latencies.append(stream.wait(SHOWN if shown else HIDDEN))
+                    else:
+                        latencies.append(
+                            tmux.wait(lambda s, shown=shown: ("probes shown" in s) == shown, timeout=10)
+                        )
+                    if trace:
+                        with open(trace + ".keys", "a") as fh:
+                            fh.write(f"{sent:.3f} key {latencies[-1] * 1000:.1f}ms\n")
                 next_press = time.perf_counter() + 1.0
         cpu1, wall = proc.cpu_times(), time.perf_counter() - w0
         cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall
@@ -179,6 +298,12 @@ def measure(rate: int, seconds: float, presses: int) -> dict:
             "key_to_screen_ms_p50": round(statistics.median(latencies) * 1000, 1) if latencies else None,
             "key_to_screen_ms_max": round(max(latencies) * 1000, 1) if latencies else None,
             "esc_to_dashboard_ms": round(esc_s * 1000, 1),
+            "key_to_screen_ms_p95": (
+                round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1) if latencies else None
+            ),
+            "key_presses": len(latencies),
+            "key_detect": detect,
+            "load_avg_1m_start_end": [load_start, round(os.getloadavg()[0], 2)],
         }
     finally:
         subprocess.run(["tmux", "-L", tmux.sock, "kill-server"], capture_output=True)
@@ -192,14 +317,22 @@ def main() -> int:
     parser.add_argument("--seqfile", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=int, default=5000, help="lines per second")
     parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--trace", help="write the UI loop's slow callbacks and GC pauses to this file")
+    parser.add_argument(
+        "--detect",
+        choices=("stream", "pane"),
+        default="stream",
+        help="how a key's answer is seen: in the app's output (tmux pipe-pane, default), or by polling"
+        " capture-pane every 2 ms (the method before 2026-12-01; it spawns a tmux client per poll)",
+    )
     parser.add_argument("--presses", type=int, default=20, help="P presses (each measured twice)")
     args = parser.parse_args()
     if args.child:
-        return child(args.rate, args.pidfile, args.seqfile)
+        return child(args.rate, args.pidfile, args.seqfile, args.trace)
     if not shutil.which("tmux"):
         print("bench_logs needs tmux", file=sys.stderr)
         return 2
-    result = measure(args.rate, args.seconds, args.presses)
+    result = measure(args.rate, args.seconds, args.presses, args.trace, args.detect)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -154,3 +154,60 @@ async def test_coalescer_merges_batches_within_a_window():
     assert posted == [("a", ("1",), 0)]
     await asyncio.sleep(0.12)
     assert posted == [("a", ("1",), 0), ("a", ("2", "3"), 0)]  # the rest in one batch, in order
+
+
+async def test_rows_drawn_the_same_on_the_fast_path_and_the_general_one(fake, app_factory):
+    """Printable ASCII rows take a one-Strip path; tabs, control and wide characters the general one:
+    both crop at the horizontal scroll, pad to the width, and colour errors."""
+    app = app_factory(fake)
+    async with app.run_test(size=(40, 12)) as pilot:
+        await settle(pilot)
+        await pilot.press("l")
+        await settle(pilot)
+        view = app.screen.query_one(LogView)
+        lines = [
+            "plain ascii line " * 4,
+            "tab\there " * 5,
+            "wide 漢字 line " * 4,
+            "ERROR it broke",
+            "ctl\x07x",
+        ]
+        view.set_lines(lines)
+        await settle(pilot)
+        width = view.size.width
+        for x in (0, 7):
+            view.scroll_to(x=x, y=0, animate=False, immediate=True)
+            for y, line in enumerate(lines):
+                strip = view.render_line(y)
+                assert strip.cell_length == width
+                shown = line.expandtabs().replace("\x07", "\ufffd")
+                if line.isascii() and line.isprintable():
+                    assert strip.text == shown[x : x + width].ljust(width)
+                else:
+                    assert strip.text.rstrip() in shown  # (a wide character cut in half is padded)
+        view.scroll_to(x=0, y=0, animate=False, immediate=True)
+        error = view.render_line(3)
+        assert any(seg.style and seg.style.bold and seg.text.startswith("ERROR") for seg in error)
+
+
+async def test_refiltering_resizes_the_scroll_range_without_a_layout_pass(fake, app_factory):
+    """P changes how many lines the view holds: its scroll range and scrollbar follow, still at the end."""
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("l")
+        await settle(pilot)
+        fake.emit_logs("qwen", [PROBE_LINE if i % 2 else f"line {i}" for i in range(400)])
+        await settle(pilot)
+        view = app.screen.query_one(LogView)
+        for shown in (True, False, True):
+            await pilot.press("P")
+            await settle(pilot)
+            ring = list(app.store.views["qwen"].logs)
+            lines = len(view.lines)
+            assert lines == (len(ring) if shown else len([x for x in ring if not is_probe(x)]))
+            assert lines >= (400 if shown else 200)
+            assert view.virtual_size.height == lines
+            assert view.vertical_scrollbar.window_virtual_size == lines
+            assert view.scroll_y == view.max_scroll_y == lines - view.scrollable_content_region.height
+            assert ("GET /metrics" in screen_text(app)) == shown and last_number(app) == 398

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from vtui.core.events import Event
     from vtui.core.launcher import ProcessHandle, StopReport
-    from vtui.core.model import InstanceSpec, Layout
+    from vtui.core.model import FlagValue, InstanceSpec, Layout
     from vtui.core.state import State
     from vtui.core.supervision import HostState, InstanceStatus
 
@@ -94,6 +94,12 @@ class SupervisorApi(Protocol):
     async def run(self) -> None: ...
 
     async def close(self, stop_instances: bool = False) -> None: ...
+
+    # Pending flag edits (`core.pending`): per instance, the flags as edited in a dashboard and not yet
+    # applied or discarded, held by the session's owner so every dashboard of the session shows them.
+    def pending_edits(self) -> Mapping[str, Mapping[str, FlagValue]]: ...
+
+    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None: ...  # None: clear
 
 
 @runtime_checkable

@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from vtui.core.api import Launcher
 from vtui.core.attached import Attached, AttachedProber, is_attached
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.launcher import OsLauncher
-from vtui.core.model import InstanceSpec, Layout
+from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.pending import PendingEdits
 from vtui.core.preflight import PreflightError
 from vtui.core.replicas import RouterHub, supervised
 from vtui.core.runstate import RunStore, spec_from_dict
@@ -95,6 +96,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self._sleeps = {}  # idle sleeps under way
         self._refusals = {}  # launches the GPU memory check refused, by instance
         self.prober = AttachedProber()  # attached servers' /health (the launcher's `probe` first, if any)
+        self.edits = PendingEdits()  # dashboards' flag edits not yet applied (core.pending)
 
     def set_layout(self, layout: Layout) -> None:
         """Run `layout` from now on (same session): instances not running take its specs, new ones are
@@ -166,6 +168,15 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
             for g in gpus
             if g.memory_total is not None and g.memory_used is not None
         } or None
+
+    # -- pending flag edits (a dashboard's, not yet applied: core.pending) ---------------------------
+    def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
+        return self.edits.snapshot()
+
+    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+        if flags is not None and name not in self.instances:
+            raise KeyError(f"no instance named {name} in session {self.session}")
+        self.edits.set(name, flags)
 
     # -- wait ------------------------------------------------------------------------------------
     async def wait_settled(

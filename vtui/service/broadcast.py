@@ -17,7 +17,7 @@ from vtui.core.logfile import read_tail
 from vtui.core.replicas import describe
 from vtui.core.runstate import masked
 from vtui.core.state import State
-from vtui.service.service_base import ServiceBase
+from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import encode_event, encode_facts, encode_status
 
 FLAG_HISTORY = 50
@@ -41,12 +41,15 @@ class BroadcastMixin(ServiceBase):
         self.facts = {k: v for k, v in (data.get("facts") or {}).items() if isinstance(v, dict)}
         self.flag_history = {k: list(v) for k, v in (data.get("flag_history") or {}).items()}
         self.attached_up = {n for n in data.get("attached_up") or () if isinstance(n, str)}
+        for problem in self.supervisor.edits.load(data.get("pending")):  # dashboards' unapplied edits
+            log(f"{self.state_file}: {problem} (left out)")
 
     def _save_state(self) -> None:
         data = {
             "facts": self.facts,
             "flag_history": self.flag_history,
             "attached_up": sorted(self.attached_up),
+            "pending": self.supervisor.edits.snapshot(),
         }
         self._spawn(asyncio.to_thread(atomic_write_text, self.state_file, json.dumps(data), 0o600))
 

@@ -61,6 +61,8 @@ class HandlerMixin(ServiceBase):
                 return 200, await self._stop(self._names(body), body.get("grace"))
             if route == ("POST", "/restart"):
                 return 200, await self._restart(body)
+            if route == ("POST", "/pending"):
+                return 200, await self._set_pending(body)
             if route == ("GET", "/logs"):
                 return 200, await self._logs(query)
             if route == ("POST", "/logs"):  # {name, n, before}: the n lines before `before` (scrollback)
@@ -104,6 +106,7 @@ class HandlerMixin(ServiceBase):
             answer["flag_history"] = self.flag_history
             answer["gpu"] = self.last_gpu
             answer["gpu_sampling"] = self.gpu  # the feed carries GPU samples (clients run no sampler)
+            answer["pending"] = self.supervisor.pending_edits()  # dashboards' unapplied flag edits
         return answer
 
     def _one_name(self, body: dict[str, Any]) -> str:
@@ -214,6 +217,19 @@ class HandlerMixin(ServiceBase):
         spec = inst.spec.with_flags(set_flags, tuple(unset)) if (set_flags or unset) else None
         await self.supervisor.restart(name, spec)
         return {"ok": True, "flags": masked(self.supervisor.instances[name].spec.flags)}
+
+    async def _set_pending(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A dashboard's flag edits of one instance, not yet applied (`flags`: the whole set as edited;
+        null clears them): kept (masked), persisted with the state, and sent to every feed."""
+        name = self._one_name(body)
+        flags = body.get("flags")
+        before = self.supervisor.edits.get(name)
+        await self.supervisor.set_pending(name, flags)  # a bad value: ValueError, a 400 naming it
+        kept = self.supervisor.edits.get(name)
+        if kept != before:
+            self._save_state()
+            self._broadcast({"type": "pending", "instance": name, "flags": kept})
+        return {"ok": True, "name": name, "flags": kept}
 
     async def _logs(self, query: dict[str, str], body: dict[str, Any] | None = None) -> dict[str, Any]:
         name = query.get("name", "")

@@ -37,13 +37,13 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from vtui.core import paths
 from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.events import Event
-from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.model import FlagValue, InstanceSpec, Layout, SessionSpec
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
 from vtui.service.remote import RemoteError, RemoteSupervisor
@@ -623,6 +623,20 @@ class Fleet:
             return
         fwd, own = routed
         await fwd.client.restart(own, dataclasses.replace(spec, name=own) if spec is not None else None)
+
+    def pending_edits(self) -> dict[str, Mapping[str, FlagValue]]:
+        edits = dict(self.local.pending_edits())
+        for link in self.links:
+            for fwd in link.forwards:
+                edits.update({self._qualify(fwd, k): v for k, v in fwd.client.pending_edits().items()})
+        return edits
+
+    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+        routed = self._route(name)
+        if routed is None:
+            await self.local.set_pending(name, flags)
+        else:
+            await routed[0].client.set_pending(routed[1], flags)
 
     async def sleep(self, name: str, level: int = 1) -> None:
         routed = self._route(name)

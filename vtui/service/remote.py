@@ -13,7 +13,7 @@ import contextlib
 import json
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import h11
 
 from vtui.core.events import Event, LogLines
-from vtui.core.model import InstanceSpec, Layout
+from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import MASK
 from vtui.core.state import State
@@ -81,6 +81,7 @@ class RemoteSupervisor:
         self._sample_subscribers: list[Callable[[str, Any], None]] = []
         self._status_subscribers: list[Callable[[], None]] = []
         self.facts: dict[str, Any] = {}
+        self._edits: dict[str, dict[str, FlagValue]] = {}  # pending flag edits (hello, "pending" messages)
         self.supervisor_pid: int | None = None
         self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
         self._feed_task: asyncio.Task | None = None
@@ -169,6 +170,19 @@ class RemoteSupervisor:
             body["set"] = {k: v for k, v in new.items() if old.get(k) != v and v != MASK}
             body["unset"] = [k for k in old if k not in new]
         await self._request("/restart", body)
+
+    def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
+        return {name: dict(flags) for name, flags in self._edits.items()}
+
+    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+        answer = await self._request("/pending", {"name": name, "flags": dict(flags) if flags else None})
+        self._set_edits(name, answer.get("flags"))  # now, not when the feed's message comes
+
+    def _set_edits(self, name: str, flags: dict[str, FlagValue] | None) -> None:
+        if flags:
+            self._edits[name] = dict(flags)
+        else:
+            self._edits.pop(name, None)
 
     async def wait_settled(
         self, names: Iterable[str] | None = None, timeout: float | None = None
@@ -446,6 +460,7 @@ class RemoteSupervisor:
         if kind in ("hello", "status"):
             self._apply_statuses(message.get("instances") or [])
             if kind == "hello":
+                self._edits = {n: dict(f) for n, f in (message.get("pending") or {}).items() if f}
                 self.supervisor_pid = message.get("supervisor_pid")
                 self.feeds_gpu = bool(message.get("gpu_sampling"))
                 assert self._attached is not None
@@ -473,6 +488,10 @@ class RemoteSupervisor:
                 telemetry(kind, sample)
         elif kind == "facts":
             self.facts[message["instance"]] = decode_facts(message["facts"])
+        elif kind == "pending":  # a dashboard's flag edits changed: what a snapshot's subscribers read
+            self._set_edits(message["instance"], message.get("flags"))
+            for notify in list(self._status_subscribers):
+                notify()
 
     def _apply_statuses(self, instances: list[dict[str, Any]]) -> None:
         statuses = {}

@@ -2,9 +2,9 @@
 
 It runs the core `Supervisor` (state machines, restart policy, adoption, stops), one `ScrapeLoop` per
 READY instance, optionally the NVML `GpuSampler`, and keeps bounded histories: an hour of 1 Hz metrics
-samples per instance, the recent events, the startup facts and the flag history of each instance
-(persisted next to the run records, so a successor gets them back). Clients talk HTTP/1.1 (h11) on
-`<state dir>/<session>.sock` (0600 in the 0700 state dir):
+samples per instance, the recent events, the startup facts, the flag history and the dashboards' pending
+flag edits of each instance (persisted next to the run records, so a successor gets them back). Clients
+talk HTTP/1.1 (h11) on `<state dir>/<session>.sock` (0600 in the 0700 state dir):
 
     GET  /status[?brief=1]        session, supervisor pid, layout file, instance snapshots
     POST /layout {path}           run this layout file from now on (same session)
@@ -13,6 +13,8 @@ samples per instance, the recent events, the startup facts and the flag history 
     POST /wait {names, timeout}   until each is READY/FAILED/STOPPED/CRASHED for good
     POST /stop {names, grace}     returns once no process of any named instance is alive
     POST /restart {name, set, unset}
+    POST /pending {name, flags}   a dashboard's unapplied flag edits of one instance (null clears);
+                                  kept masked, persisted, sent on the feed as a "pending" message
     POST /sleep {name, level}     vLLM sleep mode (loopback binds, `sleep_mode = true`); 409: refused
     POST /wake {name}             /wake_up; returns once READY again (409: refused)
     GET  /logs?name=N&n=50        the log's last lines (across rotations)

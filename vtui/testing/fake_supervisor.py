@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged
-from vtui.core.model import InstanceSpec, Layout
+from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.pending import PendingEdits
 from vtui.core.preflight import PreflightError
 from vtui.core.state import Phase, State
 from vtui.core.supervision import InstanceStatus
@@ -50,6 +51,7 @@ class FakeSupervisor:
         }
         self._recent: dict[str, deque[str]] = {s.name: deque(maxlen=RECENT_LINES) for s in layout.instances}
         self.calls: list[tuple[object, ...]] = []
+        self.edits = PendingEdits()  # pending flag edits, as the session supervisor keeps them
         self.closed_with: bool | None = None
 
     # -- API ---------------------------------------------------------------------------------------
@@ -130,6 +132,13 @@ class FakeSupervisor:
         self.closed_with = stop_instances
         if stop_instances:
             await self.stop()
+
+    def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
+        return self.edits.snapshot()
+
+    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+        self.calls.append(("set_pending", name, dict(flags) if flags is not None else None))
+        self.edits.set(name, flags)
 
     # -- scripting (tests) -------------------------------------------------------------------------
     def crash(self, name: str, lines: list[str], *, final: bool = True) -> None:

@@ -191,6 +191,8 @@ class VtuiApp(ControlMixin):
         changed = self.store.apply_statuses(
             message.statuses, self.supervisor.layout, feed.facts if feed is not None else None
         )
+        if self.store.set_pending(self.supervisor.pending_edits()):  # another dashboard's flag edits
+            self._refresh_screens(None)
         for name in changed:
             view = self.store.views[name]
             if view.needs_diagnosis:
@@ -382,7 +384,7 @@ class VtuiApp(ControlMixin):
     def action_quit_dialog(self) -> None:
         from vtui.ui.screens.dialogs import QuitScreen
 
-        self.push_screen(QuitScreen(unsaved=self.store.dirty), self._quit_answered)
+        self.push_screen(QuitScreen(unsaved=self.store.dirty, edits=self.store.pending), self._quit_answered)
 
     def _quit_answered(self, answer: str | None) -> None:
         if answer == "save":

@@ -7,7 +7,7 @@ the bridge) or post LayoutSaved / LayoutOpened for the App's handlers. Errors be
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,8 @@ from textual.app import App
 from textual.screen import Screen
 
 from vtui.core.api import SupervisorApi
-from vtui.core.model import InstanceSpec
+from vtui.core.masking import masked
+from vtui.core.model import FlagValue, InstanceSpec
 from vtui.core.preflight import PreflightError
 from vtui.layouts import LayoutError, load_layout, save_layout
 from vtui.telemetry.flagschema import save_check
@@ -88,13 +89,38 @@ class ControlMixin(App[int]):
         self.notify(f"rolling {name} back to the last flags that reached READY")
         self.restart_instance(name, good, note="rollback")
 
+    def keep_edits(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+        """The flag editor's edits of `name`, not applied (None: none left) to the session's owner, which
+        keeps them for every dashboard of the session (`core.pending`); shown here at once."""
+        kept = masked(flags) if flags else None
+        if kept == self.store.pending.get(name):
+            return
+        edits = dict(self.store.pending)
+        if kept is None:
+            edits.pop(name, None)
+        else:
+            edits[name] = kept
+        self.store.set_pending(edits)
+        self._refresh_screens(None)
+        self._call(f"keep the flag edits of {name}", lambda: self.supervisor.set_pending(name, flags))
+
     def review_and_restart(
-        self, name: str, spec: InstanceSpec, note: str | None = None, pop: Screen[Any] | None = None
+        self,
+        name: str,
+        spec: InstanceSpec,
+        note: str | None = None,
+        pop: Screen[Any] | None = None,
+        clears_edits: bool = False,
     ) -> None:
         """Show old vs new flags; restart with the new ones only when the user confirms (then close `pop`,
-        the screen the change was made on)."""
+        the screen the change was made on). `clears_edits`: the flags are the flag editor's pending edits,
+        dropped once the restart was asked for (kept when it is refused)."""
         view = self.store.views[name]
         old = dict(view.spec.flags) if view.spec else {}
+
+        async def restart_then_clear() -> None:
+            await self.supervisor.restart(name, spec)
+            self.call_later(self.keep_edits, name, None)  # (the store is the App's: not from a worker)
 
         def answered(ok: bool | None) -> None:
             if not ok:
@@ -104,7 +130,12 @@ class ControlMixin(App[int]):
                     pop.dismiss()
                 else:
                     self.pop_screen()
-            self.restart_instance(name, spec, note=note)
+            if clears_edits:
+                if note and name in self.store.views:
+                    self.store.views[name].pending_note = note
+                self._call(f"restart {name}", restart_then_clear)
+            else:
+                self.restart_instance(name, spec, note=note)
 
         fields = spec_changes(view.spec, spec) if view.spec else {}
         self.push_screen(
@@ -160,6 +191,9 @@ class ControlMixin(App[int]):
         self.push_screen(PathScreen("Save layout as", default), chosen)
 
     def _close_and_exit(self, stop_instances: bool) -> None:  # pragma: no cover - VtuiApp's
+        raise NotImplementedError
+
+    def _refresh_screens(self, names: Iterable[str] | None) -> None:  # pragma: no cover - VtuiApp's
         raise NotImplementedError
 
     @work(exit_on_error=False, group="layout")

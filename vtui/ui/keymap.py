@@ -80,11 +80,12 @@ LOG_BINDINGS = [
 ]
 
 FLAG_BINDINGS = [
-    Binding("escape", "back", "Cancel", id="flags.cancel"),
+    Binding("escape", "back", "Back", id="flags.cancel"),  # edits not applied are kept
     # priority: the flag list's scroll container would take up/down for scrolling
     Binding("up", "app.focus_previous", "Prev field", id="flags.previous", priority=True),
     Binding("down", "app.focus_next", "Next field", id="flags.next", priority=True),
     Binding("ctrl+r", "review", "Diff+restart", id="flags.review", priority=True),
+    Binding("ctrl+z", "discard", "Discard", id="flags.discard", priority=True),
 ]
 
 

@@ -100,6 +100,8 @@ class Store:
         self.host_gpus: dict[str, GpuSample] = {}  # other hosts' GPU samples by label
         self.supervisor_error: str | None = None  # why the supervisor stopped working, once it has
         self._dirty_memo: tuple[Layout, Layout, bool] | None = None
+        # instance -> flags edited in a flag editor (this dashboard's or another's), not yet applied
+        self.pending: dict[str, dict[str, FlagValue]] = {}
         self._known_facts: Mapping[str, StartupFacts] = {}
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
@@ -118,6 +120,19 @@ class Store:
                 _layout_key(self.layout) != _layout_key(self.saved_layout),
             )
         return memo[2]
+
+    @property
+    def unsaved(self) -> bool:
+        """`[+] unsaved`: the layout differs from the file, or flag edits wait (applied to nothing yet)."""
+        return bool(self.pending) or self.dirty
+
+    def set_pending(self, edits: Mapping[str, Mapping[str, FlagValue]]) -> bool:
+        """The session's pending flag edits as its owner holds them (`core.pending`); True if changed."""
+        new = {name: dict(flags) for name, flags in edits.items() if flags and name in self.views}
+        if new == self.pending:
+            return False
+        self.pending = new
+        return True
 
     def names(self) -> list[str]:
         return list(self.views)

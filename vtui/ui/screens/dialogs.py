@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -125,9 +125,10 @@ class QuitScreen(ModalScreen[str | None]):
 
     BINDINGS = [*QUIT_BINDINGS]
 
-    def __init__(self, unsaved: bool = False) -> None:
+    def __init__(self, unsaved: bool = False, edits: Iterable[str] = ()) -> None:
         super().__init__()
         self.unsaved = unsaved
+        self.edits = sorted(edits)  # instances with flag edits not applied yet
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -140,6 +141,15 @@ class QuitScreen(ModalScreen[str | None]):
                         style="bold yellow",
                     ),
                     id="quit-unsaved",
+                )
+            if self.edits:
+                yield Static(
+                    Text(
+                        f"[+] Flag edits of {', '.join(self.edits)} are not applied: the session\n"
+                        "supervisor keeps them (the flag editor shows them next time).\n",
+                        style="bold yellow",
+                    ),
+                    id="quit-edits",
                 )
             keys = "w: save the layout, leave instances running, quit\n" if self.unsaved else ""
             yield Static(

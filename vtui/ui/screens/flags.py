@@ -11,6 +11,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.suggester import SuggestFromList
+from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static
 
 from vtui.core.advice import flag_advice
@@ -24,6 +25,7 @@ from vtui.core.flagspec import (
     parse_flag_value,
     validate_flag,
 )
+from vtui.core.masking import MASK
 from vtui.core.model import FlagValue, InstanceSpec
 from vtui.telemetry.flagschema import FlagSchema, schema_for
 from vtui.ui import fmt, planning
@@ -72,6 +74,8 @@ def help_of(name: str, table: FlagTable = BUILTIN_FLAGS) -> str:
     return f"--{name} [{spec.type}, default {fmt.flag_value(spec.default)}]{extra}: {' '.join(spec.help.split())}"
 
 
+KEEP_AFTER_S = 0.4  # the edits go to the session's owner once typing pauses this long
+
 # The flags that move the KV budget vLLM profiles at startup; editing others (max-num-seqs,
 # max-model-len, kv-cache-dtype...) keeps the budget the log gave.
 _BUDGET_FLAGS = (
@@ -115,23 +119,40 @@ class FlagEditorScreen(StoreScreen):
         self._plan_key: tuple | None = None
         # the bundled schema until the worker has read the instance's own vLLM (cached per version)
         self.schema = FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin")
+        self._kept: dict[str, FlagValue] | None = None  # the edits kept for this instance (not applied)
+        self._keep_timer: Timer | None = None
 
     @property
     def spec(self) -> InstanceSpec:
         return self.app.store.views[self.instance].spec or self.app.store.layout.instance(self.instance)
 
+    def _start_values(self) -> dict[str, FlagValue | None]:
+        """What the rows start with: the flags as they run, or the edits kept for this instance (by this
+        dashboard before, or by another: the session supervisor holds them). A masked secret in the
+        edits is the secret as it runs (secrets are never kept)."""
+        running: dict[str, FlagValue | None] = dict(self.spec.flags)
+        if self._kept is None:
+            return running
+        return {name: running.get(name) if value == MASK else value for name, value in self._kept.items()} | {
+            name: None for name in running if name not in self._kept
+        }
+
     def compose(self) -> ComposeResult:
         yield TitleBar(f"flags {self.instance}", help_hint=False)
+        self._kept = self.app.store.pending.get(self.instance)
+        values = self._start_values()
         names = list(SEED_FLAGS) + [n for n in self.spec.flags if n not in SEED_FLAGS]
+        names += [n for n in values if n not in names]
         with VerticalScroll(id="flag-list"):
             for name in names:
-                yield FlagRow(name, self.spec.flags.get(name))
+                yield FlagRow(name, values.get(name))
             with Horizontal(id="flag-add"):
                 yield OrderedInput(
                     placeholder="add another flag (name, tab completes)",
                     id="add-name",
                     suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False),
                 )
+        yield Static(id="flag-edits")
         yield Static(self.schema.label() + " (reading the installed vLLM's…)", id="flag-schema")
         yield Static(id="flag-plan")
         yield Static(id="flag-help")
@@ -145,6 +166,7 @@ class FlagEditorScreen(StoreScreen):
         self.query(".flag-value").first(Input).focus()
         self._replan()
         self._show_errors()  # the advice on the flags as they are
+        self._show_edits()
         spec = self.spec
         self.run_worker(lambda: self._read_schema(spec), thread=True, exclusive=True, group="flag-schema")
 
@@ -218,6 +240,34 @@ class FlagEditorScreen(StoreScreen):
         self._show_errors()
         if name in PLAN_FLAGS:
             self._replan()
+        self._edited_soon()
+
+    # -- pending edits: kept by the session's owner, shown by every dashboard ------------------------
+    def _edited_soon(self) -> None:
+        """Hand the edits over once typing pauses (a second dashboard shows them within a second)."""
+        if self._keep_timer is not None:
+            self._keep_timer.stop()
+        self._keep_timer = self.set_timer(KEEP_AFTER_S, self._keep_edits)
+
+    def _keep_edits(self) -> None:
+        if self._keep_timer is not None:
+            self._keep_timer.stop()
+            self._keep_timer = None
+        flags = self.edited_flags()
+        self._kept = flags if flags != dict(self.spec.flags) else None
+        self.app.keep_edits(self.instance, self._kept)
+        self._show_edits()
+
+    def _show_edits(self) -> None:
+        text = (
+            "[+] unsaved edits, not applied (the session supervisor keeps them): "
+            "ctrl+r reviews and applies, ctrl+z discards"
+            if self._kept is not None
+            else ""
+        )
+        line = self.query_one("#flag-edits", Static)
+        line.update(text)
+        line.display = bool(text)  # no blank line without edits
 
     def _check(self, box: Input) -> None:
         name = box.name or ""
@@ -277,7 +327,23 @@ class FlagEditorScreen(StoreScreen):
 
     # -- actions -------------------------------------------------------------------------------------
     def action_back(self) -> None:
+        """Back to the dashboard; edits not applied stay kept (`[+] unsaved`), ctrl+z drops them."""
+        self._keep_edits()
         self.app.pop_screen()
+
+    def action_discard(self) -> None:
+        """Drop the edits: the rows show the flags as they run again."""
+        if self._keep_timer is not None:
+            self._keep_timer.stop()
+            self._keep_timer = None
+        running = self.spec.flags
+        for box in self.query(".flag-value").results(Input):
+            value = running.get(box.name or "")
+            box.value = "" if value is None else fmt.flag_value(value)
+        self._kept = None
+        self.app.keep_edits(self.instance, None)
+        self._show_edits()
+        self.notify(f"{self.instance}: flag edits discarded")
 
     def action_review(self) -> None:
         after_typing(self, self._review)
@@ -307,4 +373,4 @@ class FlagEditorScreen(StoreScreen):
             self.notify("no changes")
             return
         new = self.spec.with_flags(flags, unset=[k for k in self.spec.flags if k not in flags])
-        self.app.review_and_restart(self.instance, new, note="edited", pop=self)
+        self.app.review_and_restart(self.instance, new, note="edited", pop=self, clears_edits=True)

@@ -93,6 +93,7 @@ class LogView(ScrollView, can_focus=True):
         self.lines: deque[str] = deque(maxlen=capacity)
         self.follow = True
         self._base: Style | None = None
+        self._styled: dict[str, Style] = {}
         self._width = 0
         self.on_top: Callable[[], None] | None = (
             None  # called when a paused view is scrolled to its first line
@@ -105,13 +106,13 @@ class LogView(ScrollView, can_focus=True):
     def set_lines(self, lines: Iterable[str], capacity: int | None = None) -> None:
         cap = capacity or self.lines.maxlen
         self.lines = deque(lines, maxlen=cap)
-        self._width = max((len(line) for line in self.lines), default=0)
+        self._width = max(map(len, self.lines), default=0)
         self._changed()
 
     def append(self, lines: list[str]) -> None:
         self.lines.extend(lines)
         if lines:
-            self._width = max(self._width, max(len(line) for line in lines))
+            self._width = max(self._width, max(map(len, lines)))
         self._changed()
 
     def prepend(self, lines: list[str], capacity: int) -> None:
@@ -123,13 +124,32 @@ class LogView(ScrollView, can_focus=True):
         if not lines:
             return
         self.lines.extendleft(reversed(lines))
-        self._width = max(self._width, max(len(line) for line in lines))
-        self.virtual_size = Size(self._width, len(self.lines))
+        self._width = max(self._width, max(map(len, lines)))
+        self._set_virtual_size(Size(self._width, len(self.lines)))
         self.scroll_to(y=self.scroll_y + len(lines), animate=False, immediate=True)
         self.refresh()
 
+    def _set_virtual_size(self, size: Size) -> None:
+        """A new line count or width without a layout pass of the whole screen, unless a scrollbar comes
+        or goes (assigning Textual's `virtual_size` lays the screen out again on every change: a key
+        that refilters the view redrew the title, footer and status with it)."""
+        old = self.virtual_size
+        if size == old:
+            return
+        width, height = self.container_size
+        update = getattr(self, "_scroll_update", None)  # Textual's own, what a resize calls
+        same_bars = (size.width > width) == (old.width > width) and (size.height > height) == (
+            old.height > height
+        )
+        if update is None or not same_bars or not old.width or not old.height:
+            self.virtual_size = size
+            return
+        self.set_reactive(ScrollView.virtual_size, size)
+        update(size)
+        self.refresh()
+
     def _changed(self) -> None:
-        self.virtual_size = Size(self._width, len(self.lines))
+        self._set_virtual_size(Size(self._width, len(self.lines)))
         if self.follow:
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
         self.refresh()  # the rows move even when the scroll offset cannot (a full ring)
@@ -141,12 +161,20 @@ class LogView(ScrollView, can_focus=True):
         base = self._base
         if base is None:
             base = self._base = self.rich_style  # computing it costs more than drawing the row
+            self._styled = {name: base + style for name, style in _STYLES.items()}
         if index >= len(self.lines):
             return Strip.blank(width, base)
-        line = _CONTROL(_REPLACEMENT, self.lines[index].expandtabs())
+        line = self.lines[index]
         level = level_style(line)
-        style = base + _STYLES[level] if level else base
-        # one segment per row, no Text: a flood repaints every row of the screen on every batch
+        style = self._styled[level] if level else base
+        # One Strip per row, no Text: following a flood repaints every row on every batch, and each Strip
+        # Textual makes costs seven caches (allocation and GC work on the UI thread).
+        if line.isascii() and line.isprintable():  # the usual vLLM line: one cell per character
+            text = line[scroll_x : scroll_x + width]
+            pad = width - len(text)
+            segments = [Segment(text, style), Segment(" " * pad, base)] if pad else [Segment(text, style)]
+            return Strip(segments, width)
+        line = _CONTROL(_REPLACEMENT, line.expandtabs())
         strip = Strip([Segment(line, style)], cell_len(line))
         return strip.crop_extend(scroll_x, scroll_x + width, base)
 
@@ -219,6 +247,10 @@ class LogScreen(StoreScreen):
         self._loading = False
         self._file_exhausted = False
         self._anchor: list[str] = []  # the first lines (unfiltered) of what the view holds
+        self._view: LogView | None = None  # (set on mount: every batch reaches them, no query each time)
+        self._status: StatusLine | None = None
+        self._matcher_for: str | None = None
+        self._matcher_fn: Callable[[str], bool] = bool
 
     # -- the lines -------------------------------------------------------------------------------
     @property
@@ -239,30 +271,38 @@ class LogScreen(StoreScreen):
     def on_mount(self) -> None:
         self.query_one("#log-filter", Input).display = False
         self.query_one(TitleBar).refresh_from(self.app.store)
-        view = self.query_one(LogView)
+        view = self._view = self.query_one(LogView)
+        self._status = self.query_one(StatusLine)
         view.on_top = self._scrolled_to_top
         view.on_user_scroll = self._pause
         view.on_end = self._resume
         self._reload()
         view.focus()
 
-    def _matches(self, line: str) -> bool:
-        if not self.pattern:
-            return True
-        try:
-            return re.search(self.pattern, line, re.IGNORECASE) is not None
-        except re.error:
-            return self.pattern.lower() in line.lower()
+    @property
+    def _matcher(self) -> Callable[[str], bool]:
+        """The filter as one callable, compiled once per pattern (a batch of thousands calls it per line)."""
+        if self._matcher_for != self.pattern:
+            self._matcher_for = self.pattern
+            try:
+                search = re.compile(self.pattern, re.IGNORECASE).search
+                self._matcher_fn = lambda line: search(line) is not None
+            except re.error:
+                needle = self.pattern.lower()
+                self._matcher_fn = lambda line: needle in line.lower()
+        return self._matcher_fn
 
     def _keep(self, lines: Iterable[str]) -> list[str]:
-        out = []
-        probes = self.show_probes
-        for line in lines:
-            if not probes and is_probe(line):
-                self.hidden += 1
-            elif self._matches(line):
-                out.append(line)
-        return out
+        """What the view shows of `lines`: vtui's probes out (counted) unless shown, then the filter."""
+        out = lines if isinstance(lines, list | tuple) else list(lines)
+        if not self.show_probes:
+            kept = [line for line in out if not is_probe(line)]
+            self.hidden += len(out) - len(kept)
+            out = kept
+        if self.pattern:
+            matches = self._matcher
+            out = [line for line in out if matches(line)]
+        return list(out)
 
     def _reload(self) -> None:
         """Back to the store's ring (following, or the snapshot a paused view starts from)."""
@@ -282,8 +322,9 @@ class LogScreen(StoreScreen):
         self.query_one(TitleBar).refresh_from(store)
 
     def append_logs(self, name: str, lines: Iterable[str], skipped: int = 0) -> None:
-        if name != self.instance or not self.is_mounted:
-            return  # (not mounted yet: on_mount reads the store's ring, these lines included)
+        view = self._view
+        if name != self.instance or view is None or not view.is_mounted:
+            return  # (not mounted yet: on_mount reads the store's ring, these lines included; or torn down)
         batch = [skipped_marker(skipped), *lines] if skipped else list(lines)
         if not self.follow:
             self.new_while_paused += len(batch)
@@ -291,7 +332,7 @@ class LogScreen(StoreScreen):
             return
         new = self._keep(batch)
         if new:
-            self.query_one(LogView).append(new)
+            view.append(new)
         self._update_status()
 
     def _update_status(self) -> None:
@@ -304,7 +345,8 @@ class LogScreen(StoreScreen):
             parts.append(f"filter /{self.pattern}/")
         if self._loading:
             parts.append("reading older lines...")
-        self.query_one(StatusLine).set("  " + " | ".join(parts))
+        if self._status is not None:
+            self._status.set("  " + " | ".join(parts))
 
     # -- following and scrolling back ---------------------------------------------------------------
     def _pause(self) -> None:

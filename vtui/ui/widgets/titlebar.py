@@ -18,8 +18,10 @@ def title_text(store: Store, screen_title: str = "") -> Text:
     if store.supervisor_error:
         out.append("  SUPERVISOR FAILED", style="bold white on red")
     out.append(f"  {store.path or '(no file yet)'}", style="dim")
-    if store.dirty:
+    if store.unsaved:
         out.append(" [+] unsaved", style="bold yellow")
+        if store.pending:  # flag edits not applied yet (the session supervisor keeps them)
+            out.append(f" edits: {', '.join(sorted(store.pending))}", style="yellow")
     counts = Counter(v.state.name.lower() for v in store.views.values())
     if counts:
         known = "  last known: " if store.supervisor_error else "  "  # no longer watched
@@ -52,6 +54,7 @@ class TitleBar(Static):
             store.supervisor_error,
             store.path,
             store.dirty,
+            tuple(sorted(store.pending)),
             tuple(v.state for v in store.views.values()),
             self.screen_title,
             self._hint,
