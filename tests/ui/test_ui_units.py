@@ -145,3 +145,15 @@ def test_gpu_panel_header_says_how_many_processes_a_short_panel_leaves_out(h):
     assert f"(2 of {total} processes)" in head
     head = next(line for line in gpu_text(sample, [], 120).plain.splitlines() if "PID" in line)
     assert "processes)" not in head  # all shown: no count
+
+
+def test_a_long_layout_path_is_cut_in_the_title_so_the_unsaved_marker_stays_in_view(monkeypatch):
+    """A layout deep in a folder tree pushed `[+] unsaved edits: NAME` off the title's one line."""
+    import os
+
+    monkeypatch.setenv("HOME", "/home/ann")
+    assert fmt.path("/home/ann/layouts/big.toml") == "~/layouts/big.toml"
+    long = "/tmp/pytest-of-root/pytest-812/popen-gw1/test_a_reattached_dashboard_sh0/layout.toml"
+    short = fmt.path(long)
+    assert len(short) <= 48 and short.endswith(os.sep + "layout.toml") and short.startswith("…")
+    assert fmt.path("/x/" + "y" * 80 + ".toml") == "…/" + "y" * 80 + ".toml"  # the file name is kept whole

@@ -120,3 +120,23 @@ def fact(name: str, value: object) -> tuple[str, str]:
     if isinstance(value, int):
         return label, f"{value:,}"
     return label, f"{value:.2f}"
+
+
+def path(value: object, limit: int = 48) -> str:
+    """A file path for a one-line title: the home folder as `~`, and a long one cut to `…/` and its
+    last folders (what follows it on the line, such as the unsaved marker, must stay in view)."""
+    import os
+
+    text = str(value)
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and (text == home or text.startswith(home + os.sep)):
+        text = "~" + text[len(home) :]
+    if len(text) <= limit:
+        return text
+    parts = text.split(os.sep)
+    tail = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + len(tail) + 3 > limit:
+            break
+        tail = part + os.sep + tail
+    return "…" + os.sep + tail

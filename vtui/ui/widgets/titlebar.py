@@ -8,6 +8,7 @@ from collections import Counter
 from rich.text import Text
 from textual.widgets import Static
 
+from vtui.ui import fmt
 from vtui.ui.store import Store
 
 
@@ -17,7 +18,7 @@ def title_text(store: Store, screen_title: str = "") -> Text:
     out.append(f" {layout.session.name}", style="bold")
     if store.supervisor_error:
         out.append("  SUPERVISOR FAILED", style="bold white on red")
-    out.append(f"  {store.path or '(no file yet)'}", style="dim")
+    out.append(f"  {fmt.path(store.path) if store.path else '(no file yet)'}", style="dim")
     if store.unsaved:
         out.append(" [+] unsaved", style="bold yellow")
         if store.pending:  # flag edits not applied yet (the session supervisor keeps them)
