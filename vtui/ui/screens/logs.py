@@ -123,10 +123,14 @@ class LogView(ScrollView, can_focus=True):
         lines = lines[-room:] if room > 0 else []
         if not lines:
             return
+        dropped = 0  # a "N lines skipped" marker on top stood for lines the file now gives back
+        while self.lines and is_marker(self.lines[0]):
+            self.lines.popleft()
+            dropped += 1
         self.lines.extendleft(reversed(lines))
         self._width = max(self._width, max(map(len, lines)))
         self._set_virtual_size(Size(self._width, len(self.lines)))
-        self.scroll_to(y=self.scroll_y + len(lines), animate=False, immediate=True)
+        self.scroll_to(y=self.scroll_y + len(lines) - dropped, animate=False, immediate=True)
         self.refresh()
 
     def _set_virtual_size(self, size: Size) -> None:
