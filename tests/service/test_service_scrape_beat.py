@@ -16,7 +16,7 @@ class FakePool:
     def __init__(self, times: dict[str, list[float]]) -> None:
         self.times = times
 
-    async def request(self, method: str, url: str) -> Response:
+    async def request(self, method: str, url: str, **_: object) -> Response:
         self.times.setdefault(url, []).append(asyncio.get_running_loop().time())
         return Response(200, {}, PAYLOAD)
 

@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from vtui.bench.lean_http import LeanHTTPError, LeanPool
+from vtui.bench.lean_http import ConnectTimeout, LeanHTTPError, LeanPool, ReadTimeout
 from vtui.core.attached import Probe, no_answer
 from vtui.core.launcher import OsLauncher, ProcessHandle
 from vtui.core.model import InstanceSpec
@@ -117,8 +117,8 @@ class LeanLauncher(OsLauncher):
         if not pool.handles(url, "GET"):
             return await super().health(spec)
         try:
-            response = await asyncio.wait_for(pool.request("GET", url), self.health_timeout)
-        except (LeanHTTPError, OSError, asyncio.TimeoutError):
+            response = await pool.request("GET", url, deadline_s=self.health_timeout)
+        except (LeanHTTPError, OSError):
             return False
         return response.status == 200
 
@@ -130,8 +130,8 @@ class LeanLauncher(OsLauncher):
         if spec.api_key or not pool.handles(url, "GET"):
             return None
         try:
-            response = await asyncio.wait_for(pool.request("GET", url), self.health_timeout)
-        except asyncio.TimeoutError:
+            response = await pool.request("GET", url, deadline_s=self.health_timeout)
+        except (ConnectTimeout, ReadTimeout):
             return Probe(None, f"no answer within {self.health_timeout:g} s")
         except (LeanHTTPError, OSError) as exc:
             return Probe(None, no_answer(exc))
@@ -234,8 +234,8 @@ class LeanScrapeLoop:
 
     async def scrape(self) -> MetricsSample | None:
         try:
-            response = await asyncio.wait_for(self._pool().request("GET", self.url), self.timeout)
-        except (LeanHTTPError, OSError, asyncio.TimeoutError) as exc:
+            response = await self._pool().request("GET", self.url, deadline_s=self.timeout)
+        except (LeanHTTPError, OSError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__} from {self.url}"
             self.last_text = None
