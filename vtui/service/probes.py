@@ -8,7 +8,8 @@ per-instance cost is what matters.
   (~0.17 ms each).
 - `LeanScrapeLoop`: one `/metrics` poller per instance on the same client; parsing and windowing are
   telemetry's (`MetricsParser`, which reads only the lines that changed since the last scrape, and
-  `MetricsWindow`), as in `telemetry.scrape.ScrapeLoop`. With `keep_text`
+  `MetricsWindow`), as in `telemetry.scrape.ScrapeLoop`; the payload is decoded only when its
+  `vllm:` lines moved (`MetricsParser.parse_bytes`). With `keep_text`
   the last payload stays for the session's exporter (`service.exporter`: nothing is scraped twice).
 - `LeanLauncher.probe`: an attached server's `/health` (plain http, no API key) on the same client.
 
@@ -245,9 +246,8 @@ class LeanScrapeLoop:
             self.last_error = f"HTTP {response.status} from {self.url}"
             self.last_text = None
             return None
-        text = response.body.decode("utf-8", "replace")
-        self.last_text = text if self.keep_text else None
-        sample = self.window.update(self.parser.parse(text), time.time(), self.instance)
+        self.last_text = response.body.decode("utf-8", "replace") if self.keep_text else None
+        sample = self.window.update(self.parser.parse_bytes(response.body), time.time(), self.instance)
         self.failures = 0
         self.last_error = None
         if not self._stopped:

@@ -5,6 +5,7 @@ promtext), sums data-parallel engines, and reports a missing value as None, neve
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -214,6 +215,16 @@ def _ranks(snap: MetricsSnapshot, point: _Point, prev: _Point | None) -> tuple[R
     return tuple(out)
 
 
+def _same(a: _Point, b: _Point) -> bool:
+    """Both points hold one snapshot's values (`MetricsWindow._of` shares them while it repeats)."""
+    return (
+        a.counters is b.counters
+        and a.finished is b.finished
+        and a.histograms is b.histograms
+        and a.generation_by_engine is b.generation_by_engine
+    )
+
+
 def _went_down(new: _Point, old: _Point) -> bool:
     for key, value in new.counters.items():
         if key in old.counters and value < old.counters[key]:
@@ -263,6 +274,8 @@ class MetricsWindow:
         # what the last snapshot gave that depends on it alone: a MetricsParser hands back the same
         # snapshot object while the payload's vtui lines stay the same (a steady server)
         self._last: tuple[MetricsSnapshot, _Point, tuple[Any, ...]] | None = None
+        # the last sample of a steady window (see update), for the next one of the same snapshot
+        self._steady: tuple[MetricsSnapshot, str | None, MetricsSample] | None = None
 
     def _of(self, snap: MetricsSnapshot, at: float) -> tuple[_Point, tuple[Any, ...]]:
         last = self._last
@@ -286,10 +299,10 @@ class MetricsWindow:
 
     def reset(self) -> None:
         self._points.clear()
+        self._steady = None
 
     def update(self, snap: MetricsSnapshot, at: float, instance: str | None = None) -> MetricsSample:
         point, derived = self._of(snap, at)
-        (capacity, block_size), by_reason, engines, running, waiting, kv_usage, vllm_names = derived
         points = self._points
         reset = bool(points) and _went_down(point, points[-1])
         if reset:
@@ -298,6 +311,39 @@ class MetricsWindow:
             points.popleft()
         prev = points[-1] if points else None
         base = points[0] if points else None
+        # Steady: the previous point and the window's first are this snapshot's too (an idle server), so
+        # every rate is 0 and every windowed figure is the window's nothing: the sample is the last
+        # steady one of this snapshot, at this time.
+        steady = (
+            prev is not None
+            and base is not None
+            and at > prev.at
+            and _same(prev, point)
+            and _same(base, point)
+        )
+        last = self._steady
+        if steady and last is not None and last[0] is snap and last[1] == instance:
+            sample = copy.copy(last[2])
+            object.__setattr__(sample, "at", at)  # a frozen dataclass's field, set as its __init__ does
+            points.append(point)
+            return sample
+        sample = self._sample(snap, point, derived, prev, base, reset, at, instance)
+        self._steady = (snap, instance, sample) if steady else None
+        points.append(point)
+        return sample
+
+    def _sample(
+        self,
+        snap: MetricsSnapshot,
+        point: _Point,
+        derived: tuple[Any, ...],
+        prev: _Point | None,
+        base: _Point | None,
+        reset: bool,
+        at: float,
+        instance: str | None,
+    ) -> MetricsSample:
+        (capacity, block_size), by_reason, engines, running, waiting, kv_usage, vllm_names = derived
 
         percentiles: dict[str, Percentiles] = {}
         windowed: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
@@ -310,7 +356,7 @@ class MetricsWindow:
                 windowed[role] = (hist.bounds[:-1], hist.counts)
 
         success, abort, error = _finished_rates(point, prev)
-        sample = MetricsSample(
+        return MetricsSample(
             instance=instance,
             at=at,
             running=running,
@@ -341,8 +387,6 @@ class MetricsWindow:
             ranks=_ranks(snap, point, prev),
             windowed=MappingProxyType(windowed) if windowed else _NO_WINDOWS,
         )
-        points.append(point)
-        return sample
 
     @staticmethod
     def _prefix_hit_rate(snap: MetricsSnapshot, point: _Point, base: _Point | None) -> float | None:
