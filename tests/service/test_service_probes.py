@@ -1,10 +1,20 @@
 """The supervisor's lean probes (`service.probes`): a /health probe and a /metrics scrape are bounded as a
-whole (a server that trickles bytes is given up on at the timeout, not kept alive by each byte)."""
+whole (a server that trickles bytes is given up on at the timeout, not kept alive by each byte); the
+liveness look (pidfds, else /proc) follows the leader and reaps the pump."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
+import subprocess
+import time
+from pathlib import Path
 
+import psutil
+import pytest
+
+from vtui.core.launcher import ProcessHandle
 from vtui.core.model import InstanceSpec
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 
@@ -51,3 +61,54 @@ def test_health_and_scrape_give_up_on_a_trickling_server_at_their_timeout() -> N
             server.close()
 
     asyncio.run(main())
+
+
+def _handle(
+    proc: subprocess.Popen[bytes], pump: subprocess.Popen[bytes] | None, tmp_path: Path
+) -> ProcessHandle:
+    return ProcessHandle(
+        pid=proc.pid,
+        create_time=psutil.Process(proc.pid).create_time(),
+        pgid=os.getpgid(proc.pid),
+        sid=os.getsid(proc.pid),
+        key="t/a",
+        log_path=tmp_path / "a.log",
+        argv=("sleep", "30"),
+        popen=pump,
+    )
+
+
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "proc"])
+def test_alive_follows_the_leader_and_reaps_the_pump(tmp_path: Path, pidfds: bool) -> None:
+    """Alive while it runs; not once it ended, reaped or a zombie still; not for a recycled pid (another
+    create time); and a pump that ended is reaped, not left a zombie. Both ways: pidfds, /proc reads."""
+    launcher = LeanLauncher()
+    launcher._exits.usable = launcher._exits.usable and pidfds
+    leader = subprocess.Popen(["sleep", "30"])
+    pump = subprocess.Popen(["sleep", "30"])
+    try:
+        handle = _handle(leader, pump, tmp_path)
+        for _ in range(3):  # the first look verifies, the later ones are the cheap ones
+            assert launcher.alive(handle)
+        assert bool(launcher._exits._fds) is launcher._exits.usable  # the leader's and the pump's pidfds
+        assert launcher.alive(dataclasses.replace(handle, create_time=handle.create_time - 5)) is False
+        pump.kill()
+        deadline = time.monotonic() + 5
+        while pump.returncode is None and time.monotonic() < deadline:
+            assert launcher.alive(handle)  # the leader runs on
+            time.sleep(0.02)
+        assert pump.returncode is not None  # reaped by alive()
+        leader.kill()  # not reaped: a zombie, which is not alive
+        deadline = time.monotonic() + 5
+        while launcher.alive(handle) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not launcher.alive(handle)
+        assert psutil.Process(leader.pid).status() == psutil.STATUS_ZOMBIE
+        leader.wait()
+        assert not launcher.alive(handle)
+    finally:
+        for proc in (leader, pump):
+            proc.kill()
+            proc.wait()
+        asyncio.run(launcher.aclose())
+    assert launcher._exits._fds == {}
