@@ -5,7 +5,6 @@ change leaves (persisted next to the run records, so a successor gets them back)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from typing import Any
 
@@ -119,13 +118,8 @@ class BroadcastMixin(ServiceBase):
         if not self._feeds:
             return
         line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-        for queue in list(self._feeds):
-            try:
-                queue.put_nowait(line)
-            except asyncio.QueueFull:  # too slow a reader: end its feed rather than buffer without bound
-                self._feeds.discard(queue)
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.put_nowait(None)
+        for feed in self._feeds:
+            feed.put(line)  # a slow reader's feed ends itself (feed.FEED_BUFFER)
 
     def _broadcast_status(self) -> None:
         if self._feeds:

@@ -170,9 +170,8 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
             await self._stop(None, None)
         if self._server is not None:
             self._server.close()
-        for queue in list(self._feeds):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
+        for feed in list(self._feeds):
+            feed.end()
         for _, loop, task in self._scrapers.values():
             loop.stop()
             task.cancel()

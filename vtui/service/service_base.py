@@ -19,6 +19,7 @@ from vtui.core.events import Event
 from vtui.core.notify import Notifier
 from vtui.core.supervisor import Supervisor
 from vtui.service.exporter import MetricsEndpoint
+from vtui.service.feed import FeedClient
 
 
 class ServiceBase:
@@ -38,7 +39,7 @@ class ServiceBase:
     last_gpu: dict[str, Any] | None
     facts: dict[str, dict[str, Any]]
     flag_history: dict[str, list[dict[str, Any]]]
-    _feeds: set[asyncio.Queue[bytes | None]]
+    _feeds: set[FeedClient]
     _clients: int
     _last_client: float
     _scrapers: dict[str, tuple[str, Any, asyncio.Task]]
