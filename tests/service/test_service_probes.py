@@ -112,3 +112,37 @@ def test_alive_follows_the_leader_and_reaps_the_pump(tmp_path: Path, pidfds: boo
             proc.wait()
         asyncio.run(launcher.aclose())
     assert launcher._exits._fds == {}
+
+
+def test_a_restamped_sample_is_sent_as_a_fresh_encoding_would_be(monkeypatch) -> None:
+    """The service encodes a steady server's sample from the last encoding (its time changed alone);
+    what it stores and sends equals encode_sample's, through busy, steady and restarted runs."""
+    from types import SimpleNamespace
+
+    from vtui.service import scraping
+    from vtui.service.scraping import ScrapeMixin
+    from vtui.service.wire import encode_sample
+
+    encodings: list[int] = []
+    monkeypatch.setattr(scraping, "encode_sample", lambda s: encodings.append(1) or encode_sample(s))
+    from vtui.telemetry.metrics import MetricsWindow
+    from vtui.telemetry.promtext import MetricsParser
+
+    fixtures = Path(__file__).parents[1] / "telemetry" / "fixtures"
+    busy, idle = ((fixtures / f"metrics_{n}.txt").read_bytes() for n in ("busy", "idle"))
+    sent: list[dict] = []
+    service = SimpleNamespace(
+        samples={},
+        _encoded={},
+        supervisor=SimpleNamespace(observe_load=lambda *a, **kw: None),
+        _broadcast=lambda message: sent.append(message["sample"]),
+    )
+    window, parser = MetricsWindow(window_s=2.5), MetricsParser()
+    samples = []
+    for i, body in enumerate([busy, *[idle] * 8, busy, busy, *[idle] * 6]):
+        sample = window.update(parser.parse_bytes(body), 100.0 + i, "a")
+        samples.append(sample)
+        ScrapeMixin._on_sample(service, "a", sample)  # type: ignore[arg-type]
+    assert sent == [encode_sample(s) for s in samples] == list(service.samples["a"])
+    assert [s["at"] for s in sent] == [100.0 + i for i in range(len(samples))]
+    assert 0 < len(encodings) < len(samples) - 6  # the steady runs' later samples were not encoded again

@@ -22,6 +22,15 @@ SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING})
 
 
+def _restamped(sample: Any, last: Any) -> bool:
+    """`sample` is `last` at another time: every other field the very same object (as MetricsWindow's
+    restamp of a steady sample leaves them; a computed sample has new ones)."""
+    if type(sample) is not type(last):
+        return False
+    mine, theirs = vars(sample), vars(last)
+    return len(mine) == len(theirs) and all(v is theirs.get(k) for k, v in mine.items() if k != "at")
+
+
 class ScrapeMixin(ServiceBase):
     def _sync_scrapers(self) -> None:
         if not self.scrape:
@@ -67,11 +76,16 @@ class ScrapeMixin(ServiceBase):
         return lambda sample: self._on_sample(name, sample)
 
     def _on_sample(self, name: str, sample: Any) -> None:
-        try:
-            encoded = encode_sample(sample)
-        except Exception as exc:  # noqa: BLE001 — a sample that cannot be sent must not end the scrape loop
-            log(f"{name}: metrics sample not encodable: {exc!r}")
-            return
+        last = self._encoded.get(name)
+        if last is not None and _restamped(sample, last[0]):
+            encoded = {**last[1], "at": sample.at}  # a steady server's sample (MetricsWindow.update)
+        else:
+            try:
+                encoded = encode_sample(sample)
+            except Exception as exc:  # noqa: BLE001 — a sample that cannot be sent must not end the scrape loop
+                log(f"{name}: metrics sample not encodable: {exc!r}")
+                return
+        self._encoded[name] = (sample, encoded)
         self.samples.setdefault(name, deque(maxlen=SAMPLE_HISTORY)).append(encoded)
         if sample.running is not None or sample.waiting is not None:  # the stuck watchdog, idle sleep
             busy = (sample.running or 0) + (sample.waiting or 0) > 0

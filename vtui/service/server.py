@@ -92,6 +92,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self.started_at = time.time()
         self.events = deque(maxlen=EVENT_HISTORY)
         self.samples = {}
+        self._encoded = {}
         self.last_gpu = None
         self.facts = {}
         self.flag_history = {}

@@ -36,6 +36,7 @@ class ServiceBase:
     started_at: float
     events: deque[dict[str, Any]]
     samples: dict[str, deque[dict[str, Any]]]
+    _encoded: dict[str, tuple[Any, dict[str, Any]]]  # the last sample of each instance, and its encoding
     last_gpu: dict[str, Any] | None
     facts: dict[str, dict[str, Any]]
     flag_history: dict[str, list[dict[str, Any]]]
