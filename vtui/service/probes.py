@@ -247,7 +247,8 @@ class _Beat:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
         self.loop, self.interval = loop, interval
-        self.origin = loop.time()
+        # on the wall clock's multiples of the interval, where the supervisor's health probes fall too
+        self.origin = loop.time() - time.time() % interval
         self._waiters: dict[int, list[asyncio.Future[None]]] = {}
 
     def wait(self, not_before: float) -> asyncio.Future[None]:
