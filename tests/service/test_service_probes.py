@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import subprocess
 import time
@@ -130,12 +131,13 @@ def test_a_restamped_sample_is_sent_as_a_fresh_encoding_would_be(monkeypatch) ->
 
     fixtures = Path(__file__).parents[1] / "telemetry" / "fixtures"
     busy, idle = ((fixtures / f"metrics_{n}.txt").read_bytes() for n in ("busy", "idle"))
-    sent: list[dict] = []
+    lines: list[bytes] = []
     service = SimpleNamespace(
         samples={},
         _encoded={},
+        _feeds={"a client"},
         supervisor=SimpleNamespace(observe_load=lambda *a, **kw: None),
-        _broadcast=lambda message: sent.append(message["sample"]),
+        _broadcast_line=lines.append,
     )
     window, parser = MetricsWindow(window_s=2.5), MetricsParser()
     samples = []
@@ -143,6 +145,10 @@ def test_a_restamped_sample_is_sent_as_a_fresh_encoding_would_be(monkeypatch) ->
         sample = window.update(parser.parse_bytes(body), 100.0 + i, "a")
         samples.append(sample)
         ScrapeMixin._on_sample(service, "a", sample)  # type: ignore[arg-type]
-    assert sent == [encode_sample(s) for s in samples] == list(service.samples["a"])
-    assert [s["at"] for s in sent] == [100.0 + i for i in range(len(samples))]
+    assert list(service.samples["a"]) == [encode_sample(s) for s in samples]
+    assert lines == [  # byte for byte the line a full encoding gives (the feed's `_broadcast`)
+        (json.dumps({"type": "sample", "sample": encode_sample(s)}, separators=(",", ":")) + "\n").encode()
+        for s in samples
+    ]
+    assert [json.loads(line)["sample"]["at"] for line in lines] == [100.0 + i for i in range(len(samples))]
     assert 0 < len(encodings) < len(samples) - 6  # the steady runs' later samples were not encoded again

@@ -115,9 +115,11 @@ class BroadcastMixin(ServiceBase):
         self._remember_facts(name, lines)
 
     def _broadcast(self, message: dict[str, Any]) -> None:
-        if not self._feeds:
-            return
-        line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        if self._feeds:
+            self._broadcast_line((json.dumps(message, separators=(",", ":")) + "\n").encode())
+
+    def _broadcast_line(self, line: bytes) -> None:
+        """One feed line (JSON and its newline) to every client."""
         for feed in self._feeds:
             feed.put(line)  # a slow reader's feed ends itself (feed.FEED_BUFFER)
 

@@ -36,7 +36,8 @@ class ServiceBase:
     started_at: float
     events: deque[dict[str, Any]]
     samples: dict[str, deque[dict[str, Any]]]
-    _encoded: dict[str, tuple[Any, dict[str, Any]]]  # the last sample of each instance, and its encoding
+    # the last sample of each instance, its encoding, and its feed line's halves around the time
+    _encoded: dict[str, tuple[Any, dict[str, Any], tuple[bytes, bytes] | None]]
     last_gpu: dict[str, Any] | None
     facts: dict[str, dict[str, Any]]
     flag_history: dict[str, list[dict[str, Any]]]
@@ -58,6 +59,8 @@ class ServiceBase:
         def _on_event(self, event: Event) -> None: ...
 
         def _broadcast(self, message: dict[str, Any]) -> None: ...
+
+        def _broadcast_line(self, line: bytes) -> None: ...
 
         def _broadcast_status(self) -> None: ...
 
