@@ -146,7 +146,7 @@ class LoopMixin(SupervisorBase):
                 raise
             except Exception as exc:  # keep watching; say what went wrong
                 self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
-            await self.clock.sleep(self.health_interval)
+            await self.clock.sleep(self._to_grid(self.health_interval))  # in the health probes' wake-up
 
     async def _probe_attached(self, attached: list[Attached]) -> None:
         """One /health probe of each attached server, at once; its state follows (`Attached.on_probe`)."""
