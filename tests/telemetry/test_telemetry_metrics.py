@@ -251,7 +251,7 @@ def test_a_steady_server_gets_the_samples_a_fresh_reading_gives(fixture_text, mo
     """A window fed by a MetricsParser (which hands back one snapshot while the vllm: lines repeat, and
     the window then restamps its last steady sample) gives exactly the samples of a window fed a fresh
     parse each time, through busy runs, idle runs, a restart and a data-parallel payload; the idle runs
-    are not computed again."""
+    are not computed again, even while older points of another snapshot are still in the window."""
     from vtui.telemetry.promtext import MetricsParser
 
     busy = [
@@ -272,6 +272,8 @@ def test_a_steady_server_gets_the_samples_a_fresh_reading_gives(fixture_text, mo
             restamped.append(i)
         assert got == fresh.update(parse_metrics(text), 100.0 + i, "a"), i
         assert got.at == 100.0 + i
-    # the idle run (1-9) is steady once its window holds it alone (4: computed, kept), then restamped;
-    # the restart at 10 empties the window: 11 is steady at once, 12 restamped
-    assert restamped == [5, 6, 7, 8, 9, 12]
+    # steady once the previous point is the same snapshot's; restamped while the window's first point
+    # stays the same snapshot's too: 2 computed (first point busy[0]), 3 restamped, 4 computed (first
+    # point now idle's), 5-9 restamped; the restart at 10 empties the window: 11 computed, 12 restamped;
+    # 14 computed (first point 11), 15 restamped (first point 12: the same snapshot's as 11)
+    assert restamped == [3, 5, 6, 7, 8, 9, 12, 15]

@@ -274,8 +274,8 @@ class MetricsWindow:
         # what the last snapshot gave that depends on it alone: a MetricsParser hands back the same
         # snapshot object while the payload's vtui lines stay the same (a steady server)
         self._last: tuple[MetricsSnapshot, _Point, tuple[Any, ...]] | None = None
-        # the last sample of a steady window (see update), for the next one of the same snapshot
-        self._steady: tuple[MetricsSnapshot, str | None, MetricsSample] | None = None
+        # the last sample of a steady server (see update), for the next one of the same snapshot and base
+        self._steady: tuple[MetricsSnapshot, str | None, _Point, MetricsSample] | None = None
 
     def _of(self, snap: MetricsSnapshot, at: float) -> tuple[_Point, tuple[Any, ...]]:
         last = self._last
@@ -311,24 +311,25 @@ class MetricsWindow:
             points.popleft()
         prev = points[-1] if points else None
         base = points[0] if points else None
-        # Steady: the previous point and the window's first are this snapshot's too (an idle server), so
-        # every rate is 0 and every windowed figure is the window's nothing: the sample is the last
-        # steady one of this snapshot, at this time.
-        steady = (
-            prev is not None
-            and base is not None
-            and at > prev.at
-            and _same(prev, point)
-            and _same(base, point)
-        )
+        # Steady: the previous point is this snapshot's too (an idle server), so every rate is 0, and the
+        # window's figures depend on its first point alone: with the same snapshot and the same first
+        # point's values as the last steady sample, the sample is that one at this time.
+        steady = prev is not None and base is not None and at > prev.at and _same(prev, point)
         last = self._steady
-        if steady and last is not None and last[0] is snap and last[1] == instance:
-            sample = copy.copy(last[2])
+        if (
+            steady
+            and last is not None
+            and base is not None
+            and last[0] is snap
+            and last[1] == instance
+            and _same(last[2], base)
+        ):
+            sample = copy.copy(last[3])
             object.__setattr__(sample, "at", at)  # a frozen dataclass's field, set as its __init__ does
             points.append(point)
             return sample
         sample = self._sample(snap, point, derived, prev, base, reset, at, instance)
-        self._steady = (snap, instance, sample) if steady else None
+        self._steady = (snap, instance, base, sample) if steady and base is not None else None
         points.append(point)
         return sample
 
