@@ -52,7 +52,7 @@ class LoopMixin(SupervisorBase):
                 raise
             except Exception as exc:  # keep supervising; say what went wrong
                 self._notice(None, "error", f"supervisor tick failed: {exc!r}")
-            await self.clock.sleep(self.poll_interval)
+            await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
 
     async def _tick(self) -> None:
         now = self.clock.time()
