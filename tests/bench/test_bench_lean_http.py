@@ -15,6 +15,7 @@ from vtui.bench.client import _Stream, make_client, send
 from vtui.bench.lean_http import (
     ChunkedDecoder,
     ConnectError,
+    ConnectTimeout,
     LeanPool,
     ReadTimeout,
     RemoteProtocolError,
@@ -207,6 +208,30 @@ async def test_read_timeout_when_the_server_stalls():
         with pytest.raises(ReadTimeout):
             await pool.request("POST", server.url + "/x", b"{}", lambda _: None)
         assert asyncio.get_running_loop().time() - started < 2
+        await pool.aclose()
+
+
+async def test_a_deadline_bounds_a_response_that_trickles():
+    # a byte every 50 ms never trips the 1 s inactivity timeout; the 0.3 s deadline ends it
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
+        for _ in range(100):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    async with Scripted(handler) as server:
+        pool = LeanPool(timeout_s=1.0)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(ReadTimeout, match="no complete response in time"):
+            await pool.request("GET", server.url + "/metrics", deadline_s=0.3)
+        assert 0.25 < loop.time() - started < 1.0
+        started = loop.time()
+        with pytest.raises(ConnectTimeout):  # nothing left for the connect: refused at once, not hung
+            await pool.request("GET", server.url + "/metrics", deadline_s=0.0)
+        assert loop.time() - started < 0.5
         await pool.aclose()
 
 

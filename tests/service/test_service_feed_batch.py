@@ -14,17 +14,25 @@ from vtui.service.broadcast import FEED_BATCH_S, BroadcastMixin
 from vtui.service.wire import decode_event
 
 
+class Writes:
+    """A feed client (`service.feed.FeedClient`'s `put`): each write it was handed, in order."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def put(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
 class Feeds(BroadcastMixin):
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(100)
+        self.queue = Writes()
         self._feeds = {self.queue}
         self.events = deque(maxlen=100)
 
 
-def drained(queue: asyncio.Queue) -> list[bytes]:
-    out = []
-    while not queue.empty():
-        out.append(queue.get_nowait())
+def drained(feed: Writes) -> list[bytes]:
+    out, feed.writes = feed.writes, []
     return out
 
 

@@ -30,3 +30,29 @@ def test_the_ps_path_imports_nothing_heavy() -> None:
     )
     loaded = set(json.loads(done.stdout))
     assert [m for m in HEAVY if m in loaded] == []
+
+
+def test_a_found_supervisor_answers_a_command_in_one_request(monkeypatch) -> None:
+    """find_supervisor's look is the full /status, which the command's Session then uses: `vtui ps`
+    makes one request, not a look and a status (a refresh asks again)."""
+    from vtui.commands._runs import Session
+    from vtui.service import client as client_module
+
+    asked: list[tuple[str, str]] = []
+
+    def request(self, method, target, body=None, *, timeout=30.0):  # noqa: ANN001
+        asked.append((method, target))
+        return {"session": self.session, "instances": [{"name": "a"}]}
+
+    monkeypatch.setattr(client_module.ServiceClient, "request", request)
+    monkeypatch.setattr(
+        client_module.locations, "registrations", lambda: [{"session": "s", "layout_path": "/l"}]
+    )
+    monkeypatch.setattr(client_module.locations, "same_file", lambda a, b: True)
+    found = client_module.find_supervisor("/l")
+    assert found is not None
+    session = Session(found, [], None, False)
+    assert session.instance_names() == ["a"] and session.status()["session"] == "s"
+    assert asked == [("GET", "/status")]
+    session.status(refresh=True)
+    assert asked == [("GET", "/status"), ("GET", "/status")]

@@ -16,7 +16,7 @@ class FakePool:
     def __init__(self, times: dict[str, list[float]]) -> None:
         self.times = times
 
-    async def request(self, method: str, url: str) -> Response:
+    async def request(self, method: str, url: str, **_: object) -> Response:
         self.times.setdefault(url, []).append(asyncio.get_running_loop().time())
         return Response(200, {}, PAYLOAD)
 
@@ -54,3 +54,25 @@ def test_scrape_loops_share_one_grid() -> None:
     shared = min(len(a), len(b))
     assert shared >= 4
     assert all(abs(x - y) < 0.05 for x, y in zip(a[-shared:], b[-shared:], strict=True))  # the same ticks
+
+
+def test_scrapes_and_health_probes_fall_on_the_same_whole_seconds() -> None:
+    """The scrape grid sits on the wall clock's multiples of its interval, and the supervisor's health
+    loop sleeps to the next of them (at least half an interval on): an instance's two requests, answers
+    and access-log lines come in the same wake-ups."""
+    import time
+    from types import SimpleNamespace
+
+    from vtui.core.supervisor_loops import LoopMixin
+    from vtui.service.probes import _Beat
+
+    async def origin_offset() -> float:
+        loop = asyncio.get_running_loop()
+        beat = _Beat(loop, 1.0)
+        return (time.time() + (beat.origin + 5 - loop.time())) % 1.0
+
+    offset = asyncio.run(origin_offset())
+    assert min(offset, 1.0 - offset) < 0.01
+    for now, delay in ((10.3, 0.7), (10.0, 1.0), (10.6, 1.4), (10.45, 0.55)):
+        stub = SimpleNamespace(clock=SimpleNamespace(time=lambda now=now: now))
+        assert abs(LoopMixin._to_grid(stub, 1.0) - delay) < 1e-9  # type: ignore[arg-type]

@@ -282,3 +282,35 @@ def test_a_vllm_router_payload_gives_what_it_routed(fixture_text) -> None:
     third = window.update(parse_metrics(fresh), 120.0, "chat-router")
     assert third.counter_reset and "requests_per_s" not in third.router and not third.routed
     assert not sample_of(fixture_text("metrics_busy.txt")).router  # a vLLM payload has none of them
+
+
+def test_a_steady_server_gets_the_samples_a_fresh_reading_gives(fixture_text, monkeypatch) -> None:
+    """A window fed by a MetricsParser (which hands back one snapshot while the vllm: lines repeat, and
+    the window then restamps its last steady sample) gives exactly the samples of a window fed a fresh
+    parse each time, through busy runs, idle runs, a restart and a data-parallel payload; the idle runs
+    are not computed again, even while older points of another snapshot are still in the window."""
+    from vtui.telemetry.promtext import MetricsParser
+
+    busy = [
+        _payload(10, 20, ttft=(1, 2, 3), stop=1),
+        _payload(30, 90, ttft=(2, 4, 6), stop=3, hits=1, queries=4),
+    ]
+    idle, dp = busy[1], fixture_text("metrics_v1_0.10_dp2.txt")
+    run = [busy[0], *[idle] * 9, _payload(1, 2), _payload(1, 2), _payload(1, 2), dp, dp, dp, idle]
+    computed: list[int] = []
+    original = MetricsWindow._sample
+    monkeypatch.setattr(MetricsWindow, "_sample", lambda self, *a: computed.append(1) or original(self, *a))
+    shared, fresh, parser = MetricsWindow(window_s=3.5), MetricsWindow(window_s=3.5), MetricsParser()
+    restamped = []
+    for i, text in enumerate(run):
+        before = len(computed)
+        got = shared.update(parser.parse(text), 100.0 + i, "a")
+        if len(computed) == before:
+            restamped.append(i)
+        assert got == fresh.update(parse_metrics(text), 100.0 + i, "a"), i
+        assert got.at == 100.0 + i
+    # steady once the previous point is the same snapshot's; restamped while the window's first point
+    # stays the same snapshot's too: 2 computed (first point busy[0]), 3 restamped, 4 computed (first
+    # point now idle's), 5-9 restamped; the restart at 10 empties the window: 11 computed, 12 restamped;
+    # 14 computed (first point 11), 15 restamped (first point 12: the same snapshot's as 11)
+    assert restamped == [3, 5, 6, 7, 8, 9, 12, 15]

@@ -56,6 +56,40 @@ def test_the_remembering_parser_reads_what_parse_metrics_reads(fixture_text) -> 
     assert parser.parse(damaged[1]).malformed == 2
 
 
+def test_a_payload_whose_vllm_lines_did_not_move_is_not_read_again(fixture_text) -> None:
+    """Only the server's own process and HTTP counters moved (an idle server): the very same snapshot,
+    from bytes or text; a moved vllm: line, or one added past the last, is read."""
+    idle = fixture_text("metrics_idle.txt")
+
+    def payload(n: int, tail: str = "") -> str:
+        head = f"# HELP process_cpu_seconds_total x\nprocess_cpu_seconds_total {n}.5\n"
+        return head + idle + f'http_requests_total{{handler="/metrics"}} {n}.0\n' + tail
+
+    for from_bytes in (False, True):
+        parser = MetricsParser()
+
+        def parse(text: str, parser: MetricsParser = parser, from_bytes: bool = from_bytes) -> object:
+            return parser.parse_bytes(text.encode()) if from_bytes else parser.parse(text)
+
+        first = parse(payload(1))
+        assert first == parse_metrics(idle)
+        seen = len(parser._seen)
+        assert parse(payload(2)) is first
+        assert len(parser._seen) == seen  # no line looked up again (the moved ones least of all)
+        moved = idle.replace("vllm:num_requests_running{", 'vllm:num_requests_running{x="1",', 1)
+        assert parse(payload(3).replace(idle, moved)) == parse_metrics(moved)
+        added = parse(payload(4, "vllm:num_requests_waiting 7.0\n"))
+        assert (
+            added.total("vllm:num_requests_waiting")
+            == parse_metrics(idle).total("vllm:num_requests_waiting") + 7.0
+        )
+    parser = MetricsParser()
+    for name in PAYLOADS + PAYLOADS:
+        text = fixture_text(name)
+        assert parser.parse_bytes(text.encode()) == parse_metrics(text)
+    assert parser.parse_bytes(b"") == parse_metrics("")
+
+
 def test_the_remembering_parser_forgets_beyond_its_bound() -> None:
     parser = MetricsParser(spare=1)
     for i in range(3000):  # a counter that changes every scrape: a new line each time

@@ -115,22 +115,32 @@ class _StaleConnection(Exception):
 
 
 class _Watchdog:
-    """Aborts the connection when no byte arrived for `timeout` seconds; `touch()` on every read is one
-    float store, the timer is re-armed only when it fires early."""
+    """Aborts the connection when no byte arrived for `timeout` seconds, or at the loop time `hard`
+    (a whole-exchange bound, bytes or not); `touch()` on every read is one float store, the one timer is
+    re-armed only when it fires early."""
 
-    __slots__ = ("loop", "timeout", "deadline", "handle", "conn", "fired")
+    __slots__ = ("loop", "timeout", "deadline", "hard", "handle", "conn", "fired")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float, conn: _Conn) -> None:
-        self.loop, self.timeout, self.conn, self.fired = loop, timeout, conn, False
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, timeout: float, conn: _Conn, hard: float | None = None
+    ) -> None:
+        self.loop, self.timeout, self.conn, self.fired, self.hard = loop, timeout, conn, False, hard
         self.deadline = loop.time() + timeout
-        self.handle = loop.call_at(self.deadline, self._fire)
+        self.handle = loop.call_at(self._next(), self._fire)
+
+    def _next(self) -> float:
+        return self.deadline if self.hard is None else min(self.deadline, self.hard)
 
     def touch(self) -> None:
         self.deadline = self.loop.time() + self.timeout
 
+    @property
+    def overdue(self) -> bool:
+        return self.hard is not None and self.loop.time() >= self.hard
+
     def _fire(self) -> None:
-        if self.loop.time() < self.deadline:
-            self.handle = self.loop.call_at(self.deadline, self._fire)
+        if self.loop.time() < self._next():
+            self.handle = self.loop.call_at(self._next(), self._fire)
             return
         self.fired = True
         self.conn.close()
@@ -278,7 +288,9 @@ class _Exchange:
         self.keep = False
         if self.finished:
             return
-        if self.watchdog.fired:
+        if self.watchdog.fired and self.watchdog.overdue:
+            self._fail(ReadTimeout("no complete response in time"))
+        elif self.watchdog.fired:
             self._fail(ReadTimeout(f"no data for {self.watchdog.timeout:g}s"))
         elif self.mode == _TO_EOF and exc is None:
             self._finish()
@@ -396,11 +408,13 @@ class LeanPool:
         body: bytes = b"",
         sink: Callable[[bytes], None] | None = None,
         timeout_s: float | None = None,
+        deadline_s: float | None = None,
     ) -> Response:
         """Send one request. With `sink`, a 2xx body goes to `sink` piece by piece as it arrives (and
         `Response.body` is empty); other bodies are read whole. `timeout_s` (default the pool's) bounds
-        each wait for a byte. Raises LeanHTTPError (or ValueError for a URL this pool does not handle,
-        or whatever `sink` raised)."""
+        each wait for a byte; `deadline_s` the whole request, connect included (ConnectTimeout or
+        ReadTimeout): asyncio.wait_for's bound without its task and timer. Raises LeanHTTPError (or
+        ValueError for a URL this pool does not handle, or whatever `sink` raised)."""
         target = self._target(method, url)
         if target is None:
             raise ValueError(f"not a plain http URL this client handles: {url}")
@@ -408,14 +422,15 @@ class LeanPool:
             raise RuntimeError("LeanPool is closed")
         data = target.head + b"%d\r\n\r\n" % len(body) + body
         timeout = timeout_s or self.timeout_s
+        hard = None if deadline_s is None else asyncio.get_running_loop().time() + deadline_s
         conn = self._checkout(target.key)
         if conn is not None:
             try:
-                return await self._exchange(conn, data, sink, True, timeout)
+                return await self._exchange(conn, data, sink, True, timeout, hard)
             except _StaleConnection:
                 pass  # the server closed an idle keep-alive connection: once more on a fresh one
-        conn = await self._connect(target.key)
-        return await self._exchange(conn, data, sink, False, timeout)
+        conn = await self._connect(target.key, hard)
+        return await self._exchange(conn, data, sink, False, timeout, hard)
 
     def _checkout(self, key: tuple[str, int]) -> _Conn | None:
         idle = self._idle.get(key)
@@ -433,27 +448,32 @@ class LeanPool:
         else:
             idle.append(conn)
 
-    async def _connect(self, key: tuple[str, int]) -> _Conn:
+    async def _connect(self, key: tuple[str, int], hard: float | None = None) -> _Conn:
         loop = asyncio.get_running_loop()
+        limit = self.connect_timeout_s if hard is None else min(self.connect_timeout_s, hard - loop.time())
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(key), *key), self.connect_timeout_s
+                loop.create_connection(lambda: _Conn(key), *key), max(0.0, limit)
             )
         except asyncio.TimeoutError:
-            raise ConnectTimeout(
-                f"no connection to {key[0]}:{key[1]} within {self.connect_timeout_s:g}s"
-            ) from None
+            raise ConnectTimeout(f"no connection to {key[0]}:{key[1]} within {limit:g}s") from None
         except OSError as exc:
             raise ConnectError(f"{key[0]}:{key[1]}: {exc.strerror or exc}") from None
         self.connections_opened += 1
         return conn
 
     async def _exchange(
-        self, conn: _Conn, data: bytes, sink: Callable[[bytes], None] | None, reused: bool, timeout: float
+        self,
+        conn: _Conn,
+        data: bytes,
+        sink: Callable[[bytes], None] | None,
+        reused: bool,
+        timeout: float,
+        hard: float | None = None,
     ) -> Response:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        watchdog = _Watchdog(loop, timeout, conn)
+        watchdog = _Watchdog(loop, timeout, conn, hard)
         exchange = _Exchange(future, sink, watchdog)
         conn.exchange = exchange
         ok = False

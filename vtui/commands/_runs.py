@@ -112,7 +112,8 @@ class Session:
 
     def status(self, refresh: bool = False) -> dict[str, Any]:
         if self._status is None or refresh:
-            self._status = self.client.get("/status")
+            found, self.client.found_status = self.client.found_status, None  # fetched a moment ago
+            self._status = found if found is not None and not refresh else self.client.get("/status")
         return self._status
 
     def instance_names(self) -> list[str]:

@@ -52,7 +52,7 @@ class LoopMixin(SupervisorBase):
                 raise
             except Exception as exc:  # keep supervising; say what went wrong
                 self._notice(None, "error", f"supervisor tick failed: {exc!r}")
-            await self.clock.sleep(self.poll_interval)
+            await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
 
     async def _tick(self) -> None:
         now = self.clock.time()
@@ -127,7 +127,15 @@ class LoopMixin(SupervisorBase):
                         if ok is True and inst.state is State.STARTING:
                             self._drain(inst.spec.name)  # the startup phases logged so far come first
                         inst.on_health(ok is True)
-            await self.clock.sleep(self.health_interval)
+            await self.clock.sleep(self._to_grid(self.health_interval))
+
+    def _to_grid(self, interval: float) -> float:
+        """Seconds to the next multiple of `interval` on the clock, at least half of it away: the health
+        probes fall on the whole seconds, as the session service's scrapes do (`service.probes._Beat`),
+        so an instance's /health and /metrics requests, their answers and their access-log lines come
+        in the same wake-ups of the supervisor instead of two apart."""
+        delay = interval - self.clock.time() % interval
+        return delay + interval if delay < interval / 2 else delay
 
     # -- attached servers ----------------------------------------------------------------------------
     async def _attached_loop(self) -> None:
@@ -138,7 +146,7 @@ class LoopMixin(SupervisorBase):
                 raise
             except Exception as exc:  # keep watching; say what went wrong
                 self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
-            await self.clock.sleep(self.health_interval)
+            await self.clock.sleep(self._to_grid(self.health_interval))  # in the health probes' wake-up
 
     async def _probe_attached(self, attached: list[Attached]) -> None:
         """One /health probe of each attached server, at once; its state follows (`Attached.on_probe`)."""

@@ -5,7 +5,6 @@ change leaves (persisted next to the run records, so a successor gets them back)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from typing import Any
 
@@ -137,13 +136,18 @@ class BroadcastMixin(ServiceBase):
         self._remember_facts(name, lines)
 
     def _broadcast(self, message: dict[str, Any]) -> None:
-        if not self._feeds:
-            return
-        line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-        if message.get("type") in _HELD_KINDS:
+        if self._feeds:
+            line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+            self._broadcast_line(line, held=message.get("type") in _HELD_KINDS)
+
+    def _broadcast_line(self, line: bytes, held: bool = False) -> None:
+        """One feed line (JSON and its newline) to every client. `held`: telemetry (a sample, a GPU
+        sample), held up to FEED_BATCH_S and sent with the others in one write; anything else first
+        sends what is held (the lines that led to a state change go before it)."""
+        if held:
             self._arm_flush().append(line)
             return
-        self._flush_held()  # what came before this goes first (the lines that led to a state change)
+        self._flush_held()
         self._send(line)
 
     def _hold_lines(self, instance: str, lines: tuple[str, ...]) -> None:
@@ -179,14 +183,9 @@ class BroadcastMixin(ServiceBase):
         if self._feeds and (out or held):
             self._send(b"".join([*out, *held]))
 
-    def _send(self, line: bytes) -> None:
-        for queue in list(self._feeds):
-            try:
-                queue.put_nowait(line)
-            except asyncio.QueueFull:  # too slow a reader: end its feed rather than buffer without bound
-                self._feeds.discard(queue)
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.put_nowait(None)
+    def _send(self, data: bytes) -> None:
+        for feed in list(self._feeds):
+            feed.put(data)  # a slow reader's feed ends itself (feed.FEED_BUFFER)
 
     def _broadcast_status(self) -> None:
         if self._feeds:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -21,6 +22,26 @@ from vtui.service.wire import encode_gpu, encode_sample
 
 SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING})
+
+
+_AT = "\x00at\x00"  # stands for the time in a sample's feed line (JSON writes it "\u0000at\u0000")
+
+
+def _line_template(message: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The feed line of `message` (as `_broadcast` writes it) cut around its `_AT` value: a restamped
+    sample's line is the two halves around its time, not a JSON encoding of the whole sample again."""
+    line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+    head, _, tail = line.partition(json.dumps(_AT).encode())
+    return head, tail
+
+
+def _restamped(sample: Any, last: Any) -> bool:
+    """`sample` is `last` at another time: every other field the very same object (as MetricsWindow's
+    restamp of a steady sample leaves them; a computed sample has new ones)."""
+    if type(sample) is not type(last):
+        return False
+    mine, theirs = vars(sample), vars(last)
+    return len(mine) == len(theirs) and all(v is theirs.get(k) for k, v in mine.items() if k != "at")
 
 
 class ScrapeMixin(ServiceBase):
@@ -68,17 +89,27 @@ class ScrapeMixin(ServiceBase):
         return lambda sample: self._on_sample(name, sample)
 
     def _on_sample(self, name: str, sample: Any) -> None:
-        try:
-            encoded = encode_sample(sample)
-        except Exception as exc:  # noqa: BLE001 — a sample that cannot be sent must not end the scrape loop
-            log(f"{name}: metrics sample not encodable: {exc!r}")
-            return
+        last = self._encoded.get(name)
+        template: tuple[bytes, bytes] | None = None
+        if last is not None and _restamped(sample, last[0]):
+            encoded = {**last[1], "at": sample.at}  # a steady server's sample (MetricsWindow.update)
+            template = last[2]
+        else:
+            try:
+                encoded = encode_sample(sample)
+            except Exception as exc:  # noqa: BLE001 — a sample that cannot be sent must not end the scrape loop
+                log(f"{name}: metrics sample not encodable: {exc!r}")
+                return
         self.samples.setdefault(name, deque(maxlen=SAMPLE_HISTORY)).append(encoded)
         if sample.running is not None or sample.waiting is not None:  # the stuck watchdog, idle sleep
             busy = (sample.running or 0) + (sample.waiting or 0) > 0
             progress = (sample.prompt_tokens_total, sample.generation_tokens_total)  # counters only
             self.supervisor.observe_load(name, busy=busy, progress=progress)
-        self._broadcast({"type": "sample", "sample": encoded})
+        if self._feeds:
+            if template is None:
+                template = _line_template({"type": "sample", "sample": {**encoded, "at": _AT}})
+            self._broadcast_line(template[0] + json.dumps(sample.at).encode() + template[1], held=True)
+        self._encoded[name] = (sample, encoded, template)
 
     def _start_gpu(self) -> None:
         """The session's one GPU sampler (the dashboards show its samples: they run none of their own):

@@ -96,6 +96,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self.started_at = time.time()
         self.events = deque(maxlen=EVENT_HISTORY)
         self.samples = {}
+        self._encoded = {}
         self.last_gpu = None
         self.facts = {}
         self.flag_history = {}
@@ -190,9 +191,8 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
             await self._stop(None, None)
         if self._server is not None:
             self._server.close()
-        for queue in list(self._feeds):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
+        for feed in list(self._feeds):
+            feed.end()
         for _, loop, task in self._scrapers.values():
             loop.stop()
             task.cancel()

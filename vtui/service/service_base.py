@@ -19,6 +19,7 @@ from vtui.core.events import Event
 from vtui.core.notify import Notifier
 from vtui.core.supervisor import Supervisor
 from vtui.service.exporter import MetricsEndpoint
+from vtui.service.feed import FeedClient
 
 
 class ServiceBase:
@@ -35,10 +36,12 @@ class ServiceBase:
     started_at: float
     events: deque[dict[str, Any]]
     samples: dict[str, deque[dict[str, Any]]]
+    # the last sample of each instance, its encoding, and its feed line's halves around the time
+    _encoded: dict[str, tuple[Any, dict[str, Any], tuple[bytes, bytes] | None]]
     last_gpu: dict[str, Any] | None
     facts: dict[str, dict[str, Any]]
     flag_history: dict[str, list[dict[str, Any]]]
-    _feeds: set[asyncio.Queue[bytes | None]]
+    _feeds: set[FeedClient]
     _clients: int
     _last_client: float
     _scrapers: dict[str, tuple[str, Any, asyncio.Task]]
@@ -57,6 +60,8 @@ class ServiceBase:
         def _on_event(self, event: Event) -> None: ...
 
         def _broadcast(self, message: dict[str, Any]) -> None: ...
+
+        def _broadcast_line(self, line: bytes, held: bool = False) -> None: ...
 
         def _broadcast_status(self) -> None: ...
 

@@ -1,6 +1,6 @@
 """The session service's HTTP/1.1 (h11) on its socket: requests with JSON bodies, answered by
 `handle`, and `GET /feed`, the NDJSON stream (a hello with the full status, then one message a line;
-a client that falls `FEED_QUEUE` messages behind is dropped)."""
+a client that falls `feed.FEED_BUFFER` bytes behind is dropped)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import time
 
 import h11
 
+from vtui.service.feed import FeedClient
 from vtui.service.service_base import ServiceBase
-
-FEED_QUEUE = 2000  # per client; a client that falls this far behind is dropped
 
 
 class TransportMixin(ServiceBase):
@@ -76,32 +75,19 @@ class TransportMixin(ServiceBase):
         self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """The streamed feed: a hello line with the full status, then one JSON object per line."""
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue(FEED_QUEUE)
-        self._feeds.add(queue)
+        feed = FeedClient(conn, writer)
+        self._feeds.add(feed)
         headers = [("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
         hello = {"type": "hello", **self.status()}
         writer.write(conn.send(h11.Data(data=(json.dumps(hello) + "\n").encode())) or b"")
         await writer.drain()
         gone = asyncio.ensure_future(reader.read(1))  # EOF (or anything): the client left
+        ended = asyncio.ensure_future(feed.ended.wait())  # shut down, or too slow a reader
         try:
-            while True:
-                get = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if gone in done:
-                    get.cancel()
-                    return
-                line = get.result()
-                if line is None:
-                    return
-                batch = [line]
-                while not queue.empty():  # what piled up goes out in one write
-                    more = queue.get_nowait()
-                    if more is None:
-                        break
-                    batch.append(more)
-                writer.write(conn.send(h11.Data(data=b"".join(batch))) or b"")
-                await writer.drain()
+            await asyncio.wait({gone, ended}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.sleep(0)  # the last turn's lines leave first (an ending feed's flush)
         finally:
-            self._feeds.discard(queue)
+            self._feeds.discard(feed)
             gone.cancel()
+            ended.cancel()

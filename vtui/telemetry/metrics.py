@@ -6,6 +6,7 @@ Prometheus payload (`vllm_router_*`) gives a sample whose `router` and `routed` 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -257,6 +258,16 @@ def _ranks(snap: MetricsSnapshot, point: _Point, prev: _Point | None) -> tuple[R
     return tuple(out)
 
 
+def _same(a: _Point, b: _Point) -> bool:
+    """Both points hold one snapshot's values (`MetricsWindow._of` shares them while it repeats)."""
+    return (
+        a.counters is b.counters
+        and a.finished is b.finished
+        and a.histograms is b.histograms
+        and a.generation_by_engine is b.generation_by_engine
+    )
+
+
 def _went_down(new: _Point, old: _Point) -> bool:
     for key, value in new.counters.items():
         if key in old.counters and value < old.counters[key]:
@@ -306,6 +317,8 @@ class MetricsWindow:
         # what the last snapshot gave that depends on it alone: a MetricsParser hands back the same
         # snapshot object while the payload's vtui lines stay the same (a steady server)
         self._last: tuple[MetricsSnapshot, _Point, tuple[Any, ...]] | None = None
+        # the last sample of a steady server (see update), for the next one of the same snapshot and base
+        self._steady: tuple[MetricsSnapshot, str | None, _Point, MetricsSample] | None = None
 
     def _of(self, snap: MetricsSnapshot, at: float) -> tuple[_Point, tuple[Any, ...]]:
         last = self._last
@@ -329,10 +342,10 @@ class MetricsWindow:
 
     def reset(self) -> None:
         self._points.clear()
+        self._steady = None
 
     def update(self, snap: MetricsSnapshot, at: float, instance: str | None = None) -> MetricsSample:
         point, derived = self._of(snap, at)
-        (capacity, block_size), by_reason, engines, running, waiting, kv_usage, vllm_names = derived
         points = self._points
         reset = bool(points) and _went_down(point, points[-1])
         if reset:
@@ -341,6 +354,40 @@ class MetricsWindow:
             points.popleft()
         prev = points[-1] if points else None
         base = points[0] if points else None
+        # Steady: the previous point is this snapshot's too (an idle server), so every rate is 0, and the
+        # window's figures depend on its first point alone: with the same snapshot and the same first
+        # point's values as the last steady sample, the sample is that one at this time.
+        steady = prev is not None and base is not None and at > prev.at and _same(prev, point)
+        last = self._steady
+        if (
+            steady
+            and last is not None
+            and base is not None
+            and last[0] is snap
+            and last[1] == instance
+            and _same(last[2], base)
+        ):
+            sample = copy.copy(last[3])
+            object.__setattr__(sample, "at", at)  # a frozen dataclass's field, set as its __init__ does
+            points.append(point)
+            return sample
+        sample = self._sample(snap, point, derived, prev, base, reset, at, instance)
+        self._steady = (snap, instance, base, sample) if steady and base is not None else None
+        points.append(point)
+        return sample
+
+    def _sample(
+        self,
+        snap: MetricsSnapshot,
+        point: _Point,
+        derived: tuple[Any, ...],
+        prev: _Point | None,
+        base: _Point | None,
+        reset: bool,
+        at: float,
+        instance: str | None,
+    ) -> MetricsSample:
+        (capacity, block_size), by_reason, engines, running, waiting, kv_usage, vllm_names = derived
 
         percentiles: dict[str, Percentiles] = {}
         windowed: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
@@ -354,7 +401,7 @@ class MetricsWindow:
 
         success, abort, error = _finished_rates(point, prev)
         router, routed = _router(snap, point, base)
-        sample = MetricsSample(
+        return MetricsSample(
             instance=instance,
             at=at,
             running=running,
@@ -387,8 +434,6 @@ class MetricsWindow:
             router=router,
             routed=routed,
         )
-        points.append(point)
-        return sample
 
     @staticmethod
     def _prefix_hit_rate(snap: MetricsSnapshot, point: _Point, base: _Point | None) -> float | None:
