@@ -37,7 +37,7 @@ import httpx
 import psutil
 import pytest
 
-from vtui.core.events import Event, Notice, StateChanged
+from vtui.core.events import Event, LogLines, Notice, StateChanged
 from vtui.core.state import State
 from vtui.core.supervisor import InstanceStatus, Supervisor
 from vtui.layouts import load_layout
@@ -354,7 +354,7 @@ def test_two_instances_ready_each_on_its_own_core(world: dict[str, Any], harness
         assert healthy(world["ports"][name])
         assert f"VLLM_CPU_OMP_THREADS_BIND='{core}'" in log_text(harness.status(name))
         assert titles(world, name) == ["VLLM::EngineCore", "VLLM::Worker"]
-    assert harness.spawns == 2
+    assert harness.spawns == 2, [e for e in harness.events if not isinstance(e, LogLines)]  # why a relaunch
     # sleep_mode = true: vLLM's dev endpoints on (its /sleep and /wake_up), no flag of its own in 0.32
     leader = psutil.Process(harness.status("cpu-a").pid)
     assert leader.environ().get("VLLM_SERVER_DEV_MODE") == "1"
@@ -420,11 +420,15 @@ def test_kill9_api_server_is_detected_restarted_and_leaves_no_orphan(
     os.kill(old.pid, signal.SIGKILL)
     wait_until(lambda: State.CRASHED in harness.states("cpu-a", mark), 30, "CRASHED")
     detection = time.monotonic() - killed_at
-    wait_until(
-        lambda: harness.status("cpu-a").state is State.READY and harness.status("cpu-a").pid != old.pid,
-        RESTART_TIMEOUT,
-        "cpu-a READY again",
-    )
+    try:
+        wait_until(
+            lambda: harness.status("cpu-a").state is State.READY and harness.status("cpu-a").pid != old.pid,
+            RESTART_TIMEOUT,
+            "cpu-a READY again",
+        )
+    except AssertionError as exc:  # say what happened instead (a CI run under load timed out here)
+        events = [e for e in harness.events[mark:] if not isinstance(e, LogLines)]
+        raise AssertionError(f"{exc}; events since the kill: {events}\n{_tails(harness)}") from None
     history = harness.states("cpu-a", mark)
     assert history[:3] == [State.CRASHED, State.BACKOFF, State.STARTING], history
     assert history[-1] is State.READY, history
