@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from _support.ports import vllm_ports
 
 from vtui.core.events import Event, LogLines, Notice, StateChanged
 from vtui.core.state import State
@@ -134,30 +134,6 @@ class Harness:
         with contextlib.suppress(Exception):
             self.loop.call(self.sup.close(stop_instances=False), timeout=60)
         self.loop.close()
-
-
-def free_ports(count: int) -> list[int]:
-    """Free ports below the kernel's ephemeral range (32768+ on Linux). vLLM binds its port only once
-    its engine is up, a minute after the launch: a port the kernel handed out for `bind(0)` could go in
-    that minute to the other xdist worker's tests (every `free_port()` there is a `bind(0)`), and vLLM
-    would fail on "Address already in use": the suspected cause of relaunches seen in the story under
-    xdist. Below the range no `bind(0)` lands."""
-    import random
-
-    low = 32768
-    with contextlib.suppress(OSError, ValueError):
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    ports: list[int] = []
-    for port in random.sample(range(max(1024, low - 12000), low), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports.append(port)
-        if len(ports) == count:
-            return ports
-    raise RuntimeError("no free ports below the ephemeral range")
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -274,7 +250,7 @@ def _isolated_dirs(e2e_home: Path) -> Path:  # overrides tests/conftest.py's per
 def world(e2e_home: Path, vllm_bin: Path, tiny_model: Path) -> Iterator[dict[str, Any]]:
     """The layout file (two instances, one core each) and the shared state of the story."""
     session = f"e2e-{uuid.uuid4().hex[:8]}"
-    ports = free_ports(2)
+    ports = vllm_ports(2)  # below the ephemeral range (_support.ports)
     instances = "".join(
         f"""
 [[instance]]

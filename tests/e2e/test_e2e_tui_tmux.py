@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from _support.ports import vllm_ports
 from _support.tmux import Tmux
 
 pytestmark = [
@@ -42,9 +42,8 @@ KV_LOG = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """Below the ephemeral range: vLLM binds it a minute after the launch (`_support.ports`)."""
+    return vllm_ports(1)[0]
 
 
 def vtui(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

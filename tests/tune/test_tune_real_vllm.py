@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _support.ports import vllm_ports
 
 from .conftest import free_port, vtui
 
@@ -27,7 +28,7 @@ name = "tunereal{free_port()}"
 [[instance]]
 name = "cpu"
 model = "{tiny_model}"
-port = {free_port()}
+port = {vllm_ports(1)[0]}
 command = ["{vllm_bin}", "serve"]
 restart = "never"
 env = {{ VLLM_CPU_OMP_THREADS_BIND = "0", HF_HUB_OFFLINE = "1", TRANSFORMERS_OFFLINE = "1" }}
