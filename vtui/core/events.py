@@ -6,7 +6,10 @@ Telemetry samples (MetricsSample, GpuSample, StartupFacts) live in vtui.telemetr
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from vtui.core.state import Phase, State
 
@@ -52,3 +55,17 @@ class Notice:
 
 
 Event = StateChanged | PhaseChanged | LogLines | ProcessExited | Notice
+
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def subscribe_to(subscribers: list[_F], callback: _F) -> Callable[[], None]:
+    """Add `callback` to a subscriber list; the function returned removes it (twice is harmless)."""
+    subscribers.append(callback)
+
+    def unsubscribe() -> None:
+        with contextlib.suppress(ValueError):
+            subscribers.remove(callback)
+
+    return unsubscribe

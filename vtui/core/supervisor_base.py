@@ -10,7 +10,6 @@ calls on another.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from vtui.core.api import Launcher
 from vtui.core.attached import Attached, AttachedProber, is_attached
 from vtui.core.clock import Clock
-from vtui.core.events import Event, LogLines, Notice, StateChanged
+from vtui.core.events import Event, LogLines, Notice, StateChanged, subscribe_to
 from vtui.core.instance import Instance
 from vtui.core.logfile import LogTailer
 from vtui.core.model import InstanceSpec, Layout
@@ -131,13 +130,7 @@ class SupervisorBase:
         return self._layout
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        self._subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
-
-        return unsubscribe
+        return subscribe_to(self._subscribers, callback)
 
     def _emit(self, event: Event) -> None:
         if isinstance(event, StateChanged):

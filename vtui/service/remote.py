@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 import h11
 
-from vtui.core.events import Event, LogLines
+from vtui.core.events import Event, LogLines, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import MASK
@@ -96,25 +96,17 @@ class RemoteSupervisor:
         return self._layout
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        self._subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
-
-        return unsubscribe
+        return subscribe_to(self._subscribers, callback)
 
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
         """(kind, sample) for each metrics ("sample") and GPU ("gpu") sample of the feed, and
         ("samples", a tuple of one instance's MetricsSamples, oldest first): the history backfilled
         for a newly attached client."""
-        self._sample_subscribers.append(callback)
-        return lambda: self._sample_subscribers.remove(callback)
+        return subscribe_to(self._sample_subscribers, callback)
 
     def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Called after each snapshot from the feed (also the first one of a new supervisor)."""
-        self._status_subscribers.append(callback)
-        return lambda: self._status_subscribers.remove(callback)
+        return subscribe_to(self._status_subscribers, callback)
 
     def status(self) -> tuple[InstanceStatus, ...]:
         return tuple(self._statuses[n] for n in self._order if n in self._statuses)
