@@ -19,7 +19,7 @@ import pytest
 from _support.procs import kill_state_dir
 
 from vtui.core.state import State
-from vtui.service.hosts import Fleet
+from vtui.service.fleet import Fleet
 from vtui.ui.app import make_app
 from vtui.ui.widgets.fleet import HOST_LOST, FleetTable
 from vtui.ui.widgets.gpu_panel import GpuPanel
@@ -291,9 +291,9 @@ def test_the_ssh_children_die_with_a_killed_dashboard(tmp_path: Path) -> None:
     """A `kill -9` of the dashboard leaves no `ssh -N` forward behind (they would hold on forever)."""
     script = (
         "import asyncio, sys\n"
-        "from vtui.service.hosts import _die_with_parent\n"
+        "from vtui.service.sshforward import die_with_parent\n"
         "async def main():\n"
-        "    p = await asyncio.create_subprocess_exec('sleep', '120', preexec_fn=_die_with_parent)\n"
+        "    p = await asyncio.create_subprocess_exec('sleep', '120', preexec_fn=die_with_parent)\n"
         "    print(p.pid, flush=True)\n"
         "    await asyncio.sleep(120)\n"
         "asyncio.run(main())\n"

@@ -122,7 +122,7 @@ class TelemetryFeed(Protocol):
 
 @runtime_checkable
 class LogScrollback(Protocol):
-    """A `SupervisorApi` that reads older log lines of another host's instance (`service.hosts.Fleet`):
+    """A `SupervisorApi` that reads older log lines of another host's instance (`service.fleet.Fleet`):
     the `count` lines before `anchor` (consecutive lines of the log), oldest first; None when the
     anchor is not found, or the name is this machine's (its log file is read here). Raises OSError
     when that host does not answer."""
@@ -132,7 +132,7 @@ class LogScrollback(Protocol):
 
 @runtime_checkable
 class HostFeed(Protocol):
-    """A `SupervisorApi` that also reaches other hosts' sessions (`service.hosts.Fleet`, `vtui --host`):
+    """A `SupervisorApi` that also reaches other hosts' sessions (`service.fleet.Fleet`, `vtui --host`):
     their links' states, and a callback when one changes."""
 
     def hosts(self) -> tuple[HostState, ...]: ...

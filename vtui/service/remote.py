@@ -1,96 +1,32 @@
 """`RemoteSupervisor`: the `SupervisorApi` of a session whose owner is its session supervisor process,
-for the dashboard. Snapshots come from the supervisor's feed (a status snapshot is sent before each
-lifecycle event, so `status()` is current when a subscriber hears of the event); requests are HTTP on
-the session's socket (h11 on the Unix socket, one connection each, on the caller's event loop). When the supervisor goes
-away (kill -9), the feed is re-opened on a new one, started on demand: it re-adopts the instances and
-the first message of its feed replaces every snapshot.
+for the dashboard. Snapshots come from the supervisor's feed (`remote_feed.FeedFollower`: a status
+snapshot is sent before each lifecycle event, so `status()` is current when a subscriber hears of the
+event); requests are HTTP on the session's socket (`remote_http`: h11 on the Unix socket, one
+connection each, on the caller's event loop). When the supervisor goes away (kill -9), the feed is
+re-opened on a new one, started on demand: it re-adopts the instances and the first message of its
+feed replaces every snapshot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import sys
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import urlencode
 
-import h11
-
-from vtui.core.events import Event, LogLines, subscribe_to
+from vtui.core.events import Event, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
-from vtui.core.preflight import PreflightError
 from vtui.core.runstate import MASK
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
-from vtui.service import locations
-from vtui.service.client import ensure_supervisor
-from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status
+from vtui.service.remote_feed import FeedFollower
+from vtui.service.remote_http import RemoteError
 
-__all__ = ["RemoteSupervisor"]
-
-HISTORY_BACKFILL = 600  # samples handed to a newly attached dashboard (its plots: 10 min at 1 Hz)
-HELLO_TIMEOUT_S = 30.0  # a supervisor that takes the connection but sends no snapshot is not attached
-RECENT_LINES = 3000  # as many as the dashboard keeps of a run (startup facts need its first lines)
-_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+__all__ = ["RemoteError", "RemoteSupervisor"]
 
 
-class RemoteError(RuntimeError):
-    """The session supervisor refused a request (its message) or could not be reached."""
-
-
-class RemoteSupervisor:
+class RemoteSupervisor(FeedFollower):
     """A client of one session's supervisor with the in-process `Supervisor`'s face."""
 
-    def __init__(
-        self,
-        layout: Layout,
-        *,
-        reconnect_delay: float = 0.5,
-        max_reconnect_delay: float | None = None,
-        socket_file: Path | None = None,
-        start_on_demand: bool = True,
-        on_connection: Callable[[bool, str | None], None] | None = None,
-        sample_prefix: str = "",
-    ) -> None:
-        """`socket_file`: another socket than this machine's session socket (a host's, forwarded by
-        ssh: `vtui.service.hosts`); `start_on_demand=False`: never start a supervisor, only attach
-        (and re-attach, waiting `reconnect_delay` doubled up to `max_reconnect_delay` between tries).
-        `on_connection(connected, why)`: told when the feed opens (a hello) and when it is lost.
-        `sample_prefix`: put before the instance name of each metrics sample handed to subscribers
-        (another host's `gpu2:`; cheaper than renaming the decoded sample)."""
-        self._layout = layout
-        self.session = layout.session.name
-        self.reconnect_delay = reconnect_delay
-        self.max_reconnect_delay = max(reconnect_delay, max_reconnect_delay or reconnect_delay)
-        self.socket_file = socket_file or locations.socket_path(self.session)
-        self.start_on_demand = start_on_demand
-        self.on_connection = on_connection
-        self.sample_prefix = sample_prefix
-        self.hello_timeout = HELLO_TIMEOUT_S
-        self.connected = False
-        self._statuses: dict[str, InstanceStatus] = {}
-        self._order: list[str] = layout.names()
-        self._lines: dict[str, deque[str]] = {}
-        self._pids: dict[str, set[int]] = {}
-        self._sampled: set[str] = set()  # instances whose samples this client has (no backfill)
-        self._subscribers: list[Callable[[Event], None]] = []
-        self._sample_subscribers: list[Callable[[str, Any], None]] = []
-        self._status_subscribers: list[Callable[[], None]] = []
-        self.facts: dict[str, Any] = {}
-        self._edits: dict[str, dict[str, FlagValue]] = {}  # pending flag edits (hello, "pending" messages)
-        self.supervisor_pid: int | None = None
-        self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
-        self._feed_task: asyncio.Task | None = None
-        self._attached: asyncio.Event | None = None
-        self._layout_sent: asyncio.Future[dict[str, Any]] | None = None  # POST /layout, under way or done
-        self._closed = False
-        self._done: asyncio.Event | None = None
-
-    # -- the SupervisorApi -----------------------------------------------------------------------
     @property
     def layout(self) -> Layout:
         return self._layout
@@ -107,9 +43,6 @@ class RemoteSupervisor:
     def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Called after each snapshot from the feed (also the first one of a new supervisor)."""
         return subscribe_to(self._status_subscribers, callback)
-
-    def status(self) -> tuple[InstanceStatus, ...]:
-        return tuple(self._statuses[n] for n in self._order if n in self._statuses)
 
     def pids_of(self, name: str) -> set[int]:
         """The instance's processes as last fetched by `refresh_pids` (else its leader)."""
@@ -170,12 +103,6 @@ class RemoteSupervisor:
         answer = await self._request("/pending", {"name": name, "flags": dict(flags) if flags else None})
         self._set_edits(name, answer.get("flags"))  # now, not when the feed's message comes
 
-    def _set_edits(self, name: str, flags: dict[str, FlagValue] | None) -> None:
-        if flags:
-            self._edits[name] = dict(flags)
-        else:
-            self._edits.pop(name, None)
-
     async def wait_settled(
         self, names: Iterable[str] | None = None, timeout: float | None = None
     ) -> dict[str, State]:
@@ -211,313 +138,3 @@ class RemoteSupervisor:
             self._attached = asyncio.Event()
             self._done = asyncio.Event()
             self._feed_task = asyncio.ensure_future(self._follow())
-
-    # -- plumbing --------------------------------------------------------------------------------
-    async def _attach(self) -> None:
-        if self._attached is None:
-            self._attached = asyncio.Event()
-            self._done = asyncio.Event()
-            if self.start_on_demand and self._layout.path is None:
-                raise RemoteError("a layout with no file cannot be handed to a session supervisor")
-            first = await self._connect() if self.start_on_demand else None  # its failure is the caller's
-            self._feed_task = asyncio.ensure_future(self._follow(first))
-            if self.start_on_demand:  # a hung supervisor is the caller's error too, not a wait forever
-                try:
-                    await asyncio.wait_for(self._attached.wait(), self.hello_timeout)
-                except asyncio.TimeoutError:
-                    raise RemoteError(
-                        f"the session supervisor of {self.session} sent no snapshot within "
-                        f"{self.hello_timeout:g} s (see `vtui ps`)"
-                    ) from None
-        await self._attached.wait()
-
-    async def _connect(self) -> _Connection:
-        """The feed's connection. Straight to the running supervisor (its hello is the first frame's
-        data: no liveness request first); one is started when none answers (`start_on_demand`). A
-        supervisor this client did not start is handed our layout file alongside the feed, not before
-        it (a new layout's snapshot follows on the feed); requests wait for that."""
-        if not self.start_on_demand:
-            return await asyncio.open_unix_connection(str(self.socket_file))
-        started = False
-        try:
-            connection = await asyncio.open_unix_connection(str(self.socket_file))
-        except (FileNotFoundError, ConnectionRefusedError):
-            if self._layout.path is None:
-                raise RemoteError("a layout with no file cannot be handed to a session supervisor") from None
-            _, started = await asyncio.to_thread(ensure_supervisor, self.session, self._layout.path)
-            connection = await asyncio.open_unix_connection(str(self.socket_file))
-        if not started:  # one already ran (maybe another layout file of this session): run ours
-            self._layout_sent = asyncio.ensure_future(
-                self._request("/layout", {"path": str(self._layout.path)}, after_layout=False)
-            )
-            self._layout_sent.add_done_callback(_said)
-        return connection
-
-    def _connection(self, connected: bool, why: str | None = None) -> None:
-        changed = connected != self.connected
-        self.connected = connected
-        if self.on_connection is not None and (changed or not connected):
-            try:
-                self.on_connection(connected, why)
-            except Exception as exc:  # noqa: BLE001 — a broken consumer must not end the feed
-                print(f"vtui: connection subscriber failed: {exc!r}", file=sys.stderr)
-
-    async def _request(self, path: str, body: dict[str, Any], *, after_layout: bool = True) -> dict[str, Any]:
-        if self._attached is None:
-            await self._attach()
-        if after_layout and self._layout_sent is not None and not self._layout_sent.done():
-            await asyncio.wait({self._layout_sent})  # what we ask is asked of our layout
-        status, answer = await self._http("POST", path, body)
-        if status == 409 and answer.get("error") == "preflight":
-            raise PreflightError(answer.get("problems") or [])
-        if status >= 400:
-            raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or f"HTTP {status}"]))
-        return answer
-
-    async def _http(
-        self, method: str, target: str, body: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        """One request on its own connection (h11, as the feed: httpx would cost the first frame its
-        import). Raises RemoteError when the supervisor cannot be reached or answers no JSON object."""
-        try:
-            reader, writer = await asyncio.open_unix_connection(str(self.socket_file))
-        except OSError as exc:
-            raise RemoteError(f"session supervisor of {self.session}: {exc}") from exc
-        conn = h11.Connection(h11.CLIENT)
-        status, chunks = 0, []
-        try:
-            payload = json.dumps(body).encode() if body is not None else b""
-            headers = [("host", "vtui"), ("connection", "close")]
-            if body is not None:
-                headers += [("content-type", "application/json"), ("content-length", str(len(payload)))]
-            writer.write(conn.send(h11.Request(method=method, target=target, headers=headers)) or b"")
-            if payload:
-                writer.write(conn.send(h11.Data(data=payload)) or b"")
-            writer.write(conn.send(h11.EndOfMessage()) or b"")
-            await writer.drain()
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await reader.read(1 << 16))
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                elif isinstance(event, h11.Data):
-                    chunks.append(bytes(event.data))
-                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                    break
-        except (OSError, h11.ProtocolError) as exc:
-            raise RemoteError(f"session supervisor of {self.session}: {exc!r}") from exc
-        finally:
-            writer.close()
-        try:
-            answer = json.loads(b"".join(chunks) or b"{}")
-        except ValueError as exc:
-            raise RemoteError(f"session supervisor of {self.session}: HTTP {status}, not JSON") from exc
-        return status, answer if isinstance(answer, dict) else {}
-
-    async def _follow(self, connection: _Connection | None = None) -> None:
-        """The feed, re-opened on a new supervisor when this one goes away. `connection`: the first one,
-        opened by `_attach`."""
-        assert self._attached is not None
-        delay = self.reconnect_delay
-        while not self._closed:
-            why = "the feed ended"
-            try:
-                if connection is None:
-                    connection = await self._connect()
-                lines, connection = self._feed_lines(connection), None
-                async for line in lines:
-                    message = json.loads(line)
-                    if message.get("type") != "hello":
-                        self._on_message(message)
-                        continue
-                    delay = self.reconnect_delay
-                    # the first frame draws from the hello: only the lines a first view derives
-                    # something from (a failed run's diagnosis, facts the supervisor lacks) go before it
-                    self._apply_statuses(message.get("instances") or [])
-                    fetched = await self._backfill_logs(self._needs_lines())
-                    self._on_message(message)
-                    if message.get("gpu"):
-                        self._on_message({"type": "gpu", "sample": message["gpu"]})
-                    await self._backfill_logs(skip=fetched)  # the log views' tails; the feed waits
-                    await self._backfill_history()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 — gone, or not answering yet: try again shortly
-                if self._closed:
-                    return
-                why = _reason(exc)
-                if self.start_on_demand:  # this machine's supervisor: worth a line in the log
-                    print(f"vtui: session supervisor feed: {exc!r}", file=sys.stderr)
-            if self._closed:
-                return
-            self._connection(False, why)
-            await asyncio.sleep(delay)
-            delay = min(self.max_reconnect_delay, delay * 2)
-
-    def _needs_lines(self) -> list[str]:
-        """Instances whose first view is derived from their run's lines: a failed run (its diagnosis)
-        and a READY one whose startup facts the supervisor has not read."""
-        return [
-            st.name
-            for st in self.status()
-            if st.state in (State.CRASHED, State.FAILED)
-            or (st.state is State.READY and st.name not in self.facts)
-        ]
-
-    async def _feed_lines(self, connection: _Connection) -> AsyncIterator[bytes]:
-        """The feed's NDJSON lines, read with h11 straight off the socket: this stream carries every
-        sample and log line of every instance, and httpx's streaming layers cost the dashboard more
-        than the parsing does (`benchmarks/bench_hosts.py`)."""
-        reader, writer = connection
-        conn = h11.Connection(h11.CLIENT)
-        try:
-            headers = [("host", "vtui"), ("accept", "application/x-ndjson")]
-            writer.write(conn.send(h11.Request(method="GET", target="/feed", headers=headers)) or b"")
-            writer.write(conn.send(h11.EndOfMessage()) or b"")
-            await writer.drain()
-            pending = b""
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await reader.read(1 << 16))  # b"": the supervisor went away
-                elif isinstance(event, h11.Response):
-                    if event.status_code != 200:
-                        raise RemoteError(f"the feed answered HTTP {event.status_code}")
-                elif isinstance(event, h11.Data):
-                    pending += event.data
-                    if b"\n" in pending:
-                        *lines, pending = pending.split(b"\n")
-                        for line in lines:
-                            if line.strip():
-                                yield line
-                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                    return
-        finally:
-            writer.close()
-
-    async def _backfill_logs(self, names: list[str] | None = None, skip: Collection[str] = ()) -> set[str]:
-        """The log tail of each instance (of `names`, else all but `skip`) this client has no lines of yet
-        (a dashboard opened on running instances; fetched side by side), handed to the subscribers as
-        `LogLines`. Returns the names asked for."""
-        wanted = [
-            st
-            for st in self.status()
-            if (names is None or st.name in names)
-            and st.name not in skip
-            and not self._lines.get(st.name)
-            and st.log_path is not None
-        ]
-
-        async def tail(name: str) -> tuple[str, ...]:
-            try:
-                status, answer = await self._http(
-                    "GET", "/logs?" + urlencode({"name": name, "n": RECENT_LINES})
-                )
-            except RemoteError:
-                return ()
-            return tuple(answer.get("lines") or ()) if status == 200 else ()
-
-        for st, lines in zip(wanted, await asyncio.gather(*(tail(st.name) for st in wanted)), strict=True):
-            if lines:
-                self._on_message(
-                    {"type": "event", "event": {"kind": "lines", "instance": st.name, "lines": lines}}
-                )
-        return {st.name for st in wanted}
-
-    async def _backfill_history(self) -> None:
-        """The supervisor's recent metrics samples of each running instance this client has none of, so
-        plots do not start empty: one ("samples", tuple) per instance, after the first snapshot (fetched
-        side by side; the feed waits, so they come before its next live sample)."""
-        wanted = [st.name for st in self.status() if st.state.running and st.name not in self._sampled]
-
-        async def history(name: str) -> list[dict[str, Any]]:
-            target = "/history?" + urlencode({"name": name, "n": HISTORY_BACKFILL})
-            try:
-                status, answer = await self._http("GET", target)
-            except RemoteError:
-                return []
-            return (answer.get("samples") or []) if status == 200 else []
-
-        for name, samples in zip(wanted, await asyncio.gather(*(history(n) for n in wanted)), strict=True):
-            if not samples or name in self._sampled:
-                continue
-            self._sampled.add(name)
-            batch = tuple(decode_sample(data) for data in samples)
-            for telemetry in list(self._sample_subscribers):
-                telemetry("samples", batch)
-
-    def _on_message(self, message: dict[str, Any]) -> None:
-        kind = message.get("type")
-        if kind in ("hello", "status"):
-            self._apply_statuses(message.get("instances") or [])
-            if kind == "hello":
-                self._edits = {n: dict(f) for n, f in (message.get("pending") or {}).items() if f}
-                self.supervisor_pid = message.get("supervisor_pid")
-                self.feeds_gpu = bool(message.get("gpu_sampling"))
-                assert self._attached is not None
-                self._attached.set()
-                self._connection(True)
-            for notify in list(self._status_subscribers):
-                notify()
-        elif kind == "event":
-            event = decode_event(message["event"])
-            if isinstance(event, LogLines):
-                self._lines.setdefault(event.instance, deque(maxlen=RECENT_LINES)).extend(event.lines)
-            for callback in list(self._subscribers):
-                try:
-                    callback(event)
-                except Exception as exc:  # noqa: BLE001 — a broken consumer must not end the feed
-                    print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
-        elif kind in ("sample", "gpu"):
-            if kind == "sample":
-                data = message["sample"]
-                self._sampled.add(data.get("instance"))
-                if self.sample_prefix and data.get("instance"):  # named as its subscribers know it
-                    data["instance"] = self.sample_prefix + data["instance"]
-            sample = decode_sample(message["sample"]) if kind == "sample" else decode_gpu(message["sample"])
-            for telemetry in list(self._sample_subscribers):
-                telemetry(kind, sample)
-        elif kind == "facts":
-            self.facts[message["instance"]] = decode_facts(message["facts"])
-        elif kind == "pending":  # a dashboard's flag edits changed: what a snapshot's subscribers read
-            self._set_edits(message["instance"], message.get("flags"))
-            for notify in list(self._status_subscribers):
-                notify()
-
-    def _apply_statuses(self, instances: list[dict[str, Any]]) -> None:
-        statuses = {}
-        for data in instances:
-            st = decode_status(data)
-            statuses[st.name] = st
-            if data.get("facts"):
-                self.facts[st.name] = decode_facts(data["facts"])
-            if st.name in self._layout.names():
-                own = self._layout.instance(st.name)
-                kept = {k: v for k, v in own.flags.items() if st.spec.flags.get(k) == MASK}
-                spec = st.spec.with_flags(kept) if kept else st.spec
-                self._layout = self._layout.replace_instance(spec)
-                statuses[st.name] = _with_spec(st, spec)
-        self._statuses = statuses
-        self._order = [n for n in self._layout.names() if n in statuses] + [
-            n for n in statuses if n not in self._layout.names()
-        ]
-
-
-def _said(task: asyncio.Future[dict[str, Any]]) -> None:
-    """A layout the supervisor refused after a re-attach (the first attach's caller hears it itself)."""
-    if not task.cancelled() and task.exception() is not None:
-        print(f"vtui: session supervisor refused the layout: {task.exception()}", file=sys.stderr)
-
-
-def _reason(exc: BaseException) -> str:
-    """A short why for the dashboard ("no supervisor answers", the exception's own words)."""
-    if isinstance(exc, FileNotFoundError | ConnectionRefusedError | ConnectionResetError):
-        return "no supervisor answers on the socket"
-    return str(exc) or type(exc).__name__
-
-
-def _with_spec(st: InstanceStatus, spec: InstanceSpec) -> InstanceStatus:
-    import dataclasses
-
-    return dataclasses.replace(st, spec=spec)

@@ -1,0 +1,323 @@
+"""`Fleet`, the dashboard's `SupervisorApi` (and `core.api.HostFeed`) over this machine's supervisor plus
+the `vtui --host` links (`vtui.service.hosts.HostLink`): a remote instance is named `LABEL:NAME` (its
+`InstanceStatus.host` is the label), or `LABEL:SESSION/NAME` when the host runs several sessions (the
+first one found alone keeps its short names: a row never changes its name), its events and samples
+are renamed on the way in, and requests on it are routed to its host. Requests without names
+(autostart, "start all", quit's "stop all") go to this machine's session only: another machine's
+instances are started or stopped by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from vtui.core.api import SupervisorApi, TelemetryFeed
+from vtui.core.events import Event
+from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.state import State
+from vtui.core.supervision import HostState, InstanceStatus
+from vtui.service.hosts import HostLink
+from vtui.service.remote import RemoteError
+from vtui.service.sshforward import Forward
+
+__all__ = ["Fleet", "HostGpu"]
+
+SEP = ":"  # LABEL:NAME
+
+
+@dataclasses.dataclass(frozen=True)
+class HostGpu:
+    """A GPU sample of another host (its supervisor's NVML sampler, or its simulated GPUs)."""
+
+    host: str
+    sample: Any  # telemetry.gpu.GpuSample, its processes' instances renamed LABEL:NAME
+
+
+class Fleet:
+    """This machine's session plus other hosts' sessions behind one `SupervisorApi` (and
+    `TelemetryFeed`): what `vtui --host` hands the dashboard."""
+
+    def __init__(self, local: SupervisorApi, links: Iterable[HostLink]) -> None:
+        self.local = local
+        self.links = list(links)
+        labels = [link.label for link in self.links]
+        for link in self.links:  # two targets with one label (user@a, other@a): the target tells
+            if labels.count(link.label) > 1:
+                link.relabel(link.target)
+        self._subscribers: list[Callable[[Event], None]] = []
+        self._sample_subscribers: list[Callable[[str, Any], None]] = []
+        self._status_subscribers: list[Callable[[], None]] = []
+        self._host_subscribers: list[Callable[[], None]] = []
+        self._wired: set[int] = set()
+        self._seen: dict[str, HostState] = {}
+        for link in self.links:
+            link.listen(functools.partial(self._link_changed, link))
+
+    # -- names -------------------------------------------------------------------------------------
+    def _qualify(self, fwd: Forward, name: str) -> str:
+        if fwd.qualified:
+            return f"{fwd.link.label}{SEP}{fwd.session}/{name}"
+        return f"{fwd.link.label}{SEP}{name}"
+
+    def _route(self, name: str) -> tuple[Forward, str] | None:
+        """(the forward, the remote's own name) of a remote instance; None: this machine's."""
+        for link in self.links:
+            prefix = f"{link.label}{SEP}"
+            if not name.startswith(prefix):
+                continue
+            rest = name[len(prefix) :]
+            for fwd in link.forwards:
+                if fwd.qualified and rest.startswith(f"{fwd.session}/"):
+                    return fwd, rest[len(fwd.session) + 1 :]
+            for fwd in link.forwards:  # an instance name has no "/": the short-named session's
+                if not fwd.qualified and "/" not in rest:
+                    return fwd, rest
+            raise RemoteError(f"{name}: no such session on {link.label}")
+        return None
+
+    def _split(
+        self, names: Iterable[str] | None
+    ) -> tuple[list[str] | None, dict[int, tuple[Forward, list[str]]]]:
+        if names is None:
+            return None, {}
+        local: list[str] = []
+        remote: dict[int, tuple[Forward, list[str]]] = {}
+        for name in names:
+            routed = self._route(name)
+            if routed is None:
+                local.append(name)
+            else:
+                fwd, own = routed
+                remote.setdefault(id(fwd), (fwd, []))[1].append(own)
+        return local, remote
+
+    # -- wiring the links' clients in --------------------------------------------------------------
+    def _link_changed(self, link: HostLink) -> None:
+        for fwd in link.forwards:
+            if id(fwd) in self._wired:
+                continue
+            self._wired.add(id(fwd))
+            fwd.client.sample_prefix = self._qualify(fwd, "")
+            fwd.client.subscribe(functools.partial(self._remote_event, fwd))
+            fwd.client.subscribe_telemetry(functools.partial(self._remote_sample, fwd))
+        state = link.state
+        if self._seen.get(link.label) != state:
+            self._seen[link.label] = state
+            for callback in list(self._host_subscribers):
+                callback()
+        self._notify_statuses()  # a snapshot of the host's instances (or its link changed)
+
+    def _remote_event(self, fwd: Forward, event: Event) -> None:
+        instance = getattr(event, "instance", None)
+        if instance:
+            event = dataclasses.replace(event, instance=self._qualify(fwd, instance))  # type: ignore[type-var]
+        for callback in list(self._subscribers):
+            callback(event)
+
+    def _remote_sample(self, fwd: Forward, kind: str, sample: Any) -> None:
+        if kind == "sample":  # already named LABEL:NAME (the client's sample_prefix)
+            for callback in list(self._sample_subscribers):
+                callback("sample", sample)
+        elif kind == "gpu":
+            processes = tuple(
+                dataclasses.replace(p, instance=self._qualify(fwd, p.instance)) if p.instance else p
+                for p in sample.processes
+            )
+            gpu = HostGpu(fwd.link.label, dataclasses.replace(sample, processes=processes))
+            for callback in list(self._sample_subscribers):
+                callback("host_gpu", gpu)
+
+    def _notify_statuses(self) -> None:
+        for callback in list(self._status_subscribers):
+            callback()
+
+    # -- the SupervisorApi -------------------------------------------------------------------------
+    @property
+    def layout(self) -> Layout:
+        return self.local.layout
+
+    @property
+    def supervisor_pid(self) -> int | None:
+        return getattr(self.local, "supervisor_pid", None)
+
+    def hosts(self) -> tuple[HostState, ...]:
+        return tuple(link.state for link in self.links)
+
+    def subscribe_hosts(self, callback: Callable[[], None]) -> Callable[[], None]:
+        self._host_subscribers.append(callback)
+        return lambda: self._host_subscribers.remove(callback)
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        self._subscribers.append(callback)
+        local = self.local.subscribe(callback)
+
+        def unsubscribe() -> None:
+            local()
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
+        self._sample_subscribers.append(callback)
+        local = (
+            self.local.subscribe_telemetry(callback)
+            if isinstance(self.local, TelemetryFeed)
+            else lambda: None
+        )
+
+        def unsubscribe() -> None:
+            local()
+            with contextlib.suppress(ValueError):
+                self._sample_subscribers.remove(callback)
+
+        return unsubscribe
+
+    def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]:
+        self._status_subscribers.append(callback)
+        local = (
+            self.local.subscribe_statuses(callback) if isinstance(self.local, TelemetryFeed) else lambda: None
+        )
+
+        def unsubscribe() -> None:
+            local()
+            with contextlib.suppress(ValueError):
+                self._status_subscribers.remove(callback)
+
+        return unsubscribe
+
+    def status(self) -> tuple[InstanceStatus, ...]:
+        out = list(self.local.status())
+        for link in self.links:
+            for fwd in link.forwards:
+                for st in fwd.client.status():  # its log file is on that host: no scrollback here
+                    name = self._qualify(fwd, st.name)
+                    out.append(dataclasses.replace(st, name=name, host=link.label, log_path=None))
+        return tuple(out)
+
+    def pids_of(self, name: str) -> set[int]:
+        # another host's pids mean nothing here (this machine's GPU processes are attributed by pid)
+        return set() if self._route(name) is not None else self.local.pids_of(name)
+
+    def refresh_pids(self) -> None:
+        refresh = getattr(self.local, "refresh_pids", None)
+        if refresh is not None:
+            refresh()
+
+    def recent_lines(self, name: str) -> list[str]:
+        routed = self._route(name)
+        return self.local.recent_lines(name) if routed is None else routed[0].client.recent_lines(routed[1])
+
+    async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None:
+        """`core.api.LogScrollback`: another host's instance's log, read back from `anchor` by its own
+        supervisor (`POST /logs` through the forward); None for this machine's (read from its file)."""
+        from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
+
+        routed = self._route(name)
+        if routed is None:
+            return None
+        fwd, own = routed
+        client = ServiceClient(fwd.session, socket_file=fwd.local_socket)
+        body = {"name": own, "n": count, "before": anchor}
+        try:
+            answer = await asyncio.to_thread(client.post, "/logs", body, timeout=30.0)
+        except (ServiceError, ServiceUnavailable, OSError) as exc:
+            raise OSError(f"{fwd.link.label}: {exc}") from exc
+        lines = answer.get("lines")
+        if not answer.get("found") or not isinstance(lines, list):
+            return None
+        return [str(line) for line in lines]
+
+    @property
+    def feeds_gpu(self) -> bool | None:
+        """This machine's supervisor sends its GPU samples (the other hosts' always come as host_gpu)."""
+        return getattr(self.local, "feeds_gpu", None)
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        facts = dict(getattr(self.local, "facts", {}) or {})
+        for link in self.links:
+            for fwd in link.forwards:
+                facts.update({self._qualify(fwd, k): v for k, v in fwd.client.facts.items()})
+        return facts
+
+    async def adopt(self) -> list[str]:
+        for link in self.links:  # in the background: a slow or dead host never holds the dashboard
+            link.start()
+        return await self.local.adopt()
+
+    async def start(self, names: Iterable[str] | None = None) -> None:
+        local, remote = self._split(names)
+        if names is None or local:
+            await self.local.start(local)
+        for fwd, own in remote.values():
+            await fwd.client.start(own)
+
+    async def stop(self, names: Iterable[str] | None = None) -> None:
+        local, remote = self._split(names)
+        if names is None or local:
+            await self.local.stop(local)
+        for fwd, own in remote.values():
+            await fwd.client.stop(own)
+
+    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
+        routed = self._route(name)
+        if routed is None:
+            await self.local.restart(name, spec)
+            return
+        fwd, own = routed
+        await fwd.client.restart(own, dataclasses.replace(spec, name=own) if spec is not None else None)
+
+    def pending_edits(self) -> dict[str, Mapping[str, FlagValue]]:
+        edits = dict(self.local.pending_edits())
+        for link in self.links:
+            for fwd in link.forwards:
+                edits.update({self._qualify(fwd, k): v for k, v in fwd.client.pending_edits().items()})
+        return edits
+
+    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+        routed = self._route(name)
+        if routed is None:
+            await self.local.set_pending(name, flags)
+        else:
+            await routed[0].client.set_pending(routed[1], flags)
+
+    async def sleep(self, name: str, level: int = 1) -> None:
+        routed = self._route(name)
+        await (self.local.sleep(name, level) if routed is None else routed[0].client.sleep(routed[1], level))
+
+    async def wake(self, name: str) -> None:
+        routed = self._route(name)
+        await (self.local.wake(name) if routed is None else routed[0].client.wake(routed[1]))
+
+    async def wait_settled(
+        self, names: Iterable[str] | None = None, timeout: float | None = None
+    ) -> dict[str, State]:
+        local, remote = self._split(names)
+        settled: dict[str, State] = {}
+        if names is None or local:
+            settled.update(await self.local.wait_settled(local, timeout))
+        for fwd, own in remote.values():
+            done = await fwd.client.wait_settled(own, timeout)
+            settled.update({self._qualify(fwd, k): v for k, v in done.items()})
+        return settled
+
+    async def run(self) -> None:
+        for link in self.links:
+            link.start()
+        await self.local.run()
+
+    def drop_links(self) -> None:
+        """End every ssh at once, waiting for nothing (the dashboard is exiting)."""
+        for link in self.links:
+            link.drop()
+
+    async def close(self, stop_instances: bool = False) -> None:
+        for link in self.links:  # other hosts' instances are never stopped on quit
+            await link.close()
+        await self.local.close(stop_instances=stop_instances)
