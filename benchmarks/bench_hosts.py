@@ -118,21 +118,7 @@ def measure(hosts: int, n: int, window: float, tmp: Path, access_log: bool = Tru
     keys = ("PYTHONPATH", "VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "VTUI_SSH")
     keys += ("VTUI_FAKE_SSH_ROOT", "VTUI_REMOTE_VTUI", "TERM", "PATH", "PROF_OUT")
     try:
-        tmux(
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            "b",
-            "-x",
-            "160",
-            "-y",
-            "50",
-            *[a for k in keys if k in env for a in ("-e", f"{k}={env[k]}")],
-            cmd,
-        )
-        tmux("set-option", "-t", "b", "remain-on-exit", "on")
+        tmux.start(cmd, env, keys)
         total = hosts * n
         t0 = time.perf_counter()
         tmux.wait(lambda s: f"{total}/{total} up" in s, timeout=180, log=log)

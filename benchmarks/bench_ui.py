@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 GIB = 2**30
@@ -166,6 +167,16 @@ class Tmux:
             raise RuntimeError(f"tmux {' '.join(args[:2])} failed ({done.returncode}): {done.stderr.strip()}")
         return done.stdout
 
+    def start(self, command: str, env: Mapping[str, str], keys: Iterable[str], remain: bool = True) -> None:
+        """`command` in a detached session `b` of this size, with the `keys` of `env` in its environment
+        (PYTHONPATH among them: the child imports the vtui under test, not an installed one);
+        `remain`: a child that exits keeps its last screen (remain-on-exit), for `wait` to show."""
+        pairs = [a for k in keys if k in env for a in ("-e", f"{k}={env[k]}")]
+        size = ("-x", str(self.cols), "-y", str(self.rows))
+        self("-f", "/dev/null", "new-session", "-d", "-s", "b", *size, *pairs, command)
+        if remain:
+            self("set-option", "-t", "b", "remain-on-exit", "on")
+
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "b")
 
@@ -203,25 +214,8 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
     )
     try:
         t0 = time.perf_counter()
-        tmux(
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            "b",
-            "-x",
-            "120",
-            "-y",
-            "40",
-            *[  # PYTHONPATH too: the child imports the vtui under test, not an installed one
-                a
-                for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "TERM", "PATH", "PYTHONPATH")
-                for a in ("-e", f"{k}={env.get(k, '')}")
-            ],
-            cmd,
-        )
-        tmux("set-option", "-t", "b", "remain-on-exit", "on")
+        keys = ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "TERM", "PATH", "PYTHONPATH")
+        tmux.start(cmd, env, keys)
         tmux.wait(lambda s: "inst00" in s and "GPU0" in s, log=log)
         first_frame = time.perf_counter() - t0
         proc = psutil.Process(int(pidfile.read_text()))

@@ -51,21 +51,18 @@ sim-load = 2
 """
 
 
+KEEP = ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "PATH", "PYTHONPATH", "TERM")  # the monitors' environment
+
+
 def monitor_cost(
     tmux_cmd: str, env: dict, ready: tuple[str, ...], seconds: float, presses: int = 0, warmup: float = 5.0
 ) -> dict:
     import psutil
 
     tmux = Tmux(120, 40)
-    keep = [
-        a
-        for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "PATH", "PYTHONPATH", "TERM")
-        for a in ("-e", f"{k}={env.get(k, '')}")
-    ]
     try:
         t0 = time.perf_counter()
-        tmux("-f", "/dev/null", "new-session", "-d", "-s", "b", "-x", "120", "-y", "40", *keep, tmux_cmd)
-        tmux("set-option", "-t", "b", "remain-on-exit", "on")
+        tmux.start(tmux_cmd, env, KEEP)
         tmux.wait(lambda s: all(r in s for r in ready), timeout=90)
         first_frame = time.perf_counter() - t0
         load_at_start = os.getloadavg()[0]
@@ -150,26 +147,11 @@ def one_size(n: int, args: argparse.Namespace) -> dict:
             out = args.profile / f"vtui_{n}.prof"
             profiler = Path(__file__).resolve().parent / "bench_ui_profile.py"
             tmux = Tmux(120, 40)
-            keep = [
-                a
-                for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "PATH", "PYTHONPATH", "TERM")
-                for a in ("-e", f"{k}={env.get(k, '')}")
-            ]
             try:
-                tmux(
-                    "-f",
-                    "/dev/null",
-                    "new-session",
-                    "-d",
-                    "-s",
-                    "b",
-                    "-x",
-                    "120",
-                    "-y",
-                    "40",
-                    *keep,
-                    f"{sys.executable} {profiler} --out {out} --seconds {args.seconds} -- {layout} --no-start",
+                command = (
+                    f"{sys.executable} {profiler} --out {out} --seconds {args.seconds} -- {layout} --no-start"
                 )
+                tmux.start(command, env, KEEP, remain=False)
                 deadline = time.monotonic() + args.seconds + 60
                 while not out.exists() and time.monotonic() < deadline:
                     time.sleep(0.5)

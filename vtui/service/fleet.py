@@ -10,14 +10,13 @@ instances are started or stopped by name.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from vtui.core.api import SupervisorApi, TelemetryFeed
-from vtui.core.events import Event
+from vtui.core.events import Event, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
@@ -28,6 +27,17 @@ from vtui.service.sshforward import Forward
 __all__ = ["Fleet", "HostGpu"]
 
 SEP = ":"  # LABEL:NAME
+
+
+def _chained(*unsubscribes: Callable[[], None] | None) -> Callable[[], None]:
+    """One unsubscribe for a callback subscribed here and on this machine's supervisor."""
+
+    def unsubscribe() -> None:
+        for one in unsubscribes:
+            if one is not None:
+                one()
+
+    return unsubscribe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,47 +159,18 @@ class Fleet:
         return tuple(link.state for link in self.links)
 
     def subscribe_hosts(self, callback: Callable[[], None]) -> Callable[[], None]:
-        self._host_subscribers.append(callback)
-        return lambda: self._host_subscribers.remove(callback)
+        return subscribe_to(self._host_subscribers, callback)
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        self._subscribers.append(callback)
-        local = self.local.subscribe(callback)
-
-        def unsubscribe() -> None:
-            local()
-            with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
-
-        return unsubscribe
+        return _chained(subscribe_to(self._subscribers, callback), self.local.subscribe(callback))
 
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
-        self._sample_subscribers.append(callback)
-        local = (
-            self.local.subscribe_telemetry(callback)
-            if isinstance(self.local, TelemetryFeed)
-            else lambda: None
-        )
-
-        def unsubscribe() -> None:
-            local()
-            with contextlib.suppress(ValueError):
-                self._sample_subscribers.remove(callback)
-
-        return unsubscribe
+        local = self.local.subscribe_telemetry(callback) if isinstance(self.local, TelemetryFeed) else None
+        return _chained(subscribe_to(self._sample_subscribers, callback), local)
 
     def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]:
-        self._status_subscribers.append(callback)
-        local = (
-            self.local.subscribe_statuses(callback) if isinstance(self.local, TelemetryFeed) else lambda: None
-        )
-
-        def unsubscribe() -> None:
-            local()
-            with contextlib.suppress(ValueError):
-                self._status_subscribers.remove(callback)
-
-        return unsubscribe
+        local = self.local.subscribe_statuses(callback) if isinstance(self.local, TelemetryFeed) else None
+        return _chained(subscribe_to(self._status_subscribers, callback), local)
 
     def status(self) -> tuple[InstanceStatus, ...]:
         out = list(self.local.status())

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged
+from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
 from vtui.core.preflight import PreflightError
@@ -60,8 +60,7 @@ class FakeSupervisor:
         return self._layout
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        self._subs.append(callback)
-        return lambda: self._subs.remove(callback) if callback in self._subs else None
+        return subscribe_to(self._subs, callback)
 
     def status(self) -> tuple[InstanceStatus, ...]:
         return tuple(self._status[s.name] for s in self._layout.instances)
