@@ -23,7 +23,7 @@ from vtui.core.attached import Attached, AttachedProber, is_attached
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.launcher import OsLauncher
 from vtui.core.model import FlagValue, InstanceSpec, Layout
-from vtui.core.pending import PendingEdits
+from vtui.core.pending import FlagConflict, PendingEdits
 from vtui.core.preflight import PreflightError
 from vtui.core.replicas import RouterHub, supervised
 from vtui.core.runstate import RunStore, spec_from_dict
@@ -113,6 +113,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
                 self.instances[spec.name] = self._new_instance(spec)  # new, or it changed between kinds
             elif isinstance(inst, Attached) or idle:
                 inst.spec = spec  # an attached server runs with no spec of vtui's: the new one at once
+            self._rebase_edits(spec.name)
         kept = [
             self.instances[s.name].spec
             for s in self._layout.instances
@@ -173,10 +174,20 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
         return self.edits.snapshot()
 
-    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+    def pending_conflicts(self) -> dict[str, tuple[FlagConflict, ...]]:
+        return self.edits.conflicts_snapshot()
+
+    async def set_pending(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None:
+        """Keep `flags` as `name`'s edits, made from the flags `base` (None: the flags it runs with now);
+        an edit made from other flags than those is rebased onto them (`core.pending`)."""
         if flags is not None and name not in self.instances:
             raise KeyError(f"no instance named {name} in session {self.session}")
-        self.edits.set(name, flags)
+        applied = self.instances[name].spec.flags if name in self.instances else {}
+        self.edits.set(name, flags, base if base is not None else applied)
+        if flags is not None:
+            self.edits.rebase(name, applied)
 
     # -- wait ------------------------------------------------------------------------------------
     async def wait_settled(

@@ -22,6 +22,7 @@ import h11
 
 from vtui.core.events import Event, LogLines, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.pending import FlagConflict, decode_conflicts
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import MASK
 from vtui.core.state import State
@@ -82,6 +83,7 @@ class RemoteSupervisor:
         self._status_subscribers: list[Callable[[], None]] = []
         self.facts: dict[str, Any] = {}
         self._edits: dict[str, dict[str, FlagValue]] = {}  # pending flag edits (hello, "pending" messages)
+        self._conflicts: dict[str, tuple[FlagConflict, ...]] = {}  # the flags of those another changed too
         self.supervisor_pid: int | None = None
         self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
         self._feed_task: asyncio.Task | None = None
@@ -166,15 +168,25 @@ class RemoteSupervisor:
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
         return {name: dict(flags) for name, flags in self._edits.items()}
 
-    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
-        answer = await self._request("/pending", {"name": name, "flags": dict(flags) if flags else None})
-        self._set_edits(name, answer.get("flags"))  # now, not when the feed's message comes
+    def pending_conflicts(self) -> dict[str, tuple[FlagConflict, ...]]:
+        return dict(self._conflicts)
 
-    def _set_edits(self, name: str, flags: dict[str, FlagValue] | None) -> None:
+    async def set_pending(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None:
+        body = {"name": name, "flags": dict(flags) if flags else None, "base": dict(base) if base else None}
+        answer = await self._request("/pending", body)
+        self._set_edits(name, answer.get("flags"), answer.get("conflicts"))  # now, not at the feed's message
+
+    def _set_edits(self, name: str, flags: dict[str, FlagValue] | None, conflicts: Any = None) -> None:
         if flags:
             self._edits[name] = dict(flags)
         else:
             self._edits.pop(name, None)
+        if flags and (found := decode_conflicts(conflicts)):
+            self._conflicts[name] = found
+        else:
+            self._conflicts.pop(name, None)
 
     async def wait_settled(
         self, names: Iterable[str] | None = None, timeout: float | None = None
@@ -453,6 +465,10 @@ class RemoteSupervisor:
             self._apply_statuses(message.get("instances") or [])
             if kind == "hello":
                 self._edits = {n: dict(f) for n, f in (message.get("pending") or {}).items() if f}
+                conflicts = (message.get("pending_conflicts") or {}).items()
+                self._conflicts = {
+                    n: c for n, data in conflicts if n in self._edits and (c := decode_conflicts(data))
+                }
                 self.supervisor_pid = message.get("supervisor_pid")
                 self.feeds_gpu = bool(message.get("gpu_sampling"))
                 assert self._attached is not None
@@ -481,7 +497,7 @@ class RemoteSupervisor:
         elif kind == "facts":
             self.facts[message["instance"]] = decode_facts(message["facts"])
         elif kind == "pending":  # a dashboard's flag edits changed: what a snapshot's subscribers read
-            self._set_edits(message["instance"], message.get("flags"))
+            self._set_edits(message["instance"], message.get("flags"), message.get("conflicts"))
             for notify in list(self._status_subscribers):
                 notify()
 
