@@ -189,3 +189,15 @@ def test_check_offers_data_parallel_for_a_vllm_replica_group(tmp_path, capsys) -
     assert replicas.data_parallel_alternative(group(flags={"data-parallel-size": 2})) is None
     assert replicas.data_parallel_alternative(group(replicas=1, router_port=None)) is None
     assert "of 1 GPU(s) each." in (replicas.data_parallel_alternative(group(router_port=None)) or "")
+
+
+def test_one_scrape_rule_for_both_paths_a_router_is_scraped_on_its_prometheus_port():
+    """`scrape_url` is what the session supervisor's scrape loops and the dashboard's own (in-process)
+    both follow: a router's Prometheus port, a server's own URL, only while it answers."""
+    entry = InstanceSpec("chat", "m", 8000, engine="sim", replicas=2, router_port=9000)
+    router = replicas.router_spec(entry, prometheus_port=9100)
+    assert replicas.scrape_url(router, State.READY) == "http://127.0.0.1:9100"
+    server = InstanceSpec("a", "m", 8001, engine="sim")
+    assert replicas.scrape_url(server, State.ASLEEP) == server.base_url  # a sleeping vLLM answers /metrics
+    assert replicas.scrape_url(server, State.STARTING) is None
+    assert replicas.scrape_url(server, State.STOPPED) is None

@@ -120,6 +120,17 @@ def router_spec(entry: InstanceSpec, prometheus_port: int) -> InstanceSpec:
     )
 
 
+# The states in which an instance's `/metrics` is scraped (a sleeping vLLM still answers it).
+SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING})
+
+
+def scrape_url(spec: InstanceSpec, state: State) -> str | None:
+    """The URL whose `/metrics` vtui scrapes for `spec` in `state` (None: none now): the one rule of the
+    session supervisor's scrape loops and of the dashboard's own (in-process supervision, no session
+    supervisor), so a router's Prometheus port is scraped on both."""
+    return metrics_base(spec) if state in SCRAPE_STATES else None
+
+
 def metrics_base(spec: InstanceSpec) -> str | None:
     """The URL whose `/metrics` vtui scrapes for `spec`: a router's Prometheus port (its own
     `vllm_router_*` series; its main port's /metrics forwards to one worker at a time), else its URL."""
