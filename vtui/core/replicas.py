@@ -171,6 +171,11 @@ def supervised(
             kept = [keep[n].gpus if n in keep else () for n in names]
             if all(kept):
                 sets = tuple(kept)
+            elif any(kept) and free_memory:  # a grown group: its replicas keep their GPUs, the new ones
+                held = {g for gpus in kept for g in gpus}  # take GPUs nobody holds
+                more = choose_gpus(replace(entry, replicas=kept.count(())), free_memory, taken | held)
+                fresh = iter(more or ())
+                sets = tuple(gpus or next(fresh) for gpus in kept) if more else ()
             elif free_memory:
                 sets = choose_gpus(entry, free_memory, taken) or ()
             taken |= {g for group in sets for g in group}
