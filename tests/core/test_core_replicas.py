@@ -189,3 +189,113 @@ def test_check_offers_data_parallel_for_a_vllm_replica_group(tmp_path, capsys) -
     assert replicas.data_parallel_alternative(group(flags={"data-parallel-size": 2})) is None
     assert replicas.data_parallel_alternative(group(replicas=1, router_port=None)) is None
     assert "of 1 GPU(s) each." in (replicas.data_parallel_alternative(group(router_port=None)) or "")
+
+
+def test_one_scrape_rule_for_both_paths_a_router_is_scraped_on_its_prometheus_port():
+    """`scrape_url` is what the session supervisor's scrape loops and the dashboard's own (in-process)
+    both follow: a router's Prometheus port, a server's own URL, only while it answers."""
+    entry = InstanceSpec("chat", "m", 8000, engine="sim", replicas=2, router_port=9000)
+    router = replicas.router_spec(entry, prometheus_port=9100)
+    assert replicas.scrape_url(router, State.READY) == "http://127.0.0.1:9100"
+    server = InstanceSpec("a", "m", 8001, engine="sim")
+    assert replicas.scrape_url(server, State.ASLEEP) == server.base_url  # a sleeping vLLM answers /metrics
+    assert replicas.scrape_url(server, State.STARTING) is None
+    assert replicas.scrape_url(server, State.STOPPED) is None
+
+
+def test_a_grown_group_keeps_its_replicas_gpus_and_gives_the_new_one_a_free_gpu() -> None:
+    free = {0: 9 * GIB, 1: 8 * GIB, 2: 7 * GIB, 3: 60 * GIB}
+    first = supervised(layout(group()), free_memory=free, port_for_metrics=lambda: 9101)
+    assert [s.gpus for s in first.instances] == [(3,), (0,), ()]
+    keep = {s.name: s for s in first.instances}
+    free = {0: 1 * GIB, 1: 8 * GIB, 2: 7 * GIB, 3: 2 * GIB}  # the running replicas use GPUs 3 and 0
+    grown = supervised(layout(group(replicas=3)), free_memory=free, keep=keep, port_for_metrics=lambda: 9)
+    assert [(s.name, s.gpus) for s in grown.instances] == [
+        ("chat-0", (3,)),
+        ("chat-1", (0,)),
+        ("chat-2", (1,)),  # the most free GPU no replica holds (not all three dealt anew)
+        ("chat-router", ()),
+    ]
+
+
+async def test_replicas_changed_while_the_group_runs_start_or_stop_the_difference(session_name) -> None:
+    """`set_layout` with `replicas = 3` for a running group of 2 starts NAME-2; back to 2 stops NAME-2
+    (the highest-numbered) and forgets it; the others run on untouched."""
+    import asyncio
+    import dataclasses
+
+    from vtui.core.events import Notice
+    from vtui.core.launcher import OsLauncher
+
+    from .conftest import fake_spec
+
+    port = _free_run(3)
+    entry = dataclasses.replace(fake_spec("chat", port=port), replicas=2)
+    sup = Supervisor(
+        Layout(SessionSpec(name=session_name), (entry,)),
+        launcher=OsLauncher(grace=3),
+        health_interval=0.1,
+        poll_interval=0.05,
+    )
+    notices: list[str] = []
+    sup.subscribe(lambda e: notices.append(e.text) if isinstance(e, Notice) else None)
+    try:
+        await sup.start()
+        assert await sup.wait_settled(timeout=20) == {"chat-0": State.READY, "chat-1": State.READY}
+        pids = {n: sup.instances[n].handle.pid for n in ("chat-0", "chat-1")}
+
+        sup.set_layout(Layout(SessionSpec(name=session_name), (dataclasses.replace(entry, replicas=3),)))
+        assert sup.layout.names() == ["chat-0", "chat-1", "chat-2"]
+        assert await _until(lambda: sup.instances["chat-2"].state is State.READY, 20), "chat-2 never started"
+        assert sup.instances["chat-2"].spec.port == port + 2
+        assert any("chat-2: replicas raised" in n for n in notices)
+
+        sup.set_layout(Layout(SessionSpec(name=session_name), (entry,)))
+        assert await _until(lambda: "chat-2" not in sup.instances, 20), "chat-2 never stopped"
+        assert sup.layout.names() == ["chat-0", "chat-1"] and [s.name for s in sup.status()] == [
+            "chat-0",
+            "chat-1",
+        ]
+        assert any("chat-2: replicas lowered" in n for n in notices)
+        assert {n: sup.instances[n].handle.pid for n in ("chat-0", "chat-1")} == pids  # untouched
+        assert all(sup.instances[n].state is State.READY for n in pids)
+        assert not sup.store.all(session_name) or {r.name for r in sup.store.all(session_name)} == set(pids)
+    finally:
+        await sup.stop()
+        await sup.close()
+        await asyncio.sleep(0)
+
+
+def _free_run(count: int) -> int:
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        if base + count < 65535 and all(_free(base + i) for i in range(count)):
+            return base
+    raise AssertionError("no consecutive free ports")
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+async def _until(predicate, timeout: float) -> bool:  # noqa: ANN001
+    import asyncio
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return False

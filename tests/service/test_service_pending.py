@@ -53,7 +53,12 @@ def test_two_clients_share_the_edits_and_a_new_supervisor_keeps_them(tmp_path: P
     assert answer["flags"] == KEPT
     wait_for(lambda: seen, timeout=5, what="the edits on the other client's feed")
     at, message = seen[0]
-    assert at - asked < 1.0 and message == {"type": "pending", "instance": "a", "flags": KEPT}
+    assert at - asked < 1.0 and message == {
+        "type": "pending",
+        "instance": "a",
+        "flags": KEPT,
+        "conflicts": [],
+    }
     assert two.get("/status")["pending"] == {"a": KEPT}
 
     with pytest.raises(ServiceError) as bad:
@@ -66,7 +71,9 @@ def test_two_clients_share_the_edits_and_a_new_supervisor_keeps_them(tmp_path: P
 
     state = locations.paths.state_dir() / f"{locations._safe(session)}.service.json"
     wait_for(lambda: state.exists() and "pending" in json.loads(state.read_text()), what="the state file")
-    assert json.loads(state.read_text())["pending"] == {"a": KEPT} and "s3cret" not in state.read_text()
+    assert (
+        json.loads(state.read_text())["pending"]["a"]["flags"] == KEPT and "s3cret" not in state.read_text()
+    )
 
     [old] = supervisors(session)
     old.kill()
@@ -80,6 +87,69 @@ def test_two_clients_share_the_edits_and_a_new_supervisor_keeps_them(tmp_path: P
     ServiceClient(session).post("/pending", {"name": "a", "flags": None})  # applied or discarded
     assert ServiceClient(session).get("/status")["pending"] == {}
     wait_for(lambda: json.loads(state.read_text())["pending"] == {}, what="the cleared state on disk")
+    ServiceClient(session).post("/shutdown", {})
+
+
+def test_a_restart_by_another_client_rebases_the_kept_edit_and_marks_the_conflict(
+    tmp_path: Path, session: str
+) -> None:
+    """The kept edit is a whole flag set: applied after another client's restart with other flags, it
+    would revert them. It keeps only its own changes on the new flags; a flag both changed keeps the
+    edit's value and is a conflict, on the feed, in /status, and kept by a successor."""
+    flags = {"max-num-seqs": 8, "max-model-len": 4096, "seed": 1}
+    path = write_layout(tmp_path, session, [fake_instance("a", flags=flags)])
+    ensure_supervisor(session, path)
+    one, two = ServiceClient(session), ServiceClient(session)
+    one.post("/start", {"names": ["a"]})
+    one.post("/wait", {"names": ["a"], "timeout": 30})
+    edit = {"max-num-seqs": 16, "max-model-len": 4096}  # the user: 8 -> 16, seed unset
+    one.post("/pending", {"name": "a", "flags": edit, "base": flags})
+    pending: list[dict] = []
+    opened = threading.Event()
+
+    def watch() -> None:
+        for message in ServiceClient(session).feed(timeout=60):
+            if message["type"] == "hello":
+                opened.set()
+            elif message["type"] == "pending":
+                pending.append(message)
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert opened.wait(10)
+    # the other client: a restart with max-num-seqs 32 and max-model-len 2048
+    two.post("/restart", {"name": "a", "set": {"max-num-seqs": 32, "max-model-len": 2048}})
+    rebased = {"max-num-seqs": 16, "max-model-len": 2048}  # the other's 2048 kept, seed still unset
+    conflict = {"flag": "max-num-seqs", "mine": 16, "theirs": 32, "was": 8}
+    status = two.get("/status")
+    assert status["pending"] == {"a": rebased}
+    assert status["pending_conflicts"] == {"a": [conflict]}
+    wait_for(lambda: pending, timeout=5, what="the rebased edit on the feed")
+    assert pending[0] == {"type": "pending", "instance": "a", "flags": rebased, "conflicts": [conflict]}
+
+    state = locations.paths.state_dir() / f"{locations._safe(session)}.service.json"
+    wait_for(
+        lambda: json.loads(state.read_text())["pending"].get("a", {}).get("flags") == rebased,
+        what="the rebased edit on disk",
+    )
+    kept = json.loads(state.read_text())["pending"]["a"]
+    assert kept["base"] == {"max-num-seqs": 32, "max-model-len": 2048, "seed": 1} and kept["conflicts"] == [
+        conflict
+    ]
+    [old] = supervisors(session)
+    old.kill()
+    old.wait(5)
+    ensure_supervisor(session, path)  # a successor: the rebased edit and its conflict back
+    hello = next(ServiceClient(session).feed(timeout=10))
+    assert hello["pending"] == {"a": rebased} and hello["pending_conflicts"] == {"a": [conflict]}
+
+    # an edit sent from flags older than those applied (a client that had not heard of the restart)
+    answer = one.post("/pending", {"name": "a", "flags": {**flags, "seed": 7}, "base": flags})
+    assert answer["flags"] == {"max-num-seqs": 32, "max-model-len": 2048, "seed": 7}
+    applied = ServiceClient(session).post("/restart", {"name": "a", "set": {"seed": 7}})
+    assert applied["flags"]["seed"] == 7
+    assert ServiceClient(session).get("/status")["pending"] == {}  # applied: nothing of it left
+    ServiceClient(session).post("/stop", {"names": ["a"]})
     ServiceClient(session).post("/shutdown", {})
 
 

@@ -7,6 +7,7 @@ leaves the router first; the group's name stops it all. Skipped only when vllm-r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -279,3 +280,160 @@ async def test_the_dashboard_shows_each_replica_and_the_group_row(tmp_path: Path
         stop.set()
         for t in loaders:
             t.join(35)
+
+
+@pytest.mark.slow
+async def test_the_in_process_dashboard_scrapes_the_router_too(tmp_path: Path, session: str) -> None:
+    """The dashboard supervising by itself (a layout with no file: no session supervisor) scrapes what the
+    session supervisor scrapes (`core.replicas.scrape_url`): the router's Prometheus port, so its pane
+    shows routed req/s per replica here too."""
+    import asyncio
+    import dataclasses
+
+    from vtui.core.supervisor import Supervisor
+    from vtui.layouts import load_layout
+    from vtui.ui.app import make_app
+    from vtui.ui.textdump import screen_text
+    from vtui.ui.widgets.fleet import FleetTable
+
+    port, router_port = free_run(2), free_port()
+    layout = load_layout(write_layout(tmp_path, session, [group_entry("chat", port, router_port)]))
+    app = make_app(dataclasses.replace(layout, path=None), gpu_sampler=False)
+    assert isinstance(app.supervisor, Supervisor)  # in-process: this dashboard scrapes by itself
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"model": SMALL_MODEL, "prompt": "hello", "max_tokens": 64}
+        with httpx.Client(timeout=30, trust_env=False) as http:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    http.post(f"http://127.0.0.1:{router_port}/v1/completions", json=body)
+                time.sleep(0.05)
+
+    loaders = [threading.Thread(target=traffic) for _ in range(3)]
+    try:
+        async with app.run_test(size=(160, 24)) as pilot:
+            await asyncio.to_thread(
+                wait_for, lambda: len(workers(router_port)) == 2, 60, "both replicas added to the router"
+            )
+            for t in loaders:
+                t.start()
+
+            def routed() -> dict[str, float]:
+                sample = app.store.views["chat-router"].sample
+                return dict(sample.routed) if sample is not None else {}
+
+            end = asyncio.get_running_loop().time() + 30
+            while not (len(routed()) == 2 and all(v > 0 for v in routed().values())):
+                assert asyncio.get_running_loop().time() < end, f"the router's series: {routed()}"
+                await pilot.pause(0.2)
+            assert set(routed()) == {f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"}
+            table = app.screen.query_one(FleetTable)
+            while table.selected != "chat-router":
+                await pilot.press("down")
+            end = asyncio.get_running_loop().time() + 15
+            while "routed " not in (text := screen_text(app)) or " req/s" not in text:
+                assert asyncio.get_running_loop().time() < end, text
+                await pilot.pause(0.2)
+            line = text.split("routed ", 1)[1].split("\n", 1)[0]
+            assert "req/s" in line and "chat-0 " in line and "chat-1 " in line, line
+            stop.set()
+            await app.supervisor.stop()
+    finally:
+        stop.set()
+        for t in loaders:
+            t.join(35)
+
+
+@pytest.mark.slow
+def test_replicas_changed_while_the_group_runs(tmp_path: Path, session: str) -> None:
+    """`replicas = 2` → 3 in the layout, handed over as the dashboard does (POST /layout): chat-2 starts
+    and the router adds it (/add_worker); → 2 again with `vtui up`: chat-2 leaves the router first
+    (/remove_worker), then stops, and is gone from `vtui ps`; chat-0 and chat-1 run on untouched."""
+    import tomllib
+
+    from vtui.service.client import ServiceClient
+
+    port, router_port = free_run(3), free_port()
+    path = write_layout(tmp_path, session, [group_entry("chat", port, router_port)])
+    up = vtui("up", str(path), timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    urls = [f"http://127.0.0.1:{port + i}" for i in range(3)]
+    wait_for(lambda: workers(router_port) == set(urls[:2]), timeout=15, what="both replicas in the router")
+    pids = {n: r["pid"] for n, r in ps_rows(str(path)).items()}
+
+    def rescale(count: int) -> None:
+        data = tomllib.loads(path.read_text())
+        data["instance"][0]["replicas"] = count
+        write_layout(tmp_path, session, data["instance"])
+
+    rescale(3)
+    ServiceClient(session).post("/layout", {"path": str(path)})  # no /start: the dashboard's reload
+    wait_for(lambda: workers(router_port) == set(urls), timeout=30, what="chat-2 added to the router")
+    rows = ps_rows(str(path))
+    assert set(rows) == {"chat-0", "chat-1", "chat-2", "chat-router"} and rows["chat-2"]["state"] == "ready"
+    assert rows["chat-2"]["port"] == port + 2 and sorted(rows["chat-router"]["workers"]) == [
+        "chat-0",
+        "chat-1",
+        "chat-2",
+    ]
+    assert complete(router_port) == 200
+    chat2 = rows["chat-2"]["pid"]
+
+    seen: list[set[str]] = []  # the router's workers while chat-2 still answers: it left first
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                httpx.get(f"{urls[2]}/health", timeout=1, trust_env=False).raise_for_status()
+            except httpx.HTTPError:
+                return
+            seen.append(workers(router_port))
+            time.sleep(0.05)
+
+    answered: list[int] = []  # a request in flight on chat-2 while it is scaled away: drained, not cut
+
+    def long_request() -> None:
+        body = {"model": SMALL_MODEL, "prompt": "hello", "max_tokens": 1024, "ignore_eos": True}
+        answer = httpx.post(f"{urls[2]}/v1/completions", json=body, timeout=60, trust_env=False)
+        answered.append(answer.status_code)
+
+    rescale(2)
+    asker = threading.Thread(target=long_request)
+    asker.start()
+    wait_for(lambda: _running(port + 2), timeout=10, what="the request running on chat-2")
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    up = vtui("up", str(path), timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    asker.join(60)
+    assert answered == [200]
+    wait_for(lambda: "chat-2" not in ps_rows(str(path)), timeout=30, what="chat-2 stopped and forgotten")
+    done.set()
+    watcher.join(5)
+    wait_for(lambda: not _alive(chat2), timeout=10, what="chat-2's process gone")
+    assert workers(router_port) == set(urls[:2])
+    assert any(urls[2] not in s for s in seen), f"chat-2 never left the router while it served: {seen[-3:]}"
+    after = ps_rows(str(path))
+    assert {n: after[n]["pid"] for n in ("chat-0", "chat-1", "chat-router")} == {
+        n: pids[n] for n in ("chat-0", "chat-1", "chat-router")
+    }
+    assert complete(router_port) == 200
+    down = vtui("down", str(path), timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def _running(port: int) -> bool:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5, trust_env=False).text
+    return (
+        parse_metrics(text, frozenset({"vllm:num_requests_running"})).total("vllm:num_requests_running") or 0
+    ) > 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -113,3 +113,66 @@ async def test_a_secret_typed_into_the_editor_is_never_kept(fake, app_factory):
         await settle(pilot)
         assert fake.pending_edits()["qwen"]["api-key"] == MASK
         assert "s3cret" not in repr(fake.pending_edits()) and "s3cret" not in repr(app.store.pending)
+
+
+async def test_a_restart_by_another_client_rebases_the_kept_edits_and_shows_the_conflict(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(140, 50)) as pilot:
+        await settle(pilot)
+        editor = await open_editor(pilot, app)
+        editor.query_one("#flag-max-num-seqs").value = "64"  # the user: 256 -> 64
+        editor.query_one("#flag-gpu-memory-utilization").value = "0.8"  # and 0.9 -> 0.8
+        await settle(pilot)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert fake.pending_edits()["qwen"]["max-num-seqs"] == 64
+
+        # another client restarts qwen with max-num-seqs 128 and max-model-len 4096
+        spec = fake.layout.instance("qwen")
+        other = spec.with_flags({**spec.flags, "max-num-seqs": 128, "max-model-len": 4096})
+        await fake.restart("qwen", other)
+        await settle(pilot, 6)
+        kept = fake.pending_edits()["qwen"]
+        assert kept["max-model-len"] == 4096 and kept["max-num-seqs"] == 64  # the other's 4096 stays
+        assert kept["gpu-memory-utilization"] == 0.8
+
+        editor = await open_editor(pilot, app)
+        assert editor.query_one("#flag-max-num-seqs").value == "64"
+        assert editor.query_one("#flag-max-model-len").value == "4096"
+        text = screen_text(app)
+        assert "conflict --max-num-seqs: your 64 kept" in text and "with 128" in text and "from 256" in text
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        diff = screen_text(app)
+        assert isinstance(app.screen, DiffScreen) and "--max-num-seqs: 128 -> 64" in diff
+        assert "max-model-len" not in diff  # applying does not revert the other client's change
+        await pilot.press("enter")
+        await settle(pilot, 6)
+        assert fake.layout.instance("qwen").flags["max-model-len"] == 4096
+        assert fake.layout.instance("qwen").flags["max-num-seqs"] == 64
+        assert fake.pending_edits() == {} and fake.pending_conflicts() == {}
+
+
+async def test_an_open_editor_follows_a_restart_under_it(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(140, 50)) as pilot:
+        await settle(pilot)
+        editor = await open_editor(pilot, app)
+        editor.query_one("#flag-max-num-seqs").value = "64"
+        await settle(pilot)  # not handed over yet: typing has not paused
+        spec = fake.layout.instance("qwen")
+        await fake.restart(
+            "qwen", spec.with_flags({**spec.flags, "max-num-seqs": 128, "max-model-len": 4096})
+        )
+        await settle(pilot, 6)
+        assert app.screen is editor
+        assert editor.query_one("#flag-max-model-len").value == "4096"  # the new flags in the rows
+        assert editor.query_one("#flag-max-num-seqs").value == "64"  # the user's own value kept
+        assert editor.edited_flags()["max-model-len"] == 4096
+        assert "conflict --max-num-seqs: your 64 kept" in screen_text(app)
+        await pilot.pause(KEEP_AFTER_S + 0.3)
+        assert fake.pending_edits()["qwen"]["max-model-len"] == 4096  # handed over on the new flags
+        assert fake.pending_edits()["qwen"]["max-num-seqs"] == 64
+        editor.query_one("#flag-max-num-seqs").value = "128"  # the user takes the other's value
+        await settle(pilot)
+        assert "conflict" not in screen_text(app)

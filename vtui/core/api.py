@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from vtui.core.events import Event
     from vtui.core.launcher import ProcessHandle, StopReport
     from vtui.core.model import FlagValue, InstanceSpec, Layout
+    from vtui.core.pending import FlagConflict
     from vtui.core.state import State
     from vtui.core.supervision import HostState, InstanceStatus
 
@@ -97,9 +98,15 @@ class SupervisorApi(Protocol):
 
     # Pending flag edits (`core.pending`): per instance, the flags as edited in a dashboard and not yet
     # applied or discarded, held by the session's owner so every dashboard of the session shows them.
+    # `base`: the flags the edit was made from (None: those it runs with); when the applied flags change
+    # under a kept edit, the owner rebases it and keeps the flags both changed as conflicts.
     def pending_edits(self) -> Mapping[str, Mapping[str, FlagValue]]: ...
 
-    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None: ...  # None: clear
+    def pending_conflicts(self) -> Mapping[str, Sequence[FlagConflict]]: ...
+
+    async def set_pending(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None: ...  # flags None: clear
 
 
 @runtime_checkable

@@ -120,6 +120,17 @@ def router_spec(entry: InstanceSpec, prometheus_port: int) -> InstanceSpec:
     )
 
 
+# The states in which an instance's `/metrics` is scraped (a sleeping vLLM still answers it).
+SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING})
+
+
+def scrape_url(spec: InstanceSpec, state: State) -> str | None:
+    """The URL whose `/metrics` vtui scrapes for `spec` in `state` (None: none now): the one rule of the
+    session supervisor's scrape loops and of the dashboard's own (in-process supervision, no session
+    supervisor), so a router's Prometheus port is scraped on both."""
+    return metrics_base(spec) if state in SCRAPE_STATES else None
+
+
 def metrics_base(spec: InstanceSpec) -> str | None:
     """The URL whose `/metrics` vtui scrapes for `spec`: a router's Prometheus port (its own
     `vllm_router_*` series; its main port's /metrics forwards to one worker at a time), else its URL."""
@@ -160,6 +171,11 @@ def supervised(
             kept = [keep[n].gpus if n in keep else () for n in names]
             if all(kept):
                 sets = tuple(kept)
+            elif any(kept) and free_memory:  # a grown group: its replicas keep their GPUs, the new ones
+                held = {g for gpus in kept for g in gpus}  # take GPUs nobody holds
+                more = choose_gpus(replace(entry, replicas=kept.count(())), free_memory, taken | held)
+                fresh = iter(more or ())
+                sets = tuple(gpus or next(fresh) for gpus in kept) if more else ()
             elif free_memory:
                 sets = choose_gpus(entry, free_memory, taken) or ()
             taken |= {g for group in sets for g in group}

@@ -23,7 +23,7 @@ from vtui.core.attached import Attached, AttachedProber, is_attached
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.launcher import OsLauncher
 from vtui.core.model import FlagValue, InstanceSpec, Layout
-from vtui.core.pending import PendingEdits
+from vtui.core.pending import FlagConflict, PendingEdits
 from vtui.core.preflight import PreflightError
 from vtui.core.replicas import RouterHub, supervised
 from vtui.core.runstate import RunStore, spec_from_dict
@@ -80,6 +80,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         if hasattr(self.launcher, "router") and getattr(self.launcher, "router", None) is None:
             self.launcher.router = self.routers  # type: ignore[attr-defined]
         self._reconciles = {}
+        self._rescales: set[asyncio.Task] = set()  # replica groups being scaled (`set_layout`)
         self._reconcile_again = set()
         self._reconciled_at = 0.0
         for spec in layout.instances:
@@ -101,10 +102,13 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
     def set_layout(self, layout: Layout) -> None:
         """Run `layout` from now on (same session): instances not running take its specs, new ones are
         added, running ones keep the spec they run with (until their next start), and one the layout
-        no longer names stays while it runs (`stop` ends it)."""
+        no longer names stays while it runs (`stop` ends it). A running replica group whose `replicas`
+        changed is scaled at once: new replicas start, dropped ones (the highest-numbered) leave the
+        router, drain and stop (`_rescale`)."""
         if layout.session.name != self.session:
             raise ValueError(f"layout session {layout.session.name!r} is not {self.session!r}")
         layout = self._expand(layout)
+        grown, shrunk = self._scaling(layout)
         for spec in layout.instances:
             inst = self.instances.get(spec.name)
             idle = inst is not None and not inst.state.running and spec.name not in self._pending
@@ -113,6 +117,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
                 self.instances[spec.name] = self._new_instance(spec)  # new, or it changed between kinds
             elif isinstance(inst, Attached) or idle:
                 inst.spec = spec  # an attached server runs with no spec of vtui's: the new one at once
+            self._rebase_edits(spec.name)
         kept = [
             self.instances[s.name].spec
             for s in self._layout.instances
@@ -125,6 +130,83 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
                 self.instances.pop(spec.name, None)
         current = [self.instances[s.name].spec for s in layout.instances] + kept
         self._layout = dataclasses.replace(layout, instances=tuple(current))
+        if grown or shrunk:
+            self._rescale(grown, shrunk)
+
+    # -- replica groups rescaled (`replicas = N` changed while the group runs) ------------------------
+    def _scaling(self, layout: Layout) -> tuple[list[str], list[str]]:
+        """The replicas `layout` (expanded) adds to and drops from replica groups that run now (a member
+        running or about to launch): (to start, to stop). A group not running is just re-read."""
+        running = {
+            s.group
+            for s in self._layout.instances
+            if s.group and (self.instances[s.name].state.running or s.name in self._pending)
+        }
+        old, new = set(self._layout.names()), set(layout.names())
+        for group in sorted(g for g in running if g in new):  # the entry is one plain instance now
+            running.discard(group)
+            self._notice(
+                group,
+                "warning",
+                f"{group}: replicas = 1 makes it one plain instance with no router; the group runs on as "
+                f"it is: stop it (`vtui down {group}`), then start it again",
+            )
+        running &= {s.group for s in layout.instances if s.group}  # an entry dropped: it runs on (`stop`)
+        grown = [
+            s.name
+            for s in layout.instances
+            if s.group in running and s.engine != "router" and s.name not in old
+        ]
+        shrunk = [
+            s.name
+            for s in reversed(self._layout.instances)  # the highest-numbered first
+            if s.group in running and s.engine != "router" and s.name not in new
+        ]
+        return grown, shrunk
+
+    def _rescale(self, grown: list[str], shrunk: list[str]) -> None:
+        """Scale running replica groups to the layout: new replicas launch (their router adds each once
+        READY, `/add_worker`); dropped ones, highest-numbered first, leave their router (`/remove_worker`,
+        the drain's hook), drain, stop, and are forgotten."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test's sync call): `start` launches the new ones
+            return
+        for name in shrunk:
+            self._notice(name, "info", f"{name}: replicas lowered: leaves its router, drains and stops")
+        for name in grown:
+            self._notice(name, "info", f"{name}: replicas raised: starting (its router adds it once READY)")
+
+        async def scale() -> None:
+            if grown:
+                await self.start(grown)
+            for name in shrunk:
+                if name in self.instances:
+                    await self._stop_one(name)
+                    self._forget(name)
+
+        task = asyncio.create_task(scale())
+        self._rescales.add(task)
+        task.add_done_callback(self._rescaled)
+
+    def _rescaled(self, task: asyncio.Task) -> None:
+        self._rescales.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._notice(None, "error", f"rescaling a replica group failed: {exc}")
+
+    def _forget(self, name: str) -> None:
+        """A replica the layout no longer names, stopped: no longer supervised or listed."""
+        inst = self.instances.get(name)
+        if inst is None or inst.state.running or name in self._pending:
+            return
+        group = inst.spec.group
+        del self.instances[name]
+        self._layout = dataclasses.replace(
+            self._layout, instances=tuple(s for s in self._layout.instances if s.name != name)
+        )
+        self.edits.set(name, None)
+        if group is not None:
+            self._reconcile_soon(group)
 
     def _expand(self, layout: Layout) -> Layout:
         """`replicas = N` entries as the instances run (`core.replicas.supervised`): the GPUs of a group
@@ -173,10 +255,20 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
         return self.edits.snapshot()
 
-    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+    def pending_conflicts(self) -> dict[str, tuple[FlagConflict, ...]]:
+        return self.edits.conflicts_snapshot()
+
+    async def set_pending(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None:
+        """Keep `flags` as `name`'s edits, made from the flags `base` (None: the flags it runs with now);
+        an edit made from other flags than those is rebased onto them (`core.pending`)."""
         if flags is not None and name not in self.instances:
             raise KeyError(f"no instance named {name} in session {self.session}")
-        self.edits.set(name, flags)
+        applied = self.instances[name].spec.flags if name in self.instances else {}
+        self.edits.set(name, flags, base if base is not None else applied)
+        if flags is not None:
+            self.edits.rebase(name, applied)
 
     # -- wait ------------------------------------------------------------------------------------
     async def wait_settled(
@@ -188,15 +280,19 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         changed = self._changed
         assert changed is not None
 
+        def settled(name: str) -> bool:  # one gone meanwhile (a replica scaled away) waits for nothing
+            inst = self.instances.get(name)
+            return inst is None or (inst.settled and name not in self._pending)
+
         async def settle() -> None:
-            while not all(self.instances[n].settled and n not in self._pending for n in wanted):
+            while not all(settled(n) for n in wanted):
                 changed.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(changed.wait(), 1.0)
 
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(settle(), timeout)
-        return {n: self.instances[n].state for n in wanted}
+        return {n: self.instances[n].state for n in wanted if n in self.instances}
 
     async def run(self) -> None:
         """Supervise (logs, health, restart policy) until `close()`."""
@@ -209,6 +305,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         if stop_instances:
             await self.stop()
         for task in [
+            *self._rescales,
             *self._pending.values(),
             *self._loops,
             *self._sleeps.values(),
@@ -216,7 +313,13 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         ]:
             task.cancel()
         others = [*self._sweeper.tasks.values(), *self._policy_stops.values(), *self._sleeps.values()]
-        for task in [*self._pending.values(), *self._loops, *others, *self._reconciles.values()]:
+        for task in [
+            *self._rescales,
+            *self._pending.values(),
+            *self._loops,
+            *others,
+            *self._reconciles.values(),
+        ]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._pending.clear()

@@ -65,6 +65,7 @@ class AdoptMixin(SupervisorBase):
                 continue
             inst.spec = merge_flags(spec, record.flags)
             self._set_layout_spec(inst.spec)
+            self._rebase_edits(spec.name)
             inst.restarts = record.restarts
             if record.last_good_flags is not None:
                 inst.last_good_spec = merge_flags(spec, record.last_good_flags)

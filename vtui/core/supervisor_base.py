@@ -21,6 +21,7 @@ from vtui.core.events import Event, LogLines, Notice, StateChanged, subscribe_to
 from vtui.core.instance import Instance
 from vtui.core.logfile import LogTailer
 from vtui.core.model import InstanceSpec, Layout
+from vtui.core.pending import PendingEdits
 from vtui.core.replicas import RouterHub, members
 from vtui.core.runstate import RunStore
 from vtui.core.startgate import StartGate, Sweeper
@@ -42,6 +43,7 @@ class SupervisorBase:
     gpu_sample: Callable[[InstanceSpec], Any] | None
     routers: RouterHub
     prober: AttachedProber
+    edits: PendingEdits
     _subscribers: list[Callable[[Event], None]]
     _layout: Layout
     _reconciles: dict[str, asyncio.Task]
@@ -201,6 +203,13 @@ class SupervisorBase:
 
     def _set_layout_spec(self, spec: InstanceSpec) -> None:
         self._layout = self._layout.replace_instance(spec)
+
+    def _rebase_edits(self, name: str) -> None:
+        """`name`'s applied flags may have changed (a restart with new flags, a new layout): a kept flag
+        edit of it keeps only the user's own changes on them (`core.pending`)."""
+        inst = self.instances.get(name)
+        if inst is not None:
+            self.edits.rebase(name, inst.spec.flags)
 
     def _drain(self, name: str) -> None:
         tailer = self._tailers.get(name)

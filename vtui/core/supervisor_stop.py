@@ -73,6 +73,7 @@ class StopMixin(SupervisorBase):
         if spec is not None:
             inst.spec = spec
             self._set_layout_spec(spec)
+            self._rebase_edits(name)  # another client's kept edit keeps only its own changes on these
         inst.attempt = 0
         await self.start([name])
 

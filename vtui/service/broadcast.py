@@ -48,9 +48,23 @@ class BroadcastMixin(ServiceBase):
             "facts": self.facts,
             "flag_history": self.flag_history,
             "attached_up": sorted(self.attached_up),
-            "pending": self.supervisor.edits.snapshot(),
+            "pending": self.supervisor.edits.state(),  # with the flags each was made from
         }
         self._spawn(asyncio.to_thread(atomic_write_text, self.state_file, json.dumps(data), 0o600))
+
+    def _edits_changed(self, name: str) -> None:
+        """A kept flag edit changed (a client's `/pending`, or its rebase onto flags applied since):
+        persisted, and sent to every feed."""
+        self._save_state()
+        edits = self.supervisor.edits
+        self._broadcast(
+            {
+                "type": "pending",
+                "instance": name,
+                "flags": edits.get(name),
+                "conflicts": [c.to_dict() for c in edits.conflicts(name)],
+            }
+        )
 
     # -- events ------------------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:

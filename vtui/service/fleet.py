@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.pending import FlagConflict
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
 from vtui.service.hosts import HostLink
@@ -261,12 +262,23 @@ class Fleet:
                 edits.update({self._qualify(fwd, k): v for k, v in fwd.client.pending_edits().items()})
         return edits
 
-    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+    def pending_conflicts(self) -> dict[str, Sequence[FlagConflict]]:
+        conflicts = dict(self.local.pending_conflicts())
+        for link in self.links:
+            for fwd in link.forwards:
+                conflicts.update(
+                    {self._qualify(fwd, k): v for k, v in fwd.client.pending_conflicts().items()}
+                )
+        return conflicts
+
+    async def set_pending(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None:
         routed = self._route(name)
         if routed is None:
-            await self.local.set_pending(name, flags)
+            await self.local.set_pending(name, flags, base)
         else:
-            await routed[0].client.set_pending(routed[1], flags)
+            await routed[0].client.set_pending(routed[1], flags, base)
 
     async def sleep(self, name: str, level: int = 1) -> None:
         routed = self._route(name)

@@ -107,6 +107,10 @@ class HandlerMixin(ServiceBase):
             answer["gpu"] = self.last_gpu
             answer["gpu_sampling"] = self.gpu  # the feed carries GPU samples (clients run no sampler)
             answer["pending"] = self.supervisor.pending_edits()  # dashboards' unapplied flag edits
+            answer["pending_conflicts"] = {  # their flags another client changed too (core.pending)
+                name: [c.to_dict() for c in conflicts]
+                for name, conflicts in self.supervisor.pending_conflicts().items()
+            }
         return answer
 
     def _one_name(self, body: dict[str, Any]) -> str:
@@ -220,16 +224,13 @@ class HandlerMixin(ServiceBase):
 
     async def _set_pending(self, body: dict[str, Any]) -> dict[str, Any]:
         """A dashboard's flag edits of one instance, not yet applied (`flags`: the whole set as edited;
-        null clears them): kept (masked), persisted with the state, and sent to every feed."""
+        null clears them; `base`: the flags they were made from): kept (masked), persisted with the
+        state, and sent to every feed (`_edits_changed`)."""
         name = self._one_name(body)
-        flags = body.get("flags")
-        before = self.supervisor.edits.get(name)
-        await self.supervisor.set_pending(name, flags)  # a bad value: ValueError, a 400 naming it
-        kept = self.supervisor.edits.get(name)
-        if kept != before:
-            self._save_state()
-            self._broadcast({"type": "pending", "instance": name, "flags": kept})
-        return {"ok": True, "name": name, "flags": kept}
+        await self.supervisor.set_pending(name, body.get("flags"), body.get("base"))  # a bad value: a 400
+        edits = self.supervisor.edits
+        conflicts = [c.to_dict() for c in edits.conflicts(name)]
+        return {"ok": True, "name": name, "flags": edits.get(name), "conflicts": conflicts}
 
     async def _logs(self, query: dict[str, str], body: dict[str, Any] | None = None) -> dict[str, Any]:
         name = query.get("name", "")

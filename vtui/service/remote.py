@@ -16,6 +16,7 @@ from typing import Any
 
 from vtui.core.events import Event, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.pending import FlagConflict
 from vtui.core.runstate import MASK
 from vtui.core.state import State
 from vtui.service.remote_feed import FeedFollower
@@ -99,9 +100,15 @@ class RemoteSupervisor(FeedFollower):
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
         return {name: dict(flags) for name, flags in self._edits.items()}
 
-    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
-        answer = await self._request("/pending", {"name": name, "flags": dict(flags) if flags else None})
-        self._set_edits(name, answer.get("flags"))  # now, not when the feed's message comes
+    def pending_conflicts(self) -> dict[str, tuple[FlagConflict, ...]]:
+        return dict(self._conflicts)
+
+    async def set_pending(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None:
+        body = {"name": name, "flags": dict(flags) if flags else None, "base": dict(base) if base else None}
+        answer = await self._request("/pending", body)
+        self._set_edits(name, answer.get("flags"), answer.get("conflicts"))  # now, not at the feed's message
 
     async def wait_settled(
         self, names: Iterable[str] | None = None, timeout: float | None = None

@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 from vtui.core.events import Event, LogLines
 from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.pending import FlagConflict, decode_conflicts
 from vtui.core.preflight import PreflightError
 from vtui.core.runstate import MASK
 from vtui.core.state import State
@@ -77,6 +78,7 @@ class FeedFollower:
         self._status_subscribers: list[Callable[[], None]] = []
         self.facts: dict[str, Any] = {}
         self._edits: dict[str, dict[str, FlagValue]] = {}  # pending flag edits (hello, "pending" messages)
+        self._conflicts: dict[str, tuple[FlagConflict, ...]] = {}  # the flags of those another changed too
         self.supervisor_pid: int | None = None
         self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
         self._feed_task: asyncio.Task | None = None
@@ -88,11 +90,15 @@ class FeedFollower:
     def status(self) -> tuple[InstanceStatus, ...]:
         return tuple(self._statuses[n] for n in self._order if n in self._statuses)
 
-    def _set_edits(self, name: str, flags: dict[str, FlagValue] | None) -> None:
+    def _set_edits(self, name: str, flags: dict[str, FlagValue] | None, conflicts: Any = None) -> None:
         if flags:
             self._edits[name] = dict(flags)
         else:
             self._edits.pop(name, None)
+        if flags and (found := decode_conflicts(conflicts)):
+            self._conflicts[name] = found
+        else:
+            self._conflicts.pop(name, None)
 
     async def _attach(self) -> None:
         if self._attached is None:
@@ -269,6 +275,10 @@ class FeedFollower:
             self._apply_statuses(message.get("instances") or [])
             if kind == "hello":
                 self._edits = {n: dict(f) for n, f in (message.get("pending") or {}).items() if f}
+                conflicts = (message.get("pending_conflicts") or {}).items()
+                self._conflicts = {
+                    n: c for n, data in conflicts if n in self._edits and (c := decode_conflicts(data))
+                }
                 self.supervisor_pid = message.get("supervisor_pid")
                 self.feeds_gpu = bool(message.get("gpu_sampling"))
                 assert self._attached is not None
@@ -297,7 +307,7 @@ class FeedFollower:
         elif kind == "facts":
             self.facts[message["instance"]] = decode_facts(message["facts"])
         elif kind == "pending":  # a dashboard's flag edits changed: what a snapshot's subscribers read
-            self._set_edits(message["instance"], message.get("flags"))
+            self._set_edits(message["instance"], message.get("flags"), message.get("conflicts"))
             for notify in list(self._status_subscribers):
                 notify()
 

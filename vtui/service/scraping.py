@@ -13,15 +13,13 @@ from functools import partial
 from typing import Any
 
 from vtui.core.events import Notice
-from vtui.core.replicas import metrics_base
-from vtui.core.state import State
+from vtui.core.replicas import scrape_url
 from vtui.service.exporter import MetricsEndpoint, render
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import encode_gpu, encode_sample
 
 SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
-SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING})
 
 
 _AT = "\x00at\x00"  # stands for the time in a sample's feed line (JSON writes it "\u0000at\u0000")
@@ -51,16 +49,14 @@ class ScrapeMixin(ServiceBase):
         launcher = self.supervisor.launcher
         pool = launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool
         for st in self.supervisor.status():
-            url = metrics_base(st.spec)  # a router's: its Prometheus port (vllm_router_*)
-            if url is None:
-                continue
+            url = scrape_url(st.spec, st.state)  # a router's: its Prometheus port (vllm_router_*)
             current = self._scrapers.get(st.name)
-            if current and (st.state not in SCRAPE_STATES or current[0] != url):
+            if current and current[0] != url:
                 current[1].stop()
                 current[2].cancel()
                 del self._scrapers[st.name]
                 current = None
-            if current is None and st.state in SCRAPE_STATES:
+            if current is None and url is not None:
                 loop: Any
                 if st.spec.api_key or not pool().handles(url + "/metrics", "GET"):
                     from vtui.telemetry.scrape import ScrapeLoop  # https, a key: an attached server

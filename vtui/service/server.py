@@ -13,8 +13,10 @@ talk HTTP/1.1 (h11) on `<state dir>/<session>.sock` (0600 in the 0700 state dir)
     POST /wait {names, timeout}   until each is READY/FAILED/STOPPED/CRASHED for good
     POST /stop {names, grace}     returns once no process of any named instance is alive
     POST /restart {name, set, unset}
-    POST /pending {name, flags}   a dashboard's unapplied flag edits of one instance (null clears);
-                                  kept masked, persisted, sent on the feed as a "pending" message
+    POST /pending {name, flags, base}  a dashboard's unapplied flag edits of one instance (null
+                                  clears), made from the flags `base` (default: those it runs with);
+                                  kept masked, persisted, sent on the feed as a "pending" message;
+                                  rebased when the instance is restarted with other flags
     POST /sleep {name, level}     vLLM sleep mode (loopback binds, `sleep_mode = true`); 409: refused
     POST /wake {name}             /wake_up; returns once READY again (409: refused)
     GET  /logs?name=N&n=50        the log's last lines (across rotations)
@@ -111,6 +113,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self._loop = None
         self.attached_up = set()  # attached servers brought up and not down since (persisted)
         self._load_state()
+        self.supervisor.edits.on_change = self._edits_changed  # persisted and broadcast
         self.notifier = Notifier.from_session(layout.session, log=log)
         self._troubled = set()  # crashed or unhealthy since their last READY (-> recovered)
         self._exporter = None  # [session] metrics_port

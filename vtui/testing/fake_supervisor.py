@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
-from vtui.core.pending import PendingEdits
+from vtui.core.pending import FlagConflict, PendingEdits
 from vtui.core.preflight import PreflightError
 from vtui.core.state import Phase, State
 from vtui.core.supervision import InstanceStatus
@@ -111,6 +111,7 @@ class FakeSupervisor:
         if spec is not None:
             self._layout = self._layout.replace_instance(spec)
             self._status[name] = replace(self._status[name], spec=spec)
+            self.edits.rebase(name, spec.flags)  # a kept edit keeps its own changes only (core.pending)
         await self._launch(name)
 
     async def sleep(self, name: str, level: int = 1) -> None:
@@ -135,9 +136,17 @@ class FakeSupervisor:
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
         return self.edits.snapshot()
 
-    async def set_pending(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
+    def pending_conflicts(self) -> dict[str, tuple[FlagConflict, ...]]:
+        return self.edits.conflicts_snapshot()
+
+    async def set_pending(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None:
         self.calls.append(("set_pending", name, dict(flags) if flags is not None else None))
-        self.edits.set(name, flags)
+        applied = self._status[name].spec.flags
+        self.edits.set(name, flags, base if base is not None else applied)
+        if flags is not None:
+            self.edits.rebase(name, applied)
 
     # -- scripting (tests) -------------------------------------------------------------------------
     def crash(self, name: str, lines: list[str], *, final: bool = True) -> None:

@@ -191,7 +191,8 @@ class VtuiApp(ControlMixin):
         changed = self.store.apply_statuses(
             message.statuses, self.supervisor.layout, feed.facts if feed is not None else None
         )
-        if self.store.set_pending(self.supervisor.pending_edits()):  # another dashboard's flag edits
+        sup = self.supervisor  # another dashboard's flag edits, rebased when their instance restarted
+        if self.store.set_pending(sup.pending_edits(), sup.pending_conflicts()):
             self._refresh_screens(None)
         for name in changed:
             view = self.store.views[name]

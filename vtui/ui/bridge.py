@@ -22,7 +22,7 @@ from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, LogLines, Notice
 from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
-from vtui.core.state import State
+from vtui.core.replicas import scrape_url
 from vtui.core.supervision import InstanceStatus
 from vtui.sim.gpuview import simulated_sample
 from vtui.telemetry.gpu import GpuSample, GpuSampler
@@ -40,7 +40,6 @@ from vtui.ui.messages import (
     TelemetryBatch,
 )
 
-SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY})
 SAMPLE_BATCH_S = 0.2  # a scrape loop's samples wait this long for company (drawn by the 1 Hz render pass)
 
 
@@ -285,19 +284,18 @@ class Bridge:
         self._sync_scrapers(statuses)
 
     def _sync_scrapers(self, statuses: Iterable[InstanceStatus]) -> None:
-        """One ScrapeLoop per READY/UNHEALTHY instance; stopped when it leaves, replaced on a new port."""
+        """One ScrapeLoop per instance that `core.replicas.scrape_url` names a URL for (the session
+        supervisor's rule); stopped when it leaves those states, replaced on a new URL."""
         if not self._scrape_factory or self._feed is not None:
             return
         for st in statuses:
-            if st.spec.engine == "router":  # its /metrics is one replica's; its row sums its replicas
-                continue
-            url = st.spec.base_url
+            url = scrape_url(st.spec, st.state)  # the session supervisor's rule: a router's Prometheus port
             current = self._scrapers.get(st.name)
-            if current and (st.state not in SCRAPE_STATES or current[0] != url):
+            if current and current[0] != url:
                 current[1].stop()
                 del self._scrapers[st.name]
                 current = None
-            if current is None and st.state in SCRAPE_STATES:
+            if current is None and url is not None:
                 loop = self._scrape_factory(st.name, url, self._post_metrics)
                 if loop is not None:
                     self._scrapers[st.name] = (url, loop)

@@ -89,9 +89,12 @@ class ControlMixin(App[int]):
         self.notify(f"rolling {name} back to the last flags that reached READY")
         self.restart_instance(name, good, note="rollback")
 
-    def keep_edits(self, name: str, flags: Mapping[str, FlagValue] | None) -> None:
-        """The flag editor's edits of `name`, not applied (None: none left) to the session's owner, which
-        keeps them for every dashboard of the session (`core.pending`); shown here at once."""
+    def keep_edits(
+        self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
+    ) -> None:
+        """The flag editor's edits of `name`, made from the flags `base`, not applied (None: none left)
+        to the session's owner, which keeps them for every dashboard of the session (`core.pending`) and
+        rebases them when the instance is restarted with other flags; shown here at once."""
         kept = masked(flags) if flags else None
         if kept == self.store.pending.get(name):
             return
@@ -102,7 +105,7 @@ class ControlMixin(App[int]):
             edits[name] = kept
         self.store.set_pending(edits)
         self._refresh_screens(None)
-        self._call(f"keep the flag edits of {name}", lambda: self.supervisor.set_pending(name, flags))
+        self._call(f"keep the flag edits of {name}", lambda: self.supervisor.set_pending(name, flags, base))
 
     def review_and_restart(
         self,

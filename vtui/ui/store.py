@@ -7,11 +7,12 @@ session costs the same memory as a minute-long one.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from vtui.core.model import FlagValue, InstanceSpec, Layout
+from vtui.core.pending import FlagConflict
 from vtui.core.replicas import supervised
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
@@ -102,6 +103,7 @@ class Store:
         self._dirty_memo: tuple[Layout, Layout, bool] | None = None
         # instance -> flags edited in a flag editor (this dashboard's or another's), not yet applied
         self.pending: dict[str, dict[str, FlagValue]] = {}
+        self.pending_conflicts: dict[str, tuple[FlagConflict, ...]] = {}  # their flags changed by both
         self._known_facts: Mapping[str, StartupFacts] = {}
         # planner model configs (or why none could be read) by planning.config_key
         self.configs: dict[tuple[str, str, str | None], tuple[ModelConfig | None, str | None]] = {}
@@ -126,12 +128,19 @@ class Store:
         """`[+] unsaved`: the layout differs from the file, or flag edits wait (applied to nothing yet)."""
         return bool(self.pending) or self.dirty
 
-    def set_pending(self, edits: Mapping[str, Mapping[str, FlagValue]]) -> bool:
-        """The session's pending flag edits as its owner holds them (`core.pending`); True if changed."""
+    def set_pending(
+        self,
+        edits: Mapping[str, Mapping[str, FlagValue]],
+        conflicts: Mapping[str, Sequence[FlagConflict]] | None = None,
+    ) -> bool:
+        """The session's pending flag edits as its owner holds them (`core.pending`), and the conflicts
+        of their rebases (None: those known, for the edits still pending); True if changed."""
         new = {name: dict(flags) for name, flags in edits.items() if flags and name in self.views}
-        if new == self.pending:
+        known = self.pending_conflicts if conflicts is None else conflicts
+        marks = {name: tuple(found) for name, found in known.items() if found and name in new}
+        if new == self.pending and marks == self.pending_conflicts:
             return False
-        self.pending = new
+        self.pending, self.pending_conflicts = new, marks
         return True
 
     def names(self) -> list[str]:

@@ -25,8 +25,9 @@ from vtui.core.flagspec import (
     parse_flag_value,
     validate_flag,
 )
-from vtui.core.masking import MASK
+from vtui.core.masking import MASK, masked
 from vtui.core.model import FlagValue, InstanceSpec
+from vtui.core.pending import FlagConflict, rebase
 from vtui.telemetry.flagschema import FlagSchema, schema_for
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import FLAG_BINDINGS
@@ -64,6 +65,11 @@ def typed_value(name: str, text: str, table: FlagTable | None = None) -> FlagVal
     """The editor text as the flag's value: typed when the schema parses it, else the text itself."""
     value = check_value(name, text, table)[0]
     return value if isinstance(value, bool | int | float | str | list) else text
+
+
+def masked_value(name: str, value: FlagValue | None) -> FlagValue | None:
+    """A flag's value as kept and sent (a secret masked: `core.masking`)."""
+    return None if value is None else masked({name: value})[name]
 
 
 def help_of(name: str, table: FlagTable = BUILTIN_FLAGS) -> str:
@@ -121,6 +127,8 @@ class FlagEditorScreen(StoreScreen):
         self.schema = FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin")
         self._kept: dict[str, FlagValue] | None = None  # the edits kept for this instance (not applied)
         self._keep_timer: Timer | None = None
+        self._base: dict[str, FlagValue] = {}  # the applied flags the rows were made from
+        self._conflicts: tuple[FlagConflict, ...] = ()  # of this editor's rebase (the owner's: the store)
 
     @property
     def spec(self) -> InstanceSpec:
@@ -140,6 +148,7 @@ class FlagEditorScreen(StoreScreen):
     def compose(self) -> ComposeResult:
         yield TitleBar(f"flags {self.instance}", help_hint=False)
         self._kept = self.app.store.pending.get(self.instance)
+        self._base = dict(self.spec.flags)
         values = self._start_values()
         names = list(SEED_FLAGS) + [n for n in self.spec.flags if n not in SEED_FLAGS]
         names += [n for n in values if n not in names]
@@ -153,6 +162,7 @@ class FlagEditorScreen(StoreScreen):
                     suggester=SuggestFromList(sorted(BUILTIN_FLAGS), case_sensitive=False),
                 )
         yield Static(id="flag-edits")
+        yield Static(id="flag-conflicts")
         yield Static(self.schema.label() + " (reading the installed vLLM's…)", id="flag-schema")
         yield Static(id="flag-plan")
         yield Static(id="flag-help")
@@ -184,7 +194,31 @@ class FlagEditorScreen(StoreScreen):
 
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
         self.query_one(TitleBar).refresh_from(store)
+        self._follow_applied()
         self._replan()
+        self._show_edits()
+
+    def _follow_applied(self) -> None:
+        """The instance was restarted with other flags while the editor is open (another client, a
+        rollback): the rows take the new flags, with the user's own changes on them (`core.pending`
+        rebase); a flag both changed keeps the user's value and is shown as a conflict."""
+        applied = dict(self.spec.flags)
+        if applied == self._base:
+            return
+        shown = self._shown_flags()
+        done = rebase(shown, self._base, applied)
+        had_edits = shown != self._base
+        self._conflicts = rebase(
+            masked(shown), masked(self._base), masked(applied)
+        ).conflicts  # no secret shown
+        self._base = applied
+        for box in self.query(".flag-value").results(Input):
+            value = done.flags.get(box.name or "")
+            text = "" if value is None else fmt.flag_value(value)
+            if box.value.strip() != text:
+                box.value = text
+        if had_edits:
+            self._keep_edits()
 
     def _replan(self) -> None:
         """Re-plan KV tokens / concurrency / fit for the edited flags (cheap; skipped when nothing moved)."""
@@ -240,6 +274,8 @@ class FlagEditorScreen(StoreScreen):
         self._show_errors()
         if name in PLAN_FLAGS:
             self._replan()
+        if self._conflicts or self.app.store.pending_conflicts.get(self.instance):
+            self._show_edits()  # a conflict the user just settled
         self._edited_soon()
 
     # -- pending edits: kept by the session's owner, shown by every dashboard ------------------------
@@ -255,7 +291,7 @@ class FlagEditorScreen(StoreScreen):
             self._keep_timer = None
         flags = self.edited_flags()
         self._kept = flags if flags != dict(self.spec.flags) else None
-        self.app.keep_edits(self.instance, self._kept)
+        self.app.keep_edits(self.instance, self._kept, dict(self.spec.flags))
         self._show_edits()
 
     def _show_edits(self) -> None:
@@ -268,6 +304,25 @@ class FlagEditorScreen(StoreScreen):
         line = self.query_one("#flag-edits", Static)
         line.update(text)
         line.display = bool(text)  # no blank line without edits
+        marks = "\n".join(f"! conflict {c.text()}" for c in self.conflicts())
+        box = self.query_one("#flag-conflicts", Static)
+        box.update(marks)
+        box.display = bool(marks)
+
+    def conflicts(self) -> list[FlagConflict]:
+        """The flags the kept edits and a restart since both changed (the owner's rebase, or this
+        editor's), while the rows still hold the user's value and the instance runs with the other's."""
+        owner = self.app.store.pending_conflicts.get(self.instance, ())
+        found = {c.flag: c for c in (*owner, *self._conflicts)}
+        if not found:
+            return []
+        edited, applied = self.edited_flags(), self.spec.flags
+        return [
+            c
+            for _, c in sorted(found.items())
+            if masked_value(c.flag, edited.get(c.flag)) == c.mine
+            and masked_value(c.flag, applied.get(c.flag)) == c.theirs
+        ]
 
     def _check(self, box: Input) -> None:
         name = box.name or ""
@@ -308,12 +363,19 @@ class FlagEditorScreen(StoreScreen):
         event.input.value = ""
 
     def edited_flags(self) -> dict[str, FlagValue]:
-        """The flags as edited: untouched rows keep their value (and type); empty rows are unset."""
-        flags = dict(self.spec.flags)
+        """The flags as edited, on the flags the instance runs with: untouched rows keep their value (and
+        type); empty rows are unset. Rows made from flags applied before are rebased onto these."""
+        shown = self._shown_flags()
+        applied = dict(self.spec.flags)
+        return shown if applied == self._base else rebase(shown, self._base, applied).flags
+
+    def _shown_flags(self) -> dict[str, FlagValue]:
+        """The rows' flags, on the flags they were made from (`_base`)."""
+        flags = dict(self._base)
         for box in self.query(".flag-value").results(Input):
             name = box.name or ""
             text = box.value.strip()
-            original = self.spec.flags.get(name)
+            original = self._base.get(name)
             if not text:
                 flags.pop(name, None)
             elif original is not None and text == fmt.flag_value(original):
@@ -337,6 +399,7 @@ class FlagEditorScreen(StoreScreen):
             self._keep_timer.stop()
             self._keep_timer = None
         running = self.spec.flags
+        self._base, self._conflicts = dict(running), ()
         for box in self.query(".flag-value").results(Input):
             value = running.get(box.name or "")
             box.value = "" if value is None else fmt.flag_value(value)
