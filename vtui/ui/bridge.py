@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from textual.app import App
 
 from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
-from vtui.core.events import Event, LogLines, Notice
+from vtui.core.events import Event, LogLines, Notice, gone
 from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
 from vtui.core.replicas import scrape_url
@@ -203,7 +203,9 @@ class Bridge:
         self._flush_telemetry()  # the lines that led to a state change reach the store before it
         if isinstance(event, Notice):
             self.app.post_message(NoticeArrived(event))
-        else:
+        if not isinstance(event, Notice) or (
+            self._feed is None and gone(event, {st.name for st in self.supervisor.status()})
+        ):
             self._post_statuses()
 
     def _post_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
