@@ -4,6 +4,7 @@ counts each replica once."""
 
 from __future__ import annotations
 
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,40 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+async def test_the_in_process_dashboard_scrapes_what_the_session_supervisor_scrapes() -> None:
+    """The bridge's own scrape loops (no session supervisor) follow `core.replicas.scrape_url`: the
+    router on its Prometheus port, a sleeping server still, an attached server with its key."""
+    import asyncio
+
+    from vtui.testing.fake_supervisor import FakeSupervisor
+    from vtui.ui.app import make_app
+
+    attached = InstanceSpec("ext", "m", 8000, engine="external", url="http://10.0.0.9:8000", api_key="k3y")
+    layout = Layout(SessionSpec(name="s"), (dataclasses_replace(ENTRY, engine="sim"), SOLO, attached))
+    fake = FakeSupervisor(supervised(layout, port_for_metrics=lambda: 9555))
+    asked: list[tuple[str, str, str | None]] = []
+
+    class Loop:
+        def __init__(self, name: str, url: str, on_sample, api_key: str | None) -> None:  # noqa: ANN001
+            asked.append((name, url, api_key))
+
+        async def run(self) -> None:
+            await asyncio.Event().wait()
+
+        def stop(self) -> None:
+            asked.append(("stopped", "", None))
+
+    app = make_app(supervisor=fake, gpu_sampler=False, scraper=Loop)
+    async with app.run_test(size=(120, 30)) as pilot:
+        for _ in range(10):
+            await pilot.pause()
+        found = {name: (url, key) for name, url, key in asked}
+        assert found["chat-router"] == ("http://127.0.0.1:9555", None)  # vllm_router_*, not a replica's
+        assert found["chat-0"] == ("http://127.0.0.1:8100", None)
+        assert found["ext"] == ("http://10.0.0.9:8000", "k3y")
+        await fake.sleep("solo")
+        for _ in range(5):
+            await pilot.pause()
+        assert ("stopped", "", None) not in asked  # asleep: vLLM answers /metrics, still scraped
