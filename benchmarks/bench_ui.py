@@ -93,7 +93,7 @@ def child(
         ]
 
     class Scraper:
-        def __init__(self, name, base_url, on_sample):
+        def __init__(self, name, base_url, on_sample, api_key=None):
             self.name, self.on_sample, self.stopped = name, on_sample, False
 
         async def run(self):

@@ -168,3 +168,28 @@ def test_the_base_and_conflicts_are_persisted_and_an_older_state_still_loads():
     bad = PendingEdits()
     problems = bad.load({"a": {"flags": {"x": 1}, "conflicts": [{"flag": "x", "mine": {"no": 1}}]}})
     assert len(problems) == 1 and "conflict of --x" in problems[0]
+
+
+async def test_the_supervisor_rebases_a_kept_edit_when_a_new_layout_changes_the_flags():
+    """A layout re-read (`vtui up` of an edited file) gives a stopped instance other flags: the kept edit
+    keeps only its own change on them; an edit sent from flags older than those is rebased at once."""
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.core.supervisor import Supervisor
+
+    def layout(**flags: object) -> Layout:
+        return Layout(SessionSpec(name="s"), (InstanceSpec("a", "m", 8000, flags=flags),))
+
+    sup = Supervisor(layout(**{"max-num-seqs": 8, "max-model-len": 4096}), check_preflight=False)
+    told: list[str] = []
+    sup.edits.on_change = told.append
+    await sup.set_pending("a", {"max-num-seqs": 16, "max-model-len": 4096})  # made from the flags it has
+    sup.set_layout(layout(**{"max-num-seqs": 8, "max-model-len": 2048, "seed": 1}))
+    assert sup.pending_edits() == {"a": {"max-num-seqs": 16, "max-model-len": 2048, "seed": 1}}
+    assert sup.pending_conflicts() == {} and told == ["a", "a"]
+    await sup.set_pending(
+        "a", {"max-num-seqs": 4, "max-model-len": 4096}, base={"max-num-seqs": 8, "max-model-len": 4096}
+    )
+    assert sup.pending_edits() == {"a": {"max-num-seqs": 4, "max-model-len": 2048, "seed": 1}}
+    with pytest.raises(KeyError):
+        await sup.set_pending("nope", {"x": 1})
+    await sup.close()

@@ -257,6 +257,7 @@ async def test_replicas_changed_while_the_group_runs_start_or_stop_the_differenc
             "chat-1",
         ]
         assert any("chat-2: replicas lowered" in n for n in notices)
+        assert "chat-2: scaled away, no longer supervised" in notices
         assert {n: sup.instances[n].handle.pid for n in ("chat-0", "chat-1")} == pids  # untouched
         assert all(sup.instances[n].state is State.READY for n in pids)
         assert not sup.store.all(session_name) or {r.name for r in sup.store.all(session_name)} == set(pids)

@@ -399,6 +399,17 @@ def test_replicas_changed_while_the_group_runs(tmp_path: Path, session: str) -> 
         answer = httpx.post(f"{urls[2]}/v1/completions", json=body, timeout=60, trust_env=False)
         answered.append(answer.status_code)
 
+    statuses: list[list[str]] = []  # what a dashboard's feed says runs
+
+    def feed() -> None:
+        for message in ServiceClient(session).feed(timeout=60):
+            if message["type"] in ("hello", "status"):
+                statuses.append([i["name"] for i in message["instances"]])
+            if done.is_set():
+                return
+
+    threading.Thread(target=feed, daemon=True).start()
+    wait_for(lambda: statuses, timeout=10, what="the feed's hello")
     rescale(2)
     asker = threading.Thread(target=long_request)
     asker.start()
@@ -410,6 +421,7 @@ def test_replicas_changed_while_the_group_runs(tmp_path: Path, session: str) -> 
     asker.join(60)
     assert answered == [200]
     wait_for(lambda: "chat-2" not in ps_rows(str(path)), timeout=30, what="chat-2 stopped and forgotten")
+    wait_for(lambda: "chat-2" not in statuses[-1], timeout=5, what="a snapshot without chat-2 on the feed")
     done.set()
     watcher.join(5)
     wait_for(lambda: not _alive(chat2), timeout=10, what="chat-2's process gone")

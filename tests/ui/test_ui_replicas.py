@@ -4,6 +4,7 @@ counts each replica once."""
 
 from __future__ import annotations
 
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,130 @@ def test_the_routers_own_series_show_in_its_pane_and_errors_in_its_row() -> None
     assert router_line(store.views["chat-0"], store) is None
     table.update_from(store, 111.0)
     assert (table._rows["chat-router"].phase, table._rows["chat-router"].phase_style) == ("err 0.1/s", "bad")
+
+
+def test_a_replica_scaled_away_leaves_no_row() -> None:
+    """`replicas` lowered: the supervisor stops the highest-numbered replica and lists it no more; its
+    row goes. A replica still running that a snapshot leaves out (a host link's gap) keeps its row."""
+    from dataclasses import replace
+
+    layout = Layout(SessionSpec(name="s"), (ENTRY, SOLO))
+    store = Store(layout)
+    run = supervised(layout, port_for_metrics=lambda: 1).instances
+    store.apply_statuses([status(s) for s in run])
+    stopped = [replace(status(s), state=State.STOPPED) if s.name == "chat-1" else status(s) for s in run]
+    store.apply_statuses(stopped)
+    assert "chat-1" in store.views  # stopped, still listed
+    store.apply_statuses([status(s) for s in run if s.name not in ("chat-1", "chat-0")])
+    assert store.names() == ["chat-0", "chat-router", "solo"]  # chat-0 was READY when last seen: kept
+    table = FleetTable()
+    table.set_names(store.names())
+    table.update_from(store, 2.0)
+    assert set(table._rows) == {"chat-0", "chat-router", "solo"}
+
+
+@pytest.mark.slow
+async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group_runs(tmp_path) -> None:  # noqa: ANN001
+    """The dashboard supervising by itself: `replicas` raised gives NAME-2 a row once it starts, lowered
+    takes the row away once the supervisor forgot it (its "scaled away" notice brings the snapshot)."""
+    import asyncio
+    import dataclasses
+    import sys
+    import time
+    import uuid
+
+    from _support.procs import kill_all, marked
+
+    from vtui.core.launcher import OsLauncher
+    from vtui.core.supervisor import Supervisor
+    from vtui.ui.app import make_app
+
+    engine = Path(__file__).parents[1] / "core" / "fake_engine.py"
+    session = f"t{uuid.uuid4().hex[:8]}"
+    port = _free_run(3)
+    entry = InstanceSpec("chat", "fake", port, command=(sys.executable, str(engine)), replicas=2)
+    sup = Supervisor(Layout(SessionSpec(name=session), (entry,)), launcher=OsLauncher(grace=3))
+    app = make_app(supervisor=sup, gpu_sampler=False, scraper=False)
+
+    async def until(predicate, what: str) -> None:  # noqa: ANN001
+        end = time.monotonic() + 20
+        while not predicate():
+            assert time.monotonic() < end, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)
+
+    try:
+        async with app.run_test(size=(120, 30)):
+            await until(
+                lambda: all(app.store.views[n].state is State.READY for n in ("chat-0", "chat-1")), "up"
+            )
+            sup.set_layout(Layout(SessionSpec(name=session), (dataclasses.replace(entry, replicas=3),)))
+            await until(
+                lambda: "chat-2" in app.store.views and app.store.views["chat-2"].state is State.READY,
+                "chat-2",
+            )
+            sup.set_layout(Layout(SessionSpec(name=session), (entry,)))
+            await until(lambda: "chat-2" not in app.store.views, "chat-2's row gone")
+            assert list(app.store.views) == ["chat-0", "chat-1"]
+            await sup.stop()
+    finally:
+        kill_all(marked(session + "/"))
+
+
+def _free_run(count: int) -> int:
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        if base + count < 65535 and all(_free(base + i) for i in range(count)):
+            return base
+    raise AssertionError("no consecutive free ports")
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+async def test_the_in_process_dashboard_scrapes_what_the_session_supervisor_scrapes() -> None:
+    """The bridge's own scrape loops (no session supervisor) follow `core.replicas.scrape_url`: the
+    router on its Prometheus port, a sleeping server still, an attached server with its key."""
+    import asyncio
+
+    from vtui.testing.fake_supervisor import FakeSupervisor
+    from vtui.ui.app import make_app
+
+    attached = InstanceSpec("ext", "m", 8000, engine="external", url="http://10.0.0.9:8000", api_key="k3y")
+    layout = Layout(SessionSpec(name="s"), (dataclasses_replace(ENTRY, engine="sim"), SOLO, attached))
+    fake = FakeSupervisor(supervised(layout, port_for_metrics=lambda: 9555))
+    asked: list[tuple[str, str, str | None]] = []
+
+    class Loop:
+        def __init__(self, name: str, url: str, on_sample, api_key: str | None) -> None:  # noqa: ANN001
+            asked.append((name, url, api_key))
+
+        async def run(self) -> None:
+            await asyncio.Event().wait()
+
+        def stop(self) -> None:
+            asked.append(("stopped", "", None))
+
+    app = make_app(supervisor=fake, gpu_sampler=False, scraper=Loop)
+    async with app.run_test(size=(120, 30)) as pilot:
+        for _ in range(10):
+            await pilot.pause()
+        found = {name: (url, key) for name, url, key in asked}
+        assert found["chat-router"] == ("http://127.0.0.1:9555", None)  # vllm_router_*, not a replica's
+        assert found["chat-0"] == ("http://127.0.0.1:8100", None)
+        assert found["ext"] == ("http://10.0.0.9:8000", "k3y")
+        await fake.sleep("solo")
+        for _ in range(5):
+            await pilot.pause()
+        assert ("stopped", "", None) not in asked  # asleep: vLLM answers /metrics, still scraped

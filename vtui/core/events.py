@@ -7,7 +7,7 @@ Telemetry samples (MetricsSample, GpuSample, StartupFacts) live in vtui.telemetr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -55,6 +55,12 @@ class Notice:
 
 
 Event = StateChanged | PhaseChanged | LogLines | ProcessExited | Notice
+
+
+def gone(event: Event, names: Container[str]) -> bool:
+    """A notice about an instance no longer supervised (a replica scaled away says so once forgotten):
+    the snapshot without it should go out with it."""
+    return isinstance(event, Notice) and event.instance is not None and event.instance not in names
 
 
 _F = TypeVar("_F", bound=Callable[..., object])

@@ -207,6 +207,8 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self.edits.set(name, None)
         if group is not None:
             self._reconcile_soon(group)
+        # said once it is gone: a dashboard takes the snapshot without it (service.broadcast, ui.bridge)
+        self._notice(name, "info", f"{name}: scaled away, no longer supervised")
 
     def _expand(self, layout: Layout) -> Layout:
         """`replicas = N` entries as the instances run (`core.replicas.supervised`): the GPUs of a group

@@ -11,7 +11,7 @@ from typing import Any
 from vtui.core import notify
 from vtui.core.atomic import atomic_write_text
 from vtui.core.attached import Attached
-from vtui.core.events import Event, LogLines, PhaseChanged, ProcessExited, StateChanged
+from vtui.core.events import Event, LogLines, PhaseChanged, ProcessExited, StateChanged, gone
 from vtui.core.logfile import read_tail
 from vtui.core.replicas import describe
 from vtui.core.runstate import masked
@@ -74,7 +74,9 @@ class BroadcastMixin(ServiceBase):
             if self._feeds:
                 self._hold_lines(event.instance, event.lines)
             return
-        if isinstance(event, (StateChanged, PhaseChanged, ProcessExited)):
+        if isinstance(event, (StateChanged, PhaseChanged, ProcessExited)) or gone(
+            event, self.supervisor.instances
+        ):
             self._broadcast_status()  # first: a client hearing of the event already has the snapshot
         self._broadcast({"type": "event", "event": encoded})
         if isinstance(event, StateChanged):

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from textual.app import App
 
 from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
-from vtui.core.events import Event, LogLines, Notice
+from vtui.core.events import Event, LogLines, Notice, gone
 from vtui.core.model import Layout
 from vtui.core.preflight import PreflightError
 from vtui.core.replicas import scrape_url
@@ -55,8 +55,8 @@ class Scraper(Protocol):
 
 # (on_sample, pid_owner) -> a sampler with start()/stop() (None: no sampler); False disables GPU sampling.
 GpuSamplerFactory = Callable[[Callable[[GpuSample], None], Callable[[], Mapping[int, str]]], "Sampler | None"]
-# (instance, base_url, on_sample) -> a scrape loop (None: none for this instance).
-ScrapeFactory = Callable[[str, str, Callable[[MetricsSample], None]], "Scraper | None"]
+# (instance, base_url, on_sample, api_key) -> a scrape loop (None: none for this instance).
+ScrapeFactory = Callable[[str, str, Callable[[MetricsSample], None], "str | None"], "Scraper | None"]
 
 
 def default_gpu_sampler(
@@ -75,10 +75,12 @@ def default_gpu_sampler(
     return GpuSampler(on_sample, interval=1.0, pid_owner=pid_owner, fallback=fallback)
 
 
-def default_scraper(instance: str, base_url: str, on_sample: Callable[[MetricsSample], None]) -> Scraper:
+def default_scraper(
+    instance: str, base_url: str, on_sample: Callable[[MetricsSample], None], api_key: str | None = None
+) -> Scraper:
     from vtui.telemetry.scrape import ScrapeLoop  # in-process supervision only
 
-    return ScrapeLoop(instance, base_url, on_sample, interval=1.0)
+    return ScrapeLoop(instance, base_url, on_sample, interval=1.0, api_key=api_key)  # a key: an attached one
 
 
 class Bridge:
@@ -203,7 +205,9 @@ class Bridge:
         self._flush_telemetry()  # the lines that led to a state change reach the store before it
         if isinstance(event, Notice):
             self.app.post_message(NoticeArrived(event))
-        else:
+        if not isinstance(event, Notice) or (
+            self._feed is None and gone(event, {st.name for st in self.supervisor.status()})
+        ):
             self._post_statuses()
 
     def _post_logs(self, instance: str, lines: tuple[str, ...], skipped: int) -> None:
@@ -296,7 +300,7 @@ class Bridge:
                 del self._scrapers[st.name]
                 current = None
             if current is None and url is not None:
-                loop = self._scrape_factory(st.name, url, self._post_metrics)
+                loop = self._scrape_factory(st.name, url, self._post_metrics, st.spec.api_key)
                 if loop is not None:
                     self._scrapers[st.name] = (url, loop)
                     self.app.run_worker(

@@ -167,6 +167,10 @@ class Store:
         if layout is not None:
             self.layout = layout
         self._known_facts = known_facts or {}
+        statuses = tuple(statuses)
+        listed = {st.name for st in statuses}
+        for name in [n for n, v in self.views.items() if n not in listed and _scaled_away(v.status)]:
+            del self.views[name]  # a replica `replicas` lowered took away: no row left for it
         changed: set[str] = set()
         for st in statuses:
             view = self.views.get(st.name)
@@ -340,4 +344,12 @@ def _layout_key(layout: Layout) -> tuple:
             )
             for s in layout.instances
         ),
+    )
+
+
+def _scaled_away(last: InstanceStatus | None) -> bool:
+    """The last status of an instance the supervisor lists no more: a replica, stopped (the supervisor
+    forgets one when its group's `replicas` is lowered)."""
+    return (
+        last is not None and bool(last.spec.group) and last.spec.engine != "router" and not last.state.running
     )
