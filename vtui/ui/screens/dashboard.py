@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from textual.app import ComposeResult
 from textual.containers import Container, Horizontal, Vertical
 from textual.suggester import Suggester
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from vtui.ui import actions, cmdline
 from vtui.ui.compositor import LeanCompositor
@@ -18,6 +18,7 @@ from vtui.ui.keymap import COMMAND_LINE_BINDINGS, DASHBOARD_BINDINGS, FILTER_BIN
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
 from vtui.ui.widgets.fleet import FleetTable
+from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_pane import InstancePane, short_command
 from vtui.ui.widgets.notices import NoticeLine
@@ -101,7 +102,7 @@ class DashboardScreen(InstanceScreen):
                 id="command-input",
                 suggester=CommandSuggester(self),
             )
-        yield Footer(show_command_palette=False, compact=True)
+        yield LeanFooter(show_command_palette=False, compact=True)
 
     @property
     def table(self) -> FleetTable:
