@@ -6,6 +6,7 @@ measured on that path and moved to where it is used. A new top-level import of o
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -67,3 +68,16 @@ def test_the_startup_facts_have_one_home() -> None:
     assert startup_log.FACT_KEYS is facts.FACT_KEYS
     parsed = startup_log.parse_startup(["INFO 01-01 00:00:00 Using max model len 4096"])
     assert isinstance(parsed, facts.StartupFacts) and parsed.max_model_len == 4096
+
+
+async def test_the_first_frame_turns_the_collector_back_on(fake, app_factory):
+    """`vtui LAYOUT` starts with the cyclic collector off (vtui.cli); the first frame turns it on."""
+    gc.disable()
+    try:
+        app = app_factory(fake)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(3):
+                await pilot.pause()
+            assert app.first_frame_at is not None and gc.isenabled()
+    finally:
+        gc.enable()

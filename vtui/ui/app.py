@@ -24,7 +24,7 @@ from textual.timer import Timer
 
 from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.layouts import LayoutError, default_layout, load_layout, remember_last
+from vtui.layouts import LayoutError, default_layout, last_layout, load_layout, remember_last
 from vtui.layouts.lookup import BUILTIN_DIR
 from vtui.ui import history
 from vtui.ui.bridge import Bridge, GpuSamplerFactory, ScrapeFactory
@@ -157,6 +157,7 @@ class VtuiApp(ControlMixin):
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
+        gc.enable()  # off since the CLI's start (vtui.cli): the start's objects are built
         if not self.is_headless:  # a real terminal (tests run many apps in one process: never there)
             for delay in HEAP_FREEZE_AFTER_S:
                 self.set_timer(delay, _freeze_heap)
@@ -530,7 +531,7 @@ def run_tui(argv: list[str]) -> int:
     except LayoutError as exc:
         print(f"vtui: {exc}")
         return 2
-    if app.store.path:
-        remember_last(app.store.path)
+    if app.store.path and last_layout() != Path(app.store.path).expanduser().resolve():
+        remember_last(app.store.path)  # (two fsyncs: only when it changes, not on every start)
     result = app.run()
     return int(result or 0)
