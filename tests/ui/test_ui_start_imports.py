@@ -81,3 +81,24 @@ async def test_the_first_frame_turns_the_collector_back_on(fake, app_factory):
             assert app.first_frame_at is not None and gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_the_dashboard_mounts_its_input_boxes_on_first_use(fake, app_factory):
+    """The `/` filter and the `:` line are hidden until asked for: mounted then, not at the first frame
+    (two Inputs' styles); once mounted they stay (the filter box keeps its text)."""
+    from textual.widgets import Input
+
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(3):
+            await pilot.pause()
+        assert list(app.screen.query(Input)) == []
+        await pilot.press("slash", "l", "l", "a", "enter")
+        for _ in range(3):
+            await pilot.pause()
+        box = app.screen.query_one("#fleet-filter", Input)
+        assert box.value == "lla" and box.display and app.screen.table.filter == "lla"
+        await pilot.press("colon")
+        await pilot.pause()
+        assert app.focused is app.screen.query_one("#command-input", Input)
+        assert len(app.screen.query(Input)) == 2
