@@ -158,6 +158,7 @@ class VtuiApp(ControlMixin):
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
         gc.enable()  # off since the CLI's start (vtui.cli): the start's objects are built
+        self._persist_history()
         if not self.is_headless:  # a real terminal (tests run many apps in one process: never there)
             for delay in HEAP_FREEZE_AFTER_S:
                 self.set_timer(delay, _freeze_heap)
@@ -219,8 +220,8 @@ class VtuiApp(ControlMixin):
         self._persist_history()
 
     def _persist_history(self) -> None:
-        if not self._history_ready:
-            return
+        if not self._history_ready or self.first_frame_at is None:
+            return  # (the start's rewrite of every file waits for the first frame: _first_frame)
         session = self.store.layout.session.name
         for name, view in self.store.views.items():
             if view.status is not None and view.status.host is not None:
