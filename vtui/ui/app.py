@@ -74,7 +74,6 @@ async def run_bench(config: BenchConfig, on_progress: ProgressCallback | None = 
 
 RENDER_INTERVAL = 1.0  # seconds between render passes of samples (state changes render at once)
 HEAP_FREEZE_AFTER_S = (2.0, 15.0)  # after the first frame; the second, after the history backfill
-HELLO_WAIT_S = 0.5  # the most the dashboard waits for a session supervisor's first snapshot to show
 HIGH_CONTRAST = Theme(
     name="vtui-high-contrast",
     primary="#00FFFF",
@@ -128,8 +127,6 @@ class VtuiApp(ControlMixin):
         self._history_saved: dict[str, int] = {}  # instance -> history_rev last written
         self._history_ready = False  # nothing is written before the files were read
         self._notice_timer: Timer | None = None
-        self._dashboard_timer: Timer | None = None
-        self._dashboard_shown = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -139,37 +136,11 @@ class VtuiApp(ControlMixin):
             self.set_keymap(self.user_keymap)
         for problem in self.keymap_problems:
             self.notify(problem, severity="warning", timeout=10)
+        self.push_screen(DashboardScreen())
         self.bridge.start()
         self._load_history(self.store.layout.session.name, self.store.names())
         # One render pass per second for samples and uptimes: N instances cost one repaint, not N.
         self.set_interval(RENDER_INTERVAL, self.repaint)
-        if self._awaiting_hello():  # some 0.1 s away: the dashboard's first paint shows its states
-            self._dashboard_timer = self.set_timer(HELLO_WAIT_S, self._show_dashboard)
-        else:
-            self._dashboard_shown = True
-            self._push_dashboard()
-
-    def _awaiting_hello(self) -> bool:
-        """A session supervisor's client that has had no snapshot yet (its `feeds_gpu` is set by it)."""
-        return isinstance(self.supervisor, TelemetryFeed) and self.supervisor.feeds_gpu is None
-
-    def _show_dashboard(self) -> None:
-        """Push the dashboard: at once, or once the session supervisor's snapshot is in the store (at
-        most HELLO_WAIT_S after the mount). Pushed before the snapshot, it would be laid out and painted
-        with its rows' states unknown, then again a moment later: the first frame with data paid for
-        both (a whole frame's CPU)."""
-        if self._dashboard_shown:
-            return
-        self._dashboard_shown = True
-        if self._dashboard_timer is not None:
-            self._dashboard_timer.stop()
-            self._dashboard_timer = None
-        # after the messages already queued (the snapshot's GPU sample follows its statuses): the push
-        # has the App wait for the screen's mount, so what comes after it would miss the first paint
-        self.call_later(self._push_dashboard)
-
-    def _push_dashboard(self) -> None:
-        self.push_screen(DashboardScreen())
         self.call_after_refresh(self._first_frame)
 
     def _make_bridge(self) -> Bridge:
@@ -232,8 +203,6 @@ class VtuiApp(ControlMixin):
         if changed:
             self._refresh_screens(changed)
             self._persist_history()
-        if not self._dashboard_shown and not self._awaiting_hello():
-            self._show_dashboard()
 
     # -- flag history on disk (read once at start, written after each change; workers only) ----------
     @work(exit_on_error=False, group="history")
@@ -323,7 +292,6 @@ class VtuiApp(ControlMixin):
     def on_supervisor_failed(self, message: SupervisorFailed) -> None:
         self.store.supervisor_error = message.error
         self.notify(f"the supervisor stopped: {message.error}", severity="error", timeout=30)
-        self._show_dashboard()
         self._refresh_screens(None)
 
     def on_notice_arrived(self, message: NoticeArrived) -> None:

@@ -26,7 +26,7 @@ from vtui.ui.settings import UiSettings
 from vtui.ui.store import Store
 
 # The dialogs (vtui.ui.screens.dialogs) and the flag schema's save check are imported where they are used:
-# the first frame shows neither (tests/ui/test_ui_start.py).
+# the first frame shows neither (tests/ui/test_ui_start_imports.py).
 
 
 class ControlMixin(App[int]):

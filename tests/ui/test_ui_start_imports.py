@@ -1,11 +1,8 @@
-"""The dashboard's start (issue 15: first frame <= 1 s, `benchmarks/bench_ui_vs_htop.py`).
-
-`vtui LAYOUT`'s start path (the CLI, the app, the session supervisor's client, the runtime diagnosis its
-first samples run) must not load the modules of other screens, of other commands, of in-process
-supervision, nor the heavy libraries those need: each was measured on that path and moved to where it
-is used, and a new top-level import of one of them fails here. The start's other savings: the cyclic
-collector off until the first frame, the hidden input boxes mounted on first use, and the dashboard
-pushed with the session supervisor's first snapshot rather than painted before it."""
+"""The dashboard's first frame imports only what it shows (issue 15: first frame <= 1 s,
+`benchmarks/bench_ui_vs_htop.py`). `vtui LAYOUT`'s start path (the CLI, the app, the session
+supervisor's client, the runtime diagnosis its first samples run) must not load the modules of other
+screens, of other commands, of in-process supervision, nor the heavy libraries those need: each was
+measured on that path and moved to where it is used. A new top-level import of one of them fails here."""
 
 from __future__ import annotations
 
@@ -13,11 +10,6 @@ import gc
 import json
 import subprocess
 import sys
-
-from vtui.testing.fake_supervisor import FakeSupervisor
-from vtui.ui.textdump import screen_text
-
-from .conftest import NOW
 
 START_PATH = ("vtui.cli", "vtui.ui.app", "vtui.service.remote", "vtui.telemetry.diagnosis")
 
@@ -110,59 +102,3 @@ async def test_the_dashboard_mounts_its_input_boxes_on_first_use(fake, app_facto
         await pilot.pause()
         assert app.focused is app.screen.query_one("#command-input", Input)
         assert len(app.screen.query(Input)) == 2
-
-
-class _HelloFeed(FakeSupervisor):
-    """The fake supervisor with a session supervisor client's face: no snapshot until `hello()`."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.feeds_gpu: bool | None = None
-        self.facts: dict = {}
-        self._on_statuses: list = []
-
-    def subscribe_telemetry(self, callback):
-        return lambda: None
-
-    def subscribe_statuses(self, callback):
-        self._on_statuses.append(callback)
-        return lambda: None
-
-    def hello(self) -> None:
-        self.feeds_gpu = False
-        for notify in self._on_statuses:
-            notify()
-
-
-def _dashboards(app) -> list:
-    from vtui.ui.screens.dashboard import DashboardScreen
-
-    return [s for s in app.screen_stack if isinstance(s, DashboardScreen)]
-
-
-async def test_the_dashboard_is_shown_with_the_supervisors_first_snapshot(layout, app_factory):
-    """A session supervisor's client: the dashboard is pushed once the hello's statuses are in the store
-    (its first paint shows them), not painted first with states unknown."""
-    feed = _HelloFeed(layout, clock=lambda: NOW - 60)
-    app = app_factory(feed)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        await pilot.pause()
-        assert _dashboards(app) == [] and app.first_frame_at is None
-        feed.hello()
-        for _ in range(4):
-            await pilot.pause()
-        assert len(_dashboards(app)) == 1 and app.first_frame_at is not None
-        assert "qwen" in screen_text(app)
-
-
-async def test_without_a_snapshot_the_dashboard_shows_after_a_short_wait(layout, app_factory, monkeypatch):
-    from vtui.ui import app as app_module
-
-    monkeypatch.setattr(app_module, "HELLO_WAIT_S", 0.05)
-    app = app_factory(_HelloFeed(layout, clock=lambda: NOW - 60))
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.2)
-        for _ in range(3):
-            await pilot.pause()
-        assert len(_dashboards(app)) == 1 and "qwen" in screen_text(app)
