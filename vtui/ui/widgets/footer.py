@@ -4,7 +4,8 @@ Textual's Footer answers every `refresh_bindings` (a focus change, a screen's gr
 recompose after the next refresh: one per call, though several calls in one frame (focus, selection and
 state at a dashboard's start come in pairs and triples) show the same keys, and a recompose remounts
 every key (some 30 widgets on the dashboard: 30-60 ms each time on a quiet machine, seven of them in the
-dashboard's first second, `benchmarks/bench_ui_vs_htop.py`). This one recomposes once per frame, and
+dashboard's first second, `benchmarks/bench_ui_vs_htop.py`). This one recomposes once per burst of calls
+(at the next turn of its message loop, so the keys are drawn in the coming frame, not the one after), and
 only when the keys it would show (key, label, enabled, tooltip) differ from those it shows.
 """
 
@@ -30,7 +31,7 @@ class LeanFooter(Footer):
             return
         if self.is_attached and screen is self.screen and not self._pending:
             self._pending = True
-            self.call_after_refresh(self._recompose_if_changed)
+            self.call_later(self._recompose_if_changed)  # (not after the next refresh: drawn in it)
 
     async def _recompose_if_changed(self) -> None:
         self._pending = False
