@@ -6,7 +6,8 @@ opened to the first instance's row and the GPU panel drawn) and key-press-to-scr
 the fleet table: its header shows NAME^). The machine's 1-minute load average is recorded beside
 each figure (other work on a shared machine skews them). vtui's modules are compiled to bytecode first, as
 an installed vtui's are (`--no-compile`: with PYTHONDONTWRITEBYTECODE set, a source tree is compiled
-on every start, some 0.3-0.5 s of its first frame).
+on every start, some 0.3-0.5 s of its first frame). For the first frame alone (A/B runs):
+`--no-htop --seconds 0.5 --warmup 0 --presses 0 --repeat 3`.
 
     pip install vllm-htop   # into any venv; it needs only the standard library
     python benchmarks/bench_ui_vs_htop.py --htop /path/to/venv/bin/vllm-htop --sizes 8,32 --repeat 2

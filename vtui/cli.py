@@ -8,6 +8,7 @@ for Textual.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -119,7 +120,10 @@ def _main(argv: list[str]) -> int:
             return int(module.run(argv[1:]) or 0)
         args = parser.parse_args(argv[1:])
         return int(module.run(args) or 0)
-    # Anything else: the TUI, optionally on a layout path.
+    # Anything else: the TUI, optionally on a layout path. Its start builds some 100k objects that live
+    # as long as it does (modules, Textual's widgets and styles): the cyclic collector would walk them
+    # a hundred times before the first frame (0.04-0.06 s of it); vtui.ui.app turns it back on there.
+    gc.disable()
     try:
         tui = importlib.import_module("vtui.ui.app")
     except ModuleNotFoundError as exc:

@@ -57,4 +57,4 @@ async def test_a_partial_update_writes_what_textuals_compositor_writes(fake, app
         lean._dirty_regions.clear()
         lean._dirty_regions.add(Region(0, fleet.y + 1, 20, 1))
         lean.render_update(screen_stack=[])
-        assert "FleetTable" in seen and "GpuPanel" not in seen and "Footer" not in seen, seen
+        assert "FleetTable" in seen and "GpuPanel" not in seen and "LeanFooter" not in seen, seen

@@ -16,8 +16,6 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 STALE_AFTER = 3600.0  # a temp file this old is stale even if a process with its writer's pid lives
 LEGACY_STALE_AFTER = 60.0  # a temp file named without a pid (an older vtui's) is stale after this
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?:(?P<pid>\d+)-)?[A-Za-z0-9_]+\.tmp$")
@@ -36,6 +34,8 @@ def _stale(path: Path, pid: int | None, now: float) -> bool:
         return age > LEGACY_STALE_AFTER
     if pid == os.getpid():  # ours, and no save of ours is writing it: an interrupted save's
         return True
+    import psutil  # here, not at import: the dashboard's start loads this module (layouts, history)
+
     return not psutil.pid_exists(pid) or age > STALE_AFTER
 
 

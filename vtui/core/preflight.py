@@ -18,8 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from vtui.core import flagspec
 from vtui.core.flagvalues import dp_ports
 from vtui.core.model import InstanceSpec, Layout
@@ -47,6 +45,8 @@ class PreflightResult:
 
 def port_holder(port: int) -> str | None:
     """Who listens on `port`: "pid 123 (python3 -m http.server)" — or None when nobody can be named."""
+    import psutil  # here: the dashboard imports this module at start (PreflightError), not psutil
+
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, PermissionError, OSError):

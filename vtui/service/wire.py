@@ -16,9 +16,9 @@ from vtui.core.events import Event, LogLines, Notice, PhaseChanged, ProcessExite
 from vtui.core.runstate import spec_from_dict, spec_to_dict
 from vtui.core.state import Phase, State
 from vtui.core.supervision import InstanceStatus
+from vtui.telemetry.facts import StartupFacts  # not startup_log: its rules' regexes cost the first frame
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
 from vtui.telemetry.metrics import MetricsSample, Percentiles, RankSample
-from vtui.telemetry.startup_log import StartupFacts
 
 __all__ = [
     "decode_event",

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase
+from vtui.telemetry.facts import StartupFacts
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.remedies import (
@@ -24,7 +25,6 @@ from vtui.telemetry.remedies import (
     port_holders,
     utilization_that_fits,
 )
-from vtui.telemetry.startup_log import StartupFacts, parse_startup
 
 __all__ = ["Problem", "diagnose", "diagnose_runtime"]
 
@@ -401,6 +401,9 @@ def diagnose(
     """Every recognised problem in a (failed) startup log, in the order first seen. `gpu` (a current
     GpuSample), `gpu_indices` (the instance's GPUs), `instance` and `own_pids` let a memory problem name
     the processes holding those GPUs."""
+    # here, not at import: the dashboard imports this module for diagnose_runtime at its first samples
+    from vtui.telemetry.startup_log import parse_startup
+
     lines = list(lines)
     ctx = _Context(
         facts if facts is not None else parse_startup(lines),

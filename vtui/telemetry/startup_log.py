@@ -12,37 +12,16 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 from vtui.core.phases import phase_of
 from vtui.core.state import Phase
+from vtui.telemetry.facts import FACT_KEYS, StartupFacts
 
 __all__ = ["FACT_KEYS", "StartupFacts", "parse_startup"]
 
-# The keys of `vtui diagnose --json` "facts", in order.
-FACT_KEYS: tuple[str, ...] = (
-    "vllm_version",
-    "engine",
-    "max_model_len",
-    "model_weights_gib",
-    "total_gpu_gib",
-    "gpu_memory_utilization",
-    "non_torch_gib",
-    "activation_peak_gib",
-    "available_kv_gib",
-    "kv_cache_tokens",
-    "num_gpu_blocks",
-    "num_cpu_blocks",
-    "max_concurrency",
-    "max_concurrency_for_tokens",
-    "kv_needed_gib",
-    "estimated_max_model_len",
-    "init_engine_secs",
-    "cuda_graph_capture_secs",
-    "torch_compile_secs",
-)
 _V0_DEFAULT_BLOCK_SIZE = 16
 # Printed once per worker (tensor/pipeline parallel): the engine sizes its cache by the smallest.
 _SMALLEST_WINS = frozenset({"kv_cache_tokens", "max_concurrency", "available_kv_gib"})
@@ -57,62 +36,6 @@ _MAX_JOINED = 8192
 _ACCESS = re.compile(r'(?:^|\) )INFO:\s+\S+ - "[A-Z]+ \S* HTTP/\d')
 _BOLD_FIGURE = re.compile(r"\*\*([\d.,]+(?: ?[A-Za-z]+)?)\*\*")  # **20865**, **7.51 s**, **34.11 seconds**
 _QUOTE_MARKS = re.compile(r"^\s*(?:[>│▎]\s?)+")  # a quoted paste repeats its marker on every wrapped line
-
-
-@dataclass(frozen=True)
-class StartupFacts:
-    """What a startup log says about an instance; None where the log does not say."""
-
-    vllm_version: str | None = None
-    engine: str | None = None  # "V0" / "V1"
-    max_model_len: int | None = None
-    model_weights_gib: float | None = None
-    total_gpu_gib: float | None = None
-    gpu_memory_utilization: float | None = None
-    non_torch_gib: float | None = None
-    activation_peak_gib: float | None = None
-    available_kv_gib: float | None = None
-    kv_cache_tokens: int | None = None
-    num_gpu_blocks: int | None = None
-    num_cpu_blocks: int | None = None
-    max_concurrency: float | None = None
-    max_concurrency_for_tokens: int | None = None
-    kv_needed_gib: float | None = None
-    estimated_max_model_len: int | None = None
-    init_engine_secs: float | None = None
-    cuda_graph_capture_secs: float | None = None
-    torch_compile_secs: float | None = None
-    model_load_secs: float | None = None
-    model: str | None = None
-    non_default_args: Mapping[str, object] | None = None  # V1's "non-default args: {...}"
-    args: Mapping[str, object] | None = None  # V0's "args: Namespace(...)": every argument
-    phase: Phase | None = None
-
-    def to_json(self) -> dict[str, object]:
-        """The `vtui diagnose --json` facts: the FACT_KEYS the log gave, nothing else."""
-        return {k: getattr(self, k) for k in FACT_KEYS if getattr(self, k) is not None}
-
-    @property
-    def kv_memory_bytes(self) -> int | None:
-        """The KV budget per GPU in bytes: exact from --kv-cache-memory-bytes when the launch args carry
-        it, else the logged GiB figure (vLLM rounds it to 0.01 GiB, ± 5 MiB), else None."""
-        given = self.arg("kv_cache_memory_bytes")
-        if isinstance(given, int) and not isinstance(given, bool):
-            return given
-        return int(round(self.available_kv_gib * 2**30)) if self.available_kv_gib is not None else None
-
-    @property
-    def kv_memory_exact(self) -> bool:
-        """True when `kv_memory_bytes` is the exact byte count the instance was given."""
-        given = self.arg("kv_cache_memory_bytes")
-        return isinstance(given, int) and not isinstance(given, bool)
-
-    def arg(self, name: str) -> object | None:
-        """A launch argument (snake_case) from the non-default args, else V0's Namespace dump."""
-        for source in (self.non_default_args, self.args):
-            if source and name in source:
-                return source[name]
-        return None
 
 
 def _num(text: str) -> float:

@@ -24,7 +24,7 @@ from textual.timer import Timer
 
 from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.layouts import LayoutError, default_layout, load_layout, remember_last
+from vtui.layouts import LayoutError, default_layout, last_layout, load_layout, remember_last
 from vtui.layouts.lookup import BUILTIN_DIR
 from vtui.ui import history
 from vtui.ui.bridge import Bridge, GpuSamplerFactory, ScrapeFactory
@@ -157,6 +157,8 @@ class VtuiApp(ControlMixin):
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.perf_counter()
+        gc.enable()  # off since the CLI's start (vtui.cli): the start's objects are built
+        self._persist_history()
         if not self.is_headless:  # a real terminal (tests run many apps in one process: never there)
             for delay in HEAP_FREEZE_AFTER_S:
                 self.set_timer(delay, _freeze_heap)
@@ -219,8 +221,8 @@ class VtuiApp(ControlMixin):
         self._persist_history()
 
     def _persist_history(self) -> None:
-        if not self._history_ready:
-            return
+        if not self._history_ready or self.first_frame_at is None:
+            return  # (the start's rewrite of every file waits for the first frame: _first_frame)
         session = self.store.layout.session.name
         for name, view in self.store.views.items():
             if view.status is not None and view.status.host is not None:
@@ -532,7 +534,7 @@ def run_tui(argv: list[str]) -> int:
     except LayoutError as exc:
         print(f"vtui: {exc}")
         return 2
-    if app.store.path:
-        remember_last(app.store.path)
+    if app.store.path and last_layout() != Path(app.store.path).expanduser().resolve():
+        remember_last(app.store.path)  # (two fsyncs: only when it changes, not on every start)
     result = app.run()
     return int(result or 0)

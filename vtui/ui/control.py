@@ -21,11 +21,12 @@ from vtui.core.masking import masked
 from vtui.core.model import FlagValue, InstanceSpec
 from vtui.core.preflight import PreflightError
 from vtui.layouts import LayoutError, load_layout, save_layout
-from vtui.telemetry.flagschema import save_check
 from vtui.ui.messages import LayoutOpened, LayoutSaved
-from vtui.ui.screens.dialogs import ConfirmScreen, DiffScreen, PathScreen, spec_changes
 from vtui.ui.settings import UiSettings
 from vtui.ui.store import Store
+
+# The dialogs (vtui.ui.screens.dialogs) and the flag schema's save check are imported where they are used:
+# the first frame shows neither (tests/ui/test_ui_start_imports.py).
 
 
 class ControlMixin(App[int]):
@@ -63,6 +64,8 @@ class ControlMixin(App[int]):
         def answered(ok: bool | None) -> None:
             if ok:
                 then()
+
+        from vtui.ui.screens.dialogs import ConfirmScreen
 
         self.push_screen(ConfirmScreen(question), answered)
 
@@ -140,6 +143,8 @@ class ControlMixin(App[int]):
             else:
                 self.restart_instance(name, spec, note=note)
 
+        from vtui.ui.screens.dialogs import DiffScreen, spec_changes
+
         fields = spec_changes(view.spec, spec) if view.spec else {}
         self.push_screen(
             DiffScreen(name, old, dict(spec.flags), title=f"Restart {name} ({note})?", fields=fields),
@@ -160,6 +165,8 @@ class ControlMixin(App[int]):
         if self.store.path is not None:
             go(Path(self.store.path))
         else:
+            from vtui.ui.screens.dialogs import PathScreen
+
             self.push_screen(
                 PathScreen("Save layout as, then quit", f"layouts/{self.store.layout.session.name}.toml"),
                 lambda text: go(Path(text).expanduser()) if text else None,
@@ -173,6 +180,8 @@ class ControlMixin(App[int]):
             self._save(Path(self.store.path))
 
     def action_save_layout_as(self) -> None:
+        from vtui.ui.screens.dialogs import ConfirmScreen, PathScreen
+
         default = str(self.store.path or Path("layouts") / f"{self.store.layout.session.name}.toml")
 
         def chosen(text: str | None) -> None:
@@ -201,6 +210,8 @@ class ControlMixin(App[int]):
 
     @work(exit_on_error=False, group="layout")
     async def _save(self, path: Path) -> bool:
+        from vtui.telemetry.flagschema import save_check
+
         running = self.supervisor.layout
         if self.store.path is not None and Path(self.store.path) == path and running.path != path:
             running = replace(running, path=path)  # the file this session was last saved to
@@ -224,6 +235,8 @@ class ControlMixin(App[int]):
         return True
 
     def action_open_layout(self) -> None:
+        from vtui.ui.screens.dialogs import ConfirmScreen, PathScreen
+
         def chosen(text: str | None) -> None:
             if not text:
                 return

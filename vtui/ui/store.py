@@ -214,10 +214,12 @@ class Store:
             view.problems = []
             view.sample = None
         if new.state == State.READY and (old is None or old.state != State.READY):
-            from vtui.telemetry.startup_log import parse_startup
-
             known = self._known_facts.get(view.name) if old is None else None
-            view.facts = known if known is not None else parse_startup(list(view.run_lines))
+            if known is None:  # (the parser's regexes are compiled on first use, not at the first frame)
+                from vtui.telemetry.startup_log import parse_startup
+
+                known = parse_startup(list(view.run_lines))
+            view.facts = known
             view.problems = []
             if last.outcome in ("starting", "planned"):
                 last.outcome = "ready"

@@ -18,7 +18,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from vtui.bench import BenchConfig, BenchProgress, BenchResult, StepResult, write_results
 from vtui.core.paths import runs_dir
@@ -27,6 +27,7 @@ from vtui.ui.keymap import BENCH_BINDINGS
 from vtui.ui.messages import BenchRecorded
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import Store
+from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
@@ -207,7 +208,7 @@ class BenchScreen(StoreScreen):
         yield Static(STEP_HEAD, id="bench-steps")
         yield Static(id="bench-plot")
         yield NoticeLine()
-        yield Footer(show_command_palette=False, compact=True)
+        yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one(TitleBar).refresh_from(self.app.store)

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from textual.app import ComposeResult
+from textual.await_complete import AwaitComplete
 from textual.containers import Container, Horizontal, Vertical
 from textual.suggester import Suggester
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from vtui.ui import actions, cmdline
 from vtui.ui.compositor import LeanCompositor
@@ -18,6 +19,7 @@ from vtui.ui.keymap import COMMAND_LINE_BINDINGS, DASHBOARD_BINDINGS, FILTER_BIN
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
 from vtui.ui.widgets.fleet import FleetTable
+from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_pane import InstancePane, short_command
 from vtui.ui.widgets.notices import NoticeLine
@@ -76,6 +78,9 @@ class DashboardScreen(InstanceScreen):
         self._table = FleetTable(id="fleet")
         self._pane = InstancePane()
         self._gpu = GpuPanel()
+        self._notice = NoticeLine(": command line   / filter   ? keys")
+        self._boxes: tuple[FilterInput, CommandInput] | None = None
+        self._boxes_mounted: AwaitComplete | None = None
 
     def compose(self) -> ComposeResult:
         yield self._title
@@ -90,18 +95,33 @@ class DashboardScreen(InstanceScreen):
                 )
                 yield self._pane
             yield self._gpu
-        yield FilterInput(
-            placeholder="filter rows: name, model or state (enter keeps, esc clears)", id="fleet-filter"
-        )
-        yield NoticeLine(": command line   / filter   ? keys")
-        with Horizontal(id="command-line"):
-            yield Label(":", id="command-prompt")
-            yield CommandInput(
+        yield self._notice
+        yield LeanFooter(show_command_palette=False, compact=True)
+
+    async def _input_boxes(self) -> tuple[FilterInput, CommandInput]:
+        """The `/` filter box and the `:` line, mounted on first use (before the notice line and after
+        it, where compose would put them): hidden until then, they would cost the first frame the styles
+        of two Inputs (each with five component classes) for nothing."""
+        if self._boxes is None:
+            box = FilterInput(
+                placeholder="filter rows: name, model or state (enter keeps, esc clears)", id="fleet-filter"
+            )
+            box.display = box.can_focus = False  # takes keys only after `/`
+            command = CommandInput(
                 placeholder="restart NAME, stop, bench, theme, q ... (tab completes, esc closes)",
                 id="command-input",
                 suggester=CommandSuggester(self),
             )
-        yield Footer(show_command_palette=False, compact=True)
+            command.can_focus = False  # takes keys only after `:`
+            line = Horizontal(Label(":", id="command-prompt"), command, id="command-line")
+            line.display = False
+            self._boxes = (box, command)
+            self._boxes_mounted = AwaitComplete(
+                self.mount(box, before=self._notice), self.mount(line, after=self._notice)
+            )
+        assert self._boxes_mounted is not None
+        await self._boxes_mounted
+        return self._boxes
 
     @property
     def table(self) -> FleetTable:
@@ -109,10 +129,6 @@ class DashboardScreen(InstanceScreen):
 
     def on_mount(self) -> None:
         self.query_one("#supervisor-error").display = False
-        box = self.query_one("#fleet-filter", FilterInput)
-        box.display = box.can_focus = False  # takes keys only after `/`
-        self.query_one("#command-line").display = False
-        self.query_one("#command-input", CommandInput).can_focus = False  # takes keys only after `:`
         self.set_focus(None)
         self.rebuild()
 
@@ -194,8 +210,8 @@ class DashboardScreen(InstanceScreen):
         table.reverse = not table.reverse
         table.update_from(self.app.store, self.app.clock())
 
-    def action_filter(self) -> None:
-        box = self.query_one("#fleet-filter", FilterInput)
+    async def action_filter(self) -> None:
+        box, _ = await self._input_boxes()
         box.display = box.can_focus = True
         box.focus()
 
@@ -228,9 +244,9 @@ class DashboardScreen(InstanceScreen):
         self.app.start_instances(None)
 
     # -- the `:` command line --------------------------------------------------------------------------
-    def action_command_line(self) -> None:
+    async def action_command_line(self) -> None:
+        _, box = await self._input_boxes()
         self.query_one("#command-line").display = True
-        box = self.query_one("#command-input", CommandInput)
         box.can_focus = True
         box.value = ""
         box.focus()
@@ -269,7 +285,7 @@ class DashboardScreen(InstanceScreen):
         elif command.name == "theme" and arg is not None:
             app.theme = arg
         elif command.name == "filter" and arg is not None:
-            box = self.query_one("#fleet-filter", FilterInput)
+            box, _ = await self._input_boxes()
             box.value = arg
             box.display = True
             self._apply_filter(arg)

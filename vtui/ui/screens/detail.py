@@ -9,12 +9,13 @@ from enum import Enum
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import InstanceView, Store
+from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.instance_pane import head_lines
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.palette import palette_of
@@ -166,7 +167,7 @@ class DetailScreen(InstanceScreen):
             yield Static(id="detail-flags")
             yield Static(id="detail-history")
         yield NoticeLine()
-        yield Footer(show_command_palette=False, compact=True)
+        yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.refresh_view(self.app.store)

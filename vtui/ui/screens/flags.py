@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from vtui.core.advice import flag_advice
 from vtui.core.flagspec import (
@@ -33,6 +33,7 @@ from vtui.ui import fmt, planning
 from vtui.ui.keymap import FLAG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import Store
+from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
@@ -169,7 +170,7 @@ class FlagEditorScreen(StoreScreen):
         yield Static(id="flag-errors")
         yield Static(id="flag-advice")
         yield NoticeLine()
-        yield Footer(show_command_palette=False, compact=True)
+        yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one(TitleBar).refresh_from(self.app.store)

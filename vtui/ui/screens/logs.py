@@ -30,13 +30,14 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from vtui.core.api import LogScrollback
 from vtui.core.logfile import read_older
 from vtui.ui.keymap import LOG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import LOG_LINES, Store, is_marker, skipped_marker
+from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.ordered_input import OrderedInput
 from vtui.ui.widgets.titlebar import TitleBar
@@ -270,7 +271,7 @@ class LogScreen(StoreScreen):
             placeholder="filter (regex or text); enter applies, escape clears", id="log-filter"
         )
         yield NoticeLine()
-        yield Footer(show_command_palette=False, compact=True)
+        yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#log-filter", Input).display = False

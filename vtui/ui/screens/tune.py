@@ -23,7 +23,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from vtui.tune import progress
 from vtui.tune.search import pareto_front
@@ -31,6 +31,7 @@ from vtui.ui import fmt
 from vtui.ui.keymap import TUNE_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import Store
+from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.ordered_input import OrderedInput, after_typing
 from vtui.ui.widgets.titlebar import TitleBar
 
@@ -222,7 +223,7 @@ class TuneScreen(StoreScreen):
             from textual_plotext import PlotextPlot  # imported on first use: not on the dashboard's path
 
             yield PlotextPlot(id="tune-plot")
-        yield Footer(show_command_palette=False, compact=True)
+        yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.query_one(TitleBar).refresh_from(self.app.store)
