@@ -28,7 +28,7 @@ from vtui.core.state import State
 from vtui.core.supervision import InstanceStatus
 from vtui.service import locations
 from vtui.service.client import ensure_supervisor
-from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status
+from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status, loads
 
 __all__ = ["RemoteSupervisor"]
 
@@ -327,7 +327,7 @@ class RemoteSupervisor:
                     connection = await self._connect()
                 lines, connection = self._feed_lines(connection), None
                 async for line in lines:
-                    message = json.loads(line)
+                    message = loads(line)  # the feed's codec (wire: orjson)
                     if message.get("type") != "hello":
                         self._on_message(message)
                         continue
