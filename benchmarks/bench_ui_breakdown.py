@@ -152,6 +152,7 @@ def main() -> int:
         proc = psutil.Process()
         main_thread = next(t for t in proc.threads() if t.id == proc.pid)
         before = main_thread.user_time + main_thread.system_time
+        process_before = sum(proc.cpu_times()[:2])
         armed.set()
         time.sleep(args.seconds)
         armed.clear()
@@ -162,6 +163,7 @@ def main() -> int:
             "instances": args.instances,
             "up_for_s": args.up_for,
             "seconds": args.seconds,
+            "process_ms_per_s": round((sum(proc.cpu_times()[:2]) - process_before) / args.seconds * 1000, 2),
             "main_thread_ms_per_s": round(
                 (main_thread.user_time + main_thread.system_time - before) / args.seconds * 1000, 2
             ),
