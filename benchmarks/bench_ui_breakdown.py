@@ -102,6 +102,20 @@ def wrap_dispatch() -> None:
     MessagePump._dispatch_message = timed  # type: ignore[method-assign]
 
 
+def wrap_render_widget() -> None:
+    """The styles cache's renders by widget class (which widgets a refresh re-renders, and their cost)."""
+    original = StylesCache.render_widget
+
+    def timed(self, widget, crop):  # noqa: ANN001
+        start = time.thread_time()
+        try:
+            return original(self, widget, crop)
+        finally:
+            _add(f"      render_widget {type(widget).__name__}", time.thread_time() - start)
+
+    StylesCache.render_widget = timed  # type: ignore[method-assign]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=8)
@@ -130,6 +144,7 @@ def main() -> int:
     ]:
         wrap(cls, name, label)
     wrap_dispatch()
+    wrap_render_widget()
     watch_gc()
 
     def measure() -> None:
@@ -137,6 +152,7 @@ def main() -> int:
         proc = psutil.Process()
         main_thread = next(t for t in proc.threads() if t.id == proc.pid)
         before = main_thread.user_time + main_thread.system_time
+        process_before = sum(proc.cpu_times()[:2])
         armed.set()
         time.sleep(args.seconds)
         armed.clear()
@@ -147,6 +163,7 @@ def main() -> int:
             "instances": args.instances,
             "up_for_s": args.up_for,
             "seconds": args.seconds,
+            "process_ms_per_s": round((sum(proc.cpu_times()[:2]) - process_before) / args.seconds * 1000, 2),
             "main_thread_ms_per_s": round(
                 (main_thread.user_time + main_thread.system_time - before) / args.seconds * 1000, 2
             ),

@@ -11,6 +11,11 @@ on every start, some 0.3-0.5 s of its first frame). For the first frame alone (A
 
     pip install vllm-htop   # into any venv; it needs only the standard library
     python benchmarks/bench_ui_vs_htop.py --htop /path/to/venv/bin/vllm-htop --sizes 8,32 --repeat 2
+
+At 8 instances on a shared 2-core machine (load 1.5-2): ead70d2 1.27 % of a core (vllm-htop 4.57 %,
+ratio 0.28); with the orjson feed codec, the instance pane on the Line API and the GC threshold 1.10 %
+(vllm-htop 4.73 %, ratio 0.23), RSS 50 MB, key p50 24 ms / max 39 ms. A/B alternated on one
+supervisor (40 s each): 1.25 -> 1.04 % mean of three (benchmarks/results/bench_ui_cpu_8.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from vtui.core.replicas import describe
 from vtui.core.runstate import masked
 from vtui.core.state import State
 from vtui.service.service_base import ServiceBase, log
-from vtui.service.wire import encode_event, encode_facts, encode_status
+from vtui.service.wire import encode_event, encode_facts, encode_status, feed_line
 
 FLAG_HISTORY = 50
 # Telemetry (metrics and GPU samples, log lines) goes to the feeds' clients together, at most this often:
@@ -153,8 +153,7 @@ class BroadcastMixin(ServiceBase):
 
     def _broadcast(self, message: dict[str, Any]) -> None:
         if self._feeds:
-            line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-            self._broadcast_line(line, held=message.get("type") in _HELD_KINDS)
+            self._broadcast_line(feed_line(message), held=message.get("type") in _HELD_KINDS)
 
     def _broadcast_line(self, line: bytes, held: bool = False) -> None:
         """One feed line (JSON and its newline) to every client. `held`: telemetry (a sample, a GPU
@@ -187,13 +186,7 @@ class BroadcastMixin(ServiceBase):
             self._held_timer.cancel()  # flushed early (a status went out): the next batch arms its own
             self._held_timer = None
         out = [
-            (
-                json.dumps(
-                    {"type": "event", "event": {"instance": name, "lines": batch, "kind": "lines"}},
-                    separators=(",", ":"),
-                )
-                + "\n"
-            ).encode()
+            feed_line({"type": "event", "event": {"instance": name, "lines": batch, "kind": "lines"}})
             for name, batch in (lines or {}).items()
         ]
         if self._feeds and (out or held):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import sys
 from collections import deque
 from collections.abc import Callable, Collection
@@ -28,7 +27,7 @@ from vtui.core.supervision import InstanceStatus
 from vtui.service import locations
 from vtui.service.client import ensure_supervisor
 from vtui.service.remote_http import Connection, RemoteError, feed_lines, request
-from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status
+from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status, loads
 
 __all__ = ["FeedFollower"]
 
@@ -180,7 +179,7 @@ class FeedFollower:
                     connection = await self._connect()
                 lines, connection = feed_lines(connection), None
                 async for line in lines:
-                    message = json.loads(line)
+                    message = loads(line)  # the feed's codec (wire: orjson)
                     if message.get("type") != "hello":
                         self._on_message(message)
                         continue

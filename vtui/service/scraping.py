@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -17,19 +16,19 @@ from vtui.core.replicas import scrape_url
 from vtui.service.exporter import MetricsEndpoint, render
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 from vtui.service.service_base import ServiceBase, log
-from vtui.service.wire import encode_gpu, encode_sample
+from vtui.service.wire import dumps, encode_gpu, encode_sample, feed_line
 
 SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
 
 
 _AT = "\x00at\x00"  # stands for the time in a sample's feed line (JSON writes it "\u0000at\u0000")
+_AT_JSON = dumps(_AT)
 
 
 def _line_template(message: dict[str, Any]) -> tuple[bytes, bytes]:
     """The feed line of `message` (as `_broadcast` writes it) cut around its `_AT` value: a restamped
     sample's line is the two halves around its time, not a JSON encoding of the whole sample again."""
-    line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-    head, _, tail = line.partition(json.dumps(_AT).encode())
+    head, _, tail = feed_line(message).partition(_AT_JSON)
     return head, tail
 
 
@@ -104,7 +103,7 @@ class ScrapeMixin(ServiceBase):
         if self._feeds:
             if template is None:
                 template = _line_template({"type": "sample", "sample": {**encoded, "at": _AT}})
-            self._broadcast_line(template[0] + json.dumps(sample.at).encode() + template[1], held=True)
+            self._broadcast_line(template[0] + dumps(sample.at) + template[1], held=True)
         self._encoded[name] = (sample, encoded, template)
 
     def _start_gpu(self) -> None:

@@ -13,6 +13,7 @@ import h11
 
 from vtui.service.feed import FeedClient
 from vtui.service.service_base import ServiceBase
+from vtui.service.wire import feed_line
 
 
 class TransportMixin(ServiceBase):
@@ -80,7 +81,7 @@ class TransportMixin(ServiceBase):
         headers = [("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
         hello = {"type": "hello", **self.status()}
-        writer.write(conn.send(h11.Data(data=(json.dumps(hello) + "\n").encode())) or b"")
+        writer.write(conn.send(h11.Data(data=feed_line(hello))) or b"")
         await writer.drain()
         gone = asyncio.ensure_future(reader.read(1))  # EOF (or anything): the client left
         ended = asyncio.ensure_future(feed.ended.wait())  # shut down, or too slow a reader

@@ -7,7 +7,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from vtui.core.model import InstanceSpec
@@ -81,6 +86,13 @@ def head_lines(view: InstanceView, store: Store, now: float, width: int, pal: Pa
 
 
 def pane_text(view: InstanceView, store: Store, now: float, width: int, height: int, pal: Palette) -> Text:
+    return Text("\n").join(pane_lines(view, store, now, width, height, pal))
+
+
+def pane_lines(
+    view: InstanceView, store: Store, now: float, width: int, height: int, pal: Palette
+) -> list[Text]:
+    """The pane's lines: the head (`head_lines`), then the labelled sparklines the height allows."""
     lines = head_lines(view, store, now, width, pal)
     room = height - len(lines)
     history = view.history
@@ -110,19 +122,28 @@ def pane_text(view: InstanceView, store: Store, now: float, width: int, height: 
                     text = Text(" " * LABEL_W)
                 text.append(row, style=pal.accent)
                 lines.append(text)
-    return Text("\n").join(lines[:height])
+    return lines[:height]
+
+
+_NULL = Style()
 
 
 class InstancePane(Widget):
-    """Repainted once per render pass for the selected instance only."""
+    """Repainted once per render pass for the selected instance only. Drawn through the Line API: its
+    lines, each cut to the width, become strips straight from their spans (Textual's path for a Rich
+    Text, a Content to wrap and format, cost 4 ms a redraw: a tenth of the dashboard's CPU at 8
+    instances, `benchmarks/bench_ui_breakdown.py`)."""
 
     DEFAULT_CSS = "InstancePane { height: 1fr; padding: 0 1; }"
 
     def __init__(self) -> None:
         super().__init__(id="instance-pane")
-        self._text = Text()
+        self._lines: list[Text] = []
         self._key: tuple | None = None
         self._at = float("-inf")
+        self._strips: list[Strip | None] = []
+        self._strips_key: tuple | None = None
+        self._sums: dict[tuple[int, ...], tuple[Style, ...]] = {}
 
     def update_view(self, view: InstanceView | None, store: Store, now: float) -> None:
         """Redrawn when the instance, its state or problems, the size or theme change, else at most every
@@ -140,10 +161,76 @@ class InstancePane(Widget):
         if key == self._key and 0 <= now - self._at < PANE_EVERY_S:
             return
         self._key, self._at = key, now
-        text = pane_text(view, store, now, width, height, palette_of(self.app)) if view else Text()
-        if text != self._text:
-            self._text = text
+        lines = pane_lines(view, store, now, width, height, palette_of(self.app)) if view else [Text()]
+        old, self._lines = self._lines, lines
+        if len(lines) != len(old) or len(self._strips) != len(lines):
+            self._strips = [None] * len(lines)
             self.refresh()
+            return
+        dirty = [y for y, (a, b) in enumerate(zip(lines, old, strict=True)) if a != b]
+        for y in dirty:
+            self._strips[y] = None
+        if dirty:  # the lines that changed only (a label, a "top" line, a blank one often stays)
+            self.refresh(Region(0, dirty[0], self.size.width, dirty[-1] - dirty[0] + 1))
 
-    def render(self) -> Text:
-        return self._text
+    def render_line(self, y: int) -> Strip:
+        base = self.visual_style.rich_style
+        key = (self.content_size.width, base)
+        if key != self._strips_key:
+            self._strips_key, self._strips = key, [None] * len(self._lines)
+        if not 0 <= y < len(self._lines):
+            return Strip.blank(self.size.width, base)
+        strip = self._strips[y]
+        if strip is None:
+            strip = self._strips[y] = self._draw_line(self._lines[y], base)
+        return strip
+
+    def _style(self, base: Style, *parts: Style) -> Style:
+        """base + parts, remembered by identity (the palette's styles are the same objects each redraw;
+        Rich's own sum compares styles field by field)."""
+        key = (id(base), *map(id, parts))
+        hit = self._sums.get(key)
+        if hit is None:
+            if len(self._sums) > 256:
+                self._sums.clear()
+            combined = base
+            for part in parts:
+                if part:
+                    combined = combined + part
+            hit = self._sums[key] = (combined, base, *parts)  # holding them keeps their ids theirs
+        return hit[0]
+
+    def _draw_line(self, line: Text, base: Style) -> Strip:
+        """One line as segments of the widget's style plus the line's and each span's: straight from the
+        spans where they follow one another (as `Text.append` leaves them), else through Rich."""
+        plain, line_style = line.plain, line.style or _NULL
+        width = self.content_size.width
+        segments: list[Segment] = []
+        pos = 0
+        if not plain:  # an empty pane (no instance selected): one empty segment, as Rich renders it
+            return Strip([Segment("", base)]).crop(0, width)
+        if isinstance(line_style, Style):
+            under = self._style(base, line_style)
+            for start, end, style in line.spans:
+                if start < pos or not isinstance(style, Style):
+                    break
+                if start > pos:
+                    segments.append(Segment(plain[pos:start], under))
+                segments.append(Segment(plain[start:end], self._style(base, line_style, style)))
+                pos = end
+            else:
+                if pos < len(plain):
+                    segments.append(Segment(plain[pos:], under))
+                length = len(plain) if plain.isascii() else cell_len(plain)
+                strip = Strip(segments, length)
+                return strip.crop(0, width) if length > width else strip
+        segments = [  # overlapping spans, a style by name: Rich resolves them
+            Segment(
+                seg.text,
+                self._style(base, line_style if isinstance(line_style, Style) else Style(), seg.style)
+                if seg.style
+                else base,
+            )
+            for seg in line.render(self.app.console, end="")
+        ]
+        return Strip(segments).crop(0, width)
