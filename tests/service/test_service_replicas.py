@@ -16,11 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from _support.ports import port_run
 
 from vtui.core.replicas import router_installed
 from vtui.telemetry.promtext import parse_metrics
 
-from .conftest import SMALL_MODEL, free_port, ps_rows, supervisors, vtui, wait_for, write_layout
+from .conftest import SMALL_MODEL, ps_rows, supervisors, vtui, wait_for, write_layout
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,26 +34,6 @@ def _router() -> None:
         if os.environ.get("VTUI_REQUIRE_VLLM") == "1":
             pytest.fail(f"{why}, and VTUI_REQUIRE_VLLM=1 requires it (the [test] extra installs it)")
         pytest.skip(why)
-
-
-def free_run(count: int) -> int:
-    """A first port of `count` consecutive free ports."""
-    for _ in range(50):
-        base = free_port()
-        if base + count < 65535 and all(_free(base + i) for i in range(count)):
-            return base
-    raise AssertionError("no consecutive free ports")
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def group_entry(name: str, port: int, router_port: int) -> dict:
@@ -95,7 +76,8 @@ def workers(router_port: int) -> set[str]:
 
 
 def test_two_sim_replicas_behind_vllm_router(tmp_path: Path, session: str) -> None:
-    port, router_port = free_run(2), free_port()
+    port = port_run(3)  # below the ephemeral range (_support.ports): the replicas', then the router's
+    router_port = port + 2
     urls = {f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"}
     path = write_layout(tmp_path, session, [group_entry("chat", port, router_port)])
     up = vtui("up", str(path), timeout=120)
@@ -206,7 +188,8 @@ async def test_the_dashboard_shows_each_replica_and_the_group_row(tmp_path: Path
     from vtui.ui.textdump import screen_text
     from vtui.ui.widgets.fleet import FleetTable
 
-    port, router_port = free_run(2), free_port()
+    port = port_run(3)  # below the ephemeral range (_support.ports): the replicas', then the router's
+    router_port = port + 2
     path = write_layout(tmp_path, session, [group_entry("chat", port, router_port)])
     up = await asyncio.to_thread(vtui, "up", str(path), timeout=120)
     assert up.returncode == 0, up.stdout + up.stderr
