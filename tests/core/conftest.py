@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -46,3 +48,13 @@ def session_name():
     name = f"t{uuid.uuid4().hex[:8]}"
     yield name
     kill_all(marked(name + "/"))
+
+
+async def until(predicate, timeout: float = 10.0) -> bool:  # noqa: ANN001
+    """True once `predicate()` is, False after `timeout` seconds (the caller says what it waited for)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        await asyncio.sleep(0.05)
+    return False

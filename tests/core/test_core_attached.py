@@ -4,9 +4,7 @@ no policy acting on it, UNREACHABLE when its URL stops answering."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from vtui.core.preflight import preflight
 from vtui.core.state import State
 from vtui.core.supervisor import SleepRefused, Supervisor
 
-from .conftest import fake_spec, free_port, marked
+from .conftest import fake_spec, free_port, marked, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -104,15 +102,6 @@ def serve_health() -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
-
-
-async def until(predicate, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_supervisor_watches_it_and_never_touches_it(session_name: str) -> None:

@@ -224,12 +224,14 @@ async def test_replicas_changed_while_the_group_runs_start_or_stop_the_differenc
     import asyncio
     import dataclasses
 
+    from _support.ports import port_run
+
     from vtui.core.events import Notice
     from vtui.core.launcher import OsLauncher
 
-    from .conftest import fake_spec
+    from .conftest import fake_spec, until
 
-    port = _free_run(3)
+    port = port_run(3)
     entry = dataclasses.replace(fake_spec("chat", port=port), replicas=2)
     sup = Supervisor(
         Layout(SessionSpec(name=session_name), (entry,)),
@@ -246,12 +248,12 @@ async def test_replicas_changed_while_the_group_runs_start_or_stop_the_differenc
 
         sup.set_layout(Layout(SessionSpec(name=session_name), (dataclasses.replace(entry, replicas=3),)))
         assert sup.layout.names() == ["chat-0", "chat-1", "chat-2"]
-        assert await _until(lambda: sup.instances["chat-2"].state is State.READY, 20), "chat-2 never started"
+        assert await until(lambda: sup.instances["chat-2"].state is State.READY, 20), "chat-2 never started"
         assert sup.instances["chat-2"].spec.port == port + 2
         assert any("chat-2: replicas raised" in n for n in notices)
 
         sup.set_layout(Layout(SessionSpec(name=session_name), (entry,)))
-        assert await _until(lambda: "chat-2" not in sup.instances, 20), "chat-2 never stopped"
+        assert await until(lambda: "chat-2" not in sup.instances, 20), "chat-2 never stopped"
         assert sup.layout.names() == ["chat-0", "chat-1"] and [s.name for s in sup.status()] == [
             "chat-0",
             "chat-1",
@@ -265,38 +267,3 @@ async def test_replicas_changed_while_the_group_runs_start_or_stop_the_differenc
         await sup.stop()
         await sup.close()
         await asyncio.sleep(0)
-
-
-def _free_run(count: int) -> int:
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + count < 65535 and all(_free(base + i) for i in range(count)):
-            return base
-    raise AssertionError("no consecutive free ports")
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-async def _until(predicate, timeout: float) -> bool:  # noqa: ANN001
-    import asyncio
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False

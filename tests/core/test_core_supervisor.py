@@ -22,7 +22,7 @@ from vtui.core.runstate import RunStore
 from vtui.core.state import Phase, State
 from vtui.core.supervisor import Supervisor
 
-from .conftest import alive, fake_spec, marked
+from .conftest import alive, fake_spec, marked, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,15 +46,6 @@ def b_started_after_a_allocated_kv(events) -> bool:
         e.at for e in events if isinstance(e, StateChanged) and e.instance == "b" and e.new is State.STARTING
     )
     return start_b >= kv_a
-
-
-async def until(predicate, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_start_ready_then_stop_leaves_nothing(session_name):

@@ -126,7 +126,9 @@ async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group
 
     engine = Path(__file__).parents[1] / "core" / "fake_engine.py"
     session = f"t{uuid.uuid4().hex[:8]}"
-    port = _free_run(3)
+    from _support.ports import port_run
+
+    port = port_run(3)
     entry = InstanceSpec("chat", "fake", port, command=(sys.executable, str(engine)), replicas=2)
     sup = Supervisor(Layout(SessionSpec(name=session), (entry,)), launcher=OsLauncher(grace=3))
     app = make_app(supervisor=sup, gpu_sampler=False, scraper=False)
@@ -153,29 +155,6 @@ async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group
             await sup.stop()
     finally:
         kill_all(marked(session + "/"))
-
-
-def _free_run(count: int) -> int:
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + count < 65535 and all(_free(base + i) for i in range(count)):
-            return base
-    raise AssertionError("no consecutive free ports")
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 async def test_the_in_process_dashboard_scrapes_what_the_session_supervisor_scrapes() -> None:
