@@ -279,7 +279,8 @@ async def test_the_in_process_dashboard_scrapes_the_router_too(tmp_path: Path, s
     from vtui.ui.textdump import screen_text
     from vtui.ui.widgets.fleet import FleetTable
 
-    port, router_port = free_run(2), free_port()
+    port = port_run(3)  # below the ephemeral range (_support.ports): the replicas', then the router's
+    router_port = port + 2
     layout = load_layout(write_layout(tmp_path, session, [group_entry("chat", port, router_port)]))
     app = make_app(dataclasses.replace(layout, path=None), gpu_sampler=False)
     assert isinstance(app.supervisor, Supervisor)  # in-process: this dashboard scrapes by itself
@@ -337,7 +338,8 @@ def test_replicas_changed_while_the_group_runs(tmp_path: Path, session: str) -> 
 
     from vtui.service.client import ServiceClient
 
-    port, router_port = free_run(3), free_port()
+    port = port_run(4)  # below the ephemeral range (_support.ports): three replicas', then the router's
+    router_port = port + 3
     path = write_layout(tmp_path, session, [group_entry("chat", port, router_port)])
     up = vtui("up", str(path), timeout=120)
     assert up.returncode == 0, up.stdout + up.stderr
