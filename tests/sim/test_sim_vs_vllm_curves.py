@@ -29,7 +29,7 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(1200)]
 
 SEQS = (1, 4, 16)
-INPUT_LEN, OUTPUT_LEN, LOAD, REQUESTS = 128, 32, 16, 24
+INPUT_LEN, OUTPUT_LEN, LOAD, REQUESTS = 128, 32, 16, 64  # 64: a rung lasts seconds, many scrapes
 KV_TOKENS = 672  # four requests of 128 + 32 tokens (20 blocks of 32) and vLLM's null block
 KV_BYTES = KV_TOKENS * 2 * 2 * 2 * 32 * 4  # 2 (K, V) × 2 layers × 2 KV heads × head dim 32 × fp32
 

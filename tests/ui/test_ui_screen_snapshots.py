@@ -53,7 +53,16 @@ async def _settle(pilot, n: int = 4) -> None:
         await pilot.app.workers.wait_for_complete(pending)
     for box in pilot.app.screen.query(Input):
         box.cursor_blink = False  # a blinking cursor is on or off by the clock
-    await pilot.pause()
+    # Until two frames a moment apart are alike: what is laid out after a refresh (a modal's scrollbar) is
+    # drawn by then. Under load the fixed pauses above could end first (CI drew the help screen once
+    # without its scrollbar's thumb).
+    last = None
+    for _ in range(20):
+        await pilot.pause(0.05)
+        now = pilot.app.export_screenshot()
+        if now == last:
+            break
+        last = now
 
 
 def _samples(pilot, h) -> None:
