@@ -7,7 +7,9 @@ the fleet table: its header shows NAME^). The machine's 1-minute load average is
 each figure (other work on a shared machine skews them). vtui's modules are compiled to bytecode first, as
 an installed vtui's are (`--no-compile`: with PYTHONDONTWRITEBYTECODE set, a source tree is compiled
 on every start, some 0.3-0.5 s of its first frame). For the first frame alone (A/B runs):
-`--no-htop --seconds 0.5 --warmup 0 --presses 0 --repeat 3`.
+`--no-htop --seconds 0.5 --warmup 0 --presses 0 --repeat 3`. `--tree DIR[,DIR…]`: the dashboards of
+other checkouts, alternated run by run on the same supervisor (the one this tree's `vtui up` starts;
+`python -m vtui` run in DIR imports DIR's vtui first), for A/B figures from one machine at one time.
 
     pip install vllm-htop   # into any venv; it needs only the standard library
     python benchmarks/bench_ui_vs_htop.py --htop /path/to/venv/bin/vllm-htop --sizes 8,32 --repeat 2
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -134,15 +137,17 @@ def one_size(n: int, args: argparse.Namespace) -> dict:
                     (str(args.base_port),),
                     args.seconds,
                 )
-            run["vtui"] = monitor_cost(
-                f"{' '.join(vtui)} {layout} --no-start",
-                env,
-                ("inst00", "READY", "GPU0"),
-                args.seconds,
-                args.presses,
-                args.warmup,
-            )
-            if args.htop:
+            for tree in args.tree or [None]:  # this checkout's dashboard, or each of --tree's in turn
+                cd = f"cd {shlex.quote(str(tree))} && " if tree else ""
+                run["vtui" if tree is None else f"vtui@{tree}"] = monitor_cost(
+                    f"{cd}{' '.join(vtui)} {layout} --no-start",
+                    env,
+                    ("inst00", "READY", "GPU0"),
+                    args.seconds,
+                    args.presses,
+                    args.warmup,
+                )
+            if args.htop and "vtui" in run:
                 run["cpu_ratio_vtui_to_htop"] = round(
                     run["vtui"]["cpu_percent_of_one_core"]
                     / max(run["vllm_htop"]["cpu_percent_of_one_core"], 0.01),
@@ -180,6 +185,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds after the first frame, unmeasured")
     parser.add_argument("--no-compile", action="store_true", help="leave vtui's bytecode as it is")
     parser.add_argument("--base-port", type=int, default=9300)
+    parser.add_argument(
+        "--tree",
+        type=lambda text: [Path(t).resolve() for t in text.split(",")],
+        help="comma list of checkouts whose dashboards to measure instead of this one's (A/B)",
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument(
         "--profile", type=Path, help="also profile the dashboard once per size: DIR/vtui_N.prof"
@@ -195,7 +205,8 @@ def main() -> int:
 
         import vtui
 
-        compileall.compile_dir(str(Path(vtui.__file__).parent), quiet=1)
+        for root in [Path(vtui.__file__).parent, *(t / "vtui" for t in args.tree or [])]:
+            compileall.compile_dir(str(root), quiet=1)
     results = []
     for n in args.sizes.split(","):
         results.append(one_size(int(n), args))
