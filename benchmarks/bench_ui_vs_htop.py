@@ -147,12 +147,10 @@ def one_size(n: int, args: argparse.Namespace) -> dict:
                     args.presses,
                     args.warmup,
                 )
-            if args.htop and "vtui" in run:
-                run["cpu_ratio_vtui_to_htop"] = round(
-                    run["vtui"]["cpu_percent_of_one_core"]
-                    / max(run["vllm_htop"]["cpu_percent_of_one_core"], 0.01),
-                    2,
-                )
+            if args.htop:  # one ratio per dashboard measured (cpu_ratio_vtui_to_htop without --tree)
+                htop_cpu = max(run["vllm_htop"]["cpu_percent_of_one_core"], 0.01)
+                for key in [k for k in run if k.startswith("vtui")]:
+                    run[f"cpu_ratio_{key}_to_htop"] = round(run[key]["cpu_percent_of_one_core"] / htop_cpu, 2)
             runs.append(run)
         if args.profile:  # the dashboard's main thread under cProfile (bench_ui_profile.py), after the runs
             out = args.profile / f"vtui_{n}.prof"
