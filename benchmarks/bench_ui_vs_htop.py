@@ -10,6 +10,8 @@ on every start, some 0.3-0.5 s of its first frame). For the first frame alone (A
 `--no-htop --seconds 0.5 --warmup 0 --presses 0 --repeat 3`. `--tree DIR[,DIR…]`: the dashboards of
 other checkouts, alternated run by run on the same supervisor (the one this tree's `vtui up` starts;
 `python -m vtui` run in DIR imports DIR's vtui first), for A/B figures from one machine at one time.
+`--aged 660`: the supervisor runs 11 minutes first, so each dashboard backfills a full 10-minute history
+(600 samples an instance), the memory a dashboard holds once it has run that long.
 
     pip install vllm-htop   # into any venv; it needs only the standard library
     python benchmarks/bench_ui_vs_htop.py --htop /path/to/venv/bin/vllm-htop --sizes 8,32 --repeat 2
@@ -127,6 +129,8 @@ def one_size(n: int, args: argparse.Namespace) -> dict:
         )
         if up.returncode:  # say why (a port another program holds, a refused start)
             raise RuntimeError(f"vtui up failed ({up.returncode}):\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}")
+        if args.aged:  # the supervisor's history fills (600 samples an instance: a new dashboard's backfill)
+            time.sleep(args.aged)
         urls = " ".join(f"http://127.0.0.1:{p}" for p in ports)
         for _ in range(args.repeat):
             run: dict = {}
@@ -183,6 +187,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds after the first frame, unmeasured")
     parser.add_argument("--no-compile", action="store_true", help="leave vtui's bytecode as it is")
     parser.add_argument("--base-port", type=int, default=9300)
+    parser.add_argument(
+        "--aged",
+        type=float,
+        default=0.0,
+        help="seconds the supervisor runs before the first measurement (660: its 10-minute history is full)",
+    )
     parser.add_argument(
         "--tree",
         type=lambda text: [Path(t).resolve() for t in text.split(",")],

@@ -152,3 +152,48 @@ def test_a_restamped_sample_is_sent_as_a_fresh_encoding_would_be(monkeypatch) ->
     ]
     assert [json.loads(line)["sample"]["at"] for line in lines] == [100.0 + i for i in range(len(samples))]
     assert 0 < len(encodings) < len(samples) - 6  # the steady runs' later samples were not encoded again
+
+
+def test_a_scrape_loop_outlives_an_error_in_handling_a_sample(capsys) -> None:
+    """A bug in what takes a sample (once, a sample the feed could not encode) is written to the
+    supervisor's log and the loop goes on scraping: the instance's gauges must not freeze for good."""
+    body = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_idle.txt").read_bytes()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        launcher = LeanLauncher()
+        taken: list[object] = []
+
+        def sink(sample: object) -> None:
+            taken.append(sample)
+            if len(taken) == 1:
+                raise TypeError("vars() argument must have __dict__ attribute")
+
+        loop = LeanScrapeLoop("a", f"http://127.0.0.1:{port}", sink, launcher.pool, interval=0.05)
+        task = asyncio.create_task(loop.run())
+        try:
+            for _ in range(100):
+                if len(taken) >= 3:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            loop.stop()
+            await asyncio.wait_for(task, 2)
+            await launcher.aclose()
+            server.close()
+        assert len(taken) >= 3 and loop.last_error is None  # the scrapes after the error went through
+
+    asyncio.run(main())
+    assert "a: vtui could not read" in capsys.readouterr().err

@@ -3,6 +3,7 @@ a metrics sample, a GPU sample, startup facts; and both supervisors satisfy the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -73,6 +74,35 @@ def test_a_data_parallel_sample_round_trips_through_json() -> None:
     sample = sample_of(text, "a", 1.0)
     assert len(sample.ranks) == 2 and isinstance(sample.ranks[0], RankSample)
     assert decode_sample(json.loads(json.dumps(encode_sample(sample)))) == sample
+
+
+def test_decoded_samples_share_what_is_alike_and_history_drops_the_histograms() -> None:
+    """A dashboard holds 600 samples an instance: decoding gives what is empty the shared defaults and
+    every sample one tuple of bucket bounds; the history keeps no windowed histograms (only the newest
+    sample's are merged) while the newest sample keeps them."""
+    from vtui.telemetry.metrics import NO_PERCENTILES, for_history
+    from vtui.ui.store import Store
+
+    busy = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_busy.txt").read_text()
+    sample = sample_of(busy, "a", 1.0)
+    assert sample.windowed  # the fixture has TTFT and ITL histograms
+    a, b = (decode_sample(json.loads(json.dumps(encode_sample(sample)))) for _ in range(2))
+    assert a == sample and b == sample
+    assert a.windowed["ttft"][0] is b.windowed["ttft"][0]
+    assert a.instance is b.instance
+    empty = decode_sample(json.loads(json.dumps(encode_sample(MetricsSample("b", 2.0)))))
+    assert empty == MetricsSample("b", 2.0)
+    assert empty.ttft is NO_PERCENTILES and empty.waiting_by_reason is MetricsSample("c", 0).waiting_by_reason
+    assert not hasattr(a, "__dict__")  # slotted: no per-sample dict
+
+    kept = for_history(a)
+    assert not kept.windowed and kept == dataclasses.replace(a, windowed={})
+    assert for_history(empty) is empty  # nothing to drop: no copy
+    store = Store(Layout(SessionSpec("s"), (InstanceSpec("a", "m", 8000, engine="sim"),)))
+    store.add_sample(a)
+    view = store.views["a"]
+    assert view.sample is a and view.sample.windowed
+    assert not view.history[-1].windowed and not view.long_history[-1].windowed
 
 
 def test_both_supervisors_satisfy_the_seam() -> None:

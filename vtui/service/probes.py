@@ -24,6 +24,7 @@ import math
 import os
 import select
 import subprocess
+import sys
 import time
 import weakref
 from collections.abc import Callable, Hashable
@@ -323,7 +324,12 @@ class LeanScrapeLoop:
         beat = _beat(self.interval)
         while not self._stopped:
             started = loop.time()
-            await self.scrape()
+            try:
+                await self.scrape()
+            except Exception as exc:  # noqa: BLE001 — a bug in a payload's handling must not end the loop
+                if self.last_error != (why := f"vtui could not read {self.url}: {exc!r}"):
+                    print(f"{self.instance}: {why}", file=sys.stderr, flush=True)  # the supervisor's log
+                self.last_error = why
             down = self.failures >= self.down_after
             await beat.wait(started + (self.down_interval if down else self.interval))
 

@@ -28,6 +28,7 @@ from vtui.service import locations
 from vtui.service.client import ensure_supervisor
 from vtui.service.remote_http import Connection, RemoteError, feed_lines, request
 from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status, loads
+from vtui.telemetry.metrics import MetricsSample
 
 __all__ = ["FeedFollower"]
 
@@ -252,19 +253,19 @@ class FeedFollower:
         side by side; the feed waits, so they come before its next live sample)."""
         wanted = [st.name for st in self.status() if st.state.running and st.name not in self._sampled]
 
-        async def history(name: str) -> list[dict[str, Any]]:
+        async def history(name: str) -> tuple[MetricsSample, ...]:
             target = "/history?" + urlencode({"name": name, "n": HISTORY_BACKFILL})
             try:
                 status, answer = await self._http("GET", target)
             except RemoteError:
-                return []
-            return (answer.get("samples") or []) if status == 200 else []
+                return ()
+            # decoded as each answer comes (its JSON dicts freed at once, not held for all instances)
+            return tuple(decode_sample(data) for data in answer.get("samples") or ()) if status == 200 else ()
 
-        for name, samples in zip(wanted, await asyncio.gather(*(history(n) for n in wanted)), strict=True):
-            if not samples or name in self._sampled:
+        for name, batch in zip(wanted, await asyncio.gather(*(history(n) for n in wanted)), strict=True):
+            if not batch or name in self._sampled:
                 continue
             self._sampled.add(name)
-            batch = tuple(decode_sample(data) for data in samples)
             for telemetry in list(self._sample_subscribers):
                 telemetry("samples", batch)
 

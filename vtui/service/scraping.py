@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -17,6 +18,7 @@ from vtui.service.exporter import MetricsEndpoint, render
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import dumps, encode_gpu, encode_sample, feed_line
+from vtui.telemetry.metrics import MetricsSample
 
 SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
 
@@ -35,10 +37,12 @@ def _line_template(message: dict[str, Any]) -> tuple[bytes, bytes]:
 def _restamped(sample: Any, last: Any) -> bool:
     """`sample` is `last` at another time: every other field the very same object (as MetricsWindow's
     restamp of a steady sample leaves them; a computed sample has new ones)."""
-    if type(sample) is not type(last):
+    if type(sample) is not type(last) or not isinstance(sample, MetricsSample):
         return False
-    mine, theirs = vars(sample), vars(last)
-    return len(mine) == len(theirs) and all(v is theirs.get(k) for k, v in mine.items() if k != "at")
+    return all(getattr(sample, k) is getattr(last, k) for k in _RESTAMP_FIELDS)
+
+
+_RESTAMP_FIELDS = tuple(f.name for f in dataclasses.fields(MetricsSample) if f.name != "at")
 
 
 class ScrapeMixin(ServiceBase):

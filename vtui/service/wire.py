@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -172,14 +173,35 @@ def encode_sample(sample: MetricsSample) -> dict[str, Any]:
 _SAMPLE_FIELD_SET = frozenset(_SAMPLE_FIELDS)
 
 
+_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}  # one tuple per bucket layout, shared
+
+
+def _shared_bounds(bounds: list[float]) -> tuple[float, ...]:
+    key = tuple(bounds)
+    if len(_BOUNDS) > 64:  # bounded: a few layouts (TTFT, ITL) per vLLM version in practice
+        _BOUNDS.clear()
+    return _BOUNDS.setdefault(key, key)
+
+
 def decode_sample(data: dict[str, Any]) -> MetricsSample:
-    values = {k: v for k, v in data.items() if k in _SAMPLE_FIELD_SET}
+    """A sample as compact as it can be held: a dashboard keeps 600 of each instance's (its plots), so
+    what is empty takes the dataclass's shared default, names are interned, and the histograms' bucket
+    bounds (alike in every sample) are one tuple (`benchmarks/bench_sample_memory.py` has the sizes)."""
+    values: dict[str, Any] = {}
+    for k, v in data.items():
+        if k not in _SAMPLE_FIELD_SET or (not v and isinstance(v, (dict, list))):
+            continue  # an empty mapping or list: the shared default
+        values[k] = sys.intern(v) if isinstance(v, str) else v
     for name in _PERCENTILE_FIELDS:
-        if isinstance(values.get(name), dict):
-            values[name] = Percentiles(**values[name])
+        value = values.get(name)
+        if isinstance(value, dict):
+            if all(value.get(q) is None for q in ("p50", "p95", "p99")):
+                del values[name]  # NO_PERCENTILES, shared
+            else:
+                values[name] = Percentiles(**value)
     if isinstance(values.get("windowed"), dict):
         values["windowed"] = {
-            role: (tuple(pair[0]), tuple(pair[1]))
+            role: (_shared_bounds(pair[0]), tuple(pair[1]))
             for role, pair in values["windowed"].items()
             if len(pair) == 2
         }

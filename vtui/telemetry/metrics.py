@@ -10,7 +10,7 @@ import copy
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -50,7 +50,7 @@ _ROUTER_COUNTERS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Percentiles:
     """Latency percentiles in seconds; None when no request finished inside the window."""
 
@@ -68,7 +68,7 @@ class Percentiles:
 NO_PERCENTILES = Percentiles()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankSample:
     """One data-parallel engine (the `engine` label of vLLM's V1 metrics) of an instance. None = not
     reported by that engine."""
@@ -80,9 +80,12 @@ class RankSample:
     generation_tps: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetricsSample:
-    """One scrape of one instance, ready for display. None = not reported (the UI shows "--")."""
+    """One scrape of one instance, ready for display. None = not reported (the UI shows "--").
+
+    Slotted: a dashboard holds 600 of them per instance (10 minutes of plots), ~19k at 32 instances,
+    and a per-instance `__dict__` was most of each one's ~2.9 KB (`benchmarks/bench_sample_memory.py`)."""
 
     instance: str | None
     at: float
@@ -124,6 +127,12 @@ class MetricsSample:
     # scrapes are in it); `routed`: worker URL -> requests per second it was given over the window
     router: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     routed: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+
+
+def for_history(sample: MetricsSample) -> MetricsSample:
+    """The sample as a plot's history keeps it: without the windowed histograms (only the newest
+    sample's are merged, `telemetry.fleet`), which are most of a busy instance's sample."""
+    return replace(sample, windowed=_NO_WINDOWS) if sample.windowed else sample
 
 
 @dataclass(frozen=True)

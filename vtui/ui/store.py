@@ -17,7 +17,7 @@ from vtui.core.replicas import supervised
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
 from vtui.telemetry.gpu import GpuSample
-from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.metrics import MetricsSample, for_history
 
 if TYPE_CHECKING:  # the readers are imported on first use (not before the first frame)
     from vtui.planner import ModelConfig
@@ -266,9 +266,10 @@ class Store:
         if view is None:
             return None
         view.sample = sample
-        view.history.append(sample)
+        kept = for_history(sample)
+        view.history.append(kept)
         if not view.long_history or not 0 <= sample.at - view.long_history[-1].at < LONG_EVERY_S:
-            view.long_history.append(sample)
+            view.long_history.append(kept)
         if diagnose and view.state in (State.READY, State.UNHEALTHY):
             # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
             from vtui.telemetry.diagnosis import diagnose_runtime
