@@ -37,6 +37,7 @@ class StandIn:
         self.requests: list[str] = []
         self.release_logs = asyncio.Event()
         self.release_layout = asyncio.Event()
+        self.history: dict[str, Any] = {"samples": []}  # GET /history's answer
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -72,7 +73,7 @@ class StandIn:
                 await self.release_logs.wait()
             answer = {"lines": [f"{name} line"]}
         elif target.startswith("/history"):
-            answer = {"samples": []}
+            answer = self.history
         elif target.startswith("/layout"):
             await self.release_layout.wait()
             status, answer = self.layout_answer
@@ -168,6 +169,40 @@ async def test_a_supervisor_that_sends_no_snapshot_is_the_callers_error(tmp_path
         with pytest.raises(RemoteError, match="no snapshot"):
             await asyncio.wait_for(remote.adopt(), 5)
         assert not seen
+    finally:
+        await remote.close()
+        server.close()
+
+
+@pytest.mark.parametrize("supervisor", ["points", "whole samples (an older supervisor)"])
+async def test_the_history_backfill_reaches_the_subscribers_as_points_and_the_newest_sample(
+    tmp_path: Path, supervisor: str
+) -> None:
+    """The dashboard asks for points (a plot's figures) and the newest sample whole; an older supervisor
+    that ignores `fields=points` sends whole samples, read the same way."""
+    from vtui.service.wire import decode_sample, encode_sample, point_of
+    from vtui.telemetry.metrics import HistoryBackfill, HistoryPoint, sample_of
+
+    busy = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_busy.txt").read_text()
+    whole = [encode_sample(sample_of(busy, "ready", float(t))) for t in range(5)]
+    server, stand_in, remote, _ = await _attached(tmp_path)
+    if supervisor == "points":
+        stand_in.history = {"samples": [point_of(s) for s in whole[:-1]], "latest": whole[-1]}
+    else:
+        stand_in.history = {"samples": whole}
+    got: list[tuple[str, Any]] = []
+    remote.subscribe_telemetry(lambda kind, payload: got.append((kind, payload)))
+    stand_in.release_logs.set()
+    stand_in.release_layout.set()
+    try:
+        await asyncio.wait_for(remote.adopt(), 5)
+        await _until(lambda: any(kind == "history" for kind, _ in got), "the history backfill")
+        [backfill] = [payload for kind, payload in got if kind == "history"]
+        assert isinstance(backfill, HistoryBackfill) and backfill.instance == "ready"
+        expected = [HistoryPoint.of(decode_sample(s)) for s in whole[:-1]]
+        assert list(backfill.points) == expected and expected[0].ttft_p95 is not None
+        assert backfill.latest == decode_sample(whole[-1]) and backfill.latest.windowed
+        assert any("fields=points" in r for r in stand_in.requests if r.startswith("GET /history"))
     finally:
         await remote.close()
         server.close()

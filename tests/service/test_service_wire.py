@@ -3,7 +3,6 @@ a metrics sample, a GPU sample, startup facts; and both supervisors satisfy the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -78,9 +77,9 @@ def test_a_data_parallel_sample_round_trips_through_json() -> None:
 
 def test_decoded_samples_share_what_is_alike_and_history_drops_the_histograms() -> None:
     """A dashboard holds 600 samples an instance: decoding gives what is empty the shared defaults and
-    every sample one tuple of bucket bounds; the history keeps no windowed histograms (only the newest
-    sample's are merged) while the newest sample keeps them."""
-    from vtui.telemetry.metrics import NO_PERCENTILES, for_history
+    every sample one tuple of bucket bounds; the history keeps the plotted figures alone (HistoryPoint)
+    while the newest sample is kept whole."""
+    from vtui.telemetry.metrics import NO_PERCENTILES, HistoryPoint
     from vtui.ui.store import Store
 
     busy = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_busy.txt").read_text()
@@ -95,14 +94,23 @@ def test_decoded_samples_share_what_is_alike_and_history_drops_the_histograms() 
     assert empty.ttft is NO_PERCENTILES and empty.waiting_by_reason is MetricsSample("c", 0).waiting_by_reason
     assert not hasattr(a, "__dict__")  # slotted: no per-sample dict
 
-    kept = for_history(a)
-    assert not kept.windowed and kept == dataclasses.replace(a, windowed={})
-    assert for_history(empty) is empty  # nothing to drop: no copy
     store = Store(Layout(SessionSpec("s"), (InstanceSpec("a", "m", 8000, engine="sim"),)))
     store.add_sample(a)
     view = store.views["a"]
-    assert view.sample is a and view.sample.windowed
-    assert not view.history[-1].windowed and not view.long_history[-1].windowed
+    assert view.sample is a and view.sample.windowed  # the newest sample whole: the fleet merges it
+    point = HistoryPoint(1.0, a.kv_usage, a.running, a.waiting, a.prompt_tps, a.generation_tps,
+                         a.ttft.p95, a.preemptions_total)  # fmt: skip
+    assert view.history[-1] == point == view.long_history[-1] and a.ttft.p95 is not None
+    # a newly attached dashboard's backfill: the points, then the newest sample whole (the last point too)
+    from vtui.telemetry.metrics import HistoryBackfill
+
+    store = Store(Layout(SessionSpec("s"), (InstanceSpec("a", "m", 8000, engine="sim"),)))
+    earlier = tuple(HistoryPoint(t, 0.5) for t in (-20.0, -19.5, -10.0))
+    store.add_backfill(HistoryBackfill("a", earlier, a))
+    view = store.views["a"]
+    assert list(view.history) == [*earlier, point] and view.sample is a
+    assert [p.at for p in view.long_history] == [-20.0, -10.0, 1.0]  # one each 10 s
+    assert store.add_backfill(HistoryBackfill("gone", earlier, a)) is None
 
 
 def test_both_supervisors_satisfy_the_seam() -> None:

@@ -113,7 +113,8 @@ class SupervisorApi(Protocol):
 class TelemetryFeed(Protocol):
     """A `SupervisorApi` that also sends samples and snapshots (the session supervisor's client): the
     dashboard then runs no scrape loop of its own and repaints on each snapshot. Kinds: "sample" (one
-    MetricsSample), "samples" (a tuple of them, oldest first: the backfill of a newly attached client),
+    MetricsSample), "history" (a HistoryBackfill: one instance's recent points and newest sample, the
+    backfill of a newly attached client),
     "gpu" (a GpuSample), "host_gpu" (another host's, `vtui --host`)."""
 
     # True once attached when the feed carries GPU samples ("gpu"), so the client runs no sampler;

@@ -131,9 +131,9 @@ class Fleet:
             callback(event)
 
     def _remote_sample(self, fwd: Forward, kind: str, sample: Any) -> None:
-        if kind == "sample":  # already named LABEL:NAME (the client's sample_prefix)
+        if kind in ("sample", "history"):  # already named LABEL:NAME (the client's sample_prefix)
             for callback in list(self._sample_subscribers):
-                callback("sample", sample)
+                callback(kind, sample)
         elif kind == "gpu":
             processes = tuple(
                 dataclasses.replace(p, instance=self._qualify(fwd, p.instance)) if p.instance else p

@@ -18,6 +18,7 @@ from vtui.core.preflight import PreflightError
 from vtui.core.runstate import masked
 from vtui.core.supervision import SleepRefused, kill_marked
 from vtui.service.service_base import ServiceBase, log
+from vtui.service.wire import point_of
 
 
 class _BadRequest(Exception):
@@ -77,7 +78,10 @@ class HandlerMixin(ServiceBase):
             if route == ("GET", "/history"):
                 samples = list(self.samples.get(query.get("name", ""), ()))
                 n = int(query.get("n", len(samples)))
-                return 200, {"samples": samples[-n:] if n > 0 else []}
+                samples = samples[-n:] if n > 0 else []
+                if query.get("fields") == "points" and samples:  # a dashboard's backfill: plots' figures
+                    return 200, {"samples": [point_of(s) for s in samples[:-1]], "latest": samples[-1]}
+                return 200, {"samples": samples}
             if route == ("POST", "/shutdown"):
                 self._spawn(self.shutdown(stop_instances=bool(body.get("stop"))))
                 return 200, {"ok": True}

@@ -37,8 +37,8 @@ class RemoteSupervisor(FeedFollower):
 
     def subscribe_telemetry(self, callback: Callable[[str, Any], None]) -> Callable[[], None]:
         """(kind, sample) for each metrics ("sample") and GPU ("gpu") sample of the feed, and
-        ("samples", a tuple of one instance's MetricsSamples, oldest first): the history backfilled
-        for a newly attached client."""
+        ("history", a HistoryBackfill): one instance's recent history, backfilled for a newly attached
+        client."""
         return subscribe_to(self._sample_subscribers, callback)
 
     def subscribe_statuses(self, callback: Callable[[], None]) -> Callable[[], None]:

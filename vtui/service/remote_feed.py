@@ -27,8 +27,16 @@ from vtui.core.supervision import InstanceStatus
 from vtui.service import locations
 from vtui.service.client import ensure_supervisor
 from vtui.service.remote_http import Connection, RemoteError, feed_lines, request
-from vtui.service.wire import decode_event, decode_facts, decode_gpu, decode_sample, decode_status, loads
-from vtui.telemetry.metrics import MetricsSample
+from vtui.service.wire import (
+    decode_event,
+    decode_facts,
+    decode_gpu,
+    decode_point,
+    decode_sample,
+    decode_status,
+    loads,
+)
+from vtui.telemetry.metrics import HistoryBackfill
 
 __all__ = ["FeedFollower"]
 
@@ -248,26 +256,36 @@ class FeedFollower:
         return {st.name for st in wanted}
 
     async def _backfill_history(self) -> None:
-        """The supervisor's recent metrics samples of each running instance this client has none of, so
-        plots do not start empty: one ("samples", tuple) per instance, after the first snapshot (fetched
-        side by side; the feed waits, so they come before its next live sample)."""
+        """The supervisor's recent metrics of each running instance this client has none of, so plots do
+        not start empty: one ("history", HistoryBackfill) per instance as its answer comes, after the
+        first snapshot (fetched side by side; the feed waits, so they come before its next live sample).
+        Asked as points (a plot's figures: a tenth of a whole sample's bytes) and the newest sample
+        whole; a supervisor that sends whole samples is read the same way. 32 instances' 600 whole
+        samples, decoded and held until the last answer, were a dashboard's peak memory (~55 MB) and
+        1.7 s of its loop (`benchmarks/bench_sample_memory.py`)."""
         wanted = [st.name for st in self.status() if st.state.running and st.name not in self._sampled]
 
-        async def history(name: str) -> tuple[MetricsSample, ...]:
-            target = "/history?" + urlencode({"name": name, "n": HISTORY_BACKFILL})
+        async def history(name: str) -> None:
+            target = "/history?" + urlencode({"name": name, "n": HISTORY_BACKFILL, "fields": "points"})
             try:
                 status, answer = await self._http("GET", target)
             except RemoteError:
-                return ()
-            # decoded as each answer comes (its JSON dicts freed at once, not held for all instances)
-            return tuple(decode_sample(data) for data in answer.get("samples") or ()) if status == 200 else ()
-
-        for name, batch in zip(wanted, await asyncio.gather(*(history(n) for n in wanted)), strict=True):
-            if not batch or name in self._sampled:
-                continue
+                return
+            samples, latest = answer.get("samples") or [], answer.get("latest")
+            if latest is None and samples:  # an older supervisor: whole samples
+                latest = samples.pop()
+            if status != 200 or not isinstance(latest, dict) or name in self._sampled:
+                return
             self._sampled.add(name)
+            qualified = self.sample_prefix + name
+            latest["instance"] = qualified
+            backfill = HistoryBackfill(
+                qualified, tuple(decode_point(data) for data in samples), decode_sample(latest)
+            )
             for telemetry in list(self._sample_subscribers):
-                telemetry("samples", batch)
+                telemetry("history", backfill)
+
+        await asyncio.gather(*(history(n) for n in wanted))
 
     def _on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")

@@ -14,6 +14,8 @@ from typing import Any
 
 import h11
 
+from vtui.service.wire import loads
+
 __all__ = ["Connection", "RemoteError", "feed_lines", "request"]
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -59,7 +61,7 @@ async def request(
     finally:
         writer.close()
     try:
-        answer = json.loads(b"".join(chunks) or b"{}")
+        answer = loads(b"".join(chunks) or b"{}")  # orjson: a backfill's answers are ~100 KB each
     except ValueError as exc:
         raise RemoteError(f"{who}: HTTP {status}, not JSON") from exc
     return status, answer if isinstance(answer, dict) else {}

@@ -21,7 +21,8 @@ talk HTTP/1.1 (h11) on `<state dir>/<session>.sock` (0600 in the 0700 state dir)
     POST /wake {name}             /wake_up; returns once READY again (409: refused)
     GET  /logs?name=N&n=50        the log's last lines (across rotations)
     GET  /events?n=200            recent events
-    GET  /history?name=N[&n=K]    the instance's metrics samples (the last K)
+    GET  /history?name=N[&n=K][&fields=points]  the instance's metrics samples (the last K; `points`:
+                                  all but the newest cut to a plot's figures, the newest as `latest`)
     GET  /pids                    every live process of each running instance
     GET  /feed                    NDJSON stream: hello (status), then events, statuses, samples
     POST /shutdown {stop}         end supervision (instances keep running unless stop)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Protocol
 
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase
@@ -470,8 +471,18 @@ def _kv_short_fix(sample: MetricsSample | None, flags: Mapping[str, object]) -> 
     return None
 
 
+class _Counted(Protocol):
+    """A sample in an instance's history, as much of it as the runtime diagnosis reads (a MetricsSample
+    or the dashboard's HistoryPoint)."""
+
+    @property
+    def at(self) -> float: ...
+    @property
+    def preemptions_total(self) -> float | None: ...
+
+
 def diagnose_runtime(
-    sample: MetricsSample, history: Sequence[MetricsSample], flags: Mapping[str, object] | None = None
+    sample: MetricsSample, history: Sequence[_Counted], flags: Mapping[str, object] | None = None
 ) -> list[Problem]:
     """ "KV cache short": usage >= 95% with requests waiting and preemptions rising (over `history`, the
     instance's recent samples, oldest first). `flags` (the instance's) makes the fix concrete."""

@@ -10,7 +10,7 @@ import copy
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -129,10 +129,38 @@ class MetricsSample:
     routed: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 
 
-def for_history(sample: MetricsSample) -> MetricsSample:
-    """The sample as a plot's history keeps it: without the windowed histograms (only the newest
-    sample's are merged, `telemetry.fleet`), which are most of a busy instance's sample."""
-    return replace(sample, windowed=_NO_WINDOWS) if sample.windowed else sample
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """What an instance's history keeps of each sample: the figures its plots, sparklines, the fleet's
+    trend column and the runtime diagnosis read, and nothing else. A dashboard keeps 600 an instance;
+    a whole sample (histograms, percentiles, rates and counters) is 4x the memory of one
+    (`benchmarks/bench_sample_memory.py`). None = not reported, as in the sample."""
+
+    at: float
+    kv_usage: float | None = None  # 0..1
+    running: float | None = None
+    waiting: float | None = None
+    prompt_tps: float | None = None
+    generation_tps: float | None = None
+    ttft_p95: float | None = None  # seconds
+    preemptions_total: float | None = None
+
+    @classmethod
+    def of(cls, s: MetricsSample) -> HistoryPoint:
+        return cls(
+            s.at, s.kv_usage, s.running, s.waiting, s.prompt_tps, s.generation_tps, s.ttft.p95,
+            s.preemptions_total,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryBackfill:
+    """A newly attached dashboard's start of one instance's history (the session supervisor's): the
+    points before its newest sample, oldest first, and that sample whole."""
+
+    instance: str
+    points: tuple[HistoryPoint, ...]
+    latest: MetricsSample
 
 
 @dataclass(frozen=True)

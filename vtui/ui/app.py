@@ -262,9 +262,7 @@ class VtuiApp(ControlMixin):
         self.store.add_sample(message.sample)  # the next render pass shows it
 
     def on_metrics_backfill(self, message: MetricsBackfill) -> None:
-        last = len(message.samples) - 1
-        for i, sample in enumerate(message.samples):
-            self.store.add_sample(sample, diagnose=i == last)
+        self.store.add_backfill(message.backfill)
 
     def on_hosts_changed(self, message: HostsChanged) -> None:
         self.store.set_hosts(message.hosts)

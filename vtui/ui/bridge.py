@@ -270,7 +270,7 @@ class Bridge:
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":  # the feed batches them already (the supervisor: a few writes a second)
             self._queue_sample(sample, 0.0)
-        elif kind == "samples":
+        elif kind == "history":
             self.app.post_message(MetricsBackfill(sample))
         elif kind == "gpu" and self._gpu_from_feed:
             self.app.post_message(GpuArrived(sample))

@@ -13,7 +13,7 @@ from textual.message import Message
 from vtui.core.events import Notice
 from vtui.core.supervision import HostState, InstanceStatus
 from vtui.telemetry.gpu import GpuSample
-from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.metrics import HistoryBackfill, MetricsSample
 
 if TYPE_CHECKING:  # types only: the planner and the log readers load on first use, not at start
     from vtui.planner import ModelConfig
@@ -40,12 +40,12 @@ class MetricsArrived(Message):
 
 
 class MetricsBackfill(Message):
-    """One instance's recent samples at once (the session supervisor's history for a newly attached
+    """One instance's recent history at once (the session supervisor's, for a newly attached
     dashboard): one message, never coalesced away as queued MetricsArrived would be."""
 
-    def __init__(self, samples: tuple[MetricsSample, ...]) -> None:
+    def __init__(self, backfill: HistoryBackfill) -> None:
         super().__init__()
-        self.samples = samples
+        self.backfill = backfill
 
 
 class GpuArrived(Message):

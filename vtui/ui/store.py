@@ -17,7 +17,7 @@ from vtui.core.replicas import supervised
 from vtui.core.state import State
 from vtui.core.supervision import HostState, InstanceStatus
 from vtui.telemetry.gpu import GpuSample
-from vtui.telemetry.metrics import MetricsSample, for_history
+from vtui.telemetry.metrics import HistoryBackfill, HistoryPoint, MetricsSample
 
 if TYPE_CHECKING:  # the readers are imported on first use (not before the first frame)
     from vtui.planner import ModelConfig
@@ -51,8 +51,8 @@ class InstanceView:
     name: str
     status: InstanceStatus | None = None
     sample: MetricsSample | None = None
-    history: deque[MetricsSample] = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
-    long_history: deque[MetricsSample] = field(default_factory=lambda: deque(maxlen=LONG_SAMPLES))
+    history: deque[HistoryPoint] = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
+    long_history: deque[HistoryPoint] = field(default_factory=lambda: deque(maxlen=LONG_SAMPLES))
     logs: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     run_lines: deque[str] = field(default_factory=lambda: deque(maxlen=RUN_LINES))
     facts: StartupFacts | None = None
@@ -266,10 +266,7 @@ class Store:
         if view is None:
             return None
         view.sample = sample
-        kept = for_history(sample)
-        view.history.append(kept)
-        if not view.long_history or not 0 <= sample.at - view.long_history[-1].at < LONG_EVERY_S:
-            view.long_history.append(kept)
+        self._keep(view, HistoryPoint.of(sample))
         if diagnose and view.state in (State.READY, State.UNHEALTHY):
             # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
             from vtui.telemetry.diagnosis import diagnose_runtime
@@ -278,6 +275,21 @@ class Store:
                 sample, view.history, view.spec.flags if view.spec else None
             )
         return view.name
+
+    def add_backfill(self, backfill: HistoryBackfill) -> str | None:
+        """A newly attached dashboard's history of one instance: its points, then its newest sample."""
+        view = self.views.get(backfill.instance)
+        if view is None:
+            return None
+        for point in backfill.points:
+            self._keep(view, point)
+        return self.add_sample(backfill.latest)
+
+    @staticmethod
+    def _keep(view: InstanceView, point: HistoryPoint) -> None:
+        view.history.append(point)
+        if not view.long_history or not 0 <= point.at - view.long_history[-1].at < LONG_EVERY_S:
+            view.long_history.append(point)
 
     def add_logs(self, name: str, lines: Iterable[str], skipped: int = 0) -> bool:
         """Append a batch; `skipped` lines were dropped before it (a flood) and leave a marker line."""

@@ -11,6 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
 from textual.widgets import Static
 
+from vtui.telemetry.metrics import HistoryPoint
 from vtui.ui import fmt, planning
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
@@ -26,7 +27,7 @@ PLOTS = (
     ("KV cache usage", "%", (("KV %", lambda s: s.kv_usage * 100 if s.kv_usage is not None else None),)),
     ("requests", "requests", (("running", lambda s: s.running), ("waiting", lambda s: s.waiting))),
     ("throughput", "tok/s", (("prompt", lambda s: s.prompt_tps), ("generation", lambda s: s.generation_tps))),
-    ("TTFT p95", "ms", (("TTFT p95", lambda s: s.ttft.p95 * 1000 if s.ttft.p95 is not None else None),)),
+    ("TTFT p95", "ms", (("TTFT p95", lambda s: s.ttft_p95 * 1000 if s.ttft_p95 is not None else None),)),
 )
 WINDOWS = ((300.0, "5 min"), (3600.0, "1 h"))  # `w` switches; 1 h reads the 10 s history
 PLOT_EVERY_S = 2.0  # plotext redraws a whole plot: at most every 2 s
@@ -205,7 +206,7 @@ class DetailScreen(InstanceScreen):
             return
         self._plotted, self._plotted_at = key, now
         unit, scale = ("s", 1.0) if span <= 600 else ("min", 60.0)
-        latest = view.sample
+        latest = HistoryPoint.of(view.sample) if view.sample else None  # the plots' figures, now
         self.query_one("#plot-window", Static).update(
             f"History: last {label} ({len(samples)} samples; w: {' / '.join(w for _, w in WINDOWS)})"
             + ("" if samples else "  -- no samples yet (the instance is not serving)")

@@ -17,20 +17,20 @@ from textual.widget import Widget
 
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
-from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.metrics import HistoryPoint
 from vtui.ui import fmt
 from vtui.ui.store import InstanceView, Store
 from vtui.ui.widgets.fleet_rows import max_seqs, router_line
 from vtui.ui.widgets.palette import Palette, palette_of, spark_rows
 
-Series = tuple[str, Callable[[MetricsSample], float | None], Callable[[float | None], str]]
+Series = tuple[str, Callable[[HistoryPoint], float | None], Callable[[float | None], str]]
 SERIES: tuple[Series, ...] = (
     ("KV cache", lambda s: s.kv_usage, fmt.pct),  # scaled to 100 %
     ("running", lambda s: s.running, fmt.num),  # scaled to max-num-seqs
     ("waiting", lambda s: s.waiting, fmt.num),
     ("gen tok/s", lambda s: s.generation_tps, fmt.rate),
     ("prompt tok/s", lambda s: s.prompt_tps, fmt.rate),
-    ("TTFT p95", lambda s: s.ttft.p95, fmt.seconds),
+    ("TTFT p95", lambda s: s.ttft_p95, fmt.seconds),
 )
 LABEL_W = 20
 PANE_EVERY_S = 3.0
