@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,6 +93,8 @@ async def test_a_dashboard_shows_and_drives_a_second_hosts_session_and_rides_out
     up = await asyncio.to_thread(on_host, "gpu2", sys.executable, "-m", "vtui", "up", str(remote_path))
     assert up.returncode == 0, up.stdout + up.stderr
     local_path = write_layout(tmp_path, session, [sim_instance("a", gpus=(0,))])
+    await asyncio.sleep(1.5)  # gpu2's supervisor scrapes r1 before the dashboard opens: its history
+    opened = time.time()
 
     app = make_app(local_path, gpu_sampler=False, hosts=["me@gpu2"])
     async with app.run_test(size=(160, 40)) as pilot:
@@ -109,6 +112,8 @@ async def test_a_dashboard_shows_and_drives_a_second_hosts_session_and_rides_out
         assert table._rows["gpu2:r1"].label == "r1"
         # the remote supervisor's samples come through the forward (it scrapes on its host)
         await until(lambda: views["gpu2:r1"].sample is not None, what="a sample of gpu2's instance")
+        history = views["gpu2:r1"].history  # backfilled from gpu2's supervisor, through the Fleet
+        await until(lambda: bool(history) and history[0].at < opened, what="gpu2's history backfilled")
         # the GPU panel has a section per host, the remote one from its supervisor's sampler
         await until(lambda: "gpu2" in app.store.host_gpus, what="gpu2's GPU sample")
         panel = app.screen.query_one(GpuPanel)
