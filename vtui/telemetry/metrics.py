@@ -84,8 +84,8 @@ class RankSample:
 class MetricsSample:
     """One scrape of one instance, ready for display. None = not reported (the UI shows "--").
 
-    Slotted: a dashboard holds 600 of them per instance (10 minutes of plots), ~19k at 32 instances,
-    and a per-instance `__dict__` was most of each one's ~2.9 KB (`benchmarks/bench_sample_memory.py`)."""
+    Slotted: a per-instance `__dict__` was most of a decoded idle sample's 2.9 KB (a dashboard's history
+    keeps HistoryPoints, not samples: `benchmarks/bench_sample_memory.py`)."""
 
     instance: str | None
     at: float
@@ -133,7 +133,7 @@ class MetricsSample:
 class HistoryPoint:
     """What an instance's history keeps of each sample: the figures its plots, sparklines, the fleet's
     trend column and the runtime diagnosis read, and nothing else. A dashboard keeps 600 an instance;
-    a whole sample (histograms, percentiles, rates and counters) is 4x the memory of one
+    a whole sample (histograms, percentiles, rates and counters) takes 3-4x the memory of one
     (`benchmarks/bench_sample_memory.py`). None = not reported, as in the sample."""
 
     at: float
