@@ -184,9 +184,9 @@ def _shared_bounds(bounds: list[float]) -> tuple[float, ...]:
 
 
 def decode_sample(data: dict[str, Any]) -> MetricsSample:
-    """A sample as compact as it can be held: a dashboard keeps 600 of each instance's (its plots), so
-    what is empty takes the dataclass's shared default, names are interned, and the histograms' bucket
-    bounds (alike in every sample) are one tuple (`benchmarks/bench_sample_memory.py` has the sizes)."""
+    """A sample as compact as it can be held (the feed decodes one per instance a second): what is empty
+    takes the dataclass's shared default, names are interned, and the histograms' bucket bounds (alike
+    in every sample) are one tuple (`benchmarks/bench_sample_memory.py` has the sizes)."""
     values: dict[str, Any] = {}
     for k, v in data.items():
         if k not in _SAMPLE_FIELD_SET or (not v and isinstance(v, (dict, list))):
@@ -229,11 +229,9 @@ def point_of(encoded: Mapping[str, Any]) -> dict[str, Any]:
 def decode_point(data: Mapping[str, Any]) -> HistoryPoint:
     """A HistoryPoint from an encoded sample, whole or cut by `point_of`."""
     ttft = data.get("ttft")
-    return HistoryPoint(
-        data["at"], data.get("kv_usage"), data.get("running"), data.get("waiting"), data.get("prompt_tps"),
-        data.get("generation_tps"), ttft.get("p95") if isinstance(ttft, Mapping) else None,
-        data.get("preemptions_total"),
-    )  # fmt: skip
+    p95 = ttft.get("p95") if isinstance(ttft, Mapping) else None
+    figures: dict[str, Any] = {k: data.get(k) for k in _POINT_FIELDS}
+    return HistoryPoint(**figures, ttft_p95=p95)
 
 
 def encode_gpu(sample: GpuSample) -> dict[str, Any]:
