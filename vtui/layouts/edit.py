@@ -5,13 +5,24 @@ key order, formatting and untouched `${VAR}` strings survive (a tomlkit round tr
 written only where the saved value differs from what the file already gives that instance (its own key,
 else `[defaults]`, else the built-in default). Added instances are appended as the full rewrite would
 write them. It answers None when the change cannot be made in place (instances reordered, instances
-written as an inline array): the caller then writes the whole file anew. `vtui.layouts` validates
-the result either way before anything reaches the disk.
+written as an inline array): the caller then refuses the save and says why. `vtui.layouts` validates the
+result either way before anything reaches the disk.
+
+Only tomlkit's public API is used (its private inserts went away in 0.15). Values that exist are changed
+and deleted by tomlkit in place. New keys and tables are placed by `_Placer`: tomlkit's public `t[k] = v`
+puts a new key at the very end of the table's text, after the comments and blank lines that lead into
+the next table, and its blank lines around it differ between releases; so each new key is added under a
+unique placeholder name, the text is rendered with and without the placeholders, and each placeholder's
+lines move into the text without them, right after the table's last key/value line (else under its
+header), renamed. New [session] and [defaults] tables go near the top of the file, where a full rewrite
+puts them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,10 +53,17 @@ _SESSION_KEYS = (
     "metrics_port",
     "metrics_host",
 )
+_PLACEHOLDER = "vtui-placed-{}"
+_PLACEHOLDER_RE = re.compile(r"vtui-placed-(\d+)(?![\w-])")
 
 
 def edit_text(text: str, old: Layout, new: Layout) -> str | None:
     """`text` (the file `old` was read from) changed where `new` differs; None: not possible in place."""
+    crlf = "\r\n" in text and "\n" not in text.replace("\r\n", "")
+    if crlf:
+        text = text.replace("\r\n", "\n")  # placed lines are joined with "\n"; the file's own come back
+    if _PLACEHOLDER_RE.search(text):
+        return None  # a key of ours in the file: placing by name would be ambiguous
     restore = Restorer(new.templates)
     defaults = {k: plain(v) for k, v in shared_defaults(new).items()}
     effective = {**BUILTIN_DEFAULTS, **defaults}
@@ -58,9 +76,10 @@ def edit_text(text: str, old: Layout, new: Layout) -> str | None:
     kept = [n for n in olds if n in news]
     added = [n for n in news if n not in olds]
     if kept + added != list(news):
-        return None  # reordered: the full rewrite says it plainly
-    _session(doc, old, new)
-    _defaults(doc, old.defaults, defaults, restore)
+        return None  # reordered: the caller says so plainly
+    placer = _Placer()
+    _session(doc, old, new, placer)
+    _defaults(doc, old.defaults, defaults, restore, placer)
     same_defaults = {k: plain(v) for k, v in old.defaults.items()} == defaults
     for index in reversed(range(len(aot))):
         name = str(aot[index].get("name", ""))
@@ -77,14 +96,13 @@ def edit_text(text: str, old: Layout, new: Layout) -> str | None:
             instance_values(after),
             effective,
             _scoped(restore, name),
+            placer,
         )
-    out = tomlkit.dumps(doc)
+    out = placer.place(doc)
     for name in added:
         block = emit_table("instance", instance_table(news[name], effective, restore), array=True)
         out = out.rstrip("\n") + "\n\n" + "\n".join(block) + "\n"
-    if "\r\n" in text and "\n" not in text.replace("\r\n", ""):
-        out = out.replace("\r\n", "\n").replace("\n", "\r\n")  # new lines as the file's own (CRLF)
-    return out
+    return out.replace("\n", "\r\n") if crlf else out
 
 
 def _scoped(restore: Restorer, name: str) -> Callable[[tuple, object], object]:
@@ -92,30 +110,140 @@ def _scoped(restore: Restorer, name: str) -> Callable[[tuple, object], object]:
     return lambda path, value: restore(name, path, value)
 
 
+class _Placer:
+    """New keys and tables, held back until the in-place changes are rendered, then placed where a
+    person would put them (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._keys: list[tuple[Any, str, object]] = []  # (existing table, key, value)
+        self._tables: dict[tuple[int, str], tuple[Any, str, dict[str, object]]] = {}  # new sub-tables
+        self._top: dict[str, dict[str, object]] = {}  # new [session] / [defaults]: name -> keys
+
+    def key(self, table: Any, key: str, value: object) -> None:
+        self._keys.append((table, key, value))
+
+    def table(self, parent: Any, key: str) -> dict[str, object]:
+        """The keys of a new `[parent.key]` table (the same dict on every call)."""
+        return self._tables.setdefault((id(parent), key), (parent, key, {}))[2]
+
+    def top(self, name: str) -> dict[str, object]:
+        """The keys of a new top-level table ([session], [defaults])."""
+        return self._top.setdefault(name, {})
+
+    def place(self, doc: Any) -> str:
+        """`doc` rendered with every new key and table in its place."""
+        without = tomlkit.dumps(doc)
+        names: dict[str, str] = {}
+        for table, key, value in self._keys:
+            names[placeholder := _PLACEHOLDER.format(len(names))] = key
+            table[placeholder] = value
+        for parent, key, keys in self._tables.values():
+            if keys:
+                names[placeholder := _PLACEHOLDER.format(len(names))] = key
+                new = tomlkit.table()
+                for name, value in keys.items():
+                    new[name] = value
+                parent[placeholder] = new
+        lines = without.split("\n")
+        if names:
+            lines = _moved(lines, tomlkit.dumps(doc).split("\n"), names)
+        for name in ("session", "defaults"):
+            if self._top.get(name):
+                lines = _at_top(lines, emit_table(name, self._top[name]), after_session=name == "defaults")
+        return "\n".join(lines)
+
+
+def _moved(without: list[str], marked: list[str], names: Mapping[str, str]) -> list[str]:
+    """`without` with the placeholder lines of `marked` (the same text with the new keys added under
+    placeholder names) inserted after the last key/value line before where tomlkit put them, renamed."""
+    runs: list[tuple[int, list[str]]] = []
+    matcher = difflib.SequenceMatcher(None, without, marked, autojunk=False)
+    for op, i1, _i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        if op != "insert" or not any(_PLACEHOLDER_RE.search(line) for line in marked[j1:j2]):
+            if op == "insert" and all(not line.strip() for line in marked[j1:j2]):
+                continue  # a blank line tomlkit added around a new key: the file keeps its own
+            raise _CannotPlace(f"adding keys changed other lines ({op} at line {i1 + 1})")
+        runs.append((i1, [line for line in marked[j1:j2] if line.strip()]))
+    out = list(without)
+    for at, run in reversed(runs):  # from the end: earlier indexes stay true
+        at = _after_last_value(out, at)
+        block: list[str] = []
+        for line in run:
+            line = _PLACEHOLDER_RE.sub(lambda m: tomlkit.key(names[m.group(0)]).as_string(), line)
+            if line.lstrip().startswith("[") and (block or (at > 0 and out[at - 1].strip())):
+                block.append("")  # a new sub-table stands apart, as the full rewrite writes it
+            block.append(line)
+        if block and block[0] == "" and (at == 0 or not out[at - 1].strip()):
+            block = block[1:]
+        ends_table = any(line.lstrip().startswith("[") for line in block)
+        if ends_table and at < len(out) and out[at].strip() and not out[at].lstrip().startswith("#"):
+            block.append("")  # what follows is the next table's header
+        out[at:at] = block
+    return out
+
+
+class _CannotPlace(Exception):
+    """A new key could not be placed without touching other lines: the save is refused (edit_text: None)."""
+
+
+def _comment_only(line: str) -> bool:
+    stripped = line.strip()
+    return stripped.startswith("#") and '"""' not in stripped and "'''" not in stripped
+
+
+def _after_last_value(lines: list[str], at: int) -> int:
+    """`at` moved up over the comment and blank lines before it (those lead into the next table)."""
+    while at > 0 and (not lines[at - 1].strip() or _comment_only(lines[at - 1])):
+        at -= 1
+    return at
+
+
+def _at_top(lines: list[str], block: list[str], *, after_session: bool) -> list[str]:
+    """A new top-level table before the first table of the file (after [session] for [defaults]),
+    above that table's own comment lines but below the comments that open the file."""
+    headers = [i for i, line in enumerate(lines) if line.strip() and not _comment_only(line)]
+    at = headers[0] if headers else len(lines)
+    if after_session and headers and lines[at].strip().replace(" ", "").startswith("[session]"):
+        at = next((i for i in headers[1:] if lines[i].lstrip().startswith("[")), len(lines))
+    above = at
+    while above > 0 and _comment_only(lines[above - 1]):
+        above -= 1
+    if above > 0:
+        at = above
+    while at > 0 and not lines[at - 1].strip() and at < len(lines):
+        at -= 1  # after the last content line, then one blank line each side
+    before = [""] if at > 0 else []
+    return (
+        [*lines[:at], *before, *block, "", *lines[at:]] if at < len(lines) else [*lines, *before, *block, ""]
+    )
+
+
 def _drop(aot: AoT, index: int) -> None:
     """Delete one [[instance]] but not the comment and blank lines that end it: in the file they lead
     into the next table (its heading comment), so they move before that table's header; after the last
     instance (the file's closing comments) they stay at the end of the one before."""
-    trailer = _take_trailer(aot[index])
+    trailer = _trailer(aot[index])
     del aot[index]
     if not trailer:
         return
     if index < len(aot):
         following = aot[index]
-        following.trivia.indent = "".join(item.as_string() for _, item in trailer) + following.trivia.indent
+        following.trivia.indent = "".join(item.as_string() for item in trailer) + following.trivia.indent
     elif index > 0:
-        _last_box(aot[index - 1]).value.body.extend(trailer)
+        box = _last_box(aot[index - 1])
+        for item in trailer:
+            box.add(item)
 
 
-def _take_trailer(table: Table) -> list:
-    """Remove and return the comment and blank lines at the end of `table`'s text."""
+def _trailer(table: Table) -> list[Comment | Whitespace]:
+    """The comment and blank lines at the end of `table`'s text."""
     body = _last_box(table).value.body
     cut = len(body)
     while cut > 0 and body[cut - 1][0] is None and isinstance(body[cut - 1][1], (Comment, Whitespace)):
         cut -= 1
-    trailer = body[cut:]
-    del body[cut:]
-    return trailer
+    return [item for _, item in body[cut:] if isinstance(item, (Comment, Whitespace))]
 
 
 def _last_box(table: Table) -> Table:
@@ -127,7 +255,7 @@ def _last_box(table: Table) -> Table:
         table = body[-1][1]
 
 
-def _session(doc: Any, old: Layout, new: Layout) -> None:
+def _session(doc: Any, old: Layout, new: Layout, placer: _Placer) -> None:
     changes = {
         k: getattr(new.session, k)
         for k in _SESSION_KEYS
@@ -136,35 +264,27 @@ def _session(doc: Any, old: Layout, new: Layout) -> None:
     if not changes:
         return
     table = doc.get("session")
-    if table is None:
-        table = tomlkit.table()
-        try:
-            doc._insert_at(0, "session", table)  # the top of the file, where a full rewrite puts it
-        except Exception:  # noqa: BLE001 - tomlkit's private API moved: the end of the file is valid too
-            doc["session"] = table
-        table = doc["session"]
     for key, value in changes.items():
-        if value is None or (key, value) in (("allow_gpu_sharing", False), ("metrics_host", "127.0.0.1")):
+        gone = value is None or (key, value) in (("allow_gpu_sharing", False), ("metrics_host", "127.0.0.1"))
+        if table is None:
+            if not gone:
+                placer.top("session")[key] = value
+        elif gone:
             with contextlib.suppress(KeyError):
                 del table[key]
         else:
-            _put(table, key, value)
+            _put(table, key, value, placer)
 
 
-def _defaults(doc: Any, old: Mapping[str, object], new: Mapping[str, object], restore: Restorer) -> None:
+def _defaults(
+    doc: Any, old: Mapping[str, object], new: Mapping[str, object], restore: Restorer, placer: _Placer
+) -> None:
     """[defaults] as `new`: a shared flag one instance dropped leaves it (TOML cannot say "unset")."""
     if dict(old) == dict(new):
         return
     table = doc.get("defaults")
     if table is None:
-        table = tomlkit.table()
-        try:
-            doc._insert_after("session", "defaults", table) if "session" in doc else doc._insert_at(
-                0, "defaults", table
-            )
-        except Exception:  # noqa: BLE001
-            doc["defaults"] = table
-        table = doc["defaults"]
+        table = placer.top("defaults")
     for key in [*old, *(k for k in new if k not in old)]:
         if key in ("env", "flags"):
             _sub_table(
@@ -174,12 +294,13 @@ def _defaults(doc: Any, old: Mapping[str, object], new: Mapping[str, object], re
                 mapping(new.get(key)),
                 {},
                 lambda path, value: restore("", path, value),
+                placer,
             )
         elif key not in new:
             with contextlib.suppress(KeyError):
                 del table[key]
         elif old.get(key, _MISSING) != new[key]:
-            _put(table, key, restore("", (key,), new[key]))
+            _put(table, key, restore("", (key,), new[key]), placer)
 
 
 def _instance(
@@ -188,6 +309,7 @@ def _instance(
     new: Mapping[str, object],
     effective: Mapping[str, object],
     restore: Callable[[tuple, object], object],
+    placer: _Placer,
 ) -> None:
     for key in INSTANCE_KEYS:
         if key == "name":
@@ -200,6 +322,7 @@ def _instance(
                 mapping(new[key]),
                 mapping(effective.get(key)),
                 restore,
+                placer,
             )
             continue
         value = new[key]
@@ -207,9 +330,9 @@ def _instance(
             if value is None:
                 del table[key]
             elif old[key] != value:
-                _put(table, key, restore((key,), value))
+                _put(table, key, restore((key,), value), placer)
         elif value is not None and effective.get(key, _MISSING) != value:
-            _put(table, key, restore((key,), value))
+            _put(table, key, restore((key,), value), placer)
 
 
 def _sub_table(
@@ -219,6 +342,7 @@ def _sub_table(
     new: dict[str, object],
     inherited: dict[str, object],
     restore: Callable[[tuple, object], object],
+    placer: _Placer,
 ) -> None:
     """One env/flags table: set what changed or is no longer inherited, delete what is gone."""
     for name in [*old, *(n for n in new if n not in old)]:
@@ -232,27 +356,14 @@ def _sub_table(
         if (old.get(name, _MISSING) == value) if mine else (inherited.get(name, _MISSING) == value):
             continue
         if own is None:
-            trailer = _take_trailer(table)  # the next table's heading comments stay before it
-            table[key] = tomlkit.table()
-            own = table[key]
-            own.value.body.extend(trailer)
-        _put(own, name, restore((key, name), value))
+            own = table.setdefault(key, {}) if type(table) is dict else placer.table(table, key)  # new: held
+        _put(own, name, restore((key, name), value), placer)
 
 
-def _put(table: Any, key: str, value: object) -> None:
-    """Set `key`: in place when it exists; a new key goes right after the table's last key/value line
-    (else under its header), not after the comments and blank lines that lead into the next table."""
+def _put(table: Any, key: str, value: object, placer: _Placer) -> None:
+    """Set `key`: in place when it exists or the table is new (held by the placer) or inline; a new key
+    of a table in the file is placed after the table's last key/value line (`_Placer`)."""
     if key in table or not isinstance(table, Table):
         table[key] = value
-        return
-    body = table.value.body
-    last = next(
-        (k for k, item in reversed(body) if k is not None and not isinstance(item, (Table, AoT))), None
-    )
-    if last is None:  # only comments (maybe the next table's): the key goes right under the header
-        if body:
-            table.value._insert_at(0, key, value)
-        else:
-            table[key] = value
-        return
-    table.value._insert_after(last, key, value)
+    else:
+        placer.key(table, key, value)
