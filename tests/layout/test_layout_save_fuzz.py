@@ -19,7 +19,7 @@ from unittest import mock
 import pytest
 
 from vtui.core.model import InstanceSpec, Layout
-from vtui.layouts import LayoutError, load_layout, save_layout
+from vtui.layouts import LayoutError, SaveRefused, load_layout, save_layout
 from vtui.layouts.dump import dump_layout, shared_defaults
 
 SECRETS = {
@@ -319,22 +319,39 @@ def fuzz(tmp_path: Path, seed: int, crlf: bool = False, bom: bool = False, round
     path = folder / "layout.toml"
     text, comments = write_layout(rng, crlf=crlf, bom=bom)
     path.write_bytes(text.encode("utf-8"))
-    rewritten = False  # once reordered, the file is the full rewrite: no comments, LF, no BOM
     for _ in range(rounds):
         layout = load_layout(path)
         if rng.random() < 0.25:
             check_refused(path, invalid_edit(rng, layout))
         edited = random_edit(rng, layout)
-        reordered = rng.random() < 0.05 and len(edited.instances) > 1
-        if reordered:  # not made in place: the full rewrite, which must still round-trip and keep secrets out
-            edited = replace(edited, instances=tuple(reversed(edited.instances)))
-            rewritten, comments = True, []
-        text = check_save(path, edited, comments, in_place=not reordered)
+        if rng.random() < 0.05 and len(edited.instances) > 1:
+            check_set_aside(path, replace(edited, instances=tuple(reversed(edited.instances))))
+        text = check_save(path, edited, comments, in_place=True)
         comments = [(c, owner) for c, owner in comments if c in text]  # those lost as allowed stay lost
-        if crlf and not rewritten:
+        if crlf:
             assert "\n" not in text.replace("\r\n", ""), "CRLF kept"
-        if bom and not rewritten:
+        if bom:
             assert text.startswith("\ufeff") and text.count("\ufeff") == 1
+
+
+def check_set_aside(path: Path, reordered: Layout) -> None:
+    """Reordered instances cannot be saved in place: the file stays as it is, the whole layout goes to
+    PATH.new (which must round-trip and keep secrets out), and the error says both."""
+    before = path.read_bytes()
+    with pytest.raises(SaveRefused) as caught:
+        save_layout(reordered)
+    aside = path.with_name(path.name + ".new")
+    assert path.read_bytes() == before
+    assert (
+        str(path) in str(caught.value)
+        and "reordered" in str(caught.value)
+        and str(aside) in str(caught.value)
+    )
+    text = aside.read_text(encoding="utf-8")
+    assert same(load_layout(aside), reordered)
+    for secret in SECRETS.values():
+        assert secret not in text
+    aside.unlink()
 
 
 SEEDS = int(os.environ.get("VTUI_FUZZ_SEEDS", "16"))  # more for a longer hunt: VTUI_FUZZ_SEEDS=1000

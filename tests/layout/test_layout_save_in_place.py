@@ -7,11 +7,12 @@ import difflib
 import random
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from vtui.core.model import InstanceSpec
-from vtui.layouts import LayoutError, load_layout, render_layout, save_layout
+from vtui.layouts import LayoutError, SaveRefused, load_layout, render_layout, save_layout
 
 COMMENTED = """\
 # Two models on one box. Keep this header!
@@ -164,11 +165,86 @@ def test_save_as_to_a_new_path_is_the_full_rewrite(commented: Path, tmp_path: Pa
     assert commented.read_text(encoding="utf-8") == COMMENTED
 
 
-def test_reordered_instances_fall_back_to_the_full_rewrite(commented: Path) -> None:
+def test_reordered_instances_are_set_aside_not_rewritten_over_the_comments(commented: Path) -> None:
     layout = load_layout(commented)
     swapped = replace(layout, instances=tuple(reversed(layout.instances)))
-    text = saved(commented, swapped)
-    assert load_layout(commented).names() == ["small", "big"] and "# --- the big one ---" not in text
+    with pytest.raises(SaveRefused, match="reordered") as caught:
+        save_layout(swapped)
+    aside = commented.with_name("box.toml.new")
+    assert commented.read_text(encoding="utf-8") == COMMENTED  # the user's file, untouched
+    assert str(commented) in str(caught.value) and str(aside) in str(caught.value)
+    assert load_layout(aside).names() == ["small", "big"]
+
+
+def test_a_key_added_by_hand_since_the_read_is_kept(commented: Path) -> None:
+    layout = load_layout(commented)  # the dashboard's copy, read at start
+    by_hand = COMMENTED.replace("gpus = [2]\n", "gpus = [2]\nmax_restarts = 9   # added by hand\n")
+    by_hand = by_hand.replace("enforce-eager = true\n", "enforce-eager = true\nseed = 3   # by hand too\n")
+    commented.write_text(by_hand, encoding="utf-8")
+    edited = layout.replace_instance(layout.instance("big").with_flags({"max-num-seqs": 64}))
+    text = saved_as_merged(commented, edited)
+    assert "max_restarts = 9   # added by hand" in text and "seed = 3   # by hand too" in text
+    assert changed_lines(by_hand, text) == (
+        ["max-num-seqs = 128   # more OOMs at 256"],
+        ["max-num-seqs = 64   # more OOMs at 256"],
+    )
+    saved_layout = load_layout(commented)
+    assert saved_layout.instance("small").restart.max_restarts == 9
+    assert (
+        saved_layout.instance("big").flags["seed"] == 3
+        and saved_layout.instance("big").flags["max-num-seqs"] == 64
+    )
+
+
+def test_an_instance_added_by_hand_since_the_read_is_kept(commented: Path) -> None:
+    layout = load_layout(commented)
+    by_hand = COMMENTED + '\n[[instance]]\nname = "third"   # by hand\nport = 8009\ngpus = [5]\n'
+    commented.write_text(by_hand, encoding="utf-8")
+    text = saved_as_merged(
+        commented, layout.replace_instance(layout.instance("small").with_flags({"seed": 8}))
+    )
+    assert 'name = "third"   # by hand' in text and load_layout(commented).names() == [
+        "big",
+        "small",
+        "third",
+    ]
+
+
+def test_a_value_changed_on_both_sides_is_refused_and_named(commented: Path) -> None:
+    layout = load_layout(commented)
+    by_hand = COMMENTED.replace("max-num-seqs = 128   # more OOMs at 256", "max-num-seqs = 96")
+    commented.write_text(by_hand, encoding="utf-8")
+    with pytest.raises(SaveRefused, match=r"changed on disk.*instance\[big\]\.flags\.max-num-seqs"):
+        save_layout(layout.replace_instance(layout.instance("big").with_flags({"max-num-seqs": 64})))
+    assert commented.read_text(encoding="utf-8") == by_hand
+
+
+def test_a_file_that_no_longer_loads_is_not_overwritten(commented: Path) -> None:
+    layout = load_layout(commented)
+    broken = COMMENTED + "\n[[instance]]\nname = \n"
+    commented.write_text(broken, encoding="utf-8")
+    with pytest.raises(SaveRefused, match="no longer loads"):
+        save_layout(layout.replace_instance(layout.instance("big").with_flags({"max-num-seqs": 64})))
+    assert commented.read_text(encoding="utf-8") == broken
+    assert load_layout(commented.with_name("box.toml.new")).instance("big").flags["max-num-seqs"] == 64
+
+
+def test_an_editor_failure_refuses_instead_of_rewriting_without_comments(commented: Path) -> None:
+    """Was: tomlkit 0.15 removed a private method the editor called; the AttributeError was swallowed and
+    the save rewrote the file without a comment, saying "saved"."""
+    layout = load_layout(commented)
+    edited = layout.replace_instance(layout.instance("big").with_flags({"gpu-memory-utilization": 0.8}))
+    with mock.patch("vtui.layouts.edit._moved", side_effect=AttributeError("no _insert_after")):
+        with pytest.raises(SaveRefused, match="in-place editor failed: AttributeError"):
+            save_layout(edited)
+    assert commented.read_text(encoding="utf-8") == COMMENTED
+    text = saved(commented, edited)  # and without the fault: every comment kept
+    assert all(line in text.splitlines() for line in COMMENTED.splitlines() if line.lstrip().startswith("#"))
+
+
+def saved_as_merged(path: Path, layout) -> str:
+    save_layout(layout)
+    return path.read_text(encoding="utf-8")
 
 
 def test_a_result_that_would_not_load_is_never_written(commented: Path, tmp_path: Path) -> None:

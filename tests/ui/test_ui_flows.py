@@ -325,3 +325,57 @@ async def test_open_layout_switches_session_and_leaves_old_instances_running(fak
         assert made and app.supervisor is made[-1]
         assert app.store.names() == ["embed"] and "other" in screen_text(app)
     assert fake.closed_with is False  # the old session's instances were left running
+
+
+COMMENTED_LAYOUT = """\
+# my box: keep every line of this
+[session]
+name = "box"   # the title
+
+[[instance]]
+name = "embed"   # the small one
+model = "org/embed"
+engine = "sim"
+port = 8101
+[instance.flags]
+max-num-seqs = 16   # enough for the batch job
+# the next one is the big one
+
+[[instance]]
+name = "chat"
+model = "org/chat"
+engine = "sim"
+port = 8102
+"""
+
+
+async def test_ctrl_s_adds_a_flag_keeping_comments_and_a_key_added_by_hand(app_factory, tmp_path):
+    """ctrl+s into the file the session came from: a flag added (the case tomlkit 0.15 broke) keeps
+    every comment, and a key the user added to the file by hand meanwhile is kept, not undone."""
+    from vtui.layouts import load_layout
+    from vtui.testing.fake_supervisor import FakeSupervisor
+
+    path = tmp_path / "box.toml"
+    path.write_text(COMMENTED_LAYOUT)
+    fake = FakeSupervisor(load_layout(path), clock=lambda: 0.0)
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        by_hand = COMMENTED_LAYOUT.replace("port = 8102\n", "port = 8102\nmax_restarts = 7   # by hand\n")
+        path.write_text(by_hand)
+        embed = fake.layout.instance("embed")
+        app.restart_instance("embed", embed.with_flags({"max-model-len": 2048, "max-num-seqs": 24}))
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await settle(pilot, 8)
+        if pending := [w for w in app.workers if w.group == "layout"]:
+            await app.workers.wait_for_complete(pending)
+        text = path.read_text()
+    for line in by_hand.splitlines():
+        if "#" in line and "max-num-seqs" not in line:
+            assert line in text.splitlines()
+    assert "max-num-seqs = 24   # enough for the batch job" in text
+    assert "max-num-seqs = 24   # enough for the batch job\nmax-model-len = 2048\n# the next one" in text
+    saved = load_layout(path)
+    assert saved.instance("chat").restart.max_restarts == 7
+    assert saved.instance("embed").flags["max-model-len"] == 2048

@@ -230,6 +230,9 @@ class Layout:
     # The `${VAR}` references its values were expanded from, carried with the layout so that saving it
     # writes them back (never the secret) and depends on nothing but the layout. Not part of equality.
     templates: Templates = field(default_factory=lambda: _frozen({}), compare=False, repr=False)
+    # The file's text when it was read: a save merges what changed on disk since then instead of undoing
+    # it (vtui.layouts.merge). None for a layout not read from a file. Not part of equality.
+    origin: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "instances", tuple(self.instances))

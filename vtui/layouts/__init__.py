@@ -2,7 +2,7 @@
 handling, in-place edits that keep comments, atomic saves, the shipped layouts (by name) and the
 last-used session. Imports core, never Textual."""
 
-from vtui.layouts.errors import LayoutError, LayoutProblem, NoLayoutError
+from vtui.layouts.errors import LayoutError, LayoutProblem, NoLayoutError, SaveRefused
 from vtui.layouts.files import (
     dump_layout,
     load_layout,
@@ -26,6 +26,7 @@ __all__ = [
     "LayoutError",
     "LayoutProblem",
     "NoLayoutError",
+    "SaveRefused",
     "builtin_layout",
     "builtin_names",
     "default_layout",

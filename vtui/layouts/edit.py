@@ -42,7 +42,7 @@ from vtui.layouts.dump import (
 )
 from vtui.layouts.keys import INSTANCE_KEYS
 
-__all__ = ["edit_text"]
+__all__ = ["InPlaceError", "edit_text"]
 
 _MISSING = object()
 _SESSION_KEYS = (
@@ -57,36 +57,44 @@ _PLACEHOLDER = "vtui-placed-{}"
 _PLACEHOLDER_RE = re.compile(r"vtui-placed-(\d+)(?![\w-])")
 
 
-def edit_text(text: str, old: Layout, new: Layout) -> str | None:
-    """`text` (the file `old` was read from) changed where `new` differs; None: not possible in place."""
+class InPlaceError(Exception):
+    """The change cannot be made by editing the file's text (the message says why)."""
+
+
+def edit_text(text: str, old: Layout, new: Layout) -> str:
+    """`text` changed where `new` differs from `old` (the layout as vtui read it: `text` itself, or an
+    earlier version of it, whose later changes are kept). Raises InPlaceError when not possible."""
     crlf = "\r\n" in text and "\n" not in text.replace("\r\n", "")
     if crlf:
         text = text.replace("\r\n", "\n")  # placed lines are joined with "\n"; the file's own come back
     if _PLACEHOLDER_RE.search(text):
-        return None  # a key of ours in the file: placing by name would be ambiguous
+        raise InPlaceError("it holds a key named like vtui's placeholders (vtui-placed-N)")
     restore = Restorer(new.templates)
     defaults = {k: plain(v) for k, v in shared_defaults(new).items()}
     effective = {**BUILTIN_DEFAULTS, **defaults}
     doc = tomlkit.parse(text)
     aot = doc.get("instance")
     if not isinstance(aot, AoT):
-        return None
+        raise InPlaceError("its instances are not [[instance]] tables (an inline array?)")
     olds = {spec.name: spec for spec in old.instances}
     news = {spec.name: spec for spec in new.instances}  # by name: a big layout is no quadratic walk
+    on_disk = {str(table.get("name", "")) for table in aot}
     kept = [n for n in olds if n in news]
-    added = [n for n in news if n not in olds]
-    if kept + added != list(news):
-        return None  # reordered: the caller says so plainly
+    added = [n for n in news if n not in olds and n not in on_disk]  # (added by hand too: merge's word)
+    if kept + added != [n for n in news if n in olds or n not in on_disk]:
+        raise InPlaceError("the instances were reordered")
     placer = _Placer()
     _session(doc, old, new, placer)
     _defaults(doc, old.defaults, defaults, restore, placer)
     same_defaults = {k: plain(v) for k, v in old.defaults.items()} == defaults
     for index in reversed(range(len(aot))):
         name = str(aot[index].get("name", ""))
-        if name not in news:
+        if name in olds and name not in news:  # one added to the file by hand stays
             _drop(aot, index)
     for table in aot:
         name = str(table.get("name", ""))
+        if name not in olds or name not in news:
+            continue  # added to the file by hand since vtui read it: kept as it is
         before, after = olds[name], news[name]
         if before == after and same_defaults:
             continue  # the same instance under the same [defaults]: nothing to write
@@ -164,7 +172,7 @@ def _moved(without: list[str], marked: list[str], names: Mapping[str, str]) -> l
         if op != "insert" or not any(_PLACEHOLDER_RE.search(line) for line in marked[j1:j2]):
             if op == "insert" and all(not line.strip() for line in marked[j1:j2]):
                 continue  # a blank line tomlkit added around a new key: the file keeps its own
-            raise _CannotPlace(f"adding keys changed other lines ({op} at line {i1 + 1})")
+            raise InPlaceError(f"adding keys would change other lines ({op} at line {i1 + 1})")
         runs.append((i1, [line for line in marked[j1:j2] if line.strip()]))
     out = list(without)
     for at, run in reversed(runs):  # from the end: earlier indexes stay true
@@ -182,10 +190,6 @@ def _moved(without: list[str], marked: list[str], names: Mapping[str, str]) -> l
             block.append("")  # what follows is the next table's header
         out[at:at] = block
     return out
-
-
-class _CannotPlace(Exception):
-    """A new key could not be placed without touching other lines: the save is refused (edit_text: None)."""
 
 
 def _comment_only(line: str) -> bool:
@@ -328,7 +332,8 @@ def _instance(
         value = new[key]
         if key in table:
             if value is None:
-                del table[key]
+                if old[key] is not None:  # else: added to the file by hand, vtui has no word on it
+                    del table[key]
             elif old[key] != value:
                 _put(table, key, restore((key,), value), placer)
         elif value is not None and effective.get(key, _MISSING) != value:

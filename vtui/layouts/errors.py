@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["LayoutError", "LayoutProblem", "NoLayoutError"]
+__all__ = ["LayoutError", "LayoutProblem", "NoLayoutError", "SaveRefused"]
 
 
 @dataclass(frozen=True)
@@ -50,3 +51,15 @@ class NoLayoutError(LayoutError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class SaveRefused(LayoutError):
+    """A save into an existing layout file that could not keep what the user has in it (comments, keys
+    changed on disk): the file is left as it is. `aside`: where the layout was written instead (PATH.new)."""
+
+    def __init__(self, file: Path, reason: str, aside: Path | None = None) -> None:
+        message = f"not saved: {reason}"
+        if aside is not None:
+            message += f"; the whole layout was written to {aside} instead (without the file's comments)"
+        super().__init__([LayoutProblem(str(file), None, "", message)])
+        self.file, self.reason, self.aside = file, reason, aside

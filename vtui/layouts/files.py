@@ -13,13 +13,14 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout, mapping
-from vtui.layouts.errors import LayoutError, LayoutProblem
+from vtui.layouts.errors import LayoutError, LayoutProblem, SaveRefused
 from vtui.layouts.keys import (
     DEFAULT_KEYS,
     EXPORTER_KEYS,
@@ -118,7 +119,7 @@ def _load_text(
     ]
     if problems or layout is None:
         raise LayoutError(problems, warnings)
-    return layout, warnings
+    return replace(layout, origin=text), warnings
 
 
 _TOO_DEEP = "arrays or inline tables nested too deeply to read (a layout needs only a few levels)"
@@ -303,14 +304,27 @@ def save_layout(
     layout: Layout, path: str | os.PathLike[str] | None = None, *, flags: FlagTable | None = None
 ) -> Path:
     """Write the layout atomically (temp file in the same folder, fsync, os.replace); returns the path.
-    Saved to the file it was read from, only what changed is rewritten (comments and order kept; see
-    `render_layout`). Raises LayoutError, writing nothing, when the result would not load. `flags`: the
-    vllm serve flags to check against (`telemetry.flagschema.save_check`: the instances' own vLLMs');
-    None: the bundled 0.32 schema."""
+    Saved to the file it was read from, only what changed is rewritten (comments and order kept), and
+    what changed in the file since it was read is kept (see `render_layout`). Raises LayoutError, writing
+    nothing, when the result would not load. When the file cannot be edited in place it is left as it is:
+    the whole layout goes to `PATH.new` and SaveRefused says so (nothing the user wrote is lost, in the
+    file or in vtui). `flags`: the vllm serve flags to check against (`telemetry.flagschema.save_check`:
+    the instances' own vLLMs'); None: the bundled 0.32 one."""
     target = Path(path) if path is not None else layout.path
     if target is None:
         raise ValueError("save_layout: the layout has no path; pass one")
-    atomic_write_text(target, render_layout(layout, target, flags=flags))
+    try:
+        text = render_layout(layout, target, flags=flags)
+    except SaveRefused as exc:
+        aside = target.with_name(target.name + ".new")
+        try:
+            rewrite = dump_layout(layout)
+            _load_text(rewrite, f"{aside} (not saved)", target, flags=flags)
+            atomic_write_text(aside, rewrite)
+        except (OSError, LayoutError):
+            raise exc from None
+        raise SaveRefused(target, exc.reason, aside) from None
+    atomic_write_text(target, text)
     return target
 
 
@@ -319,13 +333,14 @@ def render_layout(
 ) -> str:
     """The text `save_layout` writes to `path` (default: the layout's own file). Into the existing file
     the layout was read from: that file's text with just the differences applied (comments, key order,
-    untouched `${VAR}` strings kept). Otherwise (a new file, save-as elsewhere, an original that no
-    longer loads, a change it cannot make in place): the full rewrite of `dump_layout`. The result is
-    checked like a load; LayoutError (file named "PATH (not saved)") when it would not load."""
+    untouched `${VAR}` strings kept), merged with what changed in the file since it was read
+    (`vtui.layouts.merge`); SaveRefused names the file and the reason when that cannot be done. Into
+    another file (a new one, save-as elsewhere): the full rewrite of `dump_layout`. The result is checked
+    like a load; LayoutError (file named "PATH (not saved)") when it would not load."""
     target = Path(path) if path is not None else layout.path
     if target is None:
         raise ValueError("render_layout: the layout has no path; pass one")
-    text = _edited_in_place(layout, target, flags) or dump_layout(layout)
+    text = _edited_in_place(layout, target, flags) if _same_file(layout.path, target) else dump_layout(layout)
     _load_text(text, f"{target} (not saved)", target, flags=flags)  # raises LayoutError
     return text
 
@@ -337,29 +352,56 @@ def _same_file(a: Path | None, b: Path) -> bool:
         return False
 
 
-def _edited_in_place(layout: Layout, target: Path, flags: FlagTable | None = None) -> str | None:
-    if not _same_file(layout.path, target):
-        return None
+def _edited_in_place(layout: Layout, target: Path, flags: FlagTable | None = None) -> str:
+    from vtui.layouts.edit import InPlaceError, edit_text  # tomlkit: only when saving in place
+    from vtui.layouts.merge import merge
+
     try:
         original = target.read_bytes().decode("utf-8")  # as is: CRLF line ends stay CRLF
-        old = _load_text(original, str(target), target, flags=flags)[0]
-    except (OSError, UnicodeDecodeError, LayoutError):
-        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SaveRefused(target, f"cannot read it to edit it in place: {exc}") from None
+    try:
+        disk = _load_text(original, str(target), target, flags=flags)[0]
+    except LayoutError as exc:
+        first = exc.problems[0] if exc.problems else "it does not load"
+        raise SaveRefused(target, f"it changed on disk and no longer loads ({first})") from None
     bom = _BOM if original.startswith(_BOM) else ""
+    base = disk
+    if layout.origin is not None and layout.origin != original[len(bom) :]:
+        try:
+            base = _load_text(layout.origin, str(target), target, flags=flags)[0]
+        except LayoutError:
+            base = disk  # what vtui read no longer loads (a newer schema): the file as it is now
+    merged = merge(base, disk, layout)
+    if merged.conflicts:
+        raise SaveRefused(
+            target,
+            "it changed on disk since vtui read it, and vtui changed the same values: "
+            + _listed(merged.conflicts),
+        )
     try:
-        from vtui.layouts.edit import edit_text  # tomlkit: only when saving in place
-
-        text = edit_text(original[len(bom) :], old, layout)
-    except Exception:  # noqa: BLE001 - tomlkit could not make this edit: the full rewrite still can
-        return None
-    if text is None:
-        return None
+        text = edit_text(original[len(bom) :], base, layout)
+    except InPlaceError as exc:
+        raise SaveRefused(target, f"cannot edit it in place: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the editor failed (a tomlkit change?): refuse, saying why
+        raise SaveRefused(target, f"the in-place editor failed: {type(exc).__name__}: {exc}") from None
     text = bom + text
-    try:
-        saved = _load_text(text, str(target), target, flags=flags)[0]
-    except LayoutError:
-        return None
-    return text if (saved.session, saved.instances) == (layout.session, layout.instances) else None
+    saved = _load_text(text, f"{target} (not saved)", target, flags=flags)[0]  # raises LayoutError
+    want = merged.layout
+    if (saved.session, saved.instances) != (want.session, want.instances):
+        from vtui.layouts.merge import changed_keys
+
+        wrong = changed_keys(saved, want)
+        why = "the edit in place would not give the layout being saved"
+        if merged.on_disk:
+            why = f"it changed on disk since vtui read it ({_listed(merged.on_disk)}) and the changes could not be merged"
+        raise SaveRefused(target, f"{why} ({_listed(wrong)} would differ)")
+    return text
+
+
+def _listed(keys: tuple[str, ...], most: int = 5) -> str:
+    shown = ", ".join(keys[:most])
+    return shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
 
 
 def referenced_vars(layout: Layout) -> list[str]:

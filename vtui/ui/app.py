@@ -11,6 +11,7 @@ import asyncio
 import gc
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -306,7 +307,7 @@ class VtuiApp(ControlMixin):
             self.notify(prefix + n.text, timeout=4)
 
     def on_layout_saved(self, message: LayoutSaved) -> None:
-        self.store.mark_saved(self.supervisor.layout, message.path)
+        self.store.mark_saved(replace(self.supervisor.layout, origin=message.layout.origin), message.path)
         remember_last(message.path)
         self.notify(f"saved {message.path}")
         self._refresh_screens(None)

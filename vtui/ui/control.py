@@ -212,7 +212,9 @@ class ControlMixin(App[int]):
     async def _save(self, path: Path) -> bool:
         from vtui.telemetry.flagschema import save_check
 
-        running = self.supervisor.layout
+        # what the file held when this dashboard last read or saved it: a change made to it since by hand
+        # is kept (merged), not undone (vtui.layouts.merge)
+        running = replace(self.supervisor.layout, origin=self.store.saved_layout.origin)
         if self.store.path is not None and Path(self.store.path) == path and running.path != path:
             running = replace(running, path=path)  # the file this session was last saved to
         # Saving to the layout's own file edits it in place (comments, order, ${VAR} kept); elsewhere: a
@@ -226,12 +228,14 @@ class ControlMixin(App[int]):
                 self.notify(f"not saved {path}: " + "; ".join(check.problems), severity="error", timeout=10)
                 return False
             await asyncio.to_thread(save_layout, running, path, flags=check.flags)
+            written = await asyncio.to_thread(path.read_bytes)
         except (OSError, LayoutError) as exc:
             self.notify(f"could not save {path}: {exc}", severity="error", timeout=10)
             return False
         if check.notes:
             self.notify("saved; " + "; ".join(check.notes), timeout=6)
-        self.post_message(LayoutSaved(layout, path))
+        origin = written.decode("utf-8", errors="replace").removeprefix("\ufeff")
+        self.post_message(LayoutSaved(replace(layout, origin=origin), path))
         return True
 
     def action_open_layout(self) -> None:
