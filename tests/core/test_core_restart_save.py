@@ -67,3 +67,36 @@ enable-prefix-caching = true
     assert json.loads(capsys.readouterr().out)[0]["pid"] == row["pid"]
     assert main(["down", str(path)]) == 0
     assert marked(session_name) == []
+
+
+def test_restart_save_writes_the_file_named_and_json_is_one_document(tmp_path, session_name, capsys):
+    """`vtui restart OTHER.toml NAME --save` wrote the session's own file, not OTHER.toml; and with
+    --json a plain "flags saved" line followed the JSON object, so stdout did not parse."""
+    text = f'''[session]
+name = "{session_name}"
+
+[[instance]]
+name = "a"
+model = "fake"
+port = {free_port()}
+command = ["{sys.executable}", "{FAKE_ENGINE}"]
+[instance.flags]
+max-num-seqs = 4   # mine
+'''
+    own, other = tmp_path / "own.toml", tmp_path / "other.toml"
+    own.write_text(text, encoding="utf-8")
+    other.write_text("# a copy to tune into\n" + text, encoding="utf-8")
+    assert main(["up", str(own)]) == 0
+    capsys.readouterr()
+    try:
+        code = main(["restart", str(other), "a", "--set", "max-num-seqs=6", "--save", "--json"])
+        out = capsys.readouterr().out
+        assert code == 0
+        row = json.loads(out)  # the whole of stdout: exactly one JSON document
+        assert row["saved_to"] == str(other)
+        assert "max-num-seqs = 6   # mine" in other.read_text(encoding="utf-8")
+        assert other.read_text(encoding="utf-8").startswith("# a copy to tune into\n")
+        assert own.read_text(encoding="utf-8") == text  # the session's own file, untouched
+    finally:
+        assert main(["down", str(own)]) == 0
+    assert marked(session_name) == []

@@ -28,17 +28,16 @@ def test_save_after_the_restart_keeps_edits_made_to_the_file_meanwhile(tmp_path:
     running = load_layout(path).instance("a").with_flags({"max-num-seqs": 8}).flags
     edited = BEFORE.replace("port = 9002\n", "port = 9003   # moved while a restarted\n")
     path.write_text(edited, encoding="utf-8")  # was: undone by the save of the layout read before
-    assert restart._save(path, "a", running) == 0
+    assert restart.save_flags(path, "a", running) == (0, path)
     assert path.read_text(encoding="utf-8") == edited.replace("= 4   #", "= 8   #")
-    assert f"a: flags saved to {path}" in capsys.readouterr().out
 
 
 def test_save_refuses_when_the_file_lost_the_instance_or_no_longer_loads(tmp_path: Path, capsys) -> None:
     path = tmp_path / "tune.toml"
     path.write_text(BEFORE.split("\n\n")[1], encoding="utf-8")  # only b is left
-    assert restart._save(path, "a", {"max-num-seqs": 8}) == 1
+    assert restart.save_flags(path, "a", {"max-num-seqs": 8})[0] == 1
     assert "no instance a any more: not saved" in capsys.readouterr().err
     path.write_text(BEFORE.replace("port = 9002", "port = 'x'"), encoding="utf-8")
-    assert restart._save(path, "a", {"max-num-seqs": 8}) == 1
+    assert restart.save_flags(path, "a", {"max-num-seqs": 8})[0] == 1
     assert "was not saved" in capsys.readouterr().err
     assert "port = 'x'" in path.read_text(encoding="utf-8")

@@ -90,8 +90,10 @@ def test_restart_save_keeps_a_flag_of_the_installed_vllm(tmp_path: Path, capsys)
     """`vtui restart --save`'s last step: the file as it is now, with the instance's flags in effect."""
     vllm = make_fake_vllm(tmp_path / "fake")
     path = _layout(tmp_path, vllm, "fancy-new-flag = 7")
-    assert restart._save(path, "a", {"fancy-new-flag": 11, "max-num-seqs": 4}) == 0
+    assert restart.save_flags(path, "a", {"fancy-new-flag": 11, "max-num-seqs": 4})[0] == 0
     assert "fancy-new-flag = 11  # tuned by hand" in path.read_text()
-    assert restart._save(path, "a", {"max-model-len": 2048}) == 1  # the fake vLLM has no --max-model-len
+    assert (
+        restart.save_flags(path, "a", {"max-model-len": 2048})[0] == 1
+    )  # the fake vLLM has no --max-model-len
     assert "a: flags.max-model-len: not a flag of vLLM 0.99.0" in capsys.readouterr().err
     assert "max-model-len" not in path.read_text()

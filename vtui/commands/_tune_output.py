@@ -142,10 +142,12 @@ def write_outputs(doc, result, runner, setup: TuneSetup, args: argparse.Namespac
     atomic_write_text(folder / f"{stem}.txt", render_table(doc) + "\n")
     print(f"report: {report} (+ .txt)", file=sys.stderr)
     if args.save:
-        import contextlib
+        from vtui.commands.restart import save_flags
 
-        from vtui.commands.restart import _save
-
-        with contextlib.redirect_stdout(sys.stderr):  # its "flags saved" line: stdout stays the JSON
-            return _save(Path(setup.layout_path) if setup.layout_path else None, setup.name, final_flags)
+        code, saved = save_flags(
+            Path(setup.layout_path) if setup.layout_path else None, setup.name, final_flags
+        )
+        if saved is not None:
+            print(f"{setup.name}: flags saved to {saved}", file=sys.stderr)  # stdout stays the JSON
+        return code
     return 0

@@ -175,7 +175,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"vtui restart: {exc}", file=sys.stderr)
         return 2
-    layout_path = session.status().get("layout_path")
+    # --save writes the file named on the command line (else the one the session runs)
+    named = session.layout.path if session.layout is not None else None
+    layout_path = str(named) if named is not None else session.status().get("layout_path")
     if args.save:
         code = _check_save(layout_path, name, session, set_flags, unset)
         if code:
@@ -202,22 +204,26 @@ def run(args: argparse.Namespace) -> int:
             follower.stop()
     inst = next(i for i in status["instances"] if i["name"] == name)
     ready = states["states"].get(name) == "ready"
-    if args.json:
-        print_json(row_of(inst, status["supervisor_pid"]))
+    code, saved = (0 if ready else 1), None
+    if ready and args.save:
+        code, saved = save_flags(Path(layout_path) if layout_path else None, name, inst["spec"]["flags"])
+    if args.json:  # one JSON document on stdout, whatever happened (the reasons go to stderr)
+        row = row_of(inst, status["supervisor_pid"])
+        if args.save:
+            row["saved_to"] = str(saved) if saved is not None else None
+        print_json(row)
     elif ready:
         print(f"{name}: ready on {base_url_of(inst['spec'])} (pid {inst['pid']})")
+        if saved is not None:
+            print(f"{name}: flags saved to {saved}")
     else:
         print(
             f"{name}: {inst['state']}: {inst.get('last_error') or 'see `vtui logs ' + name + '`'}",
             file=sys.stderr,
         )
-    if not ready:
-        if args.save:
-            print(f"vtui restart: {name} did not reach READY; {layout_path} left as it is", file=sys.stderr)
-        return 1
-    if args.save:
-        return _save(Path(layout_path) if layout_path else None, name, inst["spec"]["flags"])
-    return 0
+    if not ready and args.save:
+        print(f"vtui restart: {name} did not reach READY; {layout_path} left as it is", file=sys.stderr)
+    return code
 
 
 def _rolling(args: argparse.Namespace, session: Any, replicas: list[str]) -> int:
@@ -282,9 +288,10 @@ def _check_save(layout_path, name, session, set_flags, unset) -> int:
     return 0
 
 
-def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
+def save_flags(path: Path | None, name: str, flags: Mapping[str, object]) -> tuple[int, Path | None]:
     """Write `name`'s flags into the layout file as it is now, not the copy read before the restart:
-    edits made to the file while the instance started are kept, not undone. Secrets stay the file's."""
+    edits made to the file while the instance started are kept, not undone. Secrets stay the file's.
+    (exit code, the file written or None)."""
     from vtui.layouts import LayoutError, load_layout, save_layout
 
     try:
@@ -294,20 +301,19 @@ def _save(path: Path | None, name: str, flags: Mapping[str, object]) -> int:
                 f"vtui restart: {name} runs, but {path} has no instance {name} any more: not saved",
                 file=sys.stderr,
             )
-            return 1
+            return 1, None
         own = current.instance(name)
         kept: dict[str, Any] = {k: v for k, v in own.flags.items() if k in SECRET_FLAGS}
         plain: dict[str, Any] = {k: v for k, v in flags.items() if k not in SECRET_FLAGS}
         changed = current.replace_instance(replace(own, flags={**plain, **kept}))
         ok, table = _save_flags(changed, path)
         if not ok:
-            return 1
+            return 1, None
         saved = save_layout(changed, flags=table)
     except (OSError, LayoutError) as exc:
         print(f"vtui restart: {name} runs, but {path} was not saved: {exc}", file=sys.stderr)
-        return 1
-    print(f"{name}: flags saved to {saved}")
-    return 0
+        return 1, None
+    return 0, saved
 
 
 def _file_flags(path: str | Path | None) -> FlagTable | None:
