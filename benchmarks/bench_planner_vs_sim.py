@@ -7,7 +7,7 @@ no config.json on disk), the instance's flags, the GPU memory per GPU, nothing r
 is started for real (`python -m vtui.sim … --sim-startup-scale 0`, one at a time, on a private
 simulated-GPU registry) and its log read by telemetry.startup_log.
 
-    python benchmarks/bench_planner_vs_sim.py [--layout layouts/demo.toml] [--json]
+    python benchmarks/bench_planner_vs_sim.py [--layout demo|FILE.toml] [--json]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--layout", default=str(ROOT / "layouts" / "demo.toml"))
+    parser.add_argument("--layout", default="demo", help="a layout file or a shipped layout's name")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -102,8 +102,9 @@ def main() -> int:
     os.environ["VTUI_STATE_DIR"] = state  # loading the layout must not change the user's last session
     env = {**os.environ, "VTUI_SIM_GPU_DIR": str(Path(state) / "sim-gpus"), "PYTHONPATH": str(ROOT)}
     from vtui.layouts.files import load_layout
+    from vtui.layouts.lookup import resolve_layout_arg
 
-    layout = load_layout(args.layout)
+    layout = load_layout(resolve_layout_arg(args.layout))
     gpu_gib = float(layout.session.gpu_memory_gib or 80.0)
     cases: list[tuple[str, str, str, dict[str, object]]] = []
     for spec in layout.instances:
