@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -107,7 +109,7 @@ def main() -> int:
     layout = load_layout(resolve_layout_arg(args.layout))
     gpu_gib = float(layout.session.gpu_memory_gib or 80.0)
     cases: list[tuple[str, str, str, dict[str, object]]] = []
-    for spec in layout.instances:
+    for spec in layout.instances[:1] if _smoke.on() else layout.instances:
         flags = dict(spec.flags)
         cases.append((spec.name, spec.engine, spec.model, flags))
         tp = flags.get("tensor-parallel-size")
