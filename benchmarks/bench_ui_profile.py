@@ -58,9 +58,7 @@ def smoke(out: str | None) -> int:
     """A smoke run: this script (in a child: it ends with os._exit) on the dashboard of a one-sim session
     of its own; it succeeded when the child wrote its profile."""
     with _smoke.sim_session() as (_, layout):
-        prof = (
-            Path(out or tempfile.mkdtemp(prefix="vtui-bench-profile-")) / "ui.prof" if not out else Path(out)
-        )
+        prof = Path(out) if out else Path(tempfile.mkdtemp(prefix="vtui-bench-profile-")) / "ui.prof"
         argv = [sys.executable, __file__, "--out", str(prof), "--", str(layout), "--no-start"]
         code = subprocess.run(argv, stdin=subprocess.DEVNULL, timeout=120).returncode
     print(f"smoke: profile {'written to ' + str(prof) if prof.exists() else 'missing'}")
