@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the JSON summary here")
     _smoke.tiny(parser, runs=1, cycles=1)
     args = parser.parse_args(argv)
-    if not _smoke.on() and not VLLM.exists() or not (MODEL / "config.json").exists():
+    if not _smoke.on() and not (VLLM.exists() and (MODEL / "config.json").exists()):
         print("run scripts/setup-test-env.sh first (or set VTUI_VLLM / VTUI_TINY_MODEL)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="vtui-bench-") as tmp:

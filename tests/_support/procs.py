@@ -69,3 +69,20 @@ def marked_in(state_dir: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def under_state_dirs(prefix: str) -> list[tuple[psutil.Process, dict[str, str]]]:
+    """Live processes (zombies passed over) whose VTUI_STATE_DIR is `prefix` or a folder under it, each
+    with its environment: what a script given a private temp folder left running."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            state = env.get("VTUI_STATE_DIR", "")
+            if (state == prefix or state.startswith(prefix.rstrip("/") + "/")) and (
+                proc.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append((proc, env))
+        except psutil.Error:
+            continue
+    return found
