@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke
 import httpx
 
 from vtui.bench import BenchConfig, run_bench
@@ -288,6 +289,17 @@ def main() -> int:
         "--sim-nodelay", action="store_true", help="start the sim with TCP_NODELAY (see the docstring)"
     )
     parser.add_argument("--out", type=Path, default=None)
+    # a smoke run: the sim, vtui's side only (`vllm bench serve` is real vLLM's CLI)
+    _smoke.tiny(
+        parser,
+        engine="sim",
+        no_vllm_bench=True,
+        rounds=1,
+        concurrency=1,
+        num_requests=2,
+        input_len=8,
+        output_len=4,
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="vtui-bench-client-"))

@@ -20,6 +20,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import _smoke
 import httpx
 
 TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "vtui-test")))
@@ -85,6 +86,8 @@ def main() -> int:
         "--tools", default="vtui,vtui-httpx,vllm", help="comma-separated: vtui, vtui-httpx, vllm"
     )
     parser.add_argument("--out", type=Path, default=None)
+    # a smoke run: vtui's clients only (the vllm one runs in the real-vLLM test venv)
+    _smoke.tiny(parser, requests=2, concurrency=1, output_len=4, input_len=8, reps=1, tools="vtui,vtui-httpx")
     args = parser.parse_args()
     tools = args.tools.split(",")
     import socket
@@ -99,6 +102,8 @@ def main() -> int:
             "-m",
             "vtui.sim",
             str(TEST_HOME / "tiny-llama"),
+            "--host",
+            "127.0.0.1",
             "--port",
             str(port),
             "--max-model-len",

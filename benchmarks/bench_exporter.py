@@ -13,6 +13,8 @@ import statistics
 import time
 from pathlib import Path
 
+import _smoke
+
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
 from vtui.core.supervision import InstanceStatus
@@ -26,6 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--instances", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=50)
+    _smoke.tiny(parser, instances=1, repeat=1)
     args = parser.parse_args()
     payload = PAYLOAD.read_text()
     names = [f"i{n}" for n in range(args.instances)]

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _smoke
+
 ORDER = (
     "tests/gpu/test_gpu_session.py",
     "tests/gpu/test_gpu_table.py",
@@ -34,6 +36,8 @@ ORDER = (
     "tests/gpu/test_gpu_sharing.py",
     "tests/gpu/test_gpu_pinning.py",
 )
+# a smoke run: this check alone, dry (VTUI_GPU_DRY=1: tests/gpu/conftest.py's simulated GPU registry)
+SMOKE_TEST = "tests/gpu/test_gpu_preflight.py"
 SECTIONS = (
     "session_supervisor",
     "gpu_table",
@@ -67,11 +71,15 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], add_help=False)
     parser.add_argument("--budget", type=float, default=None, help="seconds the tests may take in all")
     ours, rest = parser.parse_known_args(argv)
+    if _smoke.on():
+        os.environ["VTUI_GPU_DRY"] = "1"
     out = Path(os.environ.get("VTUI_GPU_ARTIFACTS") or tempfile.mkdtemp(prefix="vtui-gpu-"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu-figures.json").unlink(missing_ok=True)
     env = dict(os.environ, VTUI_GPU_ARTIFACTS=str(out))
-    paths = [p for p in rest if p.startswith("tests")] or [p for p in ORDER if Path(p).exists()]
+    paths = [p for p in rest if p.startswith("tests")] or (
+        [SMOKE_TEST] if _smoke.on() else [p for p in ORDER if Path(p).exists()]
+    )
     options = [p for p in rest if not p.startswith("tests")]
     plugins = []
     if env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):  # then name the plugins the tests need

@@ -34,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _smoke  # noqa: E402
 from bench_ui import Tmux  # noqa: E402  (the same tmux driver as the single-host UI benchmark)
 
 
@@ -126,7 +127,7 @@ def measure(hosts: int, n: int, window: float, tmp: Path, access_log: bool = Tru
         pane = int(tmux("display-message", "-p", "-t", "b", "#{pane_pid}").strip())
         dashboard = psutil.Process(pane)
         assert "vtui" in " ".join(dashboard.cmdline()), dashboard.cmdline()
-        time.sleep(5.0)  # warm up: every host's history backfilled, samples flowing
+        time.sleep(1.0 if _smoke.on() else 5.0)  # warm up: every host's history backfilled, samples flowing
         relays = [p for p in dashboard.children(recursive=True) if "fake_ssh" in " ".join(p.cmdline())]
         sups = [
             p
@@ -190,7 +191,10 @@ def main() -> int:
         help="sims without uvicorn access lines (2 per instance per second: the supervisor's own probes)",
     )
     parser.add_argument("--out", type=Path, default=None)
+    _smoke.tiny(parser, hosts=2, instances=1, window=0.5)
     args = parser.parse_args()
+    if _smoke.on() and not shutil.which("tmux"):
+        return _smoke.skip("needs tmux")
     results = {"cores": os.cpu_count(), "runs": []}
     sizes = [args.hosts] + ([1] if args.baseline else [])
     for hosts in sizes:

@@ -11,6 +11,8 @@ import sys
 import time
 import urllib.request
 
+import _smoke
+
 from vtui.bench import BenchConfig, run_bench
 
 
@@ -25,6 +27,7 @@ def main() -> None:
     parser.add_argument("-c", type=int, default=16)
     parser.add_argument("-n", type=int, default=96)
     parser.add_argument("--jitter", type=float, default=0.5)
+    _smoke.tiny(parser, c=1, n=2, jitter=0.01)
     args = parser.parse_args()
     port = _free_port()
     sim = subprocess.Popen(
@@ -34,6 +37,8 @@ def main() -> None:
             "vtui",
             "sim",
             "Qwen/Qwen3-8B",
+            "--host",
+            "127.0.0.1",
             "--port",
             str(port),
             "--sim-startup-scale",

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke
+
 from vtui.layouts import LayoutError, load_layout, save_layout
 
 BLOCK = """
@@ -86,6 +88,7 @@ def main() -> None:
     parser.add_argument("--instances", type=int, nargs="+", default=[100, 1000, 5000, 30000])
     parser.add_argument("--shape", choices=["instances", "comment", "list"], default="instances")
     parser.add_argument("--profile", type=int, default=0, help="profile one run of N instances")
+    _smoke.tiny(parser, instances=[10])
     args = parser.parse_args()
     os.environ.setdefault("BENCH_MODEL", "org/model")
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,7 +29,10 @@ import time
 import uuid
 from pathlib import Path
 
+import _smoke
+
 TICK = 0.2
+SETTLE_S = 1.0 if _smoke.on() else 2.0  # the dashboard before the log view (and, smoke, after it)
 SEQ = re.compile(r"seq (\d+)")
 
 
@@ -234,7 +237,7 @@ def measure(
             stream = PaneStream(tmp / "pane.out")
             tmux("pipe-pane", "-t", "b", "-o", f"cat >> {tmp / 'pane.out'}")
         proc = psutil.Process(int(pidfile.read_text()))
-        time.sleep(2.0)
+        time.sleep(SETTLE_S)
         rss_dashboard_before = proc.memory_info().rss
         tmux("send-keys", "-t", "b", "l")
         tmux.wait(lambda s: "logs inst00" in s)
@@ -281,7 +284,7 @@ def measure(
         tmux("send-keys", "-t", "b", "Escape")
         esc_s = tmux.wait(lambda s: "logs inst00" not in s, timeout=30)
         esc_s = time.perf_counter() - t
-        time.sleep(5.0)
+        time.sleep(SETTLE_S if _smoke.on() else 5.0)
         rss_after = proc.memory_info().rss
         lags = [s["emitted"] - s["shown"] for s in samples if s["shown"] is not None]
         return {
@@ -326,10 +329,13 @@ def main() -> int:
         " capture-pane every 2 ms (the method before 2026-12-01; it spawns a tmux client per poll)",
     )
     parser.add_argument("--presses", type=int, default=20, help="P presses (each measured twice)")
+    _smoke.tiny(parser, rate=100, seconds=0.5, presses=1)
     args = parser.parse_args()
     if args.child:
         return child(args.rate, args.pidfile, args.seqfile, args.trace)
     if not shutil.which("tmux"):
+        if _smoke.on():
+            return _smoke.skip("needs tmux")
         print("bench_logs needs tmux", file=sys.stderr)
         return 2
     result = measure(args.rate, args.seconds, args.presses, args.trace, args.detect)

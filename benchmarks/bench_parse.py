@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import _smoke
 from prometheus_client.parser import text_string_to_metric_families
 
 from vtui.telemetry.metrics import MetricsWindow
@@ -53,6 +54,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("payload", nargs="?", type=Path, default=DEFAULT)
     ap.add_argument("--repeat", type=int, default=7)
+    _smoke.tiny(ap, repeat=1)
     args = ap.parse_args()
     text = args.payload.read_text()
 

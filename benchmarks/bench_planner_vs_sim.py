@@ -7,7 +7,7 @@ no config.json on disk), the instance's flags, the GPU memory per GPU, nothing r
 is started for real (`python -m vtui.sim … --sim-startup-scale 0`, one at a time, on a private
 simulated-GPU registry) and its log read by telemetry.startup_log.
 
-    python benchmarks/bench_planner_vs_sim.py [--layout layouts/demo.toml] [--json]
+    python benchmarks/bench_planner_vs_sim.py [--layout demo|FILE.toml] [--json]
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -94,7 +96,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--layout", default=str(ROOT / "layouts" / "demo.toml"))
+    parser.add_argument("--layout", default="demo", help="a layout file or a shipped layout's name")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -102,11 +104,12 @@ def main() -> int:
     os.environ["VTUI_STATE_DIR"] = state  # loading the layout must not change the user's last session
     env = {**os.environ, "VTUI_SIM_GPU_DIR": str(Path(state) / "sim-gpus"), "PYTHONPATH": str(ROOT)}
     from vtui.layouts.files import load_layout
+    from vtui.layouts.lookup import resolve_layout_arg
 
-    layout = load_layout(args.layout)
+    layout = load_layout(resolve_layout_arg(args.layout))
     gpu_gib = float(layout.session.gpu_memory_gib or 80.0)
     cases: list[tuple[str, str, str, dict[str, object]]] = []
-    for spec in layout.instances:
+    for spec in layout.instances[:1] if _smoke.on() else layout.instances:
         flags = dict(spec.flags)
         cases.append((spec.name, spec.engine, spec.model, flags))
         tp = flags.get("tensor-parallel-size")

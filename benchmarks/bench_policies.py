@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -109,6 +111,7 @@ def main() -> None:
     parser.add_argument("--unhealthy-after", type=float, default=5.0, help="restart_unhealthy_after (s)")
     parser.add_argument("--backoff", type=float, default=0.5)
     parser.add_argument("--out", type=Path)
+    _smoke.tiny(parser, runs=1, unhealthy_after=0.5, backoff=0.1)
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="vtui-bench-policies-")
     os.environ.update(VTUI_STATE_DIR=state, VTUI_SUPERVISOR_GPU="0", PYTHONPATH=str(ROOT))
@@ -128,7 +131,8 @@ def main() -> None:
         "cpus": os.cpu_count(),
     }
     try:
-        cases = ["sigterm"] if args.engine == "vllm" else ["sigstop", "sigterm"]
+        # a smoke run leaves the hang out: 3 failed probes then a stop, 13 s at least
+        cases = ["sigterm"] if args.engine == "vllm" or _smoke.on() else ["sigstop", "sigterm"]
         for case in cases:
             runs = []
             for _ in range(args.runs):

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import _smoke
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -296,6 +297,8 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=5, help="kills idle, and as many busy")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_router.json")
     parser.add_argument("--screenshot", type=Path, help="also save the dashboard under load as this SVG")
+    # a smoke run: one kill of each kind, and the recorded results left as they are (no --out)
+    _smoke.tiny(parser, concurrency=2, duration=0.5, kills=1, out=None)
     args = parser.parse_args()
 
     state = tempfile.mkdtemp(prefix="vtui-bench-router-")
@@ -356,8 +359,9 @@ def main() -> int:
         "failed_during_kills": sum(k["failed_during"] for k in kills),
         "requests_during_kills": sum(k["requests_during"] for k in kills),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0
 

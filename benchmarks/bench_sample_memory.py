@@ -23,6 +23,8 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "telemetry" / "fixtures"
 
@@ -78,6 +80,7 @@ def main() -> int:
     parser.add_argument("--instances", type=int, nargs="*", default=[8, 32])
     parser.add_argument("--samples", type=int, default=600, help="per instance (the store keeps 600)")
     parser.add_argument("--json", action="store_true")
+    _smoke.tiny(parser, instances=[1], samples=10)
     args = parser.parse_args()
     rows = [measure(n, kind, args.samples) for n in args.instances for kind in ("idle", "busy")]
     if args.json:

@@ -28,6 +28,8 @@ import time
 import uuid
 from pathlib import Path
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -86,6 +88,7 @@ def main() -> int:
         default=None,
         help="with --out: store the figures under this key of FILE (e.g. before, after)",
     )
+    _smoke.tiny(parser, instances=1, window=0.5, ps_runs=1, restarts=1)
     args = parser.parse_args()
 
     import psutil
@@ -134,7 +137,7 @@ def main() -> int:
 
         threading.Thread(target=watch, daemon=True).start()
         opened.wait(10)
-        time.sleep(3.0)  # scrapers armed, first samples in
+        time.sleep(1.0 if _smoke.on() else 3.0)  # scrapers armed, first samples in
 
         # supervisor CPU over a steady window (no requests but the feed)
         load_start = os.getloadavg()[0]

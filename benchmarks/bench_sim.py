@@ -17,6 +17,8 @@ import sys
 import time
 import urllib.request
 
+import _smoke
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -105,9 +107,10 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--max-tokens", type=int, default=512)
+    _smoke.tiny(ap, clients=1, seconds=0.2, max_tokens=8)
     opts = ap.parse_args()
     results: dict[str, float] = {}
-    for scale in ("0", "1"):
+    for scale in ("0",) if _smoke.on() else ("0", "1"):  # a smoke run skips the default's seconds-long start
         proc, port = start("--sim-startup-scale", scale)
         try:
             results[f"startup_to_health_s_scale_{scale}"] = round(wait_health(port, proc), 3)

@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+import _smoke
 import psutil
 
 
@@ -169,6 +170,7 @@ def main() -> int:
     parser.add_argument("--cpu-seconds", type=float, default=3.0, help="window for the idle CPU figure")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
+    _smoke.tiny(parser, instances=1, gpus=1, cpu_seconds=0.2, timeout=30.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="vtui-fleet-") as tmp:
         os.environ["VTUI_STATE_DIR"] = tmp

@@ -32,6 +32,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -142,11 +144,13 @@ def main() -> int:
     p.add_argument("--sim-device", choices=["sim", "cuda"], default="sim")
     p.add_argument("--engine-child", action="store_true", help="with --sim-device cuda: memory in the child")
     p.add_argument("--out", type=Path)
+    _smoke.tiny(p, rounds=1)
     a = p.parse_args()
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(ROOT)}
     results = []
     if a.engine == "sim":
-        for model, extra in (("Qwen/Qwen3-8B", []), ("meta-llama/Llama-3.1-70B-Instruct", ["-tp", "4"])):
+        models = [("Qwen/Qwen3-8B", []), ("meta-llama/Llama-3.1-70B-Instruct", ["-tp", "4"])]
+        for model, extra in models[:1] if _smoke.on() else models:  # a smoke run: the small one
             with tempfile.TemporaryDirectory() as reg:
                 cmd = [
                     sys.executable,
@@ -162,7 +166,8 @@ def main() -> int:
                         continue  # one GPU here: the TP 4 model does not fit
                     cmd += ["--sim-device", "cuda", "--gpu-memory-utilization", "0.5"]
                     cmd += ["--sim-engine-child"] if a.engine_child else []
-                cmd += [*extra, "--sim-startup-scale", "1", "--sim-num-gpus", "8"]
+                scale = "0" if _smoke.on() else "1"  # 0: no startup delay, and sleep and wake cost nothing
+                cmd += [*extra, "--sim-startup-scale", scale, "--sim-num-gpus", "8"]
                 run_env = {**env, "VTUI_SIM_GPU_DIR": reg}
                 used = nvml_used if a.sim_device == "cuda" else (lambda reg=Path(reg): registry_used(reg))
                 results += run_one(cmd, run_env, model, [1, 2], a.rounds, used)

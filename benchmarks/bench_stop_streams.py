@@ -24,6 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
+import _smoke
 import httpx
 
 
@@ -162,6 +163,7 @@ def main() -> int:
     parser.add_argument(
         "--sim-speed", type=float, default=0.2, help="the sim's speed scale (slower: longer streams)"
     )
+    _smoke.tiny(parser, streams=1, grace=2.0, max_tokens=16)
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="vtui-stopbench-"))

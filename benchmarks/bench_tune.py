@@ -37,6 +37,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TOKENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -67,6 +69,16 @@ def main() -> int:
     parser.add_argument("--optuna-seeds", type=int, default=1, help="Optuna runs (0: none)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    _smoke.tiny(
+        parser,
+        concurrency=2,
+        input_len=32,
+        output_len=4,
+        num_requests=4,
+        confirm=1,
+        no_sweep=True,
+        optuna_seeds=0,
+    )
     args = parser.parse_args()
 
     state = tempfile.mkdtemp(prefix="vtui-bench-tune-")
@@ -110,6 +122,9 @@ def _run(args: argparse.Namespace, layout: Path, start_flags: dict) -> int:
     )
     # cut to a grid that finishes in minutes here: max-num-batched-tokens 512 … 16k
     space = replace(space, values={**space.values, "max-num-batched-tokens": TOKENS})
+    if _smoke.on():  # a grid of two: the first two max-num-seqs, vLLM's default for the rest
+        values = {d: (defaults[d],) if d in defaults else v for d, v in space.values.items()}
+        space = replace(space, values={**values, "max-num-seqs": tuple(space.values["max-num-seqs"][:2])})
     start = start_config(flags, space, defaults)
     bench = BenchConfig(
         base_url_of(inst["spec"]),
@@ -155,6 +170,8 @@ def _run(args: argparse.Namespace, layout: Path, start_flags: dict) -> int:
     cfg = model_config("sim", "Qwen/Qwen3-0.6B")
     predictor = planner_predictor(cfg, args.gpu_gib, args.input_len + args.output_len)
     budget = len(grid) // 3 - 2  # its re-measurement of the top 2 counts too
+    if _smoke.on():
+        budget = max(budget, 1)  # the start's trial at least
     tuner_runner = SupervisorRunner(session.client, "a", bench, defaults=defaults, warmup_requests=2)
     tuner = Search(
         space,
@@ -245,6 +262,9 @@ def _run(args: argparse.Namespace, layout: Path, start_flags: dict) -> int:
         print(json.dumps(doc, indent=2, default=str))
     else:
         _print(doc)
+    if _smoke.on():
+        print("smoke: the target is not judged on a grid of two")
+        return 0
     return 0 if ok else 1
 
 

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 KEYS = ("max-num-seqs", "max-num-batched-tokens", "enable-chunked-prefill", "gpu-memory-utilization")
@@ -65,6 +67,8 @@ def main() -> int:
     parser.add_argument("--max-trials", type=int, default=10)
     parser.add_argument("--only", nargs="*", default=None, help="tune only these instances")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_tune_demo.json")
+    # a smoke run: the first instance, one trial, and the recorded results left as they are (no --out)
+    _smoke.tiny(parser, concurrency=2, num_requests=4, input_len=32, output_len=4, max_trials=1, out=None)
     args = parser.parse_args()
 
     state = tempfile.mkdtemp(prefix="vtui-bench-tune-demo-")
@@ -79,7 +83,7 @@ def main() -> int:
     try:
         from vtui.layouts import load_layout
 
-        names = args.only or load_layout(layout).names()
+        names = args.only or load_layout(layout).names()[: 1 if _smoke.on() else None]
         for name in names:
             t0 = time.monotonic()
             result = _vtui(
@@ -131,10 +135,11 @@ def main() -> int:
     finally:
         _vtui("down", str(layout))
     out = {"settings": {**vars(args), "out": str(args.out), "only": args.only}, "instances": rows}
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(out) + "\n")
+    if args.out is not None:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(out) + "\n")
     print(markdown(out))
-    return 0
+    return 1 if any("error" in row for row in rows) else 0
 
 
 def markdown(doc: dict) -> str:

@@ -29,6 +29,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import _smoke
+
 GIB = 2**30
 
 
@@ -219,7 +221,7 @@ def measure(n: int, seconds: float, presses: int, up_for: float = 0.0) -> dict:
         tmux.wait(lambda s: "inst00" in s and "GPU0" in s, log=log)
         first_frame = time.perf_counter() - t0
         proc = psutil.Process(int(pidfile.read_text()))
-        time.sleep(3.0)  # warm up: all instances READY, samples flowing
+        time.sleep(1.0 if _smoke.on() else 3.0)  # warm up: all instances READY, samples flowing
         cpu0 = proc.cpu_times()
         w0 = time.perf_counter()
         time.sleep(seconds)
@@ -264,6 +266,7 @@ def main() -> int:
         default="0,600",
         help="comma list: how long the instances have been up when measuring starts (s)",
     )
+    _smoke.tiny(parser, sizes="1", seconds=0.5, presses=1, up_for="0")
     args = parser.parse_args()
     if args.child:
         try:
@@ -275,6 +278,8 @@ def main() -> int:
                 Path(args.log).write_text(traceback.format_exc())
             raise
     if not shutil.which("tmux"):
+        if _smoke.on():
+            return _smoke.skip("needs tmux")
         print("bench_ui needs tmux", file=sys.stderr)
         return 2
     results = [

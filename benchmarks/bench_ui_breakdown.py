@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import _smoke  # noqa: E402
 import bench_ui  # noqa: E402
 import h11  # noqa: E402
 import psutil  # noqa: E402
@@ -40,7 +41,7 @@ from vtui.ui.widgets.gpu_panel import GpuPanel  # noqa: E402
 from vtui.ui.widgets.instance_pane import InstancePane  # noqa: E402
 from vtui.ui.widgets.titlebar import TitleBar  # noqa: E402
 
-WARMUP_S = 5.0
+WARMUP_S = 1.0 if _smoke.on() else 5.0
 totals: dict[str, float] = {}
 calls: dict[str, int] = {}
 armed = threading.Event()
@@ -122,8 +123,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--up-for", type=float, default=600.0)
     parser.add_argument("--layout", help="a layout whose session supervisor runs (vtui up): its client")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=not _smoke.on(), help="the figures' JSON file")
+    _smoke.tiny(parser, instances=1, seconds=0.5, up_for=0.0)
     args = parser.parse_args()
+    if args.out is None:  # a smoke run: the figures go to a scratch file
+        args.out = str(Path(tempfile.mkdtemp(prefix="vtui-bench-breakdown-")) / "ui.json")
     for cls, name, label in [
         (Screen, "_compositor_refresh", "compositor_refresh (Textual: render + write the changed lines)"),
         (Compositor, "_render_chops", "  compositor _render_chops"),
@@ -178,7 +182,10 @@ def main() -> int:
 
     threading.Thread(target=measure, daemon=True).start()
     pidfile = Path(tempfile.mkdtemp()) / "pid"
-    threading.Timer(WARMUP_S + args.seconds + 1, lambda: os._exit(0)).start()
+    # the end: success once the figures are written (the measuring thread's failure is the run's)
+    threading.Timer(
+        WARMUP_S + args.seconds + 1, lambda: os._exit(0 if Path(args.out).exists() else 1)
+    ).start()
     if args.layout:
         return run_tui([args.layout, "--no-start"])
     return bench_ui.child(args.instances, str(pidfile), up_for=args.up_for)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import _smoke  # noqa: E402
+
 from vtui.service import locations  # noqa: E402
 from vtui.service.wire import feed_line, loads  # noqa: E402
 
@@ -59,11 +61,17 @@ def per_line_us(fn, items: list, repeat: int) -> float:  # noqa: ANN001
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("session")
+    # a smoke run without a session: a one-sim session of its own (_smoke.sim_session)
+    parser.add_argument("session", nargs="?" if _smoke.on() else None)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=50)
+    _smoke.tiny(parser, seconds=1.5, repeat=1)
     args = parser.parse_args()
-    lines = read_feed(args.session, args.seconds)
+    if args.session is None:
+        with _smoke.sim_session() as (args.session, _):
+            lines = read_feed(args.session, args.seconds)
+    else:
+        lines = read_feed(args.session, args.seconds)
     if not lines:
         print(f"no feed lines from session {args.session!r}", file=sys.stderr)
         return 2

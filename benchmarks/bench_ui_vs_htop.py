@@ -29,6 +29,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _smoke  # noqa: E402
 from bench_ui import Tmux  # noqa: E402
 
 LAYOUT = """[session]
@@ -202,9 +204,16 @@ def main() -> int:
     parser.add_argument(
         "--profile", type=Path, help="also profile the dashboard once per size: DIR/vtui_N.prof"
     )
+    if _smoke.on():  # one instance on a free port, vtui alone (vllm-htop takes ~15 s to its first frame here)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        _smoke.tiny(parser, sizes="1", seconds=0.5, presses=1, warmup=0.5, base_port=port, no_htop=True)
     args = parser.parse_args()
     if args.no_htop:
         args.htop = None
+    if _smoke.on() and not shutil.which("tmux"):
+        return _smoke.skip("needs tmux")
     if not shutil.which("tmux") or (not args.htop and not args.no_htop):
         print("needs tmux and vllm-htop (--htop PATH, or --no-htop)", file=sys.stderr)
         return 2

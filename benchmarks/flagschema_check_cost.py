@@ -10,6 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _smoke
+
 from vtui.telemetry import flagschema
 
 LAYOUT = """[session]
@@ -32,6 +34,8 @@ def timed(path: Path) -> float:
 
 def main() -> None:
     vllm = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("VTUI_VLLM", "")
+    if _smoke.on() and len(sys.argv) <= 1:
+        vllm = ""  # the sim layout only: a smoke run reads no real vLLM's flags
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["XDG_CACHE_HOME"] = tmp
         sim = Path(tmp) / "sim.toml"

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _smoke
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import ROOT, layout_text, vtui  # noqa: E402
 
@@ -190,6 +192,7 @@ def main() -> int:
     )
     parser.add_argument("--function", action="append", default=[], help="with --by-callback: also time it")
     parser.add_argument("--child", nargs=2, metavar=("PROF", "LAYOUT"), help=argparse.SUPPRESS)
+    _smoke.tiny(parser, instances=1, window=0.5, top=5)
     args = parser.parse_args()
     if args.child:
         return child(Path(args.child[0]), args.child[1], args.by_callback)
@@ -246,7 +249,7 @@ def main() -> int:
             if all(state == "ready" for state in states):
                 break
             time.sleep(0.2)
-        time.sleep(3.0)
+        time.sleep(0.5 if _smoke.on() else 3.0)
         load0 = os.getloadavg()[0]
         if args.py_spy:
             raw = tmp / "py-spy.txt"

@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import _smoke
+
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = ((120, 40), (80, 24))
 SVG_LIMIT = 100_000  # bytes: above it only the 120x40 SVG is kept (the text is kept at both sizes)
@@ -708,7 +710,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--side", choices=("before", "after"), help="one side only (then the README)")
     ap.add_argument("--readme", action="store_true", help="only write README.md from the index files")
     ap.add_argument("--child", choices=("before", "after"), help=argparse.SUPPRESS)
+    # a smoke run: this checkout on both sides, the dashboard only, into a scratch folder (out=None)
+    _smoke.tiny(ap, before=ROOT, out=None, only=["dashboard"])
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = Path(tempfile.mkdtemp(prefix="vtui-screens-smoke-"))
     if args.child:
         return child(args.child, args.out, args.only)
     for side, checkout in (("before", args.before), ("after", args.after)):

@@ -28,36 +28,21 @@ _STARTED = _started()
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No server the suite started may outlive it. At the end of the run (the xdist controller, or the
-    one process without xdist), these are leaks, named, and the run fails:
-
-    - a `VLLM::` process (EngineCore, Worker: their environment is overwritten by their new title, so
-      no marker can be read) born during the run and orphaned (its parent is init);
-    - a `vllm serve` or `vtui sim` server (core.discovery's `kind_of`) whose state dir is one of this
-      run's test homes (under the run's base temp dir, so a neighbour's run on the machine is not ours).
+    one process without xdist), the processes `_support.procs.left_behind` calls leaks are named, and the
+    run fails. A zombie is no leak (it holds no memory: on a machine whose init never reaps, an orphaned
+    `VLLM::EngineCore` stays one); those are named too, and the run does not fail for them.
 
     Nothing is killed: a process is only named."""
     if hasattr(session.config, "workerinput"):
         return
-    import psutil
-
-    from vtui.core.discovery import kind_of
+    from _support.procs import left_behind, process_rows
 
     base = str(session.config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
-    leaked = []
-    for proc in psutil.process_iter(["name", "cmdline", "create_time", "ppid"]):
-        try:
-            cmdline = proc.info["cmdline"] or [proc.info["name"] or ""]
-            title = cmdline[0]
-            if proc.info["create_time"] < _STARTED:
-                continue
-            if title.startswith("VLLM::") and proc.info["ppid"] == 1:
-                leaked.append(f"{proc.pid} {title}")
-            elif kind_of(cmdline) and proc.environ().get("VTUI_STATE_DIR", "").startswith(base):
-                leaked.append(f"{proc.pid} {' '.join(cmdline)[:120]}")
-        except (psutil.Error, IndexError, TypeError):
-            continue
+    leaked, zombies = left_behind(process_rows(), _STARTED, base)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if zombies and reporter is not None:
+        reporter.write_line(f"zombies left by the run (not leaks: they hold nothing): {', '.join(zombies)}")
     if leaked:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(f"servers left behind by the run: {', '.join(leaked)}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
