@@ -7,7 +7,7 @@ that leads into the next instance) it times `save_layout` for: a changed flag, a
 lands right below the table's last key (vtui's placement) or after the comments that lead into the next
 instance (what `table[key] = value` alone does), with the installed tomlkit.
 
-    python benchmarks/bench_layout_save.py [--instances 4,32] [--repeat 20] [--smoke]
+    python benchmarks/bench_layout_save.py [--instances 4,32] [--repeat 20]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import _smoke
 import tomlkit
 
 from vtui.layouts import load_layout, save_layout
@@ -67,10 +68,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", default="4,32")
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--smoke", action="store_true", help="one tiny run (the test suite's check)")
+    _smoke.tiny(parser, instances="2", repeat=1)
     args = parser.parse_args()
-    sizes = [2] if args.smoke else [int(n) for n in args.instances.split(",")]
-    repeat = 1 if args.smoke else args.repeat
+    sizes = [int(n) for n in args.instances.split(",")]
+    repeat = args.repeat
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.toml"
