@@ -46,8 +46,12 @@ class CommandSuggester(Suggester):
         self._screen = screen
 
     async def get_suggestion(self, value: str) -> str | None:
-        app = self._screen.app
-        return cmdline.complete(value, app.store.names(), sorted(app.available_themes))
+        return _completion(self._screen, value)
+
+
+def _completion(screen: DashboardScreen, value: str) -> str | None:
+    app = screen.app
+    return cmdline.complete(value, app.store.names(), sorted(app.available_themes))
 
 
 class CommandInput(Input):
@@ -59,8 +63,10 @@ class CommandInput(Input):
         self.screen.close_command_line()  # type: ignore[attr-defined]
 
     def action_complete(self) -> None:
-        if self._suggestion:
-            self.value = self._suggestion + ("" if self._suggestion.endswith(" ") else " ")
+        # what the suggester shows, computed now (Input keeps it in private state)
+        suggestion = _completion(self.screen, self.value)  # type: ignore[arg-type]
+        if suggestion:
+            self.value = suggestion + ("" if suggestion.endswith(" ") else " ")
             self.cursor_position = len(self.value)
 
 
