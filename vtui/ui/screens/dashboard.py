@@ -18,6 +18,7 @@ from vtui.ui.compositor import LeanCompositor
 from vtui.ui.keymap import COMMAND_LINE_BINDINGS, DASHBOARD_BINDINGS, FILTER_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
+from vtui.ui.textual_private import use_compositor
 from vtui.ui.widgets.fleet import FleetTable
 from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.gpu_panel import GpuPanel
@@ -76,7 +77,7 @@ class DashboardScreen(InstanceScreen):
 
     def __init__(self) -> None:
         super().__init__(id="dashboard")
-        self._compositor = LeanCompositor()  # a fleet repaint renders the fleet, not the whole screen
+        use_compositor(self, LeanCompositor())  # a fleet repaint renders the fleet, not the whole screen
         self._commands: dict[str, str] = {}
         # the widgets each render pass updates, kept (a query per widget per pass walks the DOM)
         self._title = TitleBar()
