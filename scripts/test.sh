@@ -35,12 +35,13 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     "$PY" -m venv "$VENV"
 fi
 
-# Reinstall only when the package metadata changed (the install is editable: code edits need nothing).
-want="$(sha256sum pyproject.toml | cut -c1-16) $ROOT"
+# Reinstall only when the package metadata or the tools' pins changed (the install is editable: code
+# edits need nothing). The checkers and test tools are pinned exactly in constraints/ci.txt.
+want="$(cat pyproject.toml constraints/ci.txt | sha256sum | cut -c1-16) $ROOT"
 stamp="$VENV/.vtui-test-install"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    say "installing vtui[test] into $VENV"
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+    say "installing vtui[test] into $VENV (tools pinned by constraints/ci.txt)"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --quiet -c constraints/ci.txt -e ".[test]"
     echo "$want" > "$stamp"
 fi
 
