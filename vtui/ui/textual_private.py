@@ -90,7 +90,7 @@ def mark_footer_ready(footer: Footer) -> None:
 
 
 def _instance_attribute(factory: Callable[[], Any], name: str) -> Callable[[], bool]:
-    return lambda: hasattr(factory(), name)
+    return lambda: name in vars(factory())
 
 
 def _class_attribute(owner: type, name: str) -> Callable[[], bool]:
