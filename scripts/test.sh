@@ -8,7 +8,10 @@
 #   4. pytest with VTUI_REQUIRE_VLLM=1, so a missing vLLM fails instead of skipping, on two workers
 #      (pytest-xdist; VTUI_TEST_WORKERS=N to change, 0 for none): the real-vLLM tests run one after
 #      another on one of them (an xdist group, tests/conftest.py), the rest on the other; then the tests
-#      marked `alone` (throughput comparisons) with the machine to themselves.
+#      marked `alone` (throughput comparisons) with the machine to themselves;
+#   5. scripts/test-floors.sh: the unit, layout and UI tests again with vtui's runtime dependencies at
+#      their floors, in .venv-floors (about 2 minutes, 1 more for its first install; skipped when a test
+#      path is given, with VTUI_TEST_WORKERS=0, or with VTUI_SKIP_FLOORS=1). Step 4 has their newest.
 # Extra arguments go to pytest, e.g. `./scripts/test.sh tests/e2e -x`.
 set -euo pipefail
 
@@ -35,12 +38,13 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     "$PY" -m venv "$VENV"
 fi
 
-# Reinstall only when the package metadata changed (the install is editable: code edits need nothing).
-want="$(sha256sum pyproject.toml | cut -c1-16) $ROOT"
+# Reinstall only when the package metadata or the tools' pins changed (the install is editable: code
+# edits need nothing). The checkers and test tools are pinned exactly in constraints/ci.txt.
+want="$(cat pyproject.toml constraints/ci.txt | sha256sum | cut -c1-16) $ROOT"
 stamp="$VENV/.vtui-test-install"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    say "installing vtui[test] into $VENV"
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+    say "installing vtui[test] into $VENV (tools pinned by constraints/ci.txt)"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install --quiet -c constraints/ci.txt -e ".[test]"
     echo "$want" > "$stamp"
 fi
 
@@ -81,8 +85,16 @@ set +e
 first=$?
 "$VENV/bin/python" -m pytest -m alone "$@"
 second=$?
+# The floors run: only for the whole suite (a path given means iterating on some tests).
+floors=0
+for arg in "$@"; do [[ "$arg" != -* && -e "$arg" ]] && VTUI_SKIP_FLOORS=1; done
+if [[ "${VTUI_SKIP_FLOORS:-0}" != 1 ]]; then
+    say "the unit, layout and UI tests at the dependencies' floors (scripts/test-floors.sh)"
+    VTUI_DEV_VENV="$VENV" "$ROOT/scripts/test-floors.sh" -q
+    floors=$?
+fi
 set -e
-for rc in "$first" "$second"; do  # 5: nothing selected (e.g. a path without such tests)
+for rc in "$first" "$second" "$floors"; do  # 5: nothing selected (e.g. a path without such tests)
     if [[ "$rc" != 0 && "$rc" != 5 ]]; then exit "$rc"; fi
 done
 if [[ "$first" == 5 && "$second" == 5 ]]; then exit 5; fi

@@ -53,11 +53,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Real-vLLM tests first, in one xdist group: under `-n 2 --dist loadgroup` (scripts/test.sh) one
     worker runs them one after another from the start (each vLLM launch needs a core, and two at once
     starve each other on a 2-core machine), while the other worker runs the rest."""
+    if os.environ.get("VTUI_NO_SNAPSHOTS") == "1":
+        _deselect_snapshots(config, items)
     vllm = [item for item in items if item.get_closest_marker("vllm")]
     rest = [item for item in items if not item.get_closest_marker("vllm")]
     for item in vllm:
         item.add_marker(pytest.mark.xdist_group("vllm"))
     items[:] = vllm + rest
+
+
+def _deselect_snapshots(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """VTUI_NO_SNAPSHOTS=1 (scripts/test-floors.sh): the snapshot tests are exact renderings of the
+    textual and rich pinned in the test extra, so they are deselected on any other version."""
+    snapshots = [item for item in items if "snap_compare" in getattr(item, "fixturenames", ())]
+    if snapshots:
+        config.hook.pytest_deselected(items=snapshots)
+        items[:] = [item for item in items if "snap_compare" not in getattr(item, "fixturenames", ())]
 
 
 @pytest.fixture(autouse=True)

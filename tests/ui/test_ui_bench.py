@@ -92,6 +92,9 @@ async def test_bench_screen_runs_ramp_saves_results_and_records_history(fake, ap
             if started and not app.screen.running:
                 break
         await settle(pilot)
+        # the run's task is the screen's own, not Textual's message-loop task (`MessagePump._task`, which
+        # an attribute of the same name overwrote: None after a run, so closing the screen never awaited it)
+        assert not app.screen.task.done()
         text = screen_text(app)
         assert "c=4" in text and "done" in text and "Plot: out tok/s" in text
         assert "30%" in text  # the server's KV peak beside the step

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from textual import events
+
 from vtui.core.state import State
 from vtui.ui.logfeed import LogCoalescer
 from vtui.ui.screens.logs import LogScreen, LogView, is_probe, read_older
@@ -67,6 +69,21 @@ async def test_pause_counts_new_lines_and_f_follows_again(fake, app_factory):
         await pilot.press("pageup", "end")
         await settle(pilot)
         assert screen.follow and last_number(app) == 6099
+
+
+async def test_the_mouse_wheel_up_pauses_and_scrolls(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        fake.emit_logs("qwen", [f"line {i}" for i in range(600)])
+        await pilot.press("l")
+        await settle(pilot)
+        screen = app.screen
+        view = screen.query_one(LogView)
+        assert isinstance(screen, LogScreen) and screen.follow and last_number(app) == 599
+        view.post_message(events.MouseScrollUp(view, 1, 1, 0, -1, 0, False, False, False))
+        await settle(pilot)
+        assert not screen.follow and last_number(app) < 599  # paused, and Textual's own handler scrolled
 
 
 async def test_probes_hidden_by_default_one_key_shows_them(fake, app_factory):

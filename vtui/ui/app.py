@@ -19,6 +19,7 @@ from textual import work
 from textual.app import App
 from textual.css.query import NoMatches
 from textual.dom import NoScreen
+from textual.notifications import Notification
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
@@ -169,15 +170,13 @@ class VtuiApp(ControlMixin):
                 self.set_timer(delay, _freeze_heap)
 
     # -- notifications: on the screens' reserved notice line, never over data ------------------------
-    def _refresh_notifications(self) -> None:
-        """Textual calls this after each `notify` and when a screen resumes: the live notifications go
-        to the notice line of every screen that has one (a modal's shows through on the screen below);
-        only a screen stack with none falls back to Textual's toasts."""
+    def route_notifications(self, live: list[Notification]) -> bool:
+        """Called after each `notify`, expiry and screen resume (vtui.ui.textual_private): the live
+        notifications go to the notice line of every screen that has one (a modal's shows through on the
+        screen below); only a screen stack with none falls back to Textual's toasts."""
         lines = [line for screen in self.screen_stack for line in screen.query(NoticeLine)]
         if not lines:
-            super()._refresh_notifications()
-            return
-        live = list(self._notifications)
+            return False
         for line in lines:
             line.show(live)
         if self._notice_timer is not None:
@@ -185,7 +184,8 @@ class VtuiApp(ControlMixin):
             self._notice_timer = None
         if live:  # redraw when the next one expires
             next_expiry = max(0.05, min(n.time_left for n in live))
-            self._notice_timer = self.set_timer(next_expiry, self._refresh_notifications)
+            self._notice_timer = self.set_timer(next_expiry, self.refresh_notifications)
+        return True
 
     def repaint(self) -> None:
         """One render pass of every screen from the store (the render timer's callback; state changes

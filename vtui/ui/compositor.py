@@ -6,25 +6,20 @@ in full (the GPU panel, the footer and its keys, the notice line, the containers
 throw their lines away: a quarter of the dashboard's render cost at 8 instances
 (`benchmarks/bench_ui_breakdown.py`). This one skips a widget whose visible part (its region within its
 clip) misses the update's crop; what is drawn is the same, since lines outside the update's spans are
-never used.
+never used. (Textual's compositor is private API: vtui.ui.textual_private.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from textual._compositor import Compositor
 from textual.geometry import Region
-from textual.strip import Strip
+
+from vtui.ui.textual_private import CropRendersCompositor, Renders
 
 __all__ = ["LeanCompositor"]
 
 
-class LeanCompositor(Compositor):
-    def _get_renders(self, crop: Region | None = None) -> Iterable[tuple[Region, Region, list[Strip]]]:
-        if not crop:
-            yield from super()._get_renders(crop)
-            return
+class LeanCompositor(CropRendersCompositor):
+    def renders_within(self, crop: Region) -> Renders:
         overlaps = crop.overlaps
         for widget, (region, clip) in self.visible_widgets.items():
             visible = region.intersection(clip)

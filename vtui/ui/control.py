@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from textual import work
-from textual.app import App
 from textual.screen import Screen
 
 from vtui.core.api import SupervisorApi
@@ -24,12 +23,13 @@ from vtui.layouts import LayoutError, load_layout, save_layout
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.settings import UiSettings
 from vtui.ui.store import Store
+from vtui.ui.textual_private import NoticeRoutingApp
 
 # The dialogs (vtui.ui.screens.dialogs) and the flag schema's save check are imported where they are used:
 # the first frame shows neither (tests/ui/test_ui_start_imports.py).
 
 
-class ControlMixin(App[int]):
+class ControlMixin(NoticeRoutingApp[int]):
     """The App's requests (VtuiApp's base): the supervisor and the store are set by VtuiApp."""
 
     supervisor: SupervisorApi

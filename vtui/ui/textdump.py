@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from textual.app import App
 
+from vtui.ui.textual_private import screen_strips
+
 
 def screen_text(app: App) -> str:
-    strips = app.screen._compositor.render_strips()
+    strips = screen_strips(app.screen)
     return "\n".join(strip.text.rstrip() for strip in strips)

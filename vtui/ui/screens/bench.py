@@ -187,7 +187,7 @@ class BenchScreen(StoreScreen):
         self.steps: list[StepResult] = []
         self.running = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
+        self._run_task: asyncio.Task | None = None
 
     def compose(self) -> ComposeResult:
         yield TitleBar(f"bench {self.instance}", help_hint=False)
@@ -263,8 +263,8 @@ class BenchScreen(StoreScreen):
         self._run(config, flags=dict(spec.flags) if spec else {})
 
     def action_cancel(self) -> None:
-        if self.running and self._loop is not None and self._task is not None:
-            self._loop.call_soon_threadsafe(self._task.cancel)
+        if self.running and self._loop is not None and self._run_task is not None:
+            self._loop.call_soon_threadsafe(self._run_task.cancel)
 
     def action_back(self) -> None:
         if self.running:
@@ -279,8 +279,8 @@ class BenchScreen(StoreScreen):
         loop = asyncio.new_event_loop()
         try:
             self._loop = loop
-            self._task = loop.create_task(_awaited(runner(config, self._progressed)))
-            result = loop.run_until_complete(self._task)
+            self._run_task = loop.create_task(_awaited(runner(config, self._progressed)))
+            result = loop.run_until_complete(self._run_task)
             stem = (
                 time.strftime("bench-%Y%m%d-%H%M%S", time.localtime(result.started_at)) + f"-{self.instance}"
             )
@@ -292,7 +292,7 @@ class BenchScreen(StoreScreen):
         except Exception as exc:  # server down, bad answer: shown, never raised into the app
             self.post_message(BenchDone(None, None, f"{type(exc).__name__}: {exc}"))
         finally:
-            self._loop = self._task = None
+            self._loop = self._run_task = None
             loop.close()
 
     def _progressed(self, progress: BenchProgress) -> None:  # from the run's thread

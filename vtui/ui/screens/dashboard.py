@@ -18,6 +18,7 @@ from vtui.ui.compositor import LeanCompositor
 from vtui.ui.keymap import COMMAND_LINE_BINDINGS, DASHBOARD_BINDINGS, FILTER_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
+from vtui.ui.textual_private import use_compositor
 from vtui.ui.widgets.fleet import FleetTable
 from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.gpu_panel import GpuPanel
@@ -46,8 +47,12 @@ class CommandSuggester(Suggester):
         self._screen = screen
 
     async def get_suggestion(self, value: str) -> str | None:
-        app = self._screen.app
-        return cmdline.complete(value, app.store.names(), sorted(app.available_themes))
+        return _completion(self._screen, value)
+
+
+def _completion(screen: DashboardScreen, value: str) -> str | None:
+    app = screen.app
+    return cmdline.complete(value, app.store.names(), sorted(app.available_themes))
 
 
 class CommandInput(Input):
@@ -59,8 +64,10 @@ class CommandInput(Input):
         self.screen.close_command_line()  # type: ignore[attr-defined]
 
     def action_complete(self) -> None:
-        if self._suggestion:
-            self.value = self._suggestion + ("" if self._suggestion.endswith(" ") else " ")
+        # what the suggester shows, computed now (Input keeps it in private state)
+        suggestion = _completion(self.screen, self.value)  # type: ignore[arg-type]
+        if suggestion:
+            self.value = suggestion + ("" if suggestion.endswith(" ") else " ")
             self.cursor_position = len(self.value)
 
 
@@ -70,7 +77,7 @@ class DashboardScreen(InstanceScreen):
 
     def __init__(self) -> None:
         super().__init__(id="dashboard")
-        self._compositor = LeanCompositor()  # a fleet repaint renders the fleet, not the whole screen
+        use_compositor(self, LeanCompositor())  # a fleet repaint renders the fleet, not the whole screen
         self._commands: dict[str, str] = {}
         # the widgets each render pass updates, kept (a query per widget per pass walks the DOM)
         self._title = TitleBar()

@@ -214,9 +214,8 @@ class LogView(ScrollView, can_focus=True):
         else:
             super().action_scroll_end()
 
-    def _on_mouse_scroll_up(self, event: MouseScrollUp) -> None:
-        self._user_scrolled()
-        super()._on_mouse_scroll_up(event)
+    def on_mouse_scroll_up(self, event: MouseScrollUp) -> None:
+        self._user_scrolled()  # then the Widget's own handler scrolls
 
 
 class StatusLine(Widget):

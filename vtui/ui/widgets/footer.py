@@ -16,6 +16,8 @@ from typing import Any
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from vtui.ui.textual_private import mark_footer_ready
+
 
 class LeanFooter(Footer):
     """The Footer, minus the recomposes that would draw the same keys."""
@@ -26,7 +28,7 @@ class LeanFooter(Footer):
         self._shown: tuple[object, ...] | None = None
 
     def bindings_changed(self, screen: Screen) -> None:
-        self._bindings_ready = True
+        mark_footer_ready(self)
         if not screen.app.app_focus:
             return
         if self.is_attached and screen is self.screen and not self._pending:

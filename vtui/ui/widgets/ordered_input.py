@@ -20,7 +20,9 @@ from textual.widgets import Input
 
 
 class OrderedInput(Input):
-    async def _on_key(self, event: events.Key) -> None:
+    async def on_key(self, event: events.Key) -> None:
+        """Runs before Input's own key handler (a subclass's handler comes first); `prevent_default`
+        keeps Input from handling a key that was passed on or ran a binding here."""
         try:
             screen = self.screen
         except NoScreen:  # an earlier key of the burst closed this input's dialog
@@ -37,8 +39,6 @@ class OrderedInput(Input):
                 event.stop()
                 event.prevent_default()
                 await self.app.run_action(active.binding.action, active.node)
-                return
-        await super()._on_key(event)
 
 
 def after_typing(screen: Screen, callback: Callable[[], object]) -> None:
