@@ -124,9 +124,12 @@ def test_the_wheel_runs_the_demo_by_name_outside_the_clone(tmp_path: Path) -> No
     )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     (wheel,) = wheels.glob("vtui-*.whl")
+    shipped = {f"vtui/layouts/builtin/{f.name}": f.read_bytes() for f in (ROOT / "layouts").glob("*.toml")}
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    assert {"vtui/layouts/builtin/demo.toml", "vtui/ui/vtui.tcss", "vtui/core/vllm_serve_flags.json"} <= names
+        packaged = {n: archive.read(n) for n in names if n.startswith("vtui/layouts/builtin/")}
+    assert len(shipped) == 4 and packaged == shipped  # built from the one layouts/ folder, every file
+    assert {"vtui/ui/vtui.tcss", "vtui/core/vllm_serve_flags.json"} <= names
     assert not any(n.startswith(("tests/", "layouts/")) for n in names)
 
     # A fresh venv; vtui from the wheel only, its dependencies from this interpreter's site-packages (a

@@ -30,13 +30,19 @@ def _write(path: Path, name: str = "mine", inst: str = "a") -> Path:
     return path
 
 
-def test_shipped_layouts_are_package_data_named_by_name() -> None:
-    assert {"demo", "vllm-cpu", "latency", "throughput"} <= set(builtin_names())
-    assert BUILTIN_DIR.parent.name == "layouts" and BUILTIN_DIR.parent.parent.name == "vtui"
+def test_shipped_layouts_are_the_checkouts_layouts_folder_named_by_name() -> None:
+    """In a checkout (editable install, clone) the shipped layouts are read from the top-level layouts/,
+    the one copy (a wheel carries them as vtui/layouts/builtin/: tests/test_install.py)."""
+    root = Path(__file__).resolve().parents[2]
+    files = sorted((root / "layouts").glob("*.toml"))
+    assert [f.stem for f in files] == builtin_names() == ["demo", "latency", "throughput", "vllm-cpu"]
+    for f in files:
+        found = builtin_layout(f.stem)
+        assert found is not None and found.read_bytes() == f.read_bytes()
     assert builtin_layout("demo") == BUILTIN_DIR / "demo.toml"
     assert builtin_layout("demo.toml") == BUILTIN_DIR / "demo.toml"
     assert builtin_layout("nope") is None and builtin_layout("../layouts/demo") is None
-    assert not (Path(__file__).resolve().parents[2] / "layouts").exists()  # one copy only
+    assert not (root / "vtui" / "layouts" / "builtin").exists()  # one copy only
 
 
 def test_a_name_resolves_to_the_shipped_layout_unless_a_file_here_has_it(

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from vtui.commands._tune_setup import NOT_RESUMED, TuneSetup, bench_config
+from vtui.core.selfrun import module_argv
 from vtui.tune import progress
 
 # (dest, option) of the settings a detached tune is started with (its command line rebuilt)
@@ -36,7 +37,7 @@ def options_of(args: argparse.Namespace) -> dict[str, Any]:
 
 def child_argv(args: argparse.Namespace, words: list[str]) -> list[str]:
     """The command line of the detached tune: the same settings, without --detach."""
-    argv = [sys.executable, "-m", "vtui", "tune", *words]
+    argv = module_argv("vtui", "tune", *words)
     for dest, option in VALUE_OPTIONS:
         value = getattr(args, dest, None)
         if value is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from vtui.core.masking import SECRET_FLAGS as SECRET_FLAGS
+from vtui.core.selfrun import module_argv
 
 FlagValue = bool | int | float | str | list  # list: a flag taking several values (`--api-key a b`)
 RestartMode = Literal["never", "on-failure", "always"]
@@ -150,9 +150,9 @@ class InstanceSpec:
         if self.command:
             return [os.path.expanduser(os.path.expandvars(part)) for part in self.command]
         if self.engine == "sim":
-            return [sys.executable, "-m", "vtui.sim"]
+            return module_argv("vtui.sim")
         if self.engine == "router":
-            return [sys.executable, "-m", "vtui.core.routerproc"]
+            return module_argv("vtui.core.routerproc")
         return ["vllm", "serve"]
 
     def argv(self) -> list[str]:

@@ -2,8 +2,9 @@
 
 One record of the last-used session (`last_session` in the state dir) is written and read by the dashboard
 and every CLI command, so `vtui ps` after the dashboard finds the dashboard's layout and vice versa.
-Shipped layouts are package data (`vtui/layouts/builtin/*.toml`) and can be named wherever a layout path
-is taken (`vtui up demo`); a file of that name in the current directory wins.
+Shipped layouts are the repository's `layouts/*.toml` (one copy; a wheel installs them as the package data
+`vtui/layouts/builtin/`, see setup.py) and can be named wherever a layout path is taken (`vtui up demo`); a
+file of that name in the current directory wins.
 """
 
 from __future__ import annotations
@@ -35,7 +36,17 @@ __all__ = [
     "split_layout_args",
 ]
 
-BUILTIN_DIR = Path(__file__).resolve().parent / "builtin"
+
+def _shipped_dir() -> Path:
+    """Where the shipped layouts are: an installed wheel's package data (`vtui/layouts/builtin/`, which
+    the build maps from the repository's `layouts/`), else the checkout's `layouts/` (an editable
+    install, or a clone on PYTHONPATH: the package folder has no `builtin/`)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "builtin"
+    return packaged if packaged.is_dir() else here.parent.parent / "layouts"
+
+
+BUILTIN_DIR = _shipped_dir()
 DEMO = "demo"  # the shipped layout `vtui` opens when given nothing and no session was used before
 _LAST = "last_session"
 

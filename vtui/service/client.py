@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vtui.core.selfrun import module_argv
 from vtui.service import locations
 
 __all__ = ["ServiceClient", "ServiceError", "ServiceUnavailable", "ensure_supervisor", "find_supervisor"]
@@ -233,7 +233,7 @@ def ensure_supervisor(session: str, layout_path: str | os.PathLike[str]) -> tupl
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "vtui.service", "--layout", str(Path(layout_path).resolve())],
+            module_argv("vtui.service", "--layout", str(Path(layout_path).resolve())),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,

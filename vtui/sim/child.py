@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from vtui.core.selfrun import module_argv
+
 NAME = "VLLM::EngineCore"
 
 
@@ -32,7 +34,7 @@ def child_env() -> dict[str, str]:
 def spawn() -> subprocess.Popen:
     """Start the child in the caller's process group (so killing the group kills it)."""
     proc = subprocess.Popen(
-        [NAME, "-m", "vtui.sim.child"],
+        module_argv("vtui.sim.child", program=NAME),
         executable=sys.executable,
         env=child_env(),
         stdin=subprocess.DEVNULL,

@@ -21,6 +21,7 @@ import time
 from dataclasses import astuple, dataclass, replace
 from typing import Any
 
+from vtui.core.selfrun import module_argv
 from vtui.sim.child import child_env
 
 NAME = "VLLM::EngineCore"
@@ -150,7 +151,7 @@ class ChildMemory:
     def __init__(self, count: int) -> None:
         self.count = count
         self.proc = subprocess.Popen(
-            [NAME, "-m", "vtui.sim.device"],
+            module_argv("vtui.sim.device", program=NAME),
             executable=sys.executable,
             env=child_env(),  # argv[0] is the title: hand over where vtui and its imports are
             stdin=subprocess.PIPE,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Label, Static
 
+from vtui.core.selfrun import module_argv
 from vtui.tune import progress
 from vtui.tune.search import pareto_front
 from vtui.ui import fmt
@@ -51,7 +51,7 @@ def launch(argv: list[str]) -> tuple[int, str]:
     """Run a short `vtui tune …` command (`--detach`, `--restore`) and return (exit code, its output)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "vtui", "tune", *argv],
+            module_argv("vtui", "tune", *argv),
             capture_output=True,
             text=True,
             timeout=600,

@@ -16,6 +16,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from vtui.core.model import InstanceSpec
+from vtui.core.selfrun import as_dash_m
 from vtui.core.state import State
 from vtui.telemetry.metrics import HistoryPoint
 from vtui.ui import fmt
@@ -37,8 +38,9 @@ PANE_EVERY_S = 3.0
 
 
 def short_command(spec: InstanceSpec) -> str:
-    """The instance's command without the environment, the program as its base name."""
-    argv = spec.argv()
+    """The instance's command without the environment, the program as its base name (vtui's own
+    modules as `-m MODULE`: `vtui.core.selfrun.as_dash_m`)."""
+    argv = as_dash_m(spec.argv())
     return " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else ""
 
 
