@@ -12,9 +12,11 @@ result, and each test reports its own script."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -87,7 +89,7 @@ def run_smoke(script: str, folder: Path) -> Run:
 
 @pytest.fixture(scope="module")
 def smoke_runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
 ) -> dict[str, Future[Run]]:
     """The selected scripts' smoke runs, AT_ONCE at a time, started together."""
     selected = [
@@ -97,7 +99,12 @@ def smoke_runs(
     ]
     pool = ThreadPoolExecutor(AT_ONCE)
     request.addfinalizer(pool.shutdown)
-    return {s: pool.submit(run_smoke, s, tmp_path_factory.mktemp(Path(s).stem)) for s in selected}
+    # Short folders in /tmp, not pytest's (under xdist: /tmp/pytest-of-USER/pytest-N/popen-gwN/NAME0): the
+    # scripts' sessions put Unix sockets below them, and a socket path has at most 107 bytes (bench_hosts'
+    # forwarded sockets went over it under xdist, and its dashboard waited for hosts that never came).
+    folders = {s: Path(tempfile.mkdtemp(prefix=f"vsm-{Path(s).stem[:12]}-")) for s in selected}
+    request.addfinalizer(lambda: [shutil.rmtree(f, ignore_errors=True) for f in folders.values()])
+    return {s: pool.submit(run_smoke, s, folders[s]) for s in selected}
 
 
 def test_every_script_is_found() -> None:

@@ -62,9 +62,19 @@ def test_what_is_not_the_runs_is_neither() -> None:
     assert left_behind(rows, STARTED, BASE) == ([], [])
 
 
-def test_the_rows_of_this_machine_include_this_process() -> None:
+def test_the_rows_of_this_machine_include_a_child_and_its_environment() -> None:
+    """A child of ours, not this process: pytest-xdist retitles its workers (setproctitle), which can
+    overwrite the memory /proc/PID/environ reads, so a worker's own environment may read back empty."""
     import os
+    import subprocess
+    import sys
 
-    mine = next(r for r in process_rows() if r.pid == os.getpid())
-    assert mine.status != psutil.STATUS_ZOMBIE and mine.create_time > 0
-    assert "PATH" in mine.environ()  # read from /proc: the environment this process started with
+    env = {**os.environ, "VTUI_LEAK_CHECK_PROBE": "yes"}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        mine = next(r for r in process_rows() if r.pid == child.pid)
+        assert mine.status != psutil.STATUS_ZOMBIE and mine.create_time > 0
+        assert mine.environ().get("VTUI_LEAK_CHECK_PROBE") == "yes"  # read from /proc
+    finally:
+        child.kill()
+        child.wait()

@@ -4,8 +4,6 @@ and the membership a router should have (READY replicas only, not one being stop
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from vtui.core import replicas
@@ -13,6 +11,7 @@ from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.preflight import preflight
 from vtui.core.replicas import RouterHub, choose_gpus, supervised
 from vtui.core.runstate import spec_from_dict, spec_to_dict
+from vtui.core.selfrun import module_argv
 from vtui.core.state import State
 from vtui.core.supervisor import Supervisor
 
@@ -75,9 +74,10 @@ def test_router_spec_command_line_and_record_round_trip() -> None:
     router = supervised(layout(group(host="127.0.0.1")), port_for_metrics=lambda: 9555).instances[-1]
     assert router.engine == "router" and router.health_url == "http://127.0.0.1:9000/liveness"
     argv = router.argv()
-    assert argv[:3] == [sys.executable, "-m", "vtui.core.routerproc"]
+    start = module_argv("vtui.core.routerproc")
+    assert argv[: len(start)] == start
     assert "m" not in argv  # a router takes no model argument
-    assert argv[3:7] == ["--host", "127.0.0.1", "--port", "9000"]
+    assert argv[len(start) : len(start) + 4] == ["--host", "127.0.0.1", "--port", "9000"]
     assert argv[argv.index("--prometheus-port") + 1] == "9555"
     assert argv[argv.index("--policy") + 1] == "round_robin"
     assert "CUDA_VISIBLE_DEVICES" not in router.process_env({})
