@@ -122,6 +122,7 @@ def test_two_sim_replicas_behind_vllm_router(tmp_path: Path, session: str) -> No
     finally:
         stop.set()
         watcher.join()
+    seen.append(workers(router_port))  # the watcher may stop before its next look sees what wait_for saw
     gone = next((i for i, w in enumerate(seen) if f"http://127.0.0.1:{port}" not in w and w), None)
     assert gone is not None, "the router never dropped the dead replica"
     assert any(w == urls for w in seen[gone:]), "the restarted replica was not added back"
