@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -355,3 +356,64 @@ def test_cli_exports_with_the_secrets_unset(fleet, monkeypatch: pytest.MonkeyPat
     assert code == 0, err
     _validate_kubernetes(out)
     assert "VTUI_EXPORT" not in out and "secretKeyRef" in out
+
+
+COLLIDING = """
+[session]
+name = "7 boxes"
+
+[[instance]]
+name = "a.b"
+model = "org/m"
+port = 8001
+
+[[instance]]
+name = "a_b"
+model = "org/m"
+port = 8002
+
+[[instance]]
+name = "A-B"
+model = "org/m"
+port = 8003
+
+[[instance]]
+name = "9000-chat"
+model = "org/m"
+port = 8004
+"""
+
+
+def test_names_that_read_alike_never_collide_and_stay_put_under_only(tmp_path: Path) -> None:
+    """Was: a.b, a_b and A-B all became the unit vllm-…-a-b.service (the last one written won)."""
+    path = tmp_path / "colliding.toml"
+    path.write_text(COLLIDING)
+    layout = load_layout(path)
+    units = [f.name for f in export_layout(layout, "systemd").files]
+    assert len(units) == len(set(units)) == 4
+    alone = [f.name for f in export_layout(layout, "systemd", only=["A-B"]).files]
+    assert alone == [units[2]]  # the same name whichever instances are exported
+    text = export_layout(layout, "systemd", only=["a_b"]).files[0].text
+    assert "# a_b: named a-b-2" in text
+    compose = yaml.safe_load(export_layout(layout, "compose").files[0].text)
+    assert len(compose["services"]) == 4
+
+
+def test_kubernetes_names_start_with_a_letter() -> None:
+    """A Service name must be an RFC 1035 label (a letter first) on API servers before 1.36."""
+    layout = load_layout_text(COLLIDING)
+    docs = list(yaml.safe_load_all(export_layout(layout, "kubernetes").files[0].text))
+    names = [d["metadata"]["name"] for d in docs if d and d.get("kind") in ("Service", "Deployment")]
+    assert names and all(re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", n) and len(n) <= 63 for n in names)
+    assert "vllm-9000-chat" in names
+    services = [d["metadata"]["name"] for d in docs if d and d.get("kind") == "Service"]
+    assert len(services) == len(set(services)) == 4
+
+
+def load_layout_text(text: str):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "layout.toml"
+        path.write_text(text)
+        return load_layout(path)

@@ -126,10 +126,21 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
 def dns_name(name: str, taken: set[str]) -> str:
-    """`name` as an RFC 1123 label (lower case, digits, '-', at most 63), unique among `taken`."""
+    """`name` as an RFC 1035 label (lower case, digits, '-', at most 63, starting with a letter: what every
+    Kubernetes API server takes for a Service, not only those from 1.36 on), unique among `taken`."""
     base = _NOT_DNS.sub("-", name.lower()).strip("-")[:55] or "vllm"
+    if not base[0].isalpha():
+        base = f"vllm-{base}"[:55]
     candidate, n = base, 2
     while candidate in taken:
         candidate, n = f"{base}-{n}", n + 1
     taken.add(candidate)
     return candidate
+
+
+def unique_names(names: Iterable[str]) -> dict[str, str]:
+    """Each name -> its `dns_name`, unique across all of them, in order: `a.b`, `a_b` and `A-B` become
+    `a-b`, `a-b-2` and `a-b-3`. Taken over the whole layout, so an instance's name does not depend on
+    which others are exported with it (`--only`)."""
+    taken: set[str] = set()
+    return {name: dns_name(name, taken) for name in names}

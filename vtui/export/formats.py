@@ -20,6 +20,7 @@ from vtui.export.common import (
     ExportResult,
     dns_name,
     exported_instances,
+    unique_names,
 )
 from vtui.export.yamltext import dump_documents, dump_yaml
 
@@ -85,7 +86,7 @@ def compose(layout: Layout, items: list[Exported]) -> list[ExportFile]:
     by device id, its port published on the layout's address, a health check on /health, `ipc: host`
     (vLLM's docs: PyTorch shares memory between processes through /dev/shm)."""
     services: dict[str, object] = {}
-    taken: set[str] = set()
+    names = unique_names(r.name for spec in layout.instances for r in spec.replica_specs())
     comments = _header(layout, "docker compose file")
     for item in items:
         comments += _notes(item)
@@ -136,7 +137,7 @@ def compose(layout: Layout, items: list[Exported]) -> list[ExportFile]:
                 "start_period": f"{int(policy.start_timeout) or 1800}s",
             }
             service["restart"] = restart
-            services[dns_name(replica.name, taken)] = service
+            services[names.get(replica.name) or dns_name(replica.name, set())] = service
     doc = {"name": dns_name(layout.session.name, set()), "services": services}
     return [ExportFile("compose.yaml", dump_yaml(doc, comments))]
 
@@ -157,11 +158,19 @@ def systemd(layout: Layout, items: list[Exported]) -> list[ExportFile]:
     environment vtui adds (GPU pinning) and the layout's, secrets from an EnvironmentFile."""
     files = []
     session = dns_name(layout.session.name, set())
+    # unit names as DNS labels, unique across the layout (a.b, a_b and A-B would all be a-b), the same
+    # whichever instances are exported
+    words = unique_names(r.name for spec in layout.instances for r in spec.replica_specs())
     for item in items:
         policy = item.spec.restart
         for replica in item.spec.replica_specs():
-            unit = f"vllm-{session}-{dns_name(replica.name, set())}"
+            word = words.get(replica.name) or dns_name(replica.name, set())
+            unit = f"vllm-{session}-{word}"
             lines = [f"# {line}" for line in _header(layout, f"systemd unit {unit}.service")]
+            if word != dns_name(replica.name, set()):
+                lines.append(
+                    f"# {replica.name}: named {word}, as another instance's name reads the same in a unit name"
+                )
             lines += [f"# {line}" for line in _notes(item)]
             lines += [
                 "[Unit]",
@@ -221,7 +230,7 @@ def kubernetes(layout: Layout, items: list[Exported]) -> list[ExportFile]:
     """A Deployment (replicas = the layout's) and a Service per instance, GPUs as `nvidia.com/gpu`
     requests and limits, startup/readiness/liveness probes on /health, /dev/shm as memory."""
     docs: list[dict[str, object]] = []
-    taken: set[str] = set()
+    names = unique_names(spec.name for spec in layout.instances)  # the same whichever are exported
     secret_name = _secret_name(layout)
     comments = _header(layout, "Kubernetes manifests")
     for item in items:
@@ -231,7 +240,7 @@ def kubernetes(layout: Layout, items: list[Exported]) -> list[ExportFile]:
                 f"{item.original.name}: reads {', '.join(item.secrets)} from Secret {secret_name!r} "
                 f"(kubectl create secret generic {secret_name} --from-literal=NAME=…)"
             )
-        name = dns_name(item.original.name, taken)
+        name = names.get(item.original.name) or dns_name(item.original.name, set())
         labels = {
             "app.kubernetes.io/name": "vllm",
             "app.kubernetes.io/instance": name,
@@ -314,7 +323,7 @@ def helm_production_stack(layout: Layout, items: list[Exported]) -> list[ExportF
     from vtui.core import flagspec
 
     specs: list[dict[str, object]] = []
-    taken: set[str] = set()
+    names = unique_names(spec.name for spec in layout.instances)
     comments = _header(
         layout, "values for the vLLM production-stack Helm chart (vllm-project/production-stack)"
     )
@@ -355,7 +364,7 @@ def helm_production_stack(layout: Layout, items: list[Exported]) -> list[ExportF
             env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": var}}})
         gpus = item.per_replica_gpus()
         entry: dict[str, object] = {
-            "name": dns_name(item.original.name, taken),
+            "name": names.get(item.original.name) or dns_name(item.original.name, set()),
             "repository": IMAGE_REPOSITORY,
             "tag": IMAGE_TAG,
             "modelURL": item.spec.model,
