@@ -93,6 +93,7 @@ def test_seed_flags_are_real_flags() -> None:
         ("dtype", "fp32", "expected one of auto, bfloat16, float, float16, float32, half"),
         ("kv-cache-memory-bytes", "lots", 'expected an integer or a size like "64M", got "lots"'),
         ("max-model-len", -2, "must be a positive length (or -1 for auto), got -2"),
+        ("max-logprobs", -2, "must be at least 0 (or -1 for no cap), got -2"),
         ("quantization", False, "expected a string, got false"),
         ("collect-detailed-traces", ["all", "nope"], "expected one of all, model, worker, None"),
         ("compilation-config", "{oops", "invalid JSON"),
@@ -127,6 +128,8 @@ def test_validate_flag_rejects(name: str, value: object, message: str) -> None:
         ("hf-token", True),
         ("hf-token", "hf_x"),
         ("seed", 7),
+        ("max-logprobs", -1),  # vLLM: no cap (ModelConfig.max_logprobs, ge=-1)
+        ("max-logprobs", 0),
     ],
 )
 def test_validate_flag_accepts(name: str, value: object) -> None:

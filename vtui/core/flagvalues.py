@@ -94,6 +94,11 @@ def _model_len(v: float) -> str | None:
     return None if v >= 1 or v == -1 else f"must be a positive length (or -1 for auto), got {v:g}"
 
 
+def _logprobs(v: float) -> str | None:
+    # vLLM's ModelConfig.max_logprobs: Field(ge=-1); -1 means no cap
+    return None if v >= 0 or v == -1 else f"must be at least 0 (or -1 for no cap), got {v:g}"
+
+
 _RANGES: Mapping[str, Callable[[float], str | None]] = MappingProxyType(
     {
         "gpu-memory-utilization": _fraction,
@@ -101,6 +106,7 @@ _RANGES: Mapping[str, Callable[[float], str | None]] = MappingProxyType(
         "kv-cache-memory-bytes": _at_least(1),
         "swap-space": _at_least(0),
         "cpu-offload-gb": _at_least(0),
+        "max-logprobs": _logprobs,
         **{
             name: _at_least(1)
             for name in (
@@ -112,7 +118,6 @@ _RANGES: Mapping[str, Callable[[float], str | None]] = MappingProxyType(
                 "block-size",
                 "api-server-count",
                 "max-loras",
-                "max-logprobs",
             )
         },
     }
