@@ -61,6 +61,10 @@ print("@MARK@" + json.dumps({"version": version, "present": spec is not None}))
 # Runs inside the instance's Python: builds vLLM's own serve parser and describes every option.
 _DUMP_SCRIPT = r"""
 import argparse, importlib, json, os, sys
+# vLLM writes the help of its config-derived options only when an argument holds "--help" as its modules
+# are imported (vllm.engine.arg_utils.NEEDS_HELP): else 255 of 0.32's 316 options read back without help.
+# Not "serve --help": with both, vLLM leaves --model out of the parser (to hide it from the help).
+sys.argv = ["vllm", "--help"]
 def from_modules():
     # where make_arg_parser has lived: 0.33's common, 0.32's launchers, the openai entrypoint of 0.5-0.31
     for module in (
@@ -284,7 +288,8 @@ def vllm_version_of(python: Sequence[str], timeout: float = 30.0) -> str | None:
 
 def _cache_file(version: str) -> Path:
     safe = re.sub(r"[^\w.+-]", "_", version)
-    return paths.cache_dir() / f"flagschema-vllm-{safe}.json"
+    # v2: read with the help texts (see _DUMP_SCRIPT); a v1 file held 255 empty ones for 0.32
+    return paths.cache_dir() / f"flagschema-v2-vllm-{safe}.json"
 
 
 def _specs(items: list[dict]) -> Mapping[str, FlagSpec]:
