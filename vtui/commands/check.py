@@ -61,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(wrong)} problem{'s' if len(wrong) != 1 else ''}; nothing was started", file=sys.stderr)
         return EXIT_INVALID
     for spec in layout.instances:
+        too_long = _over_model_limit(spec)
+        if too_long:
+            warnings.append(too_long)
+            print(f"warning: {too_long}")
+    for spec in layout.instances:
         for line in flag_advice(spec.flags):
             print(f"advice: {spec.name}: {line}")
     instances = ", ".join(_summary(s) for s in layout.instances)
@@ -102,3 +107,19 @@ def _summary(spec: InstanceSpec) -> str:
         return f"{spec.name} ({spec.engine} ×{spec.replicas} :{spec.port}-{last}{gpus}{router})"
     gpus = " gpus " + ",".join(map(str, spec.gpus)) if spec.gpus else ""
     return f"{spec.name} ({spec.engine} :{spec.port}{gpus})"
+
+
+def _over_model_limit(spec: InstanceSpec) -> str | None:
+    """`max-model-len` past the model's own limit, read from its config.json on disk (a folder or the
+    Hugging Face cache; the sim's table for a sim), or None (nothing on disk to read is no warning)."""
+    from vtui.core.flagvalues import int_flag
+    from vtui.planner.config import model_config_for, over_model_limit
+
+    wanted = int_flag(spec.flags.get("max-model-len"))
+    if spec.engine == "external" or wanted is None or wanted <= 0:
+        return None
+    if spec.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
+        return None
+    config, _ = model_config_for(spec.engine, spec.model)
+    problem = over_model_limit(config, wanted) if config is not None else None
+    return f"{spec.name}: {problem} ({config.source})" if problem and config is not None else None

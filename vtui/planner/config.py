@@ -296,3 +296,14 @@ def model_config_for(
     if shape is None:
         return None, f"{model}: not in the sim's built-in table and no config.json on disk"
     return from_dict(shape.config_json(), name=model, source="sim built-in table"), None
+
+
+def over_model_limit(config: ModelConfig, max_model_len: int | None) -> str | None:
+    """Why `max-model-len` cannot start on this model (past its derived context limit: vLLM refuses to
+    start), or None. The one statement of the rule, for the planner and `vtui check`."""
+    if max_model_len is None or max_model_len <= 0 or max_model_len <= config.max_position_embeddings:
+        return None
+    return (
+        f"max-model-len {max_model_len} > the model's limit {config.max_position_embeddings}: "
+        "vLLM refuses to start (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+    )

@@ -14,7 +14,7 @@ from typing import Any
 from vtui.core import vllm_memory
 from vtui.core.flagspec import BUILTIN_FLAGS, int_flag
 from vtui.planner import memory
-from vtui.planner.config import ModelConfig
+from vtui.planner.config import ModelConfig, over_model_limit
 from vtui.planner.kv import blocks_per_request, capacity, kv_layout
 from vtui.planner.memory import GiB
 
@@ -191,11 +191,9 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
             "replicated KV head, so KV per GPU does not shrink past TP = KV heads"
         )
     max_len = params.max_model_len or config.max_position_embeddings
-    if params.max_model_len and params.max_model_len > config.max_position_embeddings:
-        warnings.append(
-            f"max-model-len {params.max_model_len} > the model's limit "
-            f"{config.max_position_embeddings}: vLLM refuses to start"
-        )
+    too_long = over_model_limit(config, params.max_model_len)
+    if too_long:
+        warnings.append(too_long)
 
     total_weights, weights_source = memory.weights_bytes(config, model_dtype, params.quantization)
     weights = total_weights // (tp * pp)
