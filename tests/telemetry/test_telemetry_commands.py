@@ -71,6 +71,10 @@ def test_metrics_json_shape(capsys) -> None:
         "preemptions_total": 0.0,
         "prefix_cache_queries_total": 65.0,
         "prefix_cache_hits_total": 0.0,
+        "block_size": 128,
+        "sleep_state": "awake",
+        "sleep_level": 0,
+        "engines": 1,
         "vllm_names": "v1",
     }
 

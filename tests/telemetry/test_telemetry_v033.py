@@ -151,6 +151,7 @@ def test_033_startup_log_facts() -> None:
         "engine": "V1",
         "max_model_len": 32768,
         "model_weights_gib": 15.27,
+        "model_load_secs": 13.402118,
         "gpu_memory_utilization": 0.9,
         "available_kv_gib": 54.63,
         "kv_cache_tokens": 397776,
@@ -291,6 +292,6 @@ def test_033_cpu_memory_short_for_the_kv_cache() -> None:
     )
     (problem,) = [p for p in diagnose([CPU_KV_SHORT], facts) if p.kind == "cpu_memory_short_for_kv"]
     assert dict(problem.fix or {}) == {"kv-cache-memory-bytes": int(1.20 * 0.9 * 2**30)}
-    assert "1.2 of 31.25 GiB is free on node 0" in problem.explanation
+    assert "1.2 GiB of 31.25 GiB is free on node 0" in problem.explanation
     unset = [p for p in diagnose([CPU_KV_SHORT]) if p.kind == "cpu_memory_short_for_kv"]
     assert unset and unset[0].fix is None  # sized by utilization: the remedies say what to try

@@ -9,6 +9,7 @@ import sys
 
 from vtui.commands._input import read_text_input
 from vtui.telemetry.diagnosis import Problem, diagnose
+from vtui.telemetry.facts import memory_text
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.startup_log import FACT_KEYS, StartupFacts, parse_startup
 
@@ -18,18 +19,19 @@ _LABELS = {
     "vllm_version": "vLLM version",
     "engine": "engine",
     "max_model_len": "max model len",
-    "model_weights_gib": "model weights (GiB)",
-    "total_gpu_gib": "GPU memory (GiB)",
+    "model_weights_gib": "model weights",
+    "model_load_secs": "model load (s)",
+    "total_gpu_gib": "GPU memory",
     "gpu_memory_utilization": "gpu-memory-utilization",
-    "non_torch_gib": "non-torch memory (GiB)",
-    "activation_peak_gib": "activation peak (GiB)",
-    "available_kv_gib": "KV cache memory (GiB)",
+    "non_torch_gib": "non-torch memory",
+    "activation_peak_gib": "activation peak",
+    "available_kv_gib": "KV cache memory",
     "kv_cache_tokens": "KV cache tokens",
     "num_gpu_blocks": "GPU blocks",
     "num_cpu_blocks": "CPU blocks",
     "max_concurrency": "max concurrency (x)",
     "max_concurrency_for_tokens": "  at tokens per request",
-    "kv_needed_gib": "KV needed (GiB)",
+    "kv_needed_gib": "KV needed",
     "estimated_max_model_len": "estimated max model len",
     "init_engine_secs": "init engine (s)",
     "cuda_graph_capture_secs": "graph capture (s)",
@@ -48,17 +50,24 @@ def _fix_text(problem: Problem) -> str:
     return " ".join(f"--{k}" if v is True else f"--{k} {v}" for k, v in problem.fix.items())
 
 
+def _value(facts: StartupFacts, key: str, value: object) -> str:
+    """A fact as shown: memory in the unit that fits (the KV budget exact when the launch gave it in
+    bytes), counts with thousands separators."""
+    if key == "available_kv_gib" and facts.kv_memory_exact and facts.kv_memory_bytes is not None:
+        return memory_text(facts.kv_memory_bytes / 2**30)
+    if key.endswith("_gib") and isinstance(value, float | int):
+        return memory_text(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
 def render(facts: StartupFacts, problems: list[Problem]) -> str:
     out = []
     values = facts.to_json()
     if values:
         out.append("facts:")
-        out += [
-            f"  {_LABELS.get(k, k):<28} {v:,}"
-            if isinstance(v, int) and not isinstance(v, bool)
-            else f"  {_LABELS.get(k, k):<28} {v}"
-            for k, v in values.items()
-        ]
+        out += [f"  {_LABELS.get(k, k):<28} {_value(facts, k, v)}" for k, v in values.items()]
     if facts.non_default_args:
         args = ", ".join(f"{k}={v!r}" for k, v in facts.non_default_args.items() if k != "model_tag")
         out.append(f"  {'non-default args':<28} {args}")

@@ -14,6 +14,7 @@ import httpx
 
 from vtui.commands._input import Value, read_text_input, seconds
 from vtui.telemetry.metrics import MetricsSample, Percentiles, sample_of
+from vtui.telemetry.promtext import vllm_families
 from vtui.telemetry.scrape import ScrapeLoop
 
 HELP = "read one vLLM /metrics payload (file, - for stdin, or URL)"
@@ -28,6 +29,10 @@ JSON_KEYS = (
     "preemptions_total",
     "prefix_cache_queries_total",
     "prefix_cache_hits_total",
+    "block_size",
+    "sleep_state",
+    "sleep_level",
+    "engines",
     "vllm_names",
 )
 
@@ -125,6 +130,10 @@ def render(s: MetricsSample) -> str:
         ),
         ("preemptions", _v(s.preemptions_total, "{:,.0f}")),
         (
+            "sleep state / level",
+            f"{s.sleep_state or '--'} / {_v(s.sleep_level)}",
+        ),
+        (
             "prefix cache hits / queries",
             f"{_v(s.prefix_cache_hits_total, '{:,.0f}')} / {_v(s.prefix_cache_queries_total, '{:,.0f}')}",
         ),
@@ -148,8 +157,9 @@ def run(args: argparse.Namespace) -> int:
         if url:
             sample = _fetch(source, args.timeout, api_key)
         else:
-            sample = sample_of(read_text_input(source))
-            if all(getattr(sample, k) is None for k in JSON_KEYS):
+            text = read_text_input(source)
+            sample = sample_of(text)
+            if all(getattr(sample, k) is None for k in JSON_KEYS) and not vllm_families(text):
                 raise ValueError(f"{'stdin' if source == '-' else source}: no vLLM metrics (vllm:...) in it")
     except ValueError as exc:
         print(f"vtui metrics: {exc}", file=sys.stderr)

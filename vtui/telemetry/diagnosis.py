@@ -15,7 +15,7 @@ from typing import Protocol
 
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase
-from vtui.telemetry.facts import StartupFacts
+from vtui.telemetry.facts import StartupFacts, memory_text
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.remedies import (
@@ -75,8 +75,8 @@ def _kv_v1(m: re.Match[str], ctx: _Context) -> Problem:
         "kv_too_small_for_max_model_len",
         m.group(0).rstrip(". "),
         _fix(max_model_len=estimate) if estimate else None,
-        f"One request of max_model_len={want} tokens needs {needed:g} GiB of KV cache, but only {available:g} GiB "
-        f"is left after weights and activations. Lower --max-model-len"
+        f"One request of max_model_len={want} tokens needs {memory_text(needed)} of KV cache, but only "
+        f"{memory_text(available)} is left after weights and activations. Lower --max-model-len"
         + (
             f" to {estimate} (vLLM's own estimate)"
             if m.group(4)
@@ -182,8 +182,8 @@ def _free_memory(m: re.Match[str], ctx: _Context) -> Problem:
     lower = utilization_that_fits(free, total)
     where = f"node {m.group('node')}" if cpu else (f"GPU {device}" if device else "the GPU")
     why = (
-        f"Only {free:g} of {total:g} GiB is free on {where}, but --gpu-memory-utilization {util:g} asks for "
-        f"{util * total:.2f} GiB when vLLM starts."
+        f"Only {memory_text(free)} of {memory_text(total)} is free on {where}, but --gpu-memory-utilization "
+        f"{util:g} asks for {memory_text(util * total)} when vLLM starts."
     )
     remedies = []
     if holders:
@@ -289,7 +289,7 @@ def _cpu_footprint(m: re.Match[str], ctx: _Context) -> Problem:
     needed = float(m.group(4)) if m.group(4) else None
     util = round(min(0.99, needed + 0.05), 2) if needed is not None else None
     why = (
-        f"The model and runtime already use {used:g} GiB, more than the {reserved:g} GiB of CPU memory "
+        f"The model and runtime already use {memory_text(used)}, more than the {memory_text(reserved)} of CPU memory "
         "--gpu-memory-utilization reserves on the CPU backend: nothing is left for the KV cache."
     )
     return Problem(
@@ -312,7 +312,8 @@ def _cpu_kv_short(m: re.Match[str], ctx: _Context) -> Problem:
     explicit = ctx.facts.arg("kv_cache_memory_bytes")
     fits = int(free * 0.9 * 2**30)
     why = (
-        f"Only {free:g} of {total:g} GiB is free on node {m.group(1)}, but the KV cache needs {wanted:g} GiB. "
+        f"Only {memory_text(free)} of {memory_text(total)} is free on node {m.group(1)}, but the KV cache needs "
+        f"{memory_text(wanted)}. "
         "Other processes hold the rest, or the reservation is too large."
     )
     fix = _fix(kv_cache_memory_bytes=fits) if isinstance(explicit, int) and fits > 0 else None
@@ -322,7 +323,7 @@ def _cpu_kv_short(m: re.Match[str], ctx: _Context) -> Problem:
         fix,
         why,
         (
-            f"set --kv-cache-memory-bytes to at most {fits} ({free * 0.9:.2f} GiB)",
+            f"set --kv-cache-memory-bytes to at most {fits} ({memory_text(free * 0.9)})",
             "lower --gpu-memory-utilization (on the CPU backend it reserves CPU memory)",
             "free CPU memory used by other processes",
         ),
@@ -357,7 +358,7 @@ _DETECTORS: tuple[_Detector, ...] = tuple(
         ),
         (
             r"\[Errno (?:98|48|10048)\] (?:error while attempting to bind on address \('([^']*)', (\d+)\): )?"
-            r"[Aa]ddress already in use",
+            r"(?:\[[Ee]rrno \d+\] )?[Aa]ddress already in use",
             _port,
         ),
         (r"(vllm(?: serve)?: error: unrecognized arguments: (.*))$", _unknown_flag),
@@ -422,7 +423,9 @@ def diagnose(
         phase = phase_of(line)
         if phase is not None:
             ctx.phase = phase
-        failed = failed or bool(_FAILED.search(line))
+        # A traceback once the server is up (a request's error, the teardown after SIGTERM: EngineDeadError)
+        # is no failure to start; a later run's startup phases start counting again.
+        failed = failed or (ctx.phase is not Phase.API_UP and bool(_FAILED.search(line)))
         for pattern, build in _DETECTORS:
             m = pattern.search(line)
             if m is None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from vtui.core.state import Phase
 
-__all__ = ["FACT_KEYS", "StartupFacts"]
+__all__ = ["FACT_KEYS", "StartupFacts", "memory_text"]
 
 # The keys of `vtui diagnose --json` "facts", in order.
 FACT_KEYS: tuple[str, ...] = (
@@ -19,6 +19,7 @@ FACT_KEYS: tuple[str, ...] = (
     "engine",
     "max_model_len",
     "model_weights_gib",
+    "model_load_secs",
     "total_gpu_gib",
     "gpu_memory_utilization",
     "non_torch_gib",
@@ -35,6 +36,21 @@ FACT_KEYS: tuple[str, ...] = (
     "cuda_graph_capture_secs",
     "torch_compile_secs",
 )
+
+# vLLM prints its memory figures in GiB rounded to 0.01 (`format_gib`): a printed 0.0 is under 0.005 GiB.
+_ROUNDED_AWAY_MIB = 0.005 * 1024
+
+
+def memory_text(gib: float) -> str:
+    """A memory figure in the unit that fits it: "14.99 GiB" from 1 GiB, "512 MiB" / "1.6 MiB" below, so a
+    small cache does not read "0 GiB". A figure that vLLM printed as 0.0 GiB reads "< 5 MiB": the log
+    does not say more."""
+    if abs(gib) >= 1:
+        return f"{round(gib, 2):g} GiB"
+    if gib == 0:
+        return f"< {_ROUNDED_AWAY_MIB:.0f} MiB"
+    mib = gib * 1024
+    return f"{mib:.3g} MiB" if abs(mib) < 100 else f"{mib:.0f} MiB"
 
 
 @dataclass(frozen=True)

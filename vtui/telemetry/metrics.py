@@ -113,7 +113,11 @@ class MetricsSample:
     prefix_cache_hits_total: float | None = None
     counter_reset: bool = False  # a counter went down since the last scrape: the server restarted
     vllm_names: str | None = None  # "v1" / "v0" / "mixed"
-    engines: int | None = None  # data-parallel engines reporting
+    engines: int | None = None  # data-parallel engines reporting (the `engine` label of any series)
+    # `vllm:engine_sleep_state`: "awake", "weights_offloaded" (sleep level 1), "discard_all" (level 2), or
+    # "mixed" when data-parallel engines differ; the level the deepest-sleeping engine is at
+    sleep_state: str | None = None
+    sleep_level: int | None = None
     # per engine, in engine order, when more than one reports (the totals above are their sum; kv_usage
     # their mean): a rank that lags or fills up shows here while the sum looks fine
     ranks: tuple[RankSample, ...] = ()
@@ -192,6 +196,44 @@ def _kv_capacity(snap: MetricsSnapshot) -> tuple[int | None, int | None]:
     return (sum(per_engine.values()) if per_engine else None), block_size
 
 
+# Series whose `engine` label says how many data-parallel engines report (any one of them may be all a
+# payload holds: a paste of the cache config, the sleep state)
+_ENGINE_FAMILIES = (
+    "vllm:num_requests_running",
+    "vllm:cache_config_info",
+    "vllm:engine_sleep_state",
+    "vllm:engine_sleep_level",
+    "vllm:generation_tokens_total",
+)
+_SLEEP_LEVELS = {"awake": 0, "weights_offloaded": 1, "discard_all": 2}
+
+
+def _engines(snap: MetricsSnapshot) -> set[str | None]:
+    for name in _ENGINE_FAMILIES:
+        engines = {labels.get("engine") for labels, _ in snap.labelled(name)}
+        if engines:
+            return engines
+    return set()
+
+
+def _sleep(snap: MetricsSnapshot) -> tuple[str | None, int | None]:
+    """(state, level) from `vllm:engine_sleep_state` (1 on the engine's state) or a sleep-level gauge."""
+    states: dict[str, str] = {}  # engine -> its state
+    for labels, value in snap.labelled("vllm:engine_sleep_state"):
+        state = labels.get("sleep_state")
+        if state is not None and value >= 1:
+            states[labels.get("engine", "")] = state
+    levels = [_SLEEP_LEVELS[s] for s in states.values() if s in _SLEEP_LEVELS]
+    level_gauge = [v for _, v in snap.labelled("vllm:engine_sleep_level") if math.isfinite(v)]
+    level = int(max(level_gauge)) if level_gauge else max(levels) if levels else None
+    if len(set(states.values())) > 1:
+        return "mixed", level
+    if states:
+        return next(iter(states.values())), level
+    names = {v: k for k, v in _SLEEP_LEVELS.items()}
+    return (names.get(level) if level is not None else None), level
+
+
 def _as_int(text: str | None) -> int | None:
     if text is None:
         return None
@@ -222,8 +264,10 @@ def _point(snap: MetricsSnapshot, at: float) -> _Point:
             counters[key] = value
     q = next((v for v in map(snap.total, _PREFIX_QUERIES) if v is not None), None)
     h = next((v for v in map(snap.total, _PREFIX_HITS) if v is not None), None)
-    if q is not None and h is not None:
-        counters["prefix_queries"], counters["prefix_hits"] = q, h
+    if q is not None:  # each on its own: a payload can hold one without the other
+        counters["prefix_queries"] = q
+    if h is not None:
+        counters["prefix_hits"] = h
     finished = snap.by_label("vllm:request_success_total", "finished_reason")
     histograms: dict[str, Histogram] = {}
     for role, names in HISTOGRAM_ROLES.items():
@@ -364,7 +408,7 @@ class MetricsWindow:
             return _Point(at, p.counters, p.finished, p.histograms, p.generation_by_engine, p.routed), last[2]
         point = _point(snap, at)
         by_reason = snap.by_label("vllm:num_requests_waiting_by_reason", "reason")
-        engines = {labels.get("engine") for labels, _ in snap.labelled("vllm:num_requests_running")}
+        engines = _engines(snap)
         derived = (
             _kv_capacity(snap),
             MappingProxyType(by_reason) if by_reason else _EMPTY,
@@ -373,6 +417,7 @@ class MetricsWindow:
             snap.total("vllm:num_requests_waiting"),
             _kv_usage(snap),
             snap.vllm_names,
+            _sleep(snap),
         )
         self._last = (snap, point, derived)
         return point, derived
@@ -424,7 +469,7 @@ class MetricsWindow:
         at: float,
         instance: str | None,
     ) -> MetricsSample:
-        (capacity, block_size), by_reason, engines, running, waiting, kv_usage, vllm_names = derived
+        (capacity, block_size), by_reason, engines, running, waiting, kv_usage, vllm_names, sleep = derived
 
         percentiles: dict[str, Percentiles] = {}
         windowed: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
@@ -466,6 +511,8 @@ class MetricsWindow:
             counter_reset=reset,
             vllm_names=vllm_names,
             engines=engines,
+            sleep_state=sleep[0],
+            sleep_level=sleep[1],
             ranks=_ranks(snap, point, prev),
             windowed=MappingProxyType(windowed) if windowed else _NO_WINDOWS,
             router=router,
@@ -474,9 +521,9 @@ class MetricsWindow:
 
     @staticmethod
     def _prefix_hit_rate(snap: MetricsSnapshot, point: _Point, base: _Point | None) -> float | None:
-        if "prefix_queries" in point.counters:
+        if "prefix_queries" in point.counters and "prefix_hits" in point.counters:
             queries, hits = point.counters["prefix_queries"], point.counters["prefix_hits"]
-            if base is not None and "prefix_queries" in base.counters:
+            if base is not None and "prefix_queries" in base.counters and "prefix_hits" in base.counters:
                 queries -= base.counters["prefix_queries"]
                 hits -= base.counters["prefix_hits"]
             return hits / queries if queries > 0 else None

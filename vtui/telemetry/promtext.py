@@ -47,6 +47,8 @@ SCALARS: tuple[str, ...] = (
     "vllm:cpu_prefix_cache_hit_rate",  # V0 gauge
     "vllm:request_success_total",
     "vllm:cache_config_info",
+    "vllm:engine_sleep_state",  # {sleep_state="awake"|"weights_offloaded"|"discard_all"}: 1 for the state
+    "vllm:engine_sleep_level",
 )
 # vllm-router's own series (0.1.17, its `--prometheus-port`), read for a router instance. Its counters
 # appear with the first request, error or retry they count; before that a payload holds only the gauges.
@@ -298,7 +300,11 @@ def _read_line(line: str, wanted: frozenset[str]) -> _Row | None:
             return None
         close = line.rfind("}")
         if close < brace:
-            return _BAD
+            if not name.endswith("_info"):
+                return _BAD
+            # an info gauge cut short (a truncated paste): the labels whose values it holds whole
+            cut = line.rfind('",', brace)
+            return (name, line[brace + 1 : cut + 1], 1.0) if cut > brace else _BAD
         raw = line[brace + 1 : close]
         rest = line[close + 1 :]
     if name not in wanted:
@@ -371,6 +377,34 @@ def _vllm_span(data: AnyStr, mark: AnyStr, newline: AnyStr) -> AnyStr:
     start = data.rfind(newline, 0, first) + 1
     end = data.find(newline, data.rfind(mark))
     return data[start:] if end < 0 else data[start:end]
+
+
+def vllm_families(text: str) -> frozenset[str]:
+    """Every vLLM metric family a payload names, read or not: from its samples and its HELP / TYPE lines
+    (a family declared with no sample yet), histograms and counters by their base name."""
+    families: set[str] = set()
+    for line in text.split("\n"):
+        if _FAMILY_MARK not in line:
+            continue
+        line = line.lstrip(_PASTE_MARKS)
+        if line.startswith(("# HELP ", "# TYPE ")):
+            line = line[7:]
+        if not line.startswith(_FAMILY_MARK):
+            continue
+        end = next((i for i, c in enumerate(line) if c in _NAME_END), len(line))
+        name = line[:end]
+        for suffix in _SAMPLE_SUFFIXES:
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        if len(name) > len(_FAMILY_MARK):
+            families.add(name)
+    return frozenset(families)
+
+
+_FAMILY_MARK = "vllm:"
+_NAME_END = frozenset(" {\t")
+_SAMPLE_SUFFIXES = ("_bucket", "_count", "_sum", "_created")  # a histogram's samples
 
 
 class MetricsParser:

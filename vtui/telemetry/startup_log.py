@@ -51,6 +51,7 @@ def _mib(text: str) -> float:
 
 
 _N = r"([\d][\d,]*(?:\.\d+)?)"  # 1,048,576 / 2048.00 / 79.22
+_SN = r"(-?[\d][\d,]*(?:\.\d+)?)"  # a figure that can be negative: a KV budget with no room left
 
 # (pattern, [(fact, converter, priority) per group]). A later match replaces an earlier one of lower or
 # equal priority, so an explicit statement beats a figure derived from an error message.
@@ -74,6 +75,9 @@ _RULES: tuple[_Rule, ...] = tuple(
         ),  # when the config line is cut away
         # max model len
         (r"Using max model len (\d+)", (("max_model_len", _int, 3),)),
+        # --max-model-len auto (0.31+, kv_cache_utils.py): the length vLLM settled on after sizing the cache
+        (r"Auto-fit max_model_len: reduced from \d+ to (\d+)", (("max_model_len", _int, 4),)),
+        (r"Auto-fit max_model_len: full model context length (\d+) fits", (("max_model_len", _int, 4),)),
         (r"with config: .*?\bmax_seq_len=(\d+)", (("max_model_len", _int, 2),)),
         (r"\bmax_seq_len=(\d+), download_dir=", (("max_model_len", _int, 2),)),  # the config dump, split off
         # memory profile: V0 0.6.4 key=value, 0.6.5 table, 0.7 sentences
@@ -87,13 +91,13 @@ _RULES: tuple[_Rule, ...] = tuple(
         ),
         (r"peak_torch_memory=" + _N + r"\s*GiB", (("_peak_torch_gib", _num, 3),)),
         (
-            r"the rest of the memory reserved for KV Cache is\s+" + _N + r"\s*GiB",
+            r"the rest of the memory reserved for KV Cache is\s+" + _SN + r"\s*GiB",  # < 0: no room
             (("available_kv_gib", _num, 3),),
         ),
-        (r"kv_cache_size=" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+        (r"kv_cache_size=" + _SN + r"\s*GiB", (("available_kv_gib", _num, 3),)),
         (r"available_kv_cache_memory\s+" + _N + r"\s*GiB", (("available_kv_gib", _num, 3),)),
         (
-            r"Available KV cache memory:\s*(-?" + _N[1:] + r"\s*GiB",
+            r"Available KV cache memory:\s*" + _SN + r"\s*GiB",
             (("available_kv_gib", _num, 3),),
         ),  # < 0: no room
         (
@@ -134,6 +138,12 @@ _RULES: tuple[_Rule, ...] = tuple(
             r"Free memory on device[^(]*\(" + _N + "/" + _N + r" GiB\) on startup\. Desired GPU memory "
             r"utilization is \(" + _N,
             (("_free_gib", _num, 2), ("total_gpu_gib", _num, 2), ("gpu_memory_utilization", _num, 2)),
+        ),
+        (r"Current kv cache memory in use is " + _SN + r"\s*GiB", (("available_kv_gib", _num, 3),)),
+        # the extensible KV cache (0.34): grown after warmup to its final size, which replaces the first
+        (
+            r"Extended KV cache to (\d+) blocks \(" + _N + r"\s*GiB\)",
+            (("num_gpu_blocks", _int, 4), ("available_kv_gib", _num, 4)),
         ),
         (r"Actual usage(?: is|:) " + _N + r"\s*GiB for weights?", (("model_weights_gib", _num, 2),)),
         (r"\b" + _N + r"\s*GiB for peak activation", (("activation_peak_gib", _num, 2),)),
@@ -183,7 +193,11 @@ _ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
         (r"Initializing a V1 LLM engine", "V1", 3),
         (r"Initializing an? (?:V0 )?LLM engine", "V0", 3),
         # V1's process prefixes; V0's tensor-parallel workers say "(VllmWorkerProcess pid=…)"
-        (r"\((?:APIServer|EngineCore[\w-]*|VllmWorker[ -](?:TP)?\d+|Worker(?:_\w+)?) pid=\d+\)", "V1", 1),
+        (
+            r"\((?:A[Pp][Ii]Server(?:_\d+)?|EngineCore[\w-]*|VllmWorker[ -](?:TP)?\d+|Worker(?:_\w+)?) pid=\d+\)",
+            "V1",
+            1,
+        ),
         (r"Available KV cache memory:|KV cache size: [\d,]+ tokens", "V1", 2),
         (
             r"# (?:GPU|CUDA) blocks: \d+, # CPU blocks|Memory profiling (?:results|takes)|Loading model weights took",
@@ -198,6 +212,10 @@ _NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
 _KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
 _NS_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+(?:\([^)]*\))?)")
 _V0_CAPTURE = re.compile(r"Capturing the model for CUDA graphs")  # 0.4-0.5 wording, not in core.phases
+# The extensible KV cache's final size: the token count and concurrency logged for the first reservation
+# no longer hold (a "KV cache size" line after it, or the blocks, give them again).
+_EXTENDED = re.compile(r"Extended KV cache to \d+ blocks")
+_STALE_AFTER_EXTENSION = ("kv_cache_tokens", "max_concurrency")
 _NEW_RUN = re.compile(r"[▀▄█]\s+version\s+\d|vLLM (?:API )?server version \d")
 
 
@@ -261,6 +279,10 @@ class _Reader:
         phase = phase_of(line) or (Phase.CAPTURING_GRAPHS if _V0_CAPTURE.search(line) else None)
         if phase is not None and phase.advances(self._phase):
             self._phase, changed = phase, True
+        if _EXTENDED.search(line):
+            for key in _STALE_AFTER_EXTENSION:
+                changed |= self._values.pop(key, None) is not None
+                self._prio.pop(key, None)
         for pattern, groups in _RULES:
             m = pattern.search(line) or self._across_wrap(pattern, line)
             if m is None:
