@@ -17,7 +17,7 @@ import _smoke
 
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.service.exporter import render
 from vtui.telemetry.promtext import parse_metrics
 

@@ -33,8 +33,8 @@ import psutil
 
 from vtui.core.events import Event, StateChanged
 from vtui.core.state import State
-from vtui.core.supervisor import Supervisor
 from vtui.layouts import load_layout
+from vtui.supervisor.supervisor import Supervisor
 
 TEST_HOME = Path(os.environ.get("VTUI_TEST_HOME", str(Path.home() / ".cache" / "vtui-test")))
 VLLM = Path(os.environ.get("VTUI_VLLM") or TEST_HOME / "venv" / "bin" / "vllm")

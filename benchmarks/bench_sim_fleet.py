@@ -76,10 +76,10 @@ def cpu_percent(procs: list[psutil.Process], seconds: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
-    from vtui.core.launcher import MARKER
     from vtui.core.state import State
-    from vtui.core.supervisor import Supervisor
     from vtui.layouts import load_layout
+    from vtui.supervisor.launcher import MARKER
+    from vtui.supervisor.supervisor import Supervisor
 
     session = f"fleet{uuid.uuid4().hex[:6]}"
     folder = Path(os.environ["VTUI_STATE_DIR"])

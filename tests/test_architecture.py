@@ -1,5 +1,6 @@
-"""The layering rule of docs/ARCHITECTURE.md, checked two ways: import-linter's contract (pyproject.toml)
-and a direct scan of every non-UI module's imports (catches lazy imports inside functions too)."""
+"""The layering rule of docs/ARCHITECTURE.md, checked two ways: import-linter's contracts (pyproject.toml:
+the Textual ban, the layers, independence, no cycles between sibling modules) and a direct scan of the
+modules' imports (catches lazy imports inside functions too)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NON_UI = [
     "vtui/core",
     "vtui/layouts",
+    "vtui/supervisor",
     "vtui/service",
     "vtui/export",
     "vtui/testing",
@@ -64,10 +66,27 @@ def test_non_ui_packages_never_import_textual_or_ui() -> None:
     assert offenders == []
 
 
+def test_core_imports_nothing_else_of_vtui() -> None:
+    """`vtui.core` is the bottom layer: the model imports only itself (and the stdlib and third parties)."""
+    core = sorted((ROOT / "vtui" / "core").rglob("*.py"))
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in core
+        for name in _imported_names(path)
+        if (name == "vtui" or name.startswith("vtui."))
+        and not (name == "vtui.core" or name.startswith("vtui.core."))
+    ]
+    assert core, "no core modules found: the scan would pass vacuously"
+    assert offenders == []
+
+
 def test_scan_catches_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from textual.app import App\n")
+    bad.write_text(
+        "def f():\n    from textual.app import App\n\nif TYPE_CHECKING:\n    import vtui.supervisor\n"
+    )
     assert "textual.app" in _imported_names(bad)
+    assert "vtui.supervisor" in _imported_names(bad)
 
 
 @pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed")

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from _support.procs import kill_all, under_state_dirs
 
-from vtui.core.discovery import kind_of
-from vtui.core.launcher import MARKER
+from vtui.supervisor.discovery import kind_of
+from vtui.supervisor.launcher import MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"

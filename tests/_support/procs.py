@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from vtui.core.launcher import MARKER
+from vtui.supervisor.launcher import MARKER
 
 
 def marked(prefix: str) -> list[psutil.Process]:
@@ -127,12 +127,12 @@ def left_behind(rows: Iterable[ProcessRow], started: float, base: str) -> tuple[
 
     - a `VLLM::` process (EngineCore, Worker: their environment is overwritten by their new title, so no
       marker can be read) orphaned (its parent is init);
-    - a `vllm serve` or `vtui sim` server (core.discovery's `kind_of`) whose state dir is under `base`
+    - a `vllm serve` or `vtui sim` server (supervisor.discovery's `kind_of`) whose state dir is under `base`
       (the run's base temp dir, so a neighbour's run on the machine is not ours).
 
     A zombie holds no memory and no port: it is no leak, only named. Its cmdline reads empty, so its
     name (the kernel's 15-character comm) stands for it."""
-    from vtui.core.discovery import kind_of
+    from vtui.supervisor.discovery import kind_of
 
     leaked: list[str] = []
     zombies: list[str] = []

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.attached import Attached, AttachedRefused, Probe
 from vtui.core.events import Notice, StateChanged
-from vtui.core.launcher import OsLauncher
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
-from vtui.core.preflight import preflight
 from vtui.core.state import State
-from vtui.core.supervisor import SleepRefused, Supervisor
+from vtui.supervisor.attached import Attached, AttachedRefused, Probe
+from vtui.supervisor.launcher import OsLauncher
+from vtui.supervisor.preflight import preflight
+from vtui.supervisor.supervisor import SleepRefused, Supervisor
 
 from .conftest import fake_spec, free_port, marked, until
 

@@ -14,8 +14,8 @@ import pytest
 from vtui.core.flagspec import BUILTIN_FLAGS, gpus_needed
 from vtui.core.flagvalues import DP_SUPERVISOR_PORT, dp_ports
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.core.preflight import preflight
 from vtui.layouts import LayoutError, load_layout
+from vtui.supervisor.preflight import preflight
 
 from .conftest import free_port
 

@@ -1,10 +1,10 @@
-"""core.killers: known killers of vLLM processes found in injected process lists, and the check lines."""
+"""supervisor.killers: known killers of vLLM processes found in injected process lists, and the check lines."""
 
 from __future__ import annotations
 
 import os
 
-from vtui.core.killers import Killer, ProcInfo, audit, classify, find_killers, scan_processes, warnings
+from vtui.supervisor.killers import Killer, ProcInfo, audit, classify, find_killers, scan_processes, warnings
 
 
 def P(pid: int, *argv: str) -> ProcInfo:

@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from vtui.core.instance import SpawnError
-from vtui.core.launcher import OsLauncher, cmdline_matches
-from vtui.core.logfile import read_tail
+from vtui.supervisor.launcher import OsLauncher, cmdline_matches
+from vtui.supervisor.logfile import read_tail
 
 from .conftest import fake_spec, marked
 
@@ -200,7 +200,7 @@ def test_async_health_keeps_one_client_per_event_loop():
 
 
 def test_a_command_line_caught_inside_execve_is_waited_for():
-    from vtui.core.launcher import settled_cmdline
+    from vtui.supervisor.launcher import settled_cmdline
 
     class Exec:  # /proc/PID/cmdline is empty until the kernel has set up the new arguments
         def __init__(self, empty_reads: int) -> None:
@@ -265,7 +265,7 @@ class _InFlightServer:
 
 @pytest.mark.parametrize("load_endpoint", [False, True])
 def test_drain_waits_until_nothing_is_in_flight(load_endpoint):
-    from vtui.core.drain import drain
+    from vtui.supervisor.drain import drain
 
     server = _InFlightServer([3, 3, 2, 1, 0], engines=1 if load_endpoint else 2)
     try:
@@ -277,7 +277,7 @@ def test_drain_waits_until_nothing_is_in_flight(load_endpoint):
 
 
 def test_drain_stops_at_the_budget_and_reports_what_is_left():
-    from vtui.core.drain import drain
+    from vtui.supervisor.drain import drain
 
     class Router:
         def __init__(self):
@@ -299,7 +299,7 @@ def test_drain_stops_at_the_budget_and_reports_what_is_left():
 def test_drain_rides_out_slow_answers_and_keeps_the_count(monkeypatch):
     """An engine busy on every core answers /metrics late: a timed-out look neither ends the drain nor
     turns the count into "unknown" (the cut would go unreported)."""
-    from vtui.core import drain as drain_mod
+    from vtui.supervisor import drain as drain_mod
 
     monkeypatch.setattr(drain_mod, "LOOK_TIMEOUT", 0.2)
     server = _InFlightServer([2, 2, 2, 1, 1, 0], slow=frozenset({1, 3}))
@@ -327,7 +327,7 @@ def test_drain_rides_out_slow_answers_and_keeps_the_count(monkeypatch):
 
 
 def test_drain_of_a_silent_instance_does_not_wait():
-    from vtui.core.drain import drain
+    from vtui.supervisor.drain import drain
 
     from .conftest import free_port
 

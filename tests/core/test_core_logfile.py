@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vtui.core.logfile import LogTailer, RotatingWriter, read_tail
+from vtui.supervisor.logfile import LogTailer, RotatingWriter, read_tail
 
 
 def test_writer_caps_every_file_and_keeps_lines_whole(tmp_path):
@@ -53,7 +53,7 @@ def _pump(tmp_path, *command: str, timeout: float = 30):
     import subprocess
     import sys
 
-    from vtui.core import logfile
+    from vtui.supervisor import logfile
 
     exit_file = tmp_path / "x.log.exit"
     proc = subprocess.Popen(
@@ -80,7 +80,7 @@ def test_pump_records_exit_code_and_signal(tmp_path):
     import signal
     import sys
 
-    from vtui.core.logfile import read_exit, read_tail
+    from vtui.supervisor.logfile import read_exit, read_tail
 
     proc, pid, exit_file = _pump(tmp_path, sys.executable, "-c", "raise SystemExit(3)")
     proc.wait(30)
@@ -112,7 +112,7 @@ def test_pump_audits_known_killers_running_when_the_child_dies(tmp_path):
     finally:
         fake.kill()
         fake.wait()
-    from vtui.core.logfile import read_exit
+    from vtui.supervisor.logfile import read_exit
 
     info = read_exit(exit_file)
     assert info is not None and info.signal == 15
@@ -125,7 +125,7 @@ def test_pump_audits_known_killers_running_when_the_child_dies(tmp_path):
 
 
 def test_exit_file_from_an_older_pump_still_reads(tmp_path):
-    from vtui.core.logfile import parse_exit
+    from vtui.supervisor.logfile import parse_exit
 
     old = parse_exit("-9\n")
     assert old is not None and (old.returncode, old.signal, old.signal_name) == (-9, 9, "SIGKILL")

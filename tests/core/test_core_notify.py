@@ -1,4 +1,4 @@
-"""core.notify: each event reaches the on_event command and the webhook once, the cooldown drops repeats
+"""supervisor.notify: each event reaches the on_event command and the webhook once, the cooldown drops repeats
 per (instance, kind), and a slow or failing command never blocks the caller. Webhook: a local server only.
 Also the [session] keys in the layout schema."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.notify import EVENT_KINDS, Notifier, NotifyEvent
 from vtui.layouts import LayoutError, load_layout
 from vtui.layouts.dump import dump_layout
+from vtui.supervisor.notify import EVENT_KINDS, Notifier, NotifyEvent
 
 
 def _wait(cond, timeout: float = 10.0) -> None:

@@ -174,7 +174,7 @@ async def test_the_supervisor_rebases_a_kept_edit_when_a_new_layout_changes_the_
     """A layout re-read (`vtui up` of an edited file) gives a stopped instance other flags: the kept edit
     keeps only its own change on them; an edit sent from flags older than those is rebased at once."""
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
-    from vtui.core.supervisor import Supervisor
+    from vtui.supervisor.supervisor import Supervisor
 
     def layout(**flags: object) -> Layout:
         return Layout(SessionSpec(name="s"), (InstanceSpec("a", "m", 8000, flags=flags),))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.core.preflight import preflight
+from vtui.supervisor.preflight import preflight
 
 from .conftest import free_port
 

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 from vtui.core.model import InstanceSpec
-from vtui.core.preflight import gpu_memory_check, instance_gpu_indices
 from vtui.sim.gpus import GpuRegistry
 from vtui.sim.gpuview import SimulatedGpus
+from vtui.supervisor.preflight import gpu_memory_check, instance_gpu_indices
 from vtui.telemetry.gpu import NO_DRIVER, GpuInfo, GpuProcess, GpuSample
 
 GIB = 1 << 30
@@ -87,9 +87,9 @@ def test_a_sim_instance_is_refused_on_a_simulated_gpu_another_sim_holds(tmp_path
 
 
 def test_the_supervisor_checks_a_sim_on_real_cuda_against_nvml_not_the_simulated_registry(monkeypatch):
-    from vtui.core import supervisor as supervision
     from vtui.core.model import Layout, SessionSpec
     from vtui.sim.gpuview import SIMULATED
+    from vtui.supervisor import supervisor as supervision
 
     asked: list[str] = []
     nvml = GpuSample(True, None, (GpuInfo(0, "H200", 0, 140 * GIB, None, None, None, None),), (), 0.0)

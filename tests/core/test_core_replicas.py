@@ -1,4 +1,4 @@
-"""`replicas = N` as the supervisor runs it (core.replicas): names, ports, GPU sets (listed, split, chosen
+"""`replicas = N` as the supervisor runs it (supervisor.replicas): names, ports, GPU sets (listed, split, chosen
 by free memory, kept across a re-read), the router's spec and command line, group names in start/stop,
 and the membership a router should have (READY replicas only, not one being stopped)."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from vtui.core import replicas
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.core.preflight import preflight
-from vtui.core.replicas import RouterHub, choose_gpus, supervised
 from vtui.core.runstate import spec_from_dict, spec_to_dict
 from vtui.core.selfrun import module_argv
 from vtui.core.state import State
-from vtui.core.supervisor import Supervisor
+from vtui.supervisor import replicas
+from vtui.supervisor.preflight import preflight
+from vtui.supervisor.replicas import RouterHub, choose_gpus, supervised
+from vtui.supervisor.supervisor import Supervisor
 
 GIB = 1 << 30
 
@@ -74,7 +74,7 @@ def test_router_spec_command_line_and_record_round_trip() -> None:
     router = supervised(layout(group(host="127.0.0.1")), port_for_metrics=lambda: 9555).instances[-1]
     assert router.engine == "router" and router.health_url == "http://127.0.0.1:9000/liveness"
     argv = router.argv()
-    start = module_argv("vtui.core.routerproc")
+    start = module_argv("vtui.supervisor.routerproc")
     assert argv[: len(start)] == start
     assert "m" not in argv  # a router takes no model argument
     assert argv[len(start) : len(start) + 4] == ["--host", "127.0.0.1", "--port", "9000"]
@@ -227,7 +227,7 @@ async def test_replicas_changed_while_the_group_runs_start_or_stop_the_differenc
     from _support.ports import port_run
 
     from vtui.core.events import Notice
-    from vtui.core.launcher import OsLauncher
+    from vtui.supervisor.launcher import OsLauncher
 
     from .conftest import fake_spec, until
 
@@ -267,3 +267,49 @@ async def test_replicas_changed_while_the_group_runs_start_or_stop_the_differenc
         await sup.stop()
         await sup.close()
         await asyncio.sleep(0)
+
+
+def test_a_router_started_by_an_older_vtui_is_found_again_by_its_recorded_command(tmp_path) -> None:
+    """The router wrapper moved from `vtui.core.routerproc` to `vtui.supervisor.routerproc`. A router an
+    older vtui spawned still runs under the old module name; re-adoption matches the command line its
+    run record holds, not today's name, so it is found (and a different command is not)."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from vtui.supervisor.launcher import OsLauncher
+
+    old = [sys.executable, "-c", "import time; time.sleep(60)", "vtui.core.routerproc", "--port", "9000"]
+    proc = subprocess.Popen(old)
+    try:
+        ps = psutil.Process(proc.pid)
+        for _ in range(200):  # until exec'd: the command line is the new one
+            if "vtui.core.routerproc" in ps.cmdline():
+                break
+            import time
+
+            time.sleep(0.01)
+        found = OsLauncher().find(
+            pid=proc.pid,
+            create_time=ps.create_time(),
+            argv=old,
+            key="s/chat-router",
+            log_path=tmp_path / "chat-router.log",
+        )
+        assert found is not None and found.pid == proc.pid and found.pgid == os.getpgid(proc.pid)
+        renamed = [*old[:3], "vtui.supervisor.routerproc", *old[4:]]
+        assert (
+            OsLauncher().find(
+                pid=proc.pid,
+                create_time=ps.create_time(),
+                argv=renamed,
+                key="s/chat-router",
+                log_path=tmp_path / "x",
+            )
+            is None
+        )
+    finally:
+        proc.kill()
+        proc.wait()

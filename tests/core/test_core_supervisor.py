@@ -15,12 +15,12 @@ import time
 import pytest
 
 from vtui.core.events import Notice, PhaseChanged, StateChanged
-from vtui.core.launcher import OsLauncher
 from vtui.core.model import Layout, RestartPolicy, SessionSpec
-from vtui.core.preflight import PreflightError
 from vtui.core.runstate import RunStore
 from vtui.core.state import Phase, State
-from vtui.core.supervisor import Supervisor
+from vtui.supervisor.launcher import OsLauncher
+from vtui.supervisor.preflight import PreflightError
+from vtui.supervisor.supervisor import Supervisor
 
 from .conftest import alive, fake_spec, marked, until
 
@@ -310,7 +310,7 @@ async def test_adoption_sweeps_a_dead_leaders_orphan_and_names_it(session_name):
 
 
 def test_unpinned_instances_count_as_gpu_0_unless_their_env_pins_them():
-    from vtui.core.supervisor import gpus_used
+    from vtui.supervisor.supervisor import gpus_used
 
     assert gpus_used(fake_spec("a")) == {"0"}
     assert gpus_used(fake_spec("a", gpus=(2, 3))) == {"2", "3"}
@@ -331,7 +331,7 @@ async def test_unpinned_instances_start_one_after_another_as_on_gpu_0(session_na
 
 def test_session_gpu_memory_reaches_sims_at_launch_unless_they_set_it():
     from vtui.core.model import InstanceSpec
-    from vtui.core.supervisor import launch_spec
+    from vtui.supervisor.supervisor import launch_spec
 
     sim = InstanceSpec(name="s", model="m", port=8000, engine="sim")
     session = SessionSpec(name="x", gpu_memory_gib=24.0)

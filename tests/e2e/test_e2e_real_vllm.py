@@ -39,9 +39,9 @@ from _support.ports import vllm_ports
 
 from vtui.core.events import Event, LogLines, Notice, StateChanged
 from vtui.core.state import State
-from vtui.core.supervisor import InstanceStatus, Supervisor
 from vtui.layouts import load_layout
 from vtui.service.client import ServiceClient
+from vtui.supervisor.supervisor import InstanceStatus, Supervisor
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -37,7 +37,9 @@ pytestmark = [
 
 READY_TIMEOUT = 240.0  # a cold vLLM start on a busy 2-core machine takes 30-100 s
 NAME = "tui"
-MARKER = "VTUI_INSTANCE"  # vtui.core.launcher.MARKER: "<session>/<name>" in every process of an instance
+MARKER = (
+    "VTUI_INSTANCE"  # vtui.supervisor.launcher.MARKER: "<session>/<name>" in every process of an instance
+)
 KV_LOG = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
 
 

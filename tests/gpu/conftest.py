@@ -27,7 +27,7 @@ import pytest
 
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.core.state import State
-from vtui.core.supervisor import Supervisor
+from vtui.supervisor.supervisor import Supervisor
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 
 GIB = 1 << 30

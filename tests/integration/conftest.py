@@ -16,10 +16,10 @@ import tomli_w
 from _support.procs import alive, kill_all, marked  # noqa: F401 (the tests import them from here)
 
 from vtui.core.events import Event, StateChanged
-from vtui.core.launcher import OsLauncher
 from vtui.core.model import Layout
 from vtui.core.state import TRANSITIONS, State
-from vtui.core.supervisor import Supervisor
+from vtui.supervisor.launcher import OsLauncher
+from vtui.supervisor.supervisor import Supervisor
 
 SMALL_MODEL = "Qwen/Qwen3-0.6B"  # 40,960 positions in the sim's table
 

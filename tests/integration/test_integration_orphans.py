@@ -15,10 +15,10 @@ import psutil
 import pytest
 
 from vtui.core.events import Notice, StateChanged
-from vtui.core.launcher import MARKER
 from vtui.core.state import State
 from vtui.layouts import load_layout
 from vtui.sim.memory import GpuRegistry
+from vtui.supervisor.launcher import MARKER
 
 from .conftest import (
     Recorder,

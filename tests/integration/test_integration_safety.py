@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from vtui.cli import main
-from vtui.core.launcher import OsLauncher, ProcessHandle
 from vtui.core.runstate import RunRecord, RunStore
+from vtui.supervisor.launcher import OsLauncher, ProcessHandle
 
 from .conftest import alive, marked, sim_instance, write_layout
 

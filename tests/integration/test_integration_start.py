@@ -13,10 +13,10 @@ import psutil
 import pytest
 
 from vtui.core.events import PhaseChanged, StateChanged
-from vtui.core.launcher import OsLauncher
-from vtui.core.preflight import preflight
 from vtui.core.state import Phase, State
 from vtui.layouts import load_layout
+from vtui.supervisor.launcher import OsLauncher
+from vtui.supervisor.preflight import preflight
 from vtui.telemetry.diagnosis import diagnose
 
 from .conftest import Recorder, assert_valid_path, marked, sim_instance, supervisor, write_layout

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from vtui.cli import main
-from vtui.core.preflight import preflight
 from vtui.layouts import load_layout, save_layout
+from vtui.supervisor.preflight import preflight
 
 FLEET = """
 [session]

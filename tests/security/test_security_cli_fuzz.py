@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from vtui.cli import main
 from vtui.commands.restart import INT_RANGE
-from vtui.core.launcher import OsLauncher
+from vtui.supervisor.launcher import OsLauncher
 
 EXAMPLES = int(os.environ.get("VTUI_FUZZ_EXAMPLES", "400"))
 

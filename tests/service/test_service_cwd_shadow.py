@@ -54,7 +54,7 @@ def test_the_decoy_shadows_plain_dash_m(decoy: Path) -> None:
         ("vtui", ("tune", "--help"), {}, "usage:"),
         ("vtui.service", ("--help",), {}, "usage:"),
         ("vtui.sim", ("--help",), {}, "usage:"),
-        ("vtui.core.routerproc", ("--help",), {}, "usage:"),
+        ("vtui.supervisor.routerproc", ("--help",), {}, "usage:"),
         ("vtui.sim.child", (), {"VTUI_SIM_CHILD_TEST": "exit"}, ""),  # exits at once, 0
     ],
 )

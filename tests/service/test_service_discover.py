@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from vtui.core.discovery import kind_of, model_of
 from vtui.layouts import load_layout
+from vtui.supervisor.discovery import kind_of, model_of
 
 from .conftest import ps_rows, sim_instance, vtui
 

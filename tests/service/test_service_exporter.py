@@ -14,7 +14,7 @@ import pytest
 
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.service.exporter import CONTENT_TYPE, MetricsEndpoint, render
 from vtui.telemetry.promtext import parse_metrics
 

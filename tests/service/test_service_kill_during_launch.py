@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from vtui.core.launcher import OsLauncher
 from vtui.core.runstate import RunStore
 from vtui.core.state import State
-from vtui.core.supervision import kill_marked
-from vtui.core.supervisor import Supervisor
 from vtui.layouts import load_layout
+from vtui.supervisor.launcher import OsLauncher
+from vtui.supervisor.supervision import kill_marked
+from vtui.supervisor.supervisor import Supervisor
 
 from .conftest import fake_instance, marked, write_layout
 

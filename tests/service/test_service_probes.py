@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from vtui.core.launcher import ProcessHandle
 from vtui.core.model import InstanceSpec
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
+from vtui.supervisor.launcher import ProcessHandle
 
 
 async def _trickler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

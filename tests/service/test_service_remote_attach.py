@@ -16,7 +16,7 @@ import pytest
 from vtui.core.events import Event, LogLines
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.service.remote import RemoteError, RemoteSupervisor
 from vtui.service.wire import encode_status
 

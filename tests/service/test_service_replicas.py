@@ -18,7 +18,7 @@ import httpx
 import pytest
 from _support.ports import port_run
 
-from vtui.core.replicas import router_installed
+from vtui.supervisor.replicas import router_installed
 from vtui.telemetry.promtext import parse_metrics
 
 from .conftest import SMALL_MODEL, ps_rows, supervisors, vtui, wait_for, write_layout
@@ -269,13 +269,13 @@ async def test_the_dashboard_shows_each_replica_and_the_group_row(tmp_path: Path
 @pytest.mark.slow
 async def test_the_in_process_dashboard_scrapes_the_router_too(tmp_path: Path, session: str) -> None:
     """The dashboard supervising by itself (a layout with no file: no session supervisor) scrapes what the
-    session supervisor scrapes (`core.replicas.scrape_url`): the router's Prometheus port, so its pane
+    session supervisor scrapes (`supervisor.replicas.scrape_url`): the router's Prometheus port, so its pane
     shows routed req/s per replica here too."""
     import asyncio
     import dataclasses
 
-    from vtui.core.supervisor import Supervisor
     from vtui.layouts import load_layout
+    from vtui.supervisor.supervisor import Supervisor
     from vtui.ui.app import make_app
     from vtui.ui.textdump import screen_text
     from vtui.ui.widgets.fleet import FleetTable

@@ -63,8 +63,8 @@ def test_scrapes_and_health_probes_fall_on_the_same_whole_seconds() -> None:
     import time
     from types import SimpleNamespace
 
-    from vtui.core.supervisor_loops import LoopMixin
     from vtui.service.probes import _Beat
+    from vtui.supervisor.supervisor_loops import LoopMixin
 
     async def origin_offset() -> float:
         loop = asyncio.get_running_loop()

@@ -10,8 +10,7 @@ from vtui.core.api import SupervisorApi
 from vtui.core.events import LogLines, Notice, PhaseChanged, ProcessExited, StateChanged
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.state import Phase, State
-from vtui.core.supervision import InstanceStatus
-from vtui.core.supervisor import Supervisor
+from vtui.core.status import InstanceStatus
 from vtui.service.remote import RemoteSupervisor
 from vtui.service.wire import (
     decode_event,
@@ -25,6 +24,7 @@ from vtui.service.wire import (
     encode_sample,
     encode_status,
 )
+from vtui.supervisor.supervisor import Supervisor
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
 from vtui.telemetry.metrics import MetricsSample, Percentiles, RankSample, sample_of
 from vtui.telemetry.startup_log import parse_startup

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.core.replicas import supervised
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
+from vtui.supervisor.replicas import supervised
 from vtui.telemetry.metrics import MetricsSample, Percentiles
 from vtui.ui.store import Store
 from vtui.ui.widgets.fleet import FleetTable
@@ -120,8 +120,8 @@ async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group
 
     from _support.procs import kill_all, marked
 
-    from vtui.core.launcher import OsLauncher
-    from vtui.core.supervisor import Supervisor
+    from vtui.supervisor.launcher import OsLauncher
+    from vtui.supervisor.supervisor import Supervisor
     from vtui.ui.app import make_app
 
     engine = Path(__file__).parents[1] / "core" / "fake_engine.py"
@@ -158,7 +158,7 @@ async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group
 
 
 async def test_the_in_process_dashboard_scrapes_what_the_session_supervisor_scrapes() -> None:
-    """The bridge's own scrape loops (no session supervisor) follow `core.replicas.scrape_url`: the
+    """The bridge's own scrape loops (no session supervisor) follow `supervisor.replicas.scrape_url`: the
     router on its Prometheus port, a sleeping server still, an attached server with its key."""
     import asyncio
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vtui.core.api import SupervisorApi
-from vtui.core.supervisor import Supervisor
+from vtui.supervisor.supervisor import Supervisor
 from vtui.testing.fake_supervisor import FakeSupervisor
 
 

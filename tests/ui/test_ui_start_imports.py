@@ -38,8 +38,8 @@ NOT_AT_START = (
     "vtui.bench",
     "vtui.commands",
     # in-process supervision and its scrape loop (the session supervisor does both), other hosts
-    "vtui.core.supervisor",
-    "vtui.core.launcher",
+    "vtui.supervisor.supervisor",
+    "vtui.supervisor.launcher",
     "vtui.telemetry.scrape",
     "vtui.service.hosts",
 )

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.ui import fmt
 from vtui.ui.keymap import load_user_keymap
 from vtui.ui.presets import preset_flags

@@ -80,7 +80,7 @@ def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, 
             print(f"vtui: {problem}", file=sys.stderr)
         raise CommandError(2) from exc
     remember_last(path)
-    from vtui.core.replicas import supervised
+    from vtui.supervisor.replicas import supervised
 
     run = supervised(layout, port_for_metrics=lambda: 0).names()  # a replica group's copies and router
     unknown = [n for n in names if n not in layout.names() and n not in run]
@@ -340,8 +340,8 @@ def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = No
 def refuse_attached(session: Session, name: str, command: str, verb: str) -> bool:
     """True (the refusal printed) when `name` is an attached server: vtui never starts, stops or
     restarts one (`vtui restart`/`sleep`/`wake` exit 2 on it)."""
-    from vtui.core.attached import attached_refusal
     from vtui.core.runstate import spec_from_dict
+    from vtui.supervisor.attached import attached_refusal
 
     inst = next((i for i in session.status()["instances"] if i["name"] == name), None)
     spec = (inst or {}).get("spec") or {}

@@ -2,7 +2,7 @@
 
 Prints every problem (`file:line: dotted.key: message`, one per line) and exits 2 when there is any;
 prints warnings (network-exposed host, literal secrets, known killers of vLLM processes installed or running
-on this machine: core.killers) and the seeds' advice on the flags; exits 0 with a one-line summary when
+on this machine: supervisor.killers) and the seeds' advice on the flags; exits 0 with a one-line summary when
 usable.
 """
 
@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from vtui.core.advice import flag_advice
-from vtui.core.killers import warnings as killer_warnings
 from vtui.core.model import InstanceSpec
 from vtui.layouts import LayoutError, LayoutProblem, load_layout_with_warnings, resolve_layout_arg
 from vtui.layouts.text import LineIndex
+from vtui.supervisor.killers import warnings as killer_warnings
 from vtui.telemetry import flagschema
 
 HELP = "validate a layout file: every problem with file:line and key (exit 2 on errors)"
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         reason = spec.not_supervised_yet()
         if reason:
             print(f"note: {reason}")
-    from vtui.core import replicas
+    from vtui.supervisor import replicas
 
     for spec in layout.instances:
         alternative = replicas.data_parallel_alternative(spec)

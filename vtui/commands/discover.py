@@ -1,6 +1,6 @@
 """`vtui discover [--add LAYOUT] [--json]`: vLLM servers running on this machine that no vtui session
 launched (a process scan for `vllm serve` / vLLM API servers and `vtui sim`, each one's ports probed at
-`/metrics` for `vllm:` families; see vtui.core.discovery). `--add LAYOUT` appends them to that layout
+`/metrics` for `vllm:` families; see vtui.supervisor.discovery). `--add LAYOUT` appends them to that layout
 file as attached servers (`engine = "external"`, `url = …`), skipping the ones it already lists: only
 the new tables are written (comments and the rest of the file as they were), atomically, and only when
 the result validates. Exit codes: 0 done (also when nothing is found), 1 the file could not be written,
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vtui.core.discovery import discover
+    from vtui.supervisor.discovery import discover
 
     found = discover(timeout=args.timeout)
     if args.add:
@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _add(path: Path, found: list, as_json: bool) -> int:
-    from vtui.core.discovery import name_for
     from vtui.core.model import InstanceSpec
     from vtui.layouts import LayoutError, load_layout, save_layout
+    from vtui.supervisor.discovery import name_for
     from vtui.telemetry import flagschema
 
     if not path.is_file():

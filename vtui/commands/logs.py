@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print("vtui logs: -n must be 0 or more", file=sys.stderr)
         return 2
     name = session.names[0]
-    from vtui.core.logfile import LogTailer
+    from vtui.supervisor.logfile import LogTailer
 
     try:
         answer = session.client.get(f"/logs?name={quote(name)}&n=0")  # where the log is, first

@@ -1,1 +1,2 @@
-"""Core: layouts, the instance state machine, the supervisor and the OS seams. Never imports Textual."""
+"""Core: the model (layouts as data, the instance state machine, flag specs, records, events, snapshots,
+clock) and the clients' Protocols. Imports nothing else of vtui; never Textual."""

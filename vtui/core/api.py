@@ -1,63 +1,26 @@
 """The typed seams between vtui's layers, as Protocols (no implementation here).
 
-- `Launcher`: what the supervisor needs from the OS (spawn, observe, stop, probe, find again).
-  `core.launcher.OsLauncher` is the real one; tests pass doubles with the same methods.
 - `SupervisorApi`: what the dashboard and the CLI need from whoever owns a session's instances.
   `service.remote.RemoteSupervisor` (the session supervisor's socket client, the dashboard's default),
-  `core.supervisor.Supervisor` (in-process: what the session supervisor runs) and the fake the UI
+  `supervisor.supervisor.Supervisor` (in-process: what the session supervisor runs) and the fake the UI
   tests drive all satisfy it.
+
+(The supervisor's OS seam, `Launcher`, lives beside its implementation: `supervisor.launcher`.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    import psutil
-
     from vtui.core.events import Event
-    from vtui.core.launcher import ProcessHandle, StopReport
     from vtui.core.model import FlagValue, InstanceSpec, Layout
     from vtui.core.pending import FlagConflict
     from vtui.core.state import State
-    from vtui.core.supervision import HostState, InstanceStatus
+    from vtui.core.status import HostState, InstanceStatus
 
-__all__ = ["HostFeed", "Launcher", "SupervisorApi", "TelemetryFeed"]
-
-
-@runtime_checkable
-class Launcher(Protocol):
-    """The OS seam of supervision. Blocking methods are short except `stop` (up to the grace period):
-    callers on an event loop run them in a thread."""
-
-    def spawn(self, spec: InstanceSpec, *, log_path: Path, session: str) -> ProcessHandle: ...
-
-    def alive(self, handle: ProcessHandle) -> bool: ...
-
-    def exit_code(self, handle: ProcessHandle) -> int | None: ...
-
-    def tree(self, handle: ProcessHandle, thorough: bool = True) -> dict[int, psutil.Process]: ...
-
-    def stop(self, handle: ProcessHandle, grace: float | None = None) -> StopReport: ...
-
-    async def health(self, spec: InstanceSpec) -> bool: ...
-
-    def health_sync(self, spec: InstanceSpec) -> bool: ...
-
-    async def aclose(self) -> None: ...
-
-    def find(
-        self,
-        *,
-        pid: int,
-        create_time: float,
-        argv: tuple[str, ...] | list[str],
-        key: str,
-        log_path: Path,
-        pump_pid: int | None = None,
-    ) -> ProcessHandle | None: ...
+__all__ = ["HostFeed", "LogScrollback", "SupervisorApi", "TelemetryFeed"]
 
 
 @runtime_checkable

@@ -10,36 +10,15 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from types import MappingProxyType
 
-FLAG_TYPES = ("int", "float", "str", "bool", "list", "json")
-
-
-@dataclass(frozen=True)
-class FlagSpec:
-    name: str  # canonical long name without dashes: "tensor-parallel-size"
-    type: str  # one of FLAG_TYPES; "list" = several values (nargs), "json" = a JSON object/string
-    choices: tuple[str, ...] | None = None  # allowed values as text (for a list: each item's)
-    default: object = None
-    help: str = ""
-    aliases: tuple[str, ...] = ()  # as written in the help, dashes included: ("-tp",)
-    group: str = ""  # the help section ("CacheConfig", "Frontend", …)
-    human: bool = False  # an int that also takes "64M", "1k", "25.6k"
-    optional_value: bool = False  # `--hf-token [HF_TOKEN]`: a bare flag (true) is allowed too
-    negatable: bool = False  # a bool with a `--no-x` form; a plain switch can only be turned on
-
-
-def inverse_switch(name: str) -> str | None:
-    """vLLM 0.33's other spelling of an `--enable-x` / `--disable-x` switch (`EnableDisableAction` in
-    vllm/utils/argparse_utils.py pairs them; `--no-x` stays accepted but leaves the help): the name
-    that sets it False. None for any other flag."""
-    for prefix, other in (("enable-", "disable-"), ("disable-", "enable-")):
-        if name.startswith(prefix):
-            return other + name[len(prefix) :]
-    return None
-
+# `FlagSpec` and `inverse_switch` live in `core.flagdef` (the help parser builds on them too); kept here
+# as names of this module.
+from vtui.core.flagdef import FLAG_TYPES as FLAG_TYPES
+from vtui.core.flagdef import FlagSpec as FlagSpec
+from vtui.core.flagdef import inverse_switch as inverse_switch
 
 # -- the built-in table -----------------------------------------------------------------------------
 
@@ -53,7 +32,7 @@ def _load_data() -> dict:
     """The generated table; before it exists (first run of the generator) the bundled help, parsed."""
     if DATA_FILE.exists():
         return json.loads(DATA_FILE.read_text(encoding="utf-8"))
-    from vtui.core.servehelp import parse_serve_help  # a cycle only on this path
+    from vtui.core.servehelp import parse_serve_help  # only on this path (no cycle: it builds on flagdef)
 
     specs = parse_serve_help(HELP_FILE.read_text(encoding="utf-8")) if HELP_FILE.exists() else {}
     return json.loads(specs_to_json(specs, "0.32.0", HELP_FILE.name))

@@ -20,7 +20,7 @@ from vtui.core.selfrun import module_argv
 FlagValue = bool | int | float | str | list  # list: a flag taking several values (`--api-key a b`)
 RestartMode = Literal["never", "on-failure", "always"]
 # external: a server vtui did not start (url); router: the vllm-router a `replicas = N` entry is fronted by
-# (made by `core.replicas`, never written in a layout)
+# (made by `supervisor.replicas`, never written in a layout)
 Engine = Literal["vllm", "sim", "external", "router"]
 
 # SECRET_FLAGS (flags whose value must never appear on a command line) lives in core.masking.
@@ -65,12 +65,12 @@ class InstanceSpec:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     start_stagger: float = 0.0  # extra seconds to wait before starting this instance
     # engine = "external": the server's base URL (host and port are taken from it) and the API key to
-    # send it (from a `${VAR}`; kept out of repr). Nothing is launched for it: it is watched (core.attached).
+    # send it (from a `${VAR}`; kept out of repr). Nothing is launched for it: it is watched (supervisor.attached).
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     # replicas > 1: copies on `port`, `port + 1`, …, each on its own GPU set (`replica_gpus`, else `gpus`
     # split in order, else chosen by free memory), fronted by vllm-router on `router_port`. The supervisor
-    # runs the expansion `core.replicas.supervised` makes of it: NAME-0 … NAME-(N-1) and NAME-router.
+    # runs the expansion `supervisor.replicas.supervised` makes of it: NAME-0 … NAME-(N-1) and NAME-router.
     replicas: int = 1
     router_port: int | None = None
     replica_gpus: tuple[tuple[int, ...], ...] = ()
@@ -152,7 +152,7 @@ class InstanceSpec:
         if self.engine == "sim":
             return module_argv("vtui.sim")
         if self.engine == "router":
-            return module_argv("vtui.core.routerproc")
+            return module_argv("vtui.supervisor.routerproc")
         return ["vllm", "serve"]
 
     def argv(self) -> list[str]:
@@ -207,8 +207,8 @@ class SessionSpec:
     allow_gpu_sharing: bool = False  # let two instances list the same GPU (they start staggered)
     gpu_hour_price: float | None = None  # for cost per million tokens in bench reports
     gpu_memory_gib: float | None = None  # override when NVML is absent (planner, sim)
-    on_event: tuple[str, ...] | None = None  # command run with each event's JSON on stdin (core.notify)
-    webhook: str | None = None  # URL each event's JSON is POSTed to (core.notify)
+    on_event: tuple[str, ...] | None = None  # command run with each event's JSON on stdin (supervisor.notify)
+    webhook: str | None = None  # URL each event's JSON is POSTed to (supervisor.notify)
     on_event_cooldown: float | None = None  # seconds between two events of one kind and instance (None: 60)
     metrics_port: int | None = (
         None  # the session supervisor's aggregated Prometheus /metrics (service.exporter)

@@ -18,7 +18,7 @@ none), then runs the module with `runpy._run_module_as_main`, the function the i
 calls (same `__main__` module, `sys.argv[0]` set to the module's file), so the module behaves exactly
 as under `-m`. Everything else is kept: the cwd, the environment, `PYTHONPATH`, user site-packages.
 The module's name stays a word of its own on the command line (after the bootstrap), which is what
-`vtui.core.discovery` and process scans match (`vtui.sim`, `vtui.service`).
+`vtui.supervisor.discovery` and process scans match (`vtui.sim`, `vtui.service`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import ast
 import json
 import re
 
-from vtui.core.flagtable import FlagSpec, inverse_switch
+from vtui.core.flagdef import FlagSpec, inverse_switch
 
 _SPLIT_NAMES = re.compile(r",\s+(?=-)")
 _DEFAULT = re.compile(

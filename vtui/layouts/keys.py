@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Iterable
 
 TOP_KEYS = ("session", "defaults", "instance")
-NOTIFY_KEYS = ("on_event", "webhook", "on_event_cooldown")  # core.notify: tell someone about events
+NOTIFY_KEYS = ("on_event", "webhook", "on_event_cooldown")  # supervisor.notify: tell someone about events
 EXPORTER_KEYS = ("metrics_port", "metrics_host")  # service.exporter: the session's Prometheus /metrics
 SESSION_KEYS = ("name", "allow_gpu_sharing", "gpu_hour_price", "gpu_memory_gib", *NOTIFY_KEYS, *EXPORTER_KEYS)
 INSTANCE_KEYS = (
@@ -150,7 +150,7 @@ def exporter_value(key: str, value: object) -> tuple[object, str | None]:
 
 
 def notify_value(key: str, value: object) -> tuple[object, str | None]:
-    """A [session] notification key's normalised value, or the problem with it (core.notify)."""
+    """A [session] notification key's normalised value, or the problem with it (supervisor.notify)."""
     if key == "on_event":
         if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
             return tuple(value), None

@@ -8,16 +8,16 @@ import asyncio
 import json
 from typing import Any
 
-from vtui.core import notify
 from vtui.core.atomic import atomic_write_text
-from vtui.core.attached import Attached
 from vtui.core.events import Event, LogLines, PhaseChanged, ProcessExited, StateChanged, gone
-from vtui.core.logfile import read_tail
-from vtui.core.replicas import describe
 from vtui.core.runstate import masked
 from vtui.core.state import State
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import encode_event, encode_facts, encode_status, feed_line
+from vtui.supervisor import notify
+from vtui.supervisor.attached import Attached
+from vtui.supervisor.logfile import read_tail
+from vtui.supervisor.replicas import describe
 
 FLAG_HISTORY = 50
 # Telemetry (metrics and GPU samples, log lines) goes to the feeds' clients together, at most this often:

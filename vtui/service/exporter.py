@@ -30,7 +30,7 @@ from typing import Any
 import h11
 
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.telemetry.promtext import parse_labels
 
 __all__ = ["CONTENT_TYPE", "MetricsEndpoint", "render"]

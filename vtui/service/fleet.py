@@ -20,7 +20,7 @@ from vtui.core.events import Event, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict
 from vtui.core.state import State
-from vtui.core.supervision import HostState, InstanceStatus
+from vtui.core.status import HostState, InstanceStatus
 from vtui.service.hosts import HostLink
 from vtui.service.remote import RemoteError
 from vtui.service.sshforward import Forward

@@ -10,15 +10,15 @@ from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from vtui.core.attached import Attached
 from vtui.core.events import Event, Notice
-from vtui.core.logfile import read_older, read_tail
-from vtui.core.notify import Notifier
-from vtui.core.preflight import PreflightError
 from vtui.core.runstate import masked
-from vtui.core.supervision import SleepRefused, kill_marked
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import point_of
+from vtui.supervisor.attached import Attached
+from vtui.supervisor.logfile import read_older, read_tail
+from vtui.supervisor.notify import Notifier
+from vtui.supervisor.preflight import PreflightError
+from vtui.supervisor.supervision import SleepRefused, kill_marked
 
 
 class _BadRequest(Exception):

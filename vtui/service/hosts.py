@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vtui.core.supervision import HostState
+from vtui.core.status import HostState
 from vtui.service.ssh import SSH_OPTIONS, host_label, remote_vtui, ssh_command
 from vtui.service.sshforward import Backoff, Forward, LinkError, die_with_parent, reaped
 

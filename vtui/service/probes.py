@@ -31,9 +31,9 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from vtui.bench.lean_http import ConnectTimeout, LeanHTTPError, LeanPool, ReadTimeout
-from vtui.core.attached import Probe, no_answer
-from vtui.core.launcher import OsLauncher, ProcessHandle
 from vtui.core.model import InstanceSpec
+from vtui.supervisor.attached import Probe, no_answer
+from vtui.supervisor.launcher import OsLauncher, ProcessHandle
 from vtui.telemetry.metrics import MetricsSample, MetricsWindow
 from vtui.telemetry.promtext import MetricsParser
 

@@ -20,10 +20,9 @@ from urllib.parse import urlencode
 from vtui.core.events import Event, LogLines
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, decode_conflicts
-from vtui.core.preflight import PreflightError
 from vtui.core.runstate import MASK
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.service import locations
 from vtui.service.client import ensure_supervisor
 from vtui.service.remote_http import Connection, RemoteError, feed_lines, request
@@ -36,6 +35,7 @@ from vtui.service.wire import (
     decode_status,
     loads,
 )
+from vtui.supervisor.preflight import PreflightError
 from vtui.telemetry.metrics import HistoryBackfill
 
 __all__ = ["FeedFollower"]

@@ -13,11 +13,11 @@ from functools import partial
 from typing import Any
 
 from vtui.core.events import Notice
-from vtui.core.replicas import scrape_url
 from vtui.service.exporter import MetricsEndpoint, render
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import dumps, encode_gpu, encode_sample, feed_line
+from vtui.supervisor.replicas import scrape_url
 from vtui.telemetry.metrics import MetricsSample
 
 SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance

@@ -53,11 +53,8 @@ from collections import deque
 from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
-from vtui.core.attached import Attached
 from vtui.core.model import Layout
-from vtui.core.notify import Notifier
 from vtui.core.state import State
-from vtui.core.supervisor import Supervisor
 from vtui.service import locations
 from vtui.service.broadcast import BroadcastMixin
 from vtui.service.handlers import HandlerMixin
@@ -65,6 +62,9 @@ from vtui.service.probes import LeanLauncher
 from vtui.service.scraping import ScrapeMixin
 from vtui.service.service_base import log
 from vtui.service.transport import TransportMixin
+from vtui.supervisor.attached import Attached
+from vtui.supervisor.notify import Notifier
+from vtui.supervisor.supervisor import Supervisor
 
 __all__ = ["SessionService"]
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.events import Event
-from vtui.core.notify import Notifier
-from vtui.core.supervisor import Supervisor
 from vtui.service.exporter import MetricsEndpoint
 from vtui.service.feed import FeedClient
+from vtui.supervisor.notify import Notifier
+from vtui.supervisor.supervisor import Supervisor
 
 
 class ServiceBase:

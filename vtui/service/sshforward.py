@@ -15,17 +15,29 @@ import signal
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from vtui.core import paths
 from vtui.core.model import Layout, SessionSpec
 from vtui.service.remote import RemoteSupervisor
 from vtui.service.ssh import SSH_OPTIONS, ssh_command
 
-if TYPE_CHECKING:
-    from vtui.service.hosts import HostLink
 
-__all__ = ["Backoff", "Forward", "LinkError", "die_with_parent", "reaped"]
+class Link(Protocol):
+    """What a forward needs of the host link that owns it (`service.hosts.HostLink`): the ssh target,
+    the label its instances are shown under, and a call when its state changes. A Protocol, so this
+    module does not import the link's."""
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    def changed(self) -> None: ...
+
+
+__all__ = ["Backoff", "Forward", "Link", "LinkError", "die_with_parent", "reaped"]
 
 FORWARD_TIMEOUT = 15.0  # seconds for a forward's local socket to answer
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
@@ -92,7 +104,7 @@ class Backoff:
 class Forward:
     """One remote session reached through one ssh forward, and its supervisor client."""
 
-    def __init__(self, link: HostLink, info: dict[str, Any], qualified: bool = False) -> None:
+    def __init__(self, link: Link, info: dict[str, Any], qualified: bool = False) -> None:
         self.link = link
         self.qualified = qualified  # its instances are LABEL:SESSION/NAME (chosen once: names stay)
         self.session = str(info["session"])

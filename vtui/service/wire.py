@@ -25,7 +25,7 @@ import orjson
 from vtui.core.events import Event, LogLines, Notice, PhaseChanged, ProcessExited, StateChanged
 from vtui.core.runstate import spec_from_dict, spec_to_dict
 from vtui.core.state import Phase, State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.telemetry.facts import StartupFacts  # not startup_log: its rules' regexes cost the first frame
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
 from vtui.telemetry.metrics import HistoryPoint, MetricsSample, Percentiles, RankSample

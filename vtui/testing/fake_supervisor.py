@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
-from vtui.core.preflight import PreflightError
 from vtui.core.state import Phase, State
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
+from vtui.supervisor.preflight import PreflightError
 
 if TYPE_CHECKING:
     from vtui.core.api import SupervisorApi

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vtui.core.state import State
-from vtui.core.supervision import sleep_problem
+from vtui.supervisor.supervision import sleep_problem
 from vtui.ui.store import InstanceView
 
 if TYPE_CHECKING:

@@ -454,7 +454,7 @@ def default_supervisor_factory(layout: Layout) -> SupervisorApi:
     """The session supervisor's client (started on demand; it owns the instances and outlives the
     dashboard); an in-process Supervisor only for a layout with no file."""
     if layout.path is None:
-        from vtui.core.supervisor import Supervisor
+        from vtui.supervisor.supervisor import Supervisor
 
         return Supervisor(layout)
     from vtui.service.remote import RemoteSupervisor

@@ -21,10 +21,10 @@ from textual.app import App
 from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, LogLines, Notice, gone
 from vtui.core.model import Layout
-from vtui.core.preflight import PreflightError
-from vtui.core.replicas import scrape_url
-from vtui.core.supervision import InstanceStatus
+from vtui.core.status import InstanceStatus
 from vtui.sim.gpuview import simulated_sample
+from vtui.supervisor.preflight import PreflightError
+from vtui.supervisor.replicas import scrape_url
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
 from vtui.ui.logfeed import LogCoalescer
@@ -288,7 +288,7 @@ class Bridge:
         self._sync_scrapers(statuses)
 
     def _sync_scrapers(self, statuses: Iterable[InstanceStatus]) -> None:
-        """One ScrapeLoop per instance that `core.replicas.scrape_url` names a URL for (the session
+        """One ScrapeLoop per instance that `supervisor.replicas.scrape_url` names a URL for (the session
         supervisor's rule); stopped when it leaves those states, replaced on a new URL."""
         if not self._scrape_factory or self._feed is not None:
             return

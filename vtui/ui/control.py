@@ -18,8 +18,8 @@ from textual.screen import Screen
 from vtui.core.api import SupervisorApi
 from vtui.core.masking import masked
 from vtui.core.model import FlagValue, InstanceSpec
-from vtui.core.preflight import PreflightError
 from vtui.layouts import LayoutError, load_layout, save_layout
+from vtui.supervisor.preflight import PreflightError
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.settings import UiSettings
 from vtui.ui.store import Store

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 from vtui.core.events import Notice
-from vtui.core.supervision import HostState, InstanceStatus
+from vtui.core.status import HostState, InstanceStatus
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import HistoryBackfill, MetricsSample
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict
-from vtui.core.replicas import supervised
 from vtui.core.state import State
-from vtui.core.supervision import HostState, InstanceStatus
+from vtui.core.status import HostState, InstanceStatus
+from vtui.supervisor.replicas import supervised
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import HistoryBackfill, HistoryPoint, MetricsSample
 
@@ -93,7 +93,7 @@ class Store:
         self.layout = layout
         self.saved_layout = layout
         self.path = layout.path  # where the layout was loaded from / last saved to
-        # the instances as supervised: a `replicas = N` entry is NAME-0 … and NAME-router (core.replicas)
+        # the instances as supervised: a `replicas = N` entry is NAME-0 … and NAME-router (supervisor.replicas)
         run = supervised(layout, port_for_metrics=lambda: 0).instances
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in run}
         self.gpu: GpuSample | None = None

@@ -33,7 +33,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from vtui.core.api import LogScrollback
-from vtui.core.logfile import read_older
+from vtui.supervisor.logfile import read_older
 from vtui.ui.keymap import LOG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import LOG_LINES, Store, is_marker, skipped_marker

@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.dom import NoScreen
 from textual.widget import Widget
 
-from vtui.core.supervision import HostState
+from vtui.core.status import HostState
 from vtui.telemetry.gpu import GpuInfo, GpuSample
 from vtui.ui import fmt
 from vtui.ui.widgets.palette import Palette, bar, level_mark, palette_of

@@ -2,7 +2,7 @@
 
 vLLM answers a SIGTERM by aborting what it is serving (0.32: `--shutdown-timeout 0`, "mode=abort"):
 open streams end early. So a stop first (1) tells the router fronting the instance to send it nothing
-new (`Router`: `core.replicas.RouterHub` removes a replica from its vllm-router; `None` skips it) — then (2) waits, up to a budget, until
+new (`Router`: `supervisor.replicas.RouterHub` removes a replica from its vllm-router; `None` skips it) — then (2) waits, up to a budget, until
 the instance has no request in flight, and only then signals. What is still in flight when the budget
 runs out is cut, and the count is reported.
 
@@ -30,7 +30,7 @@ FIRST_LOOK_S = 5.0  # how long the first look may keep timing out (even past a s
 
 
 class Router(Protocol):
-    """What fronts instances (`core.replicas.RouterHub`): told to route nothing new to one before it
+    """What fronts instances (`supervisor.replicas.RouterHub`): told to route nothing new to one before it
     stops. `key`: the instance's `session/name`."""
 
     def stop_routing(self, key: str) -> None: ...

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from vtui.core.instance import Instance
 from vtui.core.state import State
-from vtui.core.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post, sleep_problem
-from vtui.core.supervisor_base import SupervisorBase
+from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post, sleep_problem
+from vtui.supervisor.supervisor_base import SupervisorBase
 
 
 class SleepMixin(SupervisorBase):

@@ -1,4 +1,4 @@
-"""`python -m vtui.core.routerproc ARGS`: vllm-router (the Rust router its wheel ships as the
+"""`python -m vtui.supervisor.routerproc ARGS`: vllm-router (the Rust router its wheel ships as the
 `vllm_router_rs` module) with the `vllm-router` command line. Not its console script: that one calls
 setproctitle, which rewrites the command line and the environment that re-adoption and the sweep's
 `VTUI_INSTANCE` marker read; nor its launcher module, which imports the Python MiniLB (FastAPI, aiohttp).

@@ -3,7 +3,7 @@
 `supervised(layout)` turns every entry with `replicas > 1` into `NAME-0` … `NAME-(N-1)` (ports `port`,
 `port + 1`, …; each its own GPU set: `replica_gpus`, else `gpus` split in equal sets, else the GPUs with
 the most free memory that no other instance lists) plus `NAME-router`, the vllm-router on `router_port`
-(engine "router", run by `core.routerproc`). `RouterHub` keeps each router's workers equal to the READY
+(engine "router", run by `supervisor.routerproc`). `RouterHub` keeps each router's workers equal to the READY
 (or UNHEALTHY) replicas of its group through vllm-router's `/add_worker` and `/remove_worker`, and is
 the drain's `Router` hook (`stop_routing`: a replica about to stop leaves before its requests drain).
 """
@@ -249,7 +249,7 @@ class RouterHub:
 
     # -- the drain hook --------------------------------------------------------------------------
     def stop_routing(self, key: str) -> None:
-        """`core.drain.Router`: the replica `key` (session/name) gets nothing new from its router."""
+        """`supervisor.drain.Router`: the replica `key` (session/name) gets nothing new from its router."""
         name = key.split("/", 1)[-1]
         found = self._specs().get(name)
         if found is None or found[0].group is None or found[0].engine == "router":

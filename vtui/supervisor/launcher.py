@@ -3,7 +3,7 @@ started, probe /health.
 
 vLLM's API server starts `VLLM::EngineCore` and `VLLM::Worker*` children that survive a SIGKILL of the
 server (re-parented to PID 1, still holding memory). So each instance gets its own session (the log
-pump of `core.logfile` is the session leader, the API server its child), stop ends with SIGKILL to the
+pump of `supervisor.logfile` is the session leader, the API server its child), stop ends with SIGKILL to the
 process group, and a sweep finds leftovers by session id and by the `VTUI_INSTANCE` marker in their
 environment. A zombie counts as gone (PID 1 of a container may never reap it).
 
@@ -28,14 +28,15 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import httpx
 import psutil
 
-from vtui.core import drain, logfile
-from vtui.core.drain import Router
 from vtui.core.instance import SpawnError
 from vtui.core.model import InstanceSpec
+from vtui.supervisor import drain, logfile
+from vtui.supervisor.drain import Router
 
 MARKER = "VTUI_INSTANCE"  # env var every process of an instance inherits: "<session>/<name>"
 SPAWN_TIMEOUT = 10.0
@@ -59,7 +60,7 @@ class ProcessHandle:
     exit_path: Path | None = None
     popen: subprocess.Popen | None = field(default=None, repr=False)  # the pump, when we spawned it
     base_url: str | None = None  # where to ask how many requests are in flight before stopping it
-    load_endpoint: bool = False  # its /load counts requests in flight (see core.drain)
+    load_endpoint: bool = False  # its /load counts requests in flight (see supervisor.drain)
 
     def serves(self, spec: InstanceSpec) -> None:
         """Set what the drain before a stop asks (an adopted handle learns it from the layout's spec).
@@ -85,6 +86,41 @@ class StopReport:
         if not self.cut:
             return None
         return f"{self.cut} request(s) still in flight after {self.drained_s:g}s were cut"
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """The OS seam of supervision: what the supervisor needs from the OS (spawn, observe, stop, probe,
+    find again). `OsLauncher` is the real one; tests pass doubles with the same methods. Blocking
+    methods are short except `stop` (up to the grace period): callers on an event loop run them in a
+    thread."""
+
+    def spawn(self, spec: InstanceSpec, *, log_path: Path, session: str) -> ProcessHandle: ...
+
+    def alive(self, handle: ProcessHandle) -> bool: ...
+
+    def exit_code(self, handle: ProcessHandle) -> int | None: ...
+
+    def tree(self, handle: ProcessHandle, thorough: bool = True) -> dict[int, psutil.Process]: ...
+
+    def stop(self, handle: ProcessHandle, grace: float | None = None) -> StopReport: ...
+
+    async def health(self, spec: InstanceSpec) -> bool: ...
+
+    def health_sync(self, spec: InstanceSpec) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+    def find(
+        self,
+        *,
+        pid: int,
+        create_time: float,
+        argv: tuple[str, ...] | list[str],
+        key: str,
+        log_path: Path,
+        pump_pid: int | None = None,
+    ) -> ProcessHandle | None: ...
 
 
 def _serving(handle: ProcessHandle) -> bool:
@@ -181,7 +217,7 @@ class OsLauncher:
         router: Router | None = None,
     ) -> None:
         self.grace = grace
-        self.router = router  # told to route nothing new to an instance before it stops (core.drain)
+        self.router = router  # told to route nothing new to an instance before it stops (supervisor.drain)
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.health_timeout = health_timeout
@@ -272,7 +308,7 @@ class OsLauncher:
 
     def exit_info(self, handle: ProcessHandle) -> logfile.ExitInfo | None:
         """How the leader ended as the pump recorded it: exit code, or signal (and core dump), and the
-        known killers running at that moment (core.killers); None: unknown or not yet written."""
+        known killers running at that moment (supervisor.killers); None: unknown or not yet written."""
         return logfile.read_exit(handle.exit_path) if handle.exit_path is not None else None
 
     def tree(self, handle: ProcessHandle, thorough: bool = True) -> dict[int, psutil.Process]:
@@ -339,7 +375,7 @@ class OsLauncher:
 
     # -- stop ------------------------------------------------------------------------------------
     def stop(self, handle: ProcessHandle, grace: float | None = None) -> StopReport:
-        """Drain (stop routing to it, wait up to `grace` for its in-flight requests: core.drain), then
+        """Drain (stop routing to it, wait up to `grace` for its in-flight requests: supervisor.drain), then
         SIGTERM to the leader, wait up to `grace` again, SIGKILL the group, sweep what is left; returns
         once no process of the instance is alive (or reports the leftovers after ~5 s of sweeping)."""
         grace = self.grace if grace is None else grace

@@ -7,7 +7,7 @@ runs. The launcher therefore starts `python logfile.py --log … -- ARGV…` as 
 spawns ARGV with stdout+stderr on a pipe, writes the pipe into `name.log` (rotated to `name.log.1…K`,
 files 0600, at most max_bytes each), reports the child pid on its own stdout, records how the child
 ended in `--exit-file` (`read_exit`: exit code, or the signal that killed it and whether it dumped core,
-plus the known killers running at that moment, `core.killers`), and exits when the pipe is closed by
+plus the known killers running at that moment, `supervisor.killers`), and exits when the pipe is closed by
 every process of the instance.
 
 Stdlib only: this file runs as a script in the pump, so it must not import vtui (it loads the sibling,
@@ -246,7 +246,7 @@ class ExitInfo:
 
     `returncode` follows subprocess (negative: killed by that signal). Who sent a signal is not in it
     (Linux gives the sender only to the receiver): `killers` lists the known killers that were running
-    when the child died (core.killers), each {"pid", "kind", "command"}."""
+    when the child died (supervisor.killers), each {"pid", "kind", "command"}."""
 
     returncode: int
     code: int | None = None  # exit status when it exited
@@ -323,7 +323,7 @@ def read_exit(path: str | os.PathLike[str]) -> ExitInfo | None:
 
 
 def _audit_killers(child_pid: int) -> tuple[dict, ...]:
-    """The known killers running now (core.killers, loaded by path); () if that cannot be done."""
+    """The known killers running now (supervisor.killers, loaded by path); () if that cannot be done."""
     try:
         spec = importlib.util.spec_from_file_location("_vtui_killers", Path(__file__).with_name("killers.py"))
         if spec is None or spec.loader is None:

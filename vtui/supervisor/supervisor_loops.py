@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from vtui.core.attached import Attached, Probe
 from vtui.core.events import ProcessExited
 from vtui.core.instance import Instance
-from vtui.core.logfile import ExitInfo
 from vtui.core.model import InstanceSpec
-from vtui.core.replicas import RECONCILE_EVERY_S
 from vtui.core.state import State
-from vtui.core.supervisor_base import SupervisorBase
+from vtui.supervisor.attached import Attached, Probe
+from vtui.supervisor.logfile import ExitInfo
+from vtui.supervisor.replicas import RECONCILE_EVERY_S
+from vtui.supervisor.supervisor_base import SupervisorBase
 
 
 def _pump_alive(handle: Any) -> bool:

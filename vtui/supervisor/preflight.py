@@ -115,8 +115,8 @@ def preflight(
 ) -> PreflightResult:
     """Check starting `names` (default: all) while `running` instances of the layout keep running."""
     wanted = list(names) if names is not None else layout.names()
-    if any(s.replicas > 1 for s in layout.instances):  # as the supervisor runs them (core.replicas)
-        from vtui.core.replicas import supervised
+    if any(s.replicas > 1 for s in layout.instances):  # as the supervisor runs them (supervisor.replicas)
+        from vtui.supervisor.replicas import supervised
 
         groups = {s.name for s in layout.instances if s.replicas > 1}
         layout = supervised(layout)
@@ -132,7 +132,7 @@ def preflight(
     if unsupported:
         return PreflightResult(problems=unsupported)
     if any(spec.engine == "router" for spec in to_start):
-        from vtui.core.replicas import router_installed
+        from vtui.supervisor.replicas import router_installed
 
         if not router_installed():
             routed = sorted({f'"{s.group}"' for s in to_start if s.engine == "router"})

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from vtui.core.instance import Instance
-from vtui.core.launcher import ProcessHandle
 from vtui.core.model import InstanceSpec
 from vtui.core.runstate import RunRecord
 from vtui.core.state import State
-from vtui.core.supervision import gpus_used, orphans
+from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.supervision import gpus_used, orphans
 
 __all__ = ["StartGate", "Sweeper"]
 
@@ -41,7 +41,7 @@ class StartGate:
         if spec.engine != "vllm" or spec.gpus or "CUDA_VISIBLE_DEVICES" in spec.env:
             return False
         if self.machine_gpus is None:
-            from vtui.core.preflight import _gpu_count
+            from vtui.supervisor.preflight import _gpu_count
 
             self.machine_gpus = _gpu_count(None)[0] or 0
         return self.machine_gpus == 0

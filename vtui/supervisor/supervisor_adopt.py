@@ -8,12 +8,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from vtui.core.logfile import LogTailer, read_tail
 from vtui.core.model import SECRET_FLAGS, InstanceSpec
 from vtui.core.runstate import MASK, RunRecord, merge_flags, spec_from_dict
 from vtui.core.state import State
-from vtui.core.supervision import asleep_level, find_launched, kill_marked, sleep_problem
-from vtui.core.supervisor_base import SupervisorBase
+from vtui.supervisor.logfile import LogTailer, read_tail
+from vtui.supervisor.supervision import asleep_level, find_launched, kill_marked, sleep_problem
+from vtui.supervisor.supervisor_base import SupervisorBase
 
 
 class AdoptMixin(SupervisorBase):

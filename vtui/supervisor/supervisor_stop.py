@@ -1,5 +1,5 @@
 """Stop and restart: replicas before their routers, a pending launch or watchdog restart settled first,
-the drain (`core.drain`) through the launcher's stop; a watchdog's restart without the drain."""
+the drain (`supervisor.drain`) through the launcher's stop; a watchdog's restart without the drain."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from vtui.core.attached import Attached, AttachedRefused, attached_refusal
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
-from vtui.core.supervisor_base import SupervisorBase
+from vtui.supervisor.attached import Attached, AttachedRefused, attached_refusal
+from vtui.supervisor.supervisor_base import SupervisorBase
 
 
 class StopMixin(SupervisorBase):
@@ -47,7 +47,7 @@ class StopMixin(SupervisorBase):
             inst.finish_stop()  # STOPPING with no process (nothing was spawned): STOPPED
             self.store.remove(self.session, name)
             return
-        handle.serves(inst.spec)  # where the stop asks how many requests are in flight (core.drain)
+        handle.serves(inst.spec)  # where the stop asks how many requests are in flight (supervisor.drain)
         report = await asyncio.to_thread(
             self.launcher.stop, handle, self.stop_grace if grace is None else grace
         )

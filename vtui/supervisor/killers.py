@@ -12,7 +12,7 @@ Known killers:
 - vLLM's `benchmarks/auto_tune` script (`auto_tune.sh`): runs `pkill -f vllm` between its runs;
 - `pkill` / `killall` with "vllm" in their arguments; `kill` naming one of the instance's pids.
 
-Stdlib only (reads /proc): the log pump (`core.logfile`, which must not import vtui) loads this file by
+Stdlib only (reads /proc): the log pump (`supervisor.logfile`, which must not import vtui) loads this file by
 path to audit the moment its child dies; `vtui check` uses it to warn.
 """
 

@@ -1,11 +1,11 @@
-"""The supervisor's plain helpers, kept apart from its asyncio driving: the `InstanceStatus` snapshot
-handed to the UI, the spec as spawned (`launch_spec`), the GPUs an instance lands on (`gpus_used`),
+"""The supervisor's plain helpers, kept apart from its asyncio driving (the `InstanceStatus` snapshot
+handed to the UI is `core.status`'s): the spec as spawned (`launch_spec`), the GPUs an instance lands on (`gpus_used`),
 where an instance's log lives (`log_path_for`), which processes a sweep ended (`orphans`), the run
 record saved for re-adoption (`run_record`) and the one written ahead of a spawn (`intent_record`),
 and finding an unconfirmed launch again by the `VTUI_INSTANCE` marker (`find_launched`,
 `kill_marked`: blocking psutil walks, called off the event loop).
 
-`vtui.core.supervisor` re-exports the public names.
+`vtui.supervisor.supervisor` re-exports the public names.
 """
 
 from __future__ import annotations
@@ -14,22 +14,18 @@ import dataclasses
 import ipaddress
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vtui.core import paths
-from vtui.core.attached import attached_refusal
 from vtui.core.clock import Clock
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.runstate import RunRecord, spec_to_dict
-from vtui.core.state import Phase, State
+from vtui.supervisor.attached import attached_refusal
 
 __all__ = [
     "SLEEP_TIMEOUT",
-    "HostState",
-    "InstanceStatus",
     "SleepRefused",
     "engine_post",
     "find_launched",
@@ -43,63 +39,7 @@ __all__ = [
     "orphans",
     "run_record",
     "sleep_problem",
-    "status_of",
 ]
-
-
-@dataclass(frozen=True)
-class InstanceStatus:
-    """An immutable snapshot of one instance, safe to hand to the UI."""
-
-    name: str
-    spec: InstanceSpec
-    state: State
-    phase: Phase | None
-    pid: int | None
-    started_at: float | None
-    restarts: int
-    last_error: str | None
-    log_path: Path | None
-    adopted: bool
-    last_good_spec: InstanceSpec | None
-    next_restart_at: float | None
-    host: str | None = None  # the host label of an instance of another machine's session (vtui --host)
-
-
-@dataclass(frozen=True)
-class HostState:
-    """One `vtui --host` link as the dashboard shows it: `state` is "connecting", "connected",
-    "disconnected" or "no session" (the host answers, no session supervisor runs there)."""
-
-    label: str  # what the fleet table shows ("gpu2")
-    target: str  # what ssh was given ("user@gpu2")
-    state: str
-    detail: str | None = None  # why not connected (ssh's last line, the feed's error)
-    sessions: tuple[str, ...] = ()
-    since: float = 0.0  # wall clock of the last change
-
-    @property
-    def connected(self) -> bool:
-        return self.state == "connected"
-
-
-def status_of(inst: Instance) -> InstanceStatus:
-    """The snapshot of one instance: phase only while STARTING, start time only while running, next
-    restart only in BACKOFF."""
-    return InstanceStatus(
-        name=inst.spec.name,
-        spec=inst.spec,
-        state=inst.state,
-        phase=inst.phase if inst.state is State.STARTING else None,
-        pid=inst.handle.pid if inst.handle is not None else None,
-        started_at=inst.started_at if inst.state.running else None,
-        restarts=inst.restarts,
-        last_error=inst.last_error,
-        log_path=inst.log_path,
-        adopted=inst.adopted,
-        last_good_spec=inst.last_good_spec,
-        next_restart_at=inst.next_restart_at if inst.state is State.BACKOFF else None,
-    )
 
 
 def launch_spec(spec: InstanceSpec, session: SessionSpec, *, cpu_vllm: bool = False) -> InstanceSpec:
@@ -263,7 +203,7 @@ def marked_processes(key: str) -> list[Any]:
     """Live processes whose `VTUI_INSTANCE` marker is `key` (`<session>/<name>`)."""
     import psutil
 
-    from vtui.core.launcher import MARKER
+    from vtui.supervisor.launcher import MARKER
 
     found = []
     for proc in psutil.process_iter():

@@ -8,14 +8,14 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from vtui.core.attached import Attached
 from vtui.core.instance import Instance, SpawnError
-from vtui.core.logfile import LogTailer
 from vtui.core.model import InstanceSpec
-from vtui.core.preflight import PreflightError, gpu_memory_check, preflight
 from vtui.core.state import State
-from vtui.core.supervision import intent_record, launch_spec, log_path_for, run_record
-from vtui.core.supervisor_base import SupervisorBase
+from vtui.supervisor.attached import Attached
+from vtui.supervisor.logfile import LogTailer
+from vtui.supervisor.preflight import PreflightError, gpu_memory_check, preflight
+from vtui.supervisor.supervision import intent_record, launch_spec, log_path_for, run_record
+from vtui.supervisor.supervisor_base import SupervisorBase
 
 
 class LaunchMixin(SupervisorBase):

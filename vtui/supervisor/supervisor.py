@@ -18,23 +18,23 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from vtui.core.api import Launcher
-from vtui.core.attached import Attached, AttachedProber, is_attached
 from vtui.core.clock import Clock, SystemClock
-from vtui.core.launcher import OsLauncher
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
-from vtui.core.preflight import PreflightError
-from vtui.core.replicas import RouterHub, supervised
 from vtui.core.runstate import RunStore, spec_from_dict
-from vtui.core.startgate import StartGate, Sweeper
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus, SleepRefused, gpus_used, launch_spec, log_path_for
-from vtui.core.supervisor_adopt import AdoptMixin
-from vtui.core.supervisor_launch import LaunchMixin
-from vtui.core.supervisor_loops import LoopMixin
-from vtui.core.supervisor_sleep import SleepMixin
-from vtui.core.supervisor_stop import StopMixin
+from vtui.core.status import InstanceStatus
+from vtui.supervisor.attached import Attached, AttachedProber, is_attached
+from vtui.supervisor.launcher import Launcher, OsLauncher
+from vtui.supervisor.preflight import PreflightError
+from vtui.supervisor.replicas import RouterHub, supervised
+from vtui.supervisor.startgate import StartGate, Sweeper
+from vtui.supervisor.supervision import SleepRefused, gpus_used, launch_spec, log_path_for
+from vtui.supervisor.supervisor_adopt import AdoptMixin
+from vtui.supervisor.supervisor_launch import LaunchMixin
+from vtui.supervisor.supervisor_loops import LoopMixin
+from vtui.supervisor.supervisor_sleep import SleepMixin
+from vtui.supervisor.supervisor_stop import StopMixin
 
 __all__ = [
     "InstanceStatus",
@@ -211,7 +211,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self._notice(name, "info", f"{name}: scaled away, no longer supervised")
 
     def _expand(self, layout: Layout) -> Layout:
-        """`replicas = N` entries as the instances run (`core.replicas.supervised`): the GPUs of a group
+        """`replicas = N` entries as the instances run (`supervisor.replicas.supervised`): the GPUs of a group
         that lists none are chosen by free memory; replicas already known keep theirs."""
         auto = [s for s in layout.instances if s.replicas > 1 and not s.gpus and not s.replica_gpus]
         if not any(s.replicas > 1 for s in layout.instances):

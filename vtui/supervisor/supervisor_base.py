@@ -1,4 +1,4 @@
-"""The state every part of `core.supervisor.Supervisor` shares, and its small common parts: events,
+"""The state every part of `supervisor.supervisor.Supervisor` shares, and its small common parts: events,
 snapshots, the names a command means, run-record updates on state changes, router reconciliation.
 
 The supervisor is one class put together from mixins, one per concern (`supervisor_adopt`,
@@ -14,19 +14,20 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from vtui.core.api import Launcher
-from vtui.core.attached import Attached, AttachedProber, is_attached
 from vtui.core.clock import Clock
 from vtui.core.events import Event, LogLines, Notice, StateChanged, subscribe_to
 from vtui.core.instance import Instance
-from vtui.core.logfile import LogTailer
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
-from vtui.core.replicas import RouterHub, members
 from vtui.core.runstate import RunStore
-from vtui.core.startgate import StartGate, Sweeper
 from vtui.core.state import State
-from vtui.core.supervision import InstanceStatus, log_path_for, status_of
+from vtui.core.status import InstanceStatus, status_of
+from vtui.supervisor.attached import Attached, AttachedProber, is_attached
+from vtui.supervisor.launcher import Launcher
+from vtui.supervisor.logfile import LogTailer
+from vtui.supervisor.replicas import RouterHub, members
+from vtui.supervisor.startgate import StartGate, Sweeper
+from vtui.supervisor.supervision import log_path_for
 
 
 class SupervisorBase:
