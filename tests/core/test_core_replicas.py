@@ -313,3 +313,13 @@ def test_a_router_started_by_an_older_vtui_is_found_again_by_its_recorded_comman
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_layouts_router_metrics_port_is_the_routers_prometheus_port() -> None:
+    """Was: always a free port from the ephemeral range, so a Prometheus scrape config could not name it."""
+    chosen = supervised(layout(group(router_metrics_port=9090)), port_for_metrics=lambda: 9999).instances[-1]
+    assert chosen.flags["prometheus-port"] == 9090
+    assert replicas.metrics_base(chosen) == "http://127.0.0.1:9090"
+    free = supervised(layout(group()), port_for_metrics=lambda: 9999).instances[-1]
+    assert free.flags["prometheus-port"] == 9999
+    assert all(s.router_metrics_port is None for s in group(router_metrics_port=9090).replica_specs())

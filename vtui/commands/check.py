@@ -103,6 +103,8 @@ def _summary(spec: InstanceSpec) -> str:
         sets = spec.replica_gpu_sets()
         gpus = " gpus " + "|".join(",".join(map(str, g)) for g in sets) if any(sets) else ""
         router = f", router :{spec.router_port}" if spec.router_port else ""
+        if spec.router_port and spec.router_metrics_port:
+            router += f" (metrics :{spec.router_metrics_port})"
         last = spec.port + spec.replicas - 1
         return f"{spec.name} ({spec.engine} ×{spec.replicas} :{spec.port}-{last}{gpus}{router})"
     gpus = " gpus " + ",".join(map(str, spec.gpus)) if spec.gpus else ""

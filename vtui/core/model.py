@@ -73,6 +73,8 @@ class InstanceSpec:
     # runs the expansion `supervisor.replicas.supervised` makes of it: NAME-0 … NAME-(N-1) and NAME-router.
     replicas: int = 1
     router_port: int | None = None
+    # the router's Prometheus port (its `vllm_router_*` series); None: a free one, kept across restarts
+    router_metrics_port: int | None = None
     replica_gpus: tuple[tuple[int, ...], ...] = ()
     group: str | None = None  # a replica's or router's [[instance]] entry (the NAME of NAME-0, NAME-router)
     sleep_mode: bool = False  # vLLM sleep mode: VLLM_SERVER_DEV_MODE=1 (+ --enable-sleep-mode on GPUs)
@@ -129,6 +131,7 @@ class InstanceSpec:
                 gpus=gpus,
                 replicas=1,
                 router_port=None,
+                router_metrics_port=None,
                 replica_gpus=(),
                 group=self.name,
             )

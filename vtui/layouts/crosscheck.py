@@ -63,6 +63,9 @@ class CrossCheck:
             router = fields.get("router_port")
             if isinstance(router, int) and count > 1:
                 wanted.append(("router_port", router))
+                metrics = fields.get("router_metrics_port")
+                if isinstance(metrics, int):
+                    wanted.append(("router_metrics_port", metrics))
             for field_name, number in wanted:
                 clash = next(
                     (

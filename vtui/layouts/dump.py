@@ -42,6 +42,7 @@ BUILTIN_DEFAULTS: Mapping[str, object] = {
     "api_key": None,
     "replicas": 1,
     "router_port": None,
+    "router_metrics_port": None,
     "replica_gpus": [],
     "restart_unhealthy_after": RestartPolicy().restart_unhealthy_after,
     "restart_stuck_after": RestartPolicy().restart_stuck_after,
@@ -87,6 +88,7 @@ def _all_values(spec: InstanceSpec) -> dict[str, object]:
         "api_key": spec.api_key,
         "replicas": spec.replicas,
         "router_port": spec.router_port,
+        "router_metrics_port": spec.router_metrics_port,
         "replica_gpus": [list(g) for g in spec.replica_gpus],
     }
 

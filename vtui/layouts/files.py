@@ -290,6 +290,7 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
         api_key=fields.get("api_key"),  # type: ignore[arg-type]
         replicas=int(fields.get("replicas", 1)),  # type: ignore[call-overload]
         router_port=fields.get("router_port"),  # type: ignore[arg-type]
+        router_metrics_port=fields.get("router_metrics_port"),  # type: ignore[arg-type]
         replica_gpus=tuple(tuple(g) for g in fields.get("replica_gpus", ())),  # type: ignore[attr-defined]
         sleep_mode=bool(fields.get("sleep_mode", False)),
         idle_sleep_after=float(fields.get("idle_sleep_after", 0.0)),  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ INSTANCE_KEYS = (
     "api_key",
     "replicas",
     "router_port",
+    "router_metrics_port",
     "replica_gpus",
     "restart_unhealthy_after",
     "restart_stuck_after",
@@ -44,7 +45,7 @@ INSTANCE_KEYS = (
 )
 POLICY_SECONDS = ("restart_unhealthy_after", "restart_stuck_after", "idle_sleep_after")  # 0: off
 SECONDS_KEYS = ("backoff", "backoff_max", "start_stagger", "start_timeout", *POLICY_SECONDS)
-PER_INSTANCE_KEYS = ("name", "port", "url", "router_port", "replica_gpus")
+PER_INSTANCE_KEYS = ("name", "port", "url", "router_port", "router_metrics_port", "replica_gpus")
 DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in PER_INSTANCE_KEYS)
 ENGINES = ("vllm", "sim", "external")
 # What an attached server (engine = "external") takes: the rest is about launching one.

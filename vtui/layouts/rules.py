@@ -144,7 +144,7 @@ class Checker(CrossCheck):
                 + q(value)
                 + did_you_mean(str(value), RESTART_MODES),
             )
-        elif key in ("port", "router_port"):
+        elif key in ("port", "router_port", "router_metrics_port"):
             if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
                 return True, value
             bad(dotted, f"expected a port number 1-65535, got {q(value)}")
@@ -334,7 +334,8 @@ class Checker(CrossCheck):
             url = fields.get("url")
             if isinstance(url, str) and f"{key}.url" not in self.unresolved:
                 fields["host"], fields["port"] = split_url(url)
-            for launched in ("gpus", "flags", "env", "command", "replicas", "replica_gpus", "router_port"):
+            launched_keys = ("gpus", "flags", "env", "command", "replicas", "replica_gpus", "router_port")
+            for launched in (*launched_keys, "router_metrics_port"):
                 fields.pop(launched, None)  # inherited from [defaults]: about launching, not attaching
             return
         for name in ("url", "api_key"):
@@ -345,10 +346,14 @@ class Checker(CrossCheck):
                 self.problem(f"{key}.{name}", f'only for engine = "external"{hint}')
         replicas = fields.get("replicas", 1)
         if not isinstance(replicas, int) or replicas <= 1:
-            for name in ("router_port", "replica_gpus"):
+            for name in ("router_port", "router_metrics_port", "replica_gpus"):
                 if name in own:
                     self.problem(f"{key}.{name}", "only with replicas > 1")
             return
+        if "router_metrics_port" in own and fields.get("router_port") is None:
+            self.problem(
+                f"{key}.router_metrics_port", "only with router_port (the router it is the metrics port of)"
+            )
         listed = fields.get("replica_gpus")
         if isinstance(listed, list):
             if "gpus" in fields:

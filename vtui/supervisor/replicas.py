@@ -183,6 +183,8 @@ def supervised(
         if entry.router_port is not None:
             old = keep.get(f"{entry.name}-router")
             port = old.flags.get("prometheus-port") if old is not None else None
+            if entry.router_metrics_port is not None:
+                port = entry.router_metrics_port  # the layout's: a Prometheus scrape config can name it
             out.append(router_spec(entry, port if isinstance(port, int) else port_for_metrics()))
     return replace(layout, instances=tuple(out))
 
