@@ -341,3 +341,24 @@ def test_a_timed_out_start_with_policy_never_stays_crashed():
     clock.t += 5
     assert inst.on_start_timeout() is not None
     assert inst.state is S.CRASHED and inst.settled and inst.next_restart_at is None
+
+
+def test_a_start_that_would_fail_the_same_way_goes_to_failed_without_spending_the_budget():
+    """Was: a config its log called deterministic was retried max_restarts times (26 s, the same error
+    printed 4 times); the supervisor passes the log's verdict as `not_retried`."""
+    inst, _, launcher, events = make(RestartPolicy("on-failure", max_restarts=3, backoff_initial=2))
+    inst.launch()
+    inst.on_lines(["ValueError: No available memory for the cache blocks."])
+    inst.on_exit(1, not_retried="the same flags would fail again (no_kv_memory)")
+    assert inst.state is S.FAILED and inst.attempt == 0 and inst.next_restart_at is None
+    assert "not restarted: the same flags would fail again (no_kv_memory)" in inst.last_error
+    assert edges(events)[-2:] == [(S.STARTING, S.CRASHED), (S.CRASHED, S.FAILED)]
+    assert len(launcher.spawned) == 1
+
+
+def test_a_crash_after_ready_still_restarts_by_policy_whatever_the_log_says():
+    inst, *_ = make(RestartPolicy("on-failure", max_restarts=3, backoff_initial=2))
+    inst.launch()
+    inst.on_health(True)
+    inst.on_exit(1, not_retried="the same flags would fail again (cuda_oom)")
+    assert inst.state is S.BACKOFF and inst.attempt == 1

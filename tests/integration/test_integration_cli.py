@@ -134,3 +134,20 @@ def test_cli_restart_with_flags_then_a_crash_seen_by_the_session_supervisor_then
     down = vtui("down", str(path))
     assert down.returncode == 0, down.stdout + down.stderr
     assert not marked(session + "/")
+
+
+def test_a_start_its_log_calls_hopeless_fails_at_once_without_retries(tmp_path: Path, session: str) -> None:
+    """Was: the on-failure policy retried a start whose log said the flags can never work (26 s, the
+    same ValueError 4 times). Now FAILED after the first try, the budget untouched, the reason said."""
+    bad = sim_instance("long", max_restarts=3, backoff=0.5, **{"max-model-len": 10_000_000})
+    path = write_layout(tmp_path, session, [bad])
+    up = vtui("up", str(path))
+    try:
+        assert up.returncode != 0, up.stdout + up.stderr
+        row = ps_rows(path)["long"]
+        assert row["state"] == "failed" and row["restarts"] == 0, row
+        assert "not restarted: the same flags would fail again (max_model_len_above_model)" in (
+            row.get("last_error") or ""
+        ), row
+    finally:
+        vtui("down", str(path))

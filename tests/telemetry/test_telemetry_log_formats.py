@@ -9,7 +9,7 @@ import pytest
 
 from vtui.commands.diagnose import render
 from vtui.core.state import Phase
-from vtui.telemetry.diagnosis import diagnose
+from vtui.telemetry.diagnosis import diagnose, not_worth_retrying
 from vtui.telemetry.facts import memory_text
 from vtui.telemetry.startup_log import parse_startup
 
@@ -175,3 +175,29 @@ def test_diagnose_shows_the_exact_kv_budget_in_mib(fixture_text) -> None:
     text = render(parse_startup(lines), [])
     assert f"KV cache memory              {1700000 / 2**20:.3g} MiB" in text
     assert "0.0" not in text.split("KV cache memory")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+            "no_kv_memory",
+        ),
+        ("vllm serve: error: unrecognized arguments: --max-num-sqes 8", "unknown_flag"),
+        (
+            "ValueError: User-specified max_model_len (40960) is greater than the derived max_model_len "
+            "(max_position_embeddings=2048 or model_max_length=None in model's config.json).",
+            "max_model_len_above_model",
+        ),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "cuda_oom"),
+    ],
+)
+def test_failures_the_same_flags_meet_again_are_not_retried(line: str, kind: str) -> None:
+    problem = not_worth_retrying(["INFO starting", line])
+    assert problem is not None and problem.kind == kind
+
+
+def test_a_taken_port_or_an_unknown_cause_is_worth_a_retry() -> None:
+    assert not_worth_retrying(["OSError: [Errno 98] Address already in use"]) is None
+    assert not_worth_retrying(["Traceback (most recent call last):", "RuntimeError: something else"]) is None

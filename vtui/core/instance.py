@@ -219,11 +219,16 @@ class Instance:
                     State.UNHEALTHY, f"/health failed {self._health_failures} times"
                 )  # READY -> UNHEALTHY
 
-    def on_exit(self, returncode: int | None, described: str | None = None) -> None:
+    def on_exit(
+        self, returncode: int | None, described: str | None = None, *, not_retried: str | None = None
+    ) -> None:
         """The leader process is gone and nobody asked it to go: a failure whatever its code
         (supervisord's "unexpected" rule: an outside SIGTERM makes vLLM exit cleanly with 0), so
         CRASHED, then what the restart policy says. `described`: what the pump recorded
-        (`ExitInfo.describe()`: the signal, the known killers running then)."""
+        (`ExitInfo.describe()`: the signal, the known killers running then). `not_retried`: why a
+        start that failed would fail the same way again (its log says so): then FAILED at once, the
+        restart budget untouched; a crash after READY still goes by the policy."""
+        starting = self.state is State.STARTING
         if self.state is State.STOPPING or not self.state.running:
             return
         self._reset_attempts_if_stable()
@@ -240,6 +245,11 @@ class Instance:
             )
         self.last_error = reason
         self._set_state(State.CRASHED, reason)  # STARTING/READY/UNHEALTHY/ASLEEP/WAKING -> CRASHED
+        if starting and not_retried:
+            self.next_restart_at = None
+            self.last_error = f"{reason}; not restarted: {not_retried}"
+            self._set_state(State.FAILED, self.last_error)  # CRASHED -> FAILED (the same flags fail again)
+            return
         self._after_crash(failed=True, reason=reason)
 
     def _reset_attempts_if_stable(self, until: float | None = None) -> None:

@@ -149,7 +149,9 @@ class Attached(Instance):
     def on_health(self, ok: bool) -> None:
         return None  # its probes go through on_probe
 
-    def on_exit(self, returncode: int | None, described: str | None = None) -> None:
+    def on_exit(
+        self, returncode: int | None, described: str | None = None, *, not_retried: str | None = None
+    ) -> None:
         return None
 
     def adopt(self, handle: Any, *, healthy: bool, started_at: float | None = None) -> None:

@@ -93,7 +93,14 @@ class LoopMixin(SupervisorBase):
         code = info.returncode if info is not None else None
         self._drain(name)
         self._emit(ProcessExited(name, handle.pid, code, self.clock.time()))
-        inst.on_exit(code, info.describe() if info is not None else None)
+        not_retried = None
+        if inst.state is State.STARTING and code != 0:
+            from vtui.telemetry.diagnosis import not_worth_retrying
+
+            problem = not_worth_retrying(list(inst.run_lines))
+            if problem is not None:
+                not_retried = f"the same flags would fail again ({problem.kind})"
+        inst.on_exit(code, info.describe() if info is not None else None, not_retried=not_retried)
         # Children of a killed API server live on (VLLM::EngineCore): sweep before any relaunch.
         self._sweeper.after_crash(name, handle)
 

@@ -27,7 +27,24 @@ from vtui.telemetry.remedies import (
     utilization_that_fits,
 )
 
-__all__ = ["Problem", "diagnose", "diagnose_runtime"]
+__all__ = ["NOT_RETRIED", "Problem", "diagnose", "diagnose_runtime", "not_worth_retrying"]
+
+# Startup failures that the same flags on the same machine meet again: a policy restart would only
+# repeat them (and spend the restart budget), so the instance goes straight to FAILED with the fix.
+# Not here: a port or the GPUs' free memory taken by another process (that may end), a cause not known.
+NOT_RETRIED = frozenset(
+    {
+        "kv_too_small_for_max_model_len",
+        "no_kv_memory",
+        "cuda_oom",
+        "unknown_flag",
+        "invalid_flag_value",
+        "max_model_len_above_model",
+        "model_not_found",
+        "cpu_reservation_below_footprint",
+        "cpu_memory_short_for_kv",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -502,3 +519,9 @@ def diagnose_runtime(
     rate = f", {sample.preemptions_per_s:.1f} preemptions/s" if sample.preemptions_per_s else ""
     message = f"KV cache {sample.kv_usage:.0%} full, {sample.waiting:g} waiting{rate}"
     return [_kv_short(message, sample, flags)]
+
+
+def not_worth_retrying(lines: Iterable[str]) -> Problem | None:
+    """The problem of a failed start's log that a restart with the same flags would meet again (see
+    NOT_RETRIED), or None: worth the restart policy's try."""
+    return next((p for p in diagnose(lines, holders_of_port=lambda _port: []) if p.kind in NOT_RETRIED), None)
