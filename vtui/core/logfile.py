@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -88,6 +88,57 @@ class RotatingWriter:
             os.close(self._fd)
 
 
+MAX_LINE = 16 << 10  # characters of one log line kept in memory; a longer one is cut (the file keeps it)
+LINE_RING_BYTES = 2 << 20  # what one `LineRing` holds at most (characters plus each line's overhead)
+_LINE_COST = 64  # what a kept line costs beyond its characters (a str object, a deque slot)
+
+
+class LineRing:
+    """The most recent log lines, bounded in count and in bytes (a flood of long lines cannot grow it
+    past `max_bytes`): the oldest go first. Iterates oldest first, like the deque it stands in for."""
+
+    __slots__ = ("_lines", "_bytes", "max_bytes")
+
+    def __init__(self, maxlen: int, max_bytes: int = LINE_RING_BYTES) -> None:
+        self._lines: deque[str] = deque(maxlen=maxlen)
+        self._bytes = 0
+        self.max_bytes = max_bytes
+
+    @property
+    def maxlen(self) -> int | None:
+        return self._lines.maxlen
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def append(self, line: str) -> None:
+        lines = self._lines
+        if len(lines) == lines.maxlen:
+            self._bytes -= len(lines[0]) + _LINE_COST
+        lines.append(line)
+        self._bytes += len(line) + _LINE_COST
+        while self._bytes > self.max_bytes and len(lines) > 1:
+            self._bytes -= len(lines.popleft()) + _LINE_COST
+
+    def extend(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.append(line)
+
+    def clear(self) -> None:
+        self._lines.clear()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lines)
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(self._lines)
+
+
 class LogTailer:
     """New complete lines of a log file since the last `read()`, across rotations and truncation.
 
@@ -146,12 +197,19 @@ class LogTailer:
     def _split(self, data: bytes) -> list[str]:
         data = self._pending + data
         *complete, self._pending = data.split(b"\n")
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in complete]
+        if len(self._pending) > 4 * MAX_LINE:  # no newline for long: kept whole, it would grow unbounded
+            complete.append(self._pending)
+            self._pending = b""
+        return [_cut(line.decode("utf-8", "replace").rstrip("\r")) for line in complete]
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE] + f" … ({len(line) - MAX_LINE} more characters)"
 
 
 def log_files(path: str | os.PathLike[str], backups: int = 9) -> list[Path]:

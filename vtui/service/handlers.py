@@ -72,7 +72,7 @@ class HandlerMixin(ServiceBase):
                 )
             if route == ("GET", "/events"):
                 n = int(query.get("n", 200))
-                return 200, {"events": list(self.events)[-n:] if n > 0 else []}
+                return 200, {"events": self.events.last(n)}
             if route == ("GET", "/pids"):
                 return 200, {"pids": await asyncio.to_thread(self._pids)}
             if route == ("GET", "/history"):

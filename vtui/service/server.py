@@ -49,7 +49,6 @@ import contextlib
 import json
 import os
 import time
-from collections import deque
 from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
@@ -61,14 +60,13 @@ from vtui.core.supervisor import Supervisor
 from vtui.service import locations
 from vtui.service.broadcast import BroadcastMixin
 from vtui.service.handlers import HandlerMixin
+from vtui.service.history import EventHistory
 from vtui.service.probes import LeanLauncher
 from vtui.service.scraping import ScrapeMixin
 from vtui.service.service_base import log
 from vtui.service.transport import TransportMixin
 
 __all__ = ["SessionService"]
-
-EVENT_HISTORY = 2000
 
 
 class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
@@ -97,7 +95,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self.gpu = gpu
         self.scrape_interval = scrape_interval
         self.started_at = time.time()
-        self.events = deque(maxlen=EVENT_HISTORY)
+        self.events = EventHistory()  # bounded in count and bytes
         self.samples = {}
         self._encoded = {}
         self.last_gpu = None

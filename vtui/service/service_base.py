@@ -20,6 +20,7 @@ from vtui.core.notify import Notifier
 from vtui.core.supervisor import Supervisor
 from vtui.service.exporter import MetricsEndpoint
 from vtui.service.feed import FeedClient
+from vtui.service.history import EventHistory
 
 
 class ServiceBase:
@@ -34,7 +35,7 @@ class ServiceBase:
     gpu: bool
     scrape_interval: float
     started_at: float
-    events: deque[dict[str, Any]]
+    events: EventHistory
     samples: dict[str, deque[dict[str, Any]]]
     # the last sample of each instance, its encoding, and its feed line's halves around the time
     _encoded: dict[str, tuple[Any, dict[str, Any], tuple[bytes, bytes] | None]]
