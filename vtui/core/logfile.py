@@ -89,6 +89,7 @@ class RotatingWriter:
 
 
 MAX_LINE = 16 << 10  # characters of one log line kept in memory; a longer one is cut (the file keeps it)
+MAX_READ = 4 << 20  # bytes one `LogTailer.read` takes at most (a flood is read in pieces, not whole)
 LINE_RING_BYTES = 2 << 20  # what one `LineRing` holds at most (characters plus each line's overhead)
 _LINE_COST = 64  # what a kept line costs beyond its characters (a str object, a deque slot)
 
@@ -165,12 +166,15 @@ class LogTailer:
     def _drain(self) -> bytes:
         assert self._fd is not None
         chunks: list[bytes] = []
-        while True:
+        taken = 0
+        while taken < MAX_READ:  # a flood far ahead of us: the rest waits for the next read
             chunk = os.read(self._fd, 1 << 16)
             if not chunk:
-                return b"".join(chunks)
+                break
             self._pos += len(chunk)
+            taken += len(chunk)
             chunks.append(chunk)
+        return b"".join(chunks)
 
     def read(self) -> list[str]:
         data = b""
