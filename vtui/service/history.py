@@ -17,7 +17,7 @@ from typing import Any
 EVENT_HISTORY = 2000  # events kept for GET /events
 EVENT_HISTORY_BYTES = 4 << 20  # ... and at most this much of them
 HISTORY_BATCH_BYTES = 16 << 10  # of one log batch, the history keeps its last lines up to this
-HELD_LINES_BYTES = 1 << 20  # an instance's lines held for one feed batch (FEED_BATCH_S) at most
+HELD_LINES_BYTES = 4 << 20  # an instance's lines held for one feed batch (FEED_BATCH_S) at most
 LINE_COST = 64  # what one kept line costs beyond its characters (a str object, a list slot)
 
 
