@@ -53,6 +53,7 @@ from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
 from vtui.core.attached import Attached
+from vtui.core.flagspec import FlagTable
 from vtui.core.model import Layout
 from vtui.core.notify import Notifier
 from vtui.core.state import State
@@ -82,6 +83,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         scrape: bool = True,
         gpu: bool = False,
         scrape_interval: float = 1.0,
+        flags: FlagTable | None = None,
     ) -> None:
         self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
         self.session = self.supervisor.session
@@ -94,6 +96,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self.scrape = scrape
         self.gpu = gpu
         self.scrape_interval = scrape_interval
+        self.flag_table = flags  # the instances' vLLMs' flags, as the layout was loaded with
         self.started_at = time.time()
         self.events = EventHistory()  # bounded in count and bytes
         self.samples = {}

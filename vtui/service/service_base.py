@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.events import Event
+from vtui.core.flagspec import FlagTable
 from vtui.core.notify import Notifier
 from vtui.core.supervisor import Supervisor
 from vtui.service.exporter import MetricsEndpoint
@@ -55,6 +56,7 @@ class ServiceBase:
     _troubled: set[str]
     _exporter: MetricsEndpoint | None
     attached_up: set[str]
+    flag_table: FlagTable | None  # what the layout's flags were checked with (None: the bundled one)
 
     if TYPE_CHECKING:  # defined by the mixins and SessionService
 
