@@ -92,7 +92,7 @@ def flag_map(value: Any) -> str | None:
     try:
         check_edits(value, "")
     except ValueError as exc:
-        return str(exc).lstrip(":. ")
+        return str(exc).removeprefix(": ")  # ".flag: why" names the flag (Schema.check)
     return None
 
 
@@ -118,8 +118,8 @@ class Schema:
             raise BadRequest(f"{what}{key}: required")
         for key, value in body.items():
             problem = self.fields[key](value)
-            if problem:
-                raise BadRequest(f"{what}{key}: {problem}")
+            if problem:  # one starting with "." names a part of the field: flags.max-num-seqs: why
+                raise BadRequest(f"{what}{key}{problem}" if problem[0] == "." else f"{what}{key}: {problem}")
 
 
 def _schema(required: Iterable[str] = (), **fields: Check) -> Schema:
