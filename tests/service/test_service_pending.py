@@ -63,7 +63,7 @@ def test_two_clients_share_the_edits_and_a_new_supervisor_keeps_them(tmp_path: P
 
     with pytest.raises(ServiceError) as bad:
         one.post("/pending", {"name": "a", "flags": {"max-num-seqs": {"nested": 1}}})
-    assert bad.value.status == 400 and "edits of a.max-num-seqs" in bad.value.problems[0]
+    assert bad.value.status == 400 and "flags.max-num-seqs" in bad.value.problems[0]
     with pytest.raises(ServiceError) as unknown:
         one.post("/pending", {"name": "nope", "flags": EDITS})
     assert unknown.value.status == 404

@@ -9,13 +9,13 @@ OS, and time only through the injected clock, so tests replay whole histories wi
 from __future__ import annotations
 
 import signal
-from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from vtui.core.clock import Clock
 from vtui.core.events import Event, PhaseChanged, StateChanged
+from vtui.core.linering import LineRing
 from vtui.core.model import InstanceSpec
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase, State, check_edge
@@ -76,8 +76,8 @@ class Instance:
         self.started_at: float | None = None
         self.ready_since: float | None = None
         self.adopted = False
-        self.lines: deque[str] = deque(maxlen=max_lines)  # ring buffer of recent log lines
-        self.run_lines: deque[str] = deque(maxlen=max_lines)  # lines of the current run (root cause)
+        self.lines = LineRing(max_lines)  # recent log lines (bounded in count and bytes)
+        self.run_lines = LineRing(max_lines)  # lines of the current run (root cause), likewise
         self._health_failures = 0
         self.unhealthy_since: float | None = None  # when READY -> UNHEALTHY happened (liveness clock)
         self.sleep_level: int | None = None  # while ASLEEP / WAKING

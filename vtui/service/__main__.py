@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         # An unset ${VAR} does not keep the supervisor from listing and stopping (`vtui ps`/`down` may be
         # what starts it); an instance that needs one is refused at start until a command sends it.
         # flags the instances' own vLLMs have are accepted (their parsers, read once per version)
-        layout = load_layout(args.layout, unset_ok=True, flags=flagschema.layout_flags(args.layout))
+        flags = flagschema.layout_flags(args.layout)
+        layout = load_layout(args.layout, unset_ok=True, flags=flags)
     except LayoutError as exc:
         for problem in exc.problems:
             log(f"{problem}")
@@ -68,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
 
     async def run() -> None:
         service = SessionService(
-            layout, idle_grace=idle, gpu=gpu, scrape=scrape_s > 0, scrape_interval=scrape_s or 1.0
+            layout,
+            idle_grace=idle,
+            gpu=gpu,
+            scrape=scrape_s > 0,
+            scrape_interval=scrape_s or 1.0,
+            flags=flags,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -12,6 +12,7 @@ from vtui.core.atomic import atomic_write_text
 from vtui.core.events import Event, LogLines, PhaseChanged, ProcessExited, StateChanged, gone
 from vtui.core.runstate import masked
 from vtui.core.state import State
+from vtui.service.history import HeldLines
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import encode_event, encode_facts, encode_status, feed_line
 from vtui.supervisor import notify
@@ -29,7 +30,7 @@ _HELD_KINDS = frozenset({"sample", "gpu"})
 
 class BroadcastMixin(ServiceBase):
     _held: list[bytes] | None = None  # telemetry lines waiting for the next flush (None: none armed)
-    _held_lines: dict[str, list[str]] | None = None  # log lines by instance, sent as one event each
+    _held_lines: dict[str, HeldLines] | None = None  # log lines by instance, sent as one event each
     _held_timer: asyncio.TimerHandle | None = None
 
     def _load_state(self) -> None:
@@ -69,9 +70,9 @@ class BroadcastMixin(ServiceBase):
     # -- events ------------------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
         encoded = encode_event(event)
-        self.events.append(encoded)
+        self.events.append(encoded)  # a log batch: its last lines only (`history.EventHistory`)
         if isinstance(event, LogLines):
-            if self._feeds:
+            if self._feeds:  # nobody listening: nothing held (a client attaching later reads /logs)
                 self._hold_lines(event.instance, event.lines)
             return
         if isinstance(event, (StateChanged, PhaseChanged, ProcessExited)) or gone(
@@ -168,7 +169,10 @@ class BroadcastMixin(ServiceBase):
     def _hold_lines(self, instance: str, lines: tuple[str, ...]) -> None:
         self._arm_flush()
         assert self._held_lines is not None
-        self._held_lines.setdefault(instance, []).extend(lines)
+        held = self._held_lines.get(instance)
+        if held is None:
+            held = self._held_lines[instance] = HeldLines()
+        held.extend(lines)  # bounded in bytes: a flood keeps its most recent lines, counts the rest
 
     def _arm_flush(self) -> list[bytes]:
         if self._held is None:
@@ -186,7 +190,7 @@ class BroadcastMixin(ServiceBase):
             self._held_timer.cancel()  # flushed early (a status went out): the next batch arms its own
             self._held_timer = None
         out = [
-            feed_line({"type": "event", "event": {"instance": name, "lines": batch, "kind": "lines"}})
+            feed_line({"type": "event", "event": _lines_event(name, batch)})
             for name, batch in (lines or {}).items()
         ]
         if self._feeds and (out or held):
@@ -210,3 +214,12 @@ class BroadcastMixin(ServiceBase):
             )
             for st in self.supervisor.status()
         ]
+
+
+def _lines_event(name: str, held: HeldLines) -> dict[str, Any]:
+    """A feed batch of one instance's lines; `omitted`: how many older ones the batch's byte bound left
+    out (they are in the log file)."""
+    event: dict[str, Any] = {"instance": name, "lines": list(held.lines), "kind": "lines"}
+    if held.omitted:
+        event["omitted"] = held.omitted
+    return event

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-from collections import deque
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from vtui.core.events import Event, LogLines
+from vtui.core.linering import LineRing
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, decode_conflicts
 from vtui.core.runstate import MASK
@@ -78,7 +78,7 @@ class FeedFollower:
         self.connected = False
         self._statuses: dict[str, InstanceStatus] = {}
         self._order: list[str] = layout.names()
-        self._lines: dict[str, deque[str]] = {}
+        self._lines: dict[str, LineRing] = {}  # bounded in count and bytes
         self._pids: dict[str, set[int]] = {}
         self._sampled: set[str] = set()  # instances whose samples this client has (no backfill)
         self._subscribers: list[Callable[[Event], None]] = []
@@ -307,7 +307,7 @@ class FeedFollower:
         elif kind == "event":
             event = decode_event(message["event"])
             if isinstance(event, LogLines):
-                self._lines.setdefault(event.instance, deque(maxlen=RECENT_LINES)).extend(event.lines)
+                self._lines.setdefault(event.instance, LineRing(RECENT_LINES)).extend(event.lines)
             for callback in list(self._subscribers):
                 try:
                     callback(event)

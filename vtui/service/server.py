@@ -49,15 +49,16 @@ import contextlib
 import json
 import os
 import time
-from collections import deque
 from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
+from vtui.core.flagspec import FlagTable
 from vtui.core.model import Layout
 from vtui.core.state import State
 from vtui.service import locations
 from vtui.service.broadcast import BroadcastMixin
 from vtui.service.handlers import HandlerMixin
+from vtui.service.history import EventHistory
 from vtui.service.probes import LeanLauncher
 from vtui.service.scraping import ScrapeMixin
 from vtui.service.service_base import log
@@ -67,8 +68,6 @@ from vtui.supervisor.notify import Notifier
 from vtui.supervisor.supervisor import Supervisor
 
 __all__ = ["SessionService"]
-
-EVENT_HISTORY = 2000
 
 
 class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
@@ -84,6 +83,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         scrape: bool = True,
         gpu: bool = False,
         scrape_interval: float = 1.0,
+        flags: FlagTable | None = None,
     ) -> None:
         self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
         self.session = self.supervisor.session
@@ -96,8 +96,9 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self.scrape = scrape
         self.gpu = gpu
         self.scrape_interval = scrape_interval
+        self.flag_table = flags  # the instances' vLLMs' flags, as the layout was loaded with
         self.started_at = time.time()
-        self.events = deque(maxlen=EVENT_HISTORY)
+        self.events = EventHistory()  # bounded in count and bytes
         self.samples = {}
         self._encoded = {}
         self.last_gpu = None

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.events import Event
+from vtui.core.flagspec import FlagTable
 from vtui.service.exporter import MetricsEndpoint
 from vtui.service.feed import FeedClient
+from vtui.service.history import EventHistory
 from vtui.supervisor.notify import Notifier
 from vtui.supervisor.supervisor import Supervisor
 
@@ -34,7 +36,7 @@ class ServiceBase:
     gpu: bool
     scrape_interval: float
     started_at: float
-    events: deque[dict[str, Any]]
+    events: EventHistory
     samples: dict[str, deque[dict[str, Any]]]
     # the last sample of each instance, its encoding, and its feed line's halves around the time
     _encoded: dict[str, tuple[Any, dict[str, Any], tuple[bytes, bytes] | None]]
@@ -54,6 +56,7 @@ class ServiceBase:
     _troubled: set[str]
     _exporter: MetricsEndpoint | None
     attached_up: set[str]
+    flag_table: FlagTable | None  # what the layout's flags were checked with (None: the bundled one)
 
     if TYPE_CHECKING:  # defined by the mixins and SessionService
 

@@ -1,6 +1,8 @@
 """The session service's HTTP/1.1 (h11) on its socket: requests with JSON bodies, answered by
 `handle`, and `GET /feed`, the NDJSON stream (a hello with the full status, then one message a line;
-a client that falls `feed.FEED_BUFFER` bytes behind is dropped)."""
+a client that falls `feed.FEED_BUFFER` bytes behind is dropped). What is not a request is answered and
+the connection closed: malformed HTTP 400, a head past MAX_HEAD 431, a body past `schema.MAX_BODY` 413
+(from its Content-Length, before reading it), a body not JSON or nested too deeply 400."""
 
 from __future__ import annotations
 
@@ -12,37 +14,42 @@ import time
 import h11
 
 from vtui.service.feed import FeedClient
+from vtui.service.schema import MAX_BODY, BadRequest, parse_body
 from vtui.service.service_base import ServiceBase
 from vtui.service.wire import feed_line
+
+MAX_HEAD = 32 << 10  # bytes of a request's line and headers (431 past twice this at most)
 
 
 class TransportMixin(ServiceBase):
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._clients += 1
-        conn = h11.Connection(h11.SERVER)
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         try:
             while True:
-                request, body = await self._read_request(conn, reader)
-                if request is None:
-                    break
-                target = request.target.decode()
-                if request.method == b"GET" and target.split("?")[0] == "/feed":
-                    await self._feed(conn, reader, writer)
-                    break
                 try:
-                    payload = json.loads(body) if body else {}
-                    if not isinstance(payload, dict):
-                        raise ValueError("expected a JSON object")
-                except ValueError as exc:
-                    status, answer = 400, {"error": f"bad JSON body: {exc}"}
-                else:
-                    status, answer = await self.handle(request.method.decode(), target, payload)
-                data = json.dumps(answer).encode()
-                headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
-                writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-                writer.write(conn.send(h11.Data(data=data)) or b"")
-                writer.write(conn.send(h11.EndOfMessage()) or b"")
-                await writer.drain()
+                    request, body = await self._read_request(conn, reader)
+                    if request is None:
+                        break
+                    target = _ascii(request.target, "request target")
+                    if request.method == b"GET" and target.split("?")[0] == "/feed":
+                        if body:
+                            raise BadRequest("GET /feed takes no body")
+                        await self._feed(conn, reader, writer)
+                        break
+                    payload = parse_body(body)
+                except BadRequest as exc:  # too big, not JSON, nested too deep, not ASCII
+                    await self._answer(conn, writer, exc.status, {"error": str(exc)}, close=True)
+                    break
+                except h11.RemoteProtocolError as exc:  # not HTTP/1.1: a 400 (431: head too big)
+                    if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                        hint = exc.error_status_hint  # 505 for an HTTP/2 preface: input, so a 400
+                        status = hint if 400 <= hint < 500 else 400
+                        answer = {"error": f"bad HTTP request: {str(exc)[:200]}"}
+                        await self._answer(conn, writer, status, answer, close=True)
+                    break
+                status, answer = await self.handle(_ascii(request.method, "method"), target, payload)
+                await self._answer(conn, writer, status, answer)
                 if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                     break
                 conn.start_next_cycle()
@@ -54,18 +61,44 @@ class TransportMixin(ServiceBase):
             with contextlib.suppress(Exception):
                 writer.close()
 
+    @staticmethod
+    async def _answer(
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        answer: dict,
+        close: bool = False,
+    ) -> None:
+        data = json.dumps(answer).encode()
+        headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
+        if close:
+            headers.append(("connection", "close"))
+        writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+        writer.write(conn.send(h11.Data(data=data)) or b"")
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
+
     async def _read_request(
         self, conn: h11.Connection, reader: asyncio.StreamReader
     ) -> tuple[h11.Request | None, bytes]:
+        """The next request and its body; BadRequest (413) for a body past MAX_BODY, said by its
+        Content-Length before any of it is read, or found while a chunked one comes."""
         request: h11.Request | None = None
         chunks: list[bytes] = []
+        size = 0
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                conn.receive_data(await reader.read(65536))
+                conn.receive_data(await reader.read(MAX_HEAD if request is None else 1 << 16))
             elif isinstance(event, h11.Request):
                 request = event
+                length = dict(event.headers).get(b"content-length")
+                if length is not None and int(length) > MAX_BODY:  # h11 checked it is digits
+                    raise BadRequest(f"request body of {int(length)} bytes: at most {MAX_BODY}", 413)
             elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > MAX_BODY:
+                    raise BadRequest(f"request body over {MAX_BODY} bytes", 413)
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return request, b"".join(chunks)
@@ -92,3 +125,10 @@ class TransportMixin(ServiceBase):
             self._feeds.discard(feed)
             gone.cancel()
             ended.cancel()
+
+
+def _ascii(data: bytes, what: str) -> str:
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise BadRequest(f"{what}: not ASCII") from None

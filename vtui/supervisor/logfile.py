@@ -88,6 +88,10 @@ class RotatingWriter:
             os.close(self._fd)
 
 
+MAX_LINE = 16 << 10  # characters of one log line kept in memory; a longer one is cut (the file keeps it)
+MAX_READ = 4 << 20  # bytes one `LogTailer.read` takes at most (a flood is read in pieces, not whole)
+
+
 class LogTailer:
     """New complete lines of a log file since the last `read()`, across rotations and truncation.
 
@@ -114,12 +118,15 @@ class LogTailer:
     def _drain(self) -> bytes:
         assert self._fd is not None
         chunks: list[bytes] = []
-        while True:
+        taken = 0
+        while taken < MAX_READ:  # a flood far ahead of us: the rest waits for the next read
             chunk = os.read(self._fd, 1 << 16)
             if not chunk:
-                return b"".join(chunks)
+                break
             self._pos += len(chunk)
+            taken += len(chunk)
             chunks.append(chunk)
+        return b"".join(chunks)
 
     def read(self) -> list[str]:
         data = b""
@@ -146,12 +153,19 @@ class LogTailer:
     def _split(self, data: bytes) -> list[str]:
         data = self._pending + data
         *complete, self._pending = data.split(b"\n")
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in complete]
+        if len(self._pending) > 4 * MAX_LINE:  # no newline for long: kept whole, it would grow unbounded
+            complete.append(self._pending)
+            self._pending = b""
+        return [_cut(line.decode("utf-8", "replace").rstrip("\r")) for line in complete]
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE] + f" … ({len(line) - MAX_LINE} more characters)"
 
 
 def log_files(path: str | os.PathLike[str], backups: int = 9) -> list[Path]:
