@@ -14,6 +14,7 @@ from typing import Any
 
 from vtui.core import flagspec
 from vtui.core.pending import check_edits
+from vtui.layouts.errors import shown
 
 MAX_BODY = 4 << 20  # bytes of a request body (the largest real one, /logs' `before` or /pending, is KBs)
 MAX_DEPTH = 32  # nesting of a body's JSON (a flag table's JSON value is two or three deep)
@@ -25,9 +26,11 @@ class BadRequest(Exception):
     """A request refused: `status` (400 unless said), a one-line message, and its problems."""
 
     def __init__(self, message: str, status: int = 400, problems: Iterable[str] = ()) -> None:
+        # one line of sane length whatever the request held (a field named "\n", a 5000-character key)
+        message = shown(message, 400)
         super().__init__(message)
         self.status = status
-        self.problems = list(problems) or [message]
+        self.problems = [shown(p, 400) for p in problems] or [message]
 
 
 class NotFound(BadRequest):
