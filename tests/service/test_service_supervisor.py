@@ -279,3 +279,26 @@ def test_a_runtime_dir_too_deep_too_falls_back_to_the_temp_dir(
     sock = locations.socket_path("s")
     assert sock.parent == Path("/tmp") / f"vtui-{os.getuid()}"
     assert len(os.fsencode(sock)) <= locations.SUN_PATH_MAX
+
+
+def test_a_forward_of_a_deep_state_dir_gets_a_socket_path_ssh_can_bind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: `vtui --host` forwarded each remote session to STATE_DIR/hosts/HASH.sock whatever its length;
+    past 107 bytes ssh refused the forward and the dashboard waited for the host with no word."""
+    from vtui.service.sshforward import Forward
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    monkeypatch.setenv("VTUI_STATE_DIR", str(deep))
+
+    class Link:
+        target, label = "me@gpu2", "gpu2"
+
+        def changed(self) -> None:
+            pass
+
+    forward = Forward(Link(), {"session": "s", "socket": "/run/vtui/s.sock"})
+    assert len(os.fsencode(deep / "hosts" / ("0" * 16 + ".sock"))) > locations.SUN_PATH_MAX
+    assert len(os.fsencode(forward.local_socket)) <= locations.SUN_PATH_MAX
+    other = Forward(Link(), {"session": "t", "socket": "/run/vtui/t.sock"})
+    assert other.local_socket != forward.local_socket

@@ -17,7 +17,15 @@ from typing import Any
 
 from vtui.core import paths
 
-__all__ = ["Registration", "info_path", "lock_path", "log_path", "registrations", "socket_path"]
+__all__ = [
+    "Registration",
+    "info_path",
+    "lock_path",
+    "log_path",
+    "registrations",
+    "short_socket",
+    "socket_path",
+]
 
 
 def _safe(text: str) -> str:
@@ -32,7 +40,12 @@ class SocketDirError(RuntimeError):
 
 
 def socket_path(session: str) -> Path:
-    path = paths.state_dir() / f"{_safe(session)}.sock"
+    return short_socket(paths.state_dir() / f"{_safe(session)}.sock")
+
+
+def short_socket(path: Path) -> Path:
+    """`path`, or, when it is too long for a Unix socket, a short stand-in for it in this user's private
+    socket folder (named by a hash of `path`): every socket vtui binds or forwards goes through here."""
     if len(os.fsencode(path)) <= SUN_PATH_MAX:
         return path
     import hashlib  # a deep state dir only: not on `vtui ps`'s usual path

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from vtui.core import paths
 from vtui.core.model import Layout, SessionSpec
+from vtui.service import locations
 from vtui.service.remote import RemoteSupervisor
 from vtui.service.ssh import SSH_OPTIONS, ssh_command
 
@@ -113,7 +114,9 @@ class Forward:
         folder = paths.state_dir() / "hosts"
         folder.mkdir(mode=0o700, exist_ok=True)
         os.chmod(folder, 0o700)
-        self.local_socket = folder / f"{digest}.sock"  # short: a Unix socket path has ~107 bytes
+        # a Unix socket path has at most 107 bytes: a deep state dir's forwards go to a short folder (was: ssh
+        # refused the forward and the dashboard waited for the host with no word)
+        self.local_socket = locations.short_socket(folder / f"{digest}.sock")
         self.proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Future[None] | None = None  # reads ssh's stderr to its end
         self.stderr: deque[str] = deque(maxlen=5)
