@@ -324,6 +324,8 @@ def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = No
         "started_at": started,
         "uptime_s": round(now - started, 1) if started is not None and instance.get("pid") else None,
         "last_error": instance.get("last_error"),
+        "failed_at": instance.get("failed_at"),  # the last run's CRASHED / FAILED, kept across supervisors
+        "diagnosis": instance.get("diagnosis"),
         "log_path": instance.get("log_path"),
         "flags": masked(dict(spec.get("flags") or {})),
         "url": base_url_of(spec) if spec.get("engine") == "external" else None,  # an attached server

@@ -71,6 +71,8 @@ class Instance:
         self.restarts = 0  # restarts made by the policy (shown in `vtui ps`)
         self.attempt = 0  # consecutive failed runs; the backoff exponent
         self.last_error: str | None = None
+        self.failed_at: float | None = None  # when the last run ended in CRASHED / FAILED
+        self.diagnosis: str | None = None  # the kind of its first recognised problem (supervisor sets it)
         self.last_good_spec: InstanceSpec | None = None
         self.next_restart_at: float | None = None
         self.started_at: float | None = None
@@ -92,6 +94,8 @@ class Instance:
         old = self.state
         check_edge(old, new)
         self.state = new
+        if new in (State.CRASHED, State.FAILED) and old is not State.STOPPED:  # STOPPED: restored
+            self.failed_at = self.clock.time()
         self.emit(StateChanged(self.spec.name, old, new, self.clock.time(), self.phase, reason))
 
     def _set_phase(self, phase: Phase) -> None:
@@ -109,6 +113,8 @@ class Instance:
             self.spec = spec
         if self.state is State.BACKOFF:
             self.restarts += 1
+        else:  # a start someone asked for: the last run's failure is history
+            self.last_error = self.failed_at = self.diagnosis = None
         self.phase = Phase.SPAWNED
         self.handle = None
         self.run_lines.clear()
@@ -148,6 +154,27 @@ class Instance:
         else:
             self.phase = Phase.SPAWNED
             self._set_state(State.STARTING, "adopted")  # STOPPED -> STARTING
+
+    def restore(
+        self,
+        state: State,
+        *,
+        restarts: int,
+        last_error: str | None,
+        failed_at: float | None = None,
+        diagnosis: str | None = None,
+    ) -> None:
+        """A new supervisor takes over how the last run ended (`core.runstate.Outcome`): its restart
+        count and error, and FAILED / CRASHED when it ended so (STOPPED -> FAILED / CRASHED, no process).
+        Nothing is restored into an instance that runs or was started already."""
+        if self.state is not State.STOPPED or self.handle is not None:
+            return
+        self.restarts = restarts
+        self.last_error = last_error
+        self.failed_at = failed_at
+        self.diagnosis = diagnosis
+        if state in (State.FAILED, State.CRASHED):
+            self._set_state(state, last_error)  # STOPPED -> FAILED / CRASHED (restored)
 
     def begin_stop(self) -> Any:
         """Enter STOPPING and hand back the process to stop (None: nothing alive, already STOPPED)."""

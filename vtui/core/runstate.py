@@ -2,7 +2,10 @@
 per instance in `paths.runs_dir()` (0600), so a later vtui or `vtui ps` can re-adopt live instances and
 never mistake a recycled pid for one.
 
-Records are keyed by session name + instance name. Secret flag values (api-key) are masked everywhere a
+Records are keyed by session name + instance name. Beside them, in `outcomes/`, one `Outcome` per
+instance: how its last run ended (failed, crashed, stopped: the error, the diagnosis kind, the flags
+it ran with, its restart count, when), kept after the process is gone so a later supervisor reports
+what happened rather than a blank STOPPED; a start the user asks for (or READY) removes it. Secret flag values (api-key) are masked everywhere a
 record holds flags (`flags`, `last_good_flags`, `spec`): the layout (or `${VAR}`) stays their only source.
 """
 
@@ -20,6 +23,7 @@ from vtui.core.masking import MASK, SECRET_FLAGS, masked
 
 __all__ = [  # MASK and masked live in core.masking; imported from here too
     "MASK",
+    "Outcome",
     "RunRecord",
     "RunStore",
     "masked",
@@ -112,6 +116,30 @@ class RunRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@dataclass
+class Outcome:
+    """How an instance's last run ended, kept once its process is gone (`RunStore.save_outcome`).
+    `state`: "failed", "crashed" or "stopped"; `flags`: what it ran with (applied, saved to the
+    layout or not; secrets masked); `pid`: the process that ran, for the record only (an outcome never
+    makes a pid adoptable)."""
+
+    session: str
+    name: str
+    state: str
+    at: float
+    flags: dict[str, Any]
+    restarts: int = 0
+    last_error: str | None = None
+    diagnosis: str | None = None
+    failed_at: float | None = None
+    pid: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
@@ -148,6 +176,25 @@ class RunStore:
 
     def remove(self, session: str, name: str) -> None:
         self.path(session, name).unlink(missing_ok=True)
+
+    def outcome_path(self, session: str, name: str) -> Path:
+        folder = self.folder / "outcomes"
+        folder.mkdir(exist_ok=True, mode=0o700)
+        return folder / f"{_safe(session)}.{_safe(name)}.json"
+
+    def save_outcome(self, outcome: Outcome) -> None:
+        data = asdict(outcome) | {"flags": masked(outcome.flags)}
+        path = self.outcome_path(outcome.session, outcome.name)
+        atomic_write_text(path, json.dumps(data, indent=2), mode=0o600)
+
+    def load_outcome(self, session: str, name: str) -> Outcome | None:
+        try:
+            return Outcome.from_dict(json.loads(self.outcome_path(session, name).read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def clear_outcome(self, session: str, name: str) -> None:
+        self.outcome_path(session, name).unlink(missing_ok=True)
 
     def all(self, session: str | None = None) -> list[RunRecord]:
         sweep_stale_temps(self.folder)  # what interrupted saves of records left

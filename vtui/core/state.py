@@ -58,8 +58,11 @@ _PHASE_RANK: dict[Phase, int] = {phase: index for index, phase in enumerate(Phas
 # Allowed edges. Every state change goes through Instance._set_state, which checks this table.
 TRANSITIONS: dict[State, frozenset[State]] = {
     # READY: re-adopted a live process, or an attached server's first /health answer; UNREACHABLE /
-    # UNHEALTHY: an attached server's first probe got no answer / a bad one
-    State.STOPPED: frozenset({State.STARTING, State.READY, State.UNREACHABLE, State.UNHEALTHY}),
+    # UNHEALTHY: an attached server's first probe got no answer / a bad one; FAILED / CRASHED: how the
+    # last run ended, restored by a new supervisor from its outcome record (Instance.restore)
+    State.STOPPED: frozenset(
+        {State.STARTING, State.READY, State.UNREACHABLE, State.UNHEALTHY, State.FAILED, State.CRASHED}
+    ),
     State.STARTING: frozenset({State.READY, State.CRASHED, State.STOPPING, State.FAILED}),
     # READY -> STOPPING: a stop, or the stuck watchdog (restart_stuck_after); READY -> ASLEEP: /sleep answered
     # READY -> UNREACHABLE: an attached server stopped answering

@@ -30,6 +30,8 @@ class InstanceStatus:
     adopted: bool
     last_good_spec: InstanceSpec | None
     next_restart_at: float | None
+    failed_at: float | None = None  # when the last run ended in CRASHED / FAILED (wall clock)
+    diagnosis: str | None = None  # the kind of the last failure's first recognised problem
     host: str | None = None  # the host label of an instance of another machine's session (vtui --host)
 
 
@@ -66,4 +68,6 @@ def status_of(inst: Instance) -> InstanceStatus:
         adopted=inst.adopted,
         last_good_spec=inst.last_good_spec,
         next_restart_at=inst.next_restart_at if inst.state is State.BACKOFF else None,
+        failed_at=inst.failed_at,
+        diagnosis=inst.diagnosis,
     )

@@ -128,6 +128,8 @@ def encode_status(status: InstanceStatus, **extra: Any) -> dict[str, Any]:
         "adopted": status.adopted,
         "last_good_spec": spec_to_dict(status.last_good_spec) if status.last_good_spec else None,
         "next_restart_at": status.next_restart_at,
+        "failed_at": status.failed_at,
+        "diagnosis": status.diagnosis,
         **extra,
     }
 
@@ -146,6 +148,8 @@ def decode_status(data: dict[str, Any]) -> InstanceStatus:
         adopted=bool(data.get("adopted")),
         last_good_spec=spec_from_dict(data["last_good_spec"]) if data.get("last_good_spec") else None,
         next_restart_at=data.get("next_restart_at"),
+        failed_at=data.get("failed_at"),
+        diagnosis=data.get("diagnosis"),
     )
 
 

@@ -93,6 +93,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self._changed = None
         self._closed = None
         self._adopted_once = False
+        self._restored_layout: dict[str, InstanceSpec] = {}
         self._policy_stops = {}  # liveness / stuck restarts under way
         self._sleeps = {}  # idle sleeps under way
         self._refusals = {}  # launches the GPU memory check refused, by instance
@@ -110,6 +111,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         layout = self._expand(layout)
         grown, shrunk = self._scaling(layout)
         for spec in layout.instances:
+            self._restored_layout.pop(spec.name, None)  # the file's spec is given again
             inst = self.instances.get(spec.name)
             idle = inst is not None and not inst.state.running and spec.name not in self._pending
             other_kind = inst is not None and isinstance(inst, Attached) != is_attached(spec)

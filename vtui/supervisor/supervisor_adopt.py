@@ -4,22 +4,25 @@ recorded ahead of its spawn found by its marker, the leftovers of a dead one swe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
 from vtui.core.model import SECRET_FLAGS, InstanceSpec
-from vtui.core.runstate import MASK, RunRecord, merge_flags, spec_from_dict
+from vtui.core.runstate import MASK, Outcome, RunRecord, merge_flags, spec_from_dict
 from vtui.core.state import State
 from vtui.supervisor.logfile import LogTailer, read_tail
 from vtui.supervisor.supervision import asleep_level, find_launched, kill_marked, sleep_problem
-from vtui.supervisor.supervisor_base import SupervisorBase
+from vtui.supervisor.supervisor_base import SupervisorBase, diagnosis_kind
 
 
 class AdoptMixin(SupervisorBase):
     async def adopt(self) -> list[str]:
         """Re-adopt recorded, still-live instances (same pid AND create time, matching command).
-        Leftovers of a recorded instance whose leader died are swept."""
+        Leftovers of a recorded instance whose leader died are swept and its record becomes an
+        outcome; an instance not running takes over its last outcome (state, error, restarts, flags)."""
         self._ensure_loops()
         self._adopted_once = True
         adopted = []
@@ -37,6 +40,7 @@ class AdoptMixin(SupervisorBase):
                 continue
             record = self.store.load(self.session, spec.name)
             if record is None:
+                self._restore_outcome(spec)
                 continue
             if record.pid == 0:  # launch begun, never confirmed: its processes carry the marker
                 handle = await asyncio.to_thread(self._found_launched, record)
@@ -62,6 +66,9 @@ class AdoptMixin(SupervisorBase):
             if handle is None:
                 await self._sweeper.dead_record(record)
                 self._note_lost_flags(spec, record.pid, record.flags)
+                await asyncio.to_thread(self._outcome_of_dead, record)
+                self.store.remove(self.session, spec.name)  # its pid is gone: nothing to adopt, ever
+                self._restore_outcome(spec)
                 continue
             inst.spec = merge_flags(spec, record.flags)
             self._set_layout_spec(inst.spec)
@@ -81,6 +88,58 @@ class AdoptMixin(SupervisorBase):
             adopted.append(spec.name)
             self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
         return adopted
+
+    def _outcome_of_dead(self, record: RunRecord) -> None:
+        """The outcome of a recorded run whose leader is gone: the one its supervisor wrote when it saw
+        the end (at or after the record's start), else one made from the record (it ended unwatched)."""
+        old = self.store.load_outcome(self.session, record.name)
+        if old is not None and old.at >= record.started_at:
+            return
+        ended = record.last_state in ("failed", "crashed")
+        log = Path(record.log_path)
+        when = self.clock.time()
+        with contextlib.suppress(OSError):
+            when = max(record.started_at, os.path.getmtime(log))  # its last log line: about when it died
+        error = record.last_error if ended and record.last_error else None
+        self.store.save_outcome(
+            Outcome(
+                session=self.session,
+                name=record.name,
+                state=record.last_state if ended else "failed",
+                at=self.clock.time(),
+                flags=dict(record.flags),
+                restarts=record.restarts,
+                last_error=error
+                or f"pid {record.pid} exited while no vtui supervisor watched it "
+                f"(last seen {record.last_state})",
+                diagnosis=diagnosis_kind(read_tail(log, 400)),
+                failed_at=when,
+                pid=record.pid,
+            )
+        )
+
+    def _restore_outcome(self, spec: InstanceSpec) -> None:
+        """`spec`'s instance (not running) as its last run ended: the flags it ran with (applied in
+        vtui, saved or not: what `ps` and the dashboard report until its next start, which takes the
+        layout's again), the restart count, the error, FAILED / CRASHED."""
+        outcome = self.store.load_outcome(self.session, spec.name)
+        inst = self.instances[spec.name]
+        if outcome is None or inst.state is not State.STOPPED:
+            return
+        ran = merge_flags(spec, outcome.flags)
+        if ran.flags != spec.flags:
+            self._restored_layout[spec.name] = spec
+            inst.spec = ran
+            self._set_layout_spec(ran)
+            self._rebase_edits(spec.name)
+        state = {"failed": State.FAILED, "crashed": State.CRASHED}.get(outcome.state, State.STOPPED)
+        inst.restore(
+            state,
+            restarts=outcome.restarts,
+            last_error=outcome.last_error,
+            failed_at=outcome.failed_at,
+            diagnosis=outcome.diagnosis,
+        )
 
     def _found_launched(self, record: RunRecord) -> Any:
         """The process tree of a launch recorded ahead of its spawn (the launcher died before the

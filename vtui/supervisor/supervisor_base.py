@@ -19,7 +19,7 @@ from vtui.core.events import Event, LogLines, Notice, StateChanged, subscribe_to
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
-from vtui.core.runstate import RunStore
+from vtui.core.runstate import Outcome, RunStore
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus, status_of
 from vtui.supervisor.attached import Attached, AttachedProber, is_attached
@@ -58,6 +58,7 @@ class SupervisorBase:
     _changed: asyncio.Event | None
     _closed: asyncio.Event | None
     _adopted_once: bool
+    _restored_layout: dict[str, InstanceSpec]  # the layout's spec of an instance restored with other flags
     _policy_stops: dict[str, asyncio.Task]
     _sleeps: dict[str, asyncio.Task]
     _refusals: dict[str, list[str]]
@@ -187,7 +188,11 @@ class SupervisorBase:
 
     def _record_state(self, event: StateChanged) -> None:
         inst = self.instances.get(event.instance)
-        if inst is None or self.store.load(self.session, event.instance) is None:
+        if inst is None:
+            return
+        if not isinstance(inst, Attached):
+            self._record_outcome(inst, event)
+        if self.store.load(self.session, event.instance) is None:
             return
         if event.new is State.STOPPED:
             self.store.remove(self.session, event.instance)
@@ -200,6 +205,32 @@ class SupervisorBase:
             restarts=inst.restarts,
             last_error=inst.last_error,
             last_good_flags=dict(good) if good else None,
+        )
+
+    def _record_outcome(self, inst: Instance, event: StateChanged) -> None:
+        """How a run ended, kept past this supervisor (`core.runstate.Outcome`): written at CRASHED, FAILED
+        and STOPPED (the error, the diagnosis, the flags it ran with, the restart count), removed at READY."""
+        name = event.instance
+        if event.new is State.READY:
+            self.store.clear_outcome(self.session, name)
+            return
+        if event.new not in (State.CRASHED, State.FAILED, State.STOPPED):
+            return
+        if event.new is not State.STOPPED and event.old is not State.STOPPED:  # not a restored one
+            inst.diagnosis = diagnosis_kind(list(inst.run_lines))
+        failure = event.new is not State.STOPPED or event.old is not State.STOPPING  # not a plain stop
+        self.store.save_outcome(
+            Outcome(
+                session=self.session,
+                name=name,
+                state=event.new.value,
+                at=self.clock.time(),
+                flags=dict(inst.spec.flags),
+                restarts=inst.restarts,
+                last_error=inst.last_error if failure else None,
+                diagnosis=inst.diagnosis if failure else None,
+                failed_at=inst.failed_at if failure else None,
+            )
         )
 
     def _set_layout_spec(self, spec: InstanceSpec) -> None:
@@ -220,3 +251,16 @@ class SupervisorBase:
         if lines:
             self.instances[name].on_lines(lines)
             self._emit(LogLines(name, tuple(lines)))
+
+
+def diagnosis_kind(lines: list[str]) -> str | None:
+    """The kind of the first problem `telemetry.diagnosis` recognises in a failed run's log lines."""
+    if not lines:
+        return None
+    from vtui.telemetry.diagnosis import diagnose
+
+    try:
+        problems = diagnose(lines, holders_of_port=lambda _port: [])
+    except Exception:  # noqa: BLE001 — a diagnosis is a nicety; the failure is recorded without it
+        return None
+    return problems[0].kind if problems else None

@@ -49,6 +49,7 @@ class LaunchMixin(SupervisorBase):
             for line in result.notes:
                 self._notice(None, "info", line)
         for name in todo:
+            self._fresh_start(name)
             self.instances[name].attempt = 0
             self._refusals.pop(name, None)
             self._pending[name] = asyncio.create_task(
@@ -58,6 +59,16 @@ class LaunchMixin(SupervisorBase):
         refused = [line for n in todo for line in self._refusals.pop(n, [])]
         if refused:
             raise PreflightError(refused)
+
+    def _fresh_start(self, name: str) -> None:
+        """A start the user asked for: the last run's outcome is history now, and an instance restored
+        with the flags it last ran with starts with the layout's (what `_note_lost_flags` says)."""
+        self.store.clear_outcome(self.session, name)
+        layout_spec = self._restored_layout.pop(name, None)
+        if layout_spec is not None:
+            self.instances[name].spec = layout_spec
+            self._set_layout_spec(layout_spec)
+            self._rebase_edits(name)
 
     def _blocked_by(self, name: str) -> list[str]:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it."""

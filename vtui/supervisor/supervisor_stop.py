@@ -71,6 +71,7 @@ class StopMixin(SupervisorBase):
         await self.stop([name])
         inst = self.instances[name]
         if spec is not None:
+            self._restored_layout.pop(name, None)  # these flags, not the layout's, start next
             inst.spec = spec
             self._set_layout_spec(spec)
             self._rebase_edits(name)  # another client's kept edit keeps only its own changes on these
