@@ -48,7 +48,7 @@ INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
     InstanceAction(
         "rollback",
         "rollback",
-        "restart with the last flags that reached READY",
+        "restart with the flags before the last change (shows the diff first)",
         lambda v: _launched(v) and v.can_rollback(),
     ),
     InstanceAction("detail", "details", "history, facts, diagnosis", _always),

@@ -84,13 +84,15 @@ class ControlMixin(NoticeRoutingApp[int]):
         self._call(f"restart {name}", lambda: self.supervisor.restart(name, spec))
 
     def rollback_instance(self, name: str) -> None:
+        """Back to the flags before the last change (whatever that change produced), once the user has
+        seen the flag diff and confirmed it."""
         view = self.store.views.get(name)
-        if view is None or not view.can_rollback():
-            self.notify(f"{name}: nothing to roll back to", severity="warning")
+        flags = view.rollback_flags() if view is not None else None
+        if view is None or view.spec is None or flags is None or not view.can_rollback():
+            self.notify(f"{name}: no earlier flags to roll back to", severity="warning", timeout=4)
             return
-        good = view.status.last_good_spec if view.status else None
-        self.notify(f"rolling {name} back to the last flags that reached READY")
-        self.restart_instance(name, good, note="rollback")
+        spec = view.spec.with_flags(flags, unset=[k for k in view.spec.flags if k not in flags])
+        self.review_and_restart(name, spec, note="rollback")
 
     def keep_edits(
         self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
