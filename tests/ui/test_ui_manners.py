@@ -131,3 +131,36 @@ async def test_no_fix_key_without_a_problem(fake, app_factory):
         await pilot.press("enter")
         await settle(pilot)
         assert "Fix 1" not in screen_text(app)
+
+
+async def test_a_greyed_key_says_why_it_does_nothing(fake, app_factory):
+    app = app_factory(fake, autostart=False)
+    said: list[str] = []
+    notify = app.notify
+
+    def recording_notify(message, *args, **kw):
+        said.append(str(message))
+        return notify(message, *args, **kw)
+
+    app.notify = recording_notify
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        assert app.screen.selected_name() == "qwen" and app.store.views["qwen"].state == State.STOPPED
+        assert app.screen.check_action("stop", ()) is None  # greyed
+        await pilot.press("x")
+        await settle(pilot)
+        assert said == ["qwen is STOPPED: nothing to stop"]
+        assert "warning: qwen is STOPPED: nothing to stop" in screen_text(app)
+        assert not isinstance(app.screen, ConfirmScreen) and not any(c[0] == "stop" for c in fake.calls)
+        await pilot.press("x", "x")  # pressed again while it shows: still one notice
+        await settle(pilot)
+        assert said == ["qwen is STOPPED: nothing to stop"]
+        await pilot.press("b")
+        await settle(pilot)
+        assert said[-1] == "qwen: no earlier flags to roll back to" and len(said) == 2
+        await pilot.press("s")  # start applies: no notice, it starts
+        await settle(pilot, 4)
+        assert len(said) == 2 and fake.status()[0].state == State.READY
+        await pilot.press("s")
+        await settle(pilot)
+        assert said[-1] == "qwen is already READY"

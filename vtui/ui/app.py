@@ -10,15 +10,16 @@ import argparse
 import asyncio
 import gc
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
+from textual.actions import ActionParseResult
 from textual.app import App
 from textual.css.query import NoMatches
-from textual.dom import NoScreen
+from textual.dom import DOMNode, NoScreen
 from textual.notifications import Notification
 from textual.screen import Screen
 from textual.theme import Theme
@@ -50,7 +51,7 @@ from vtui.ui.messages import (
     SupervisorFailed,
     TelemetryBatch,
 )
-from vtui.ui.screens.base import StoreScreen
+from vtui.ui.screens.base import InstanceScreen, StoreScreen
 from vtui.ui.screens.dashboard import DashboardScreen
 from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
@@ -386,6 +387,19 @@ class VtuiApp(ControlMixin):
         i = THEMES.index(self.theme) if self.theme in THEMES else -1
         self.theme = THEMES[(i + 1) % len(THEMES)]
         self.notify(f"theme: {self.theme}", timeout=2)
+
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Textual's, and an instance key whose action does not apply (greyed: `check_action`) says why
+        it did nothing instead of nothing."""
+        done = await super().run_action(action, default_namespace, namespaces)
+        if not done and isinstance(action, str) and isinstance(default_namespace, InstanceScreen):
+            default_namespace.say_why_not(action)
+        return done
 
     def action_quit_dialog(self) -> None:
         from vtui.ui.screens.dialogs import QuitScreen
