@@ -164,3 +164,42 @@ async def test_a_greyed_key_says_why_it_does_nothing(fake, app_factory):
         await pilot.press("s")
         await settle(pilot)
         assert said[-1] == "qwen is already READY"
+
+
+async def test_the_palette_has_one_quit_and_it_is_vtuis(fake, app_factory):
+    from textual.command import CommandList, CommandPalette
+
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        app.action_command_palette()
+        await settle(pilot)
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"quit")
+        found: list[str] = []
+        for _ in range(40):  # the palette searches in a worker, its hits arrive in batches
+            await pilot.pause(0.05)
+            options = app.screen.query_one(CommandList)
+            found = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+            if any("app: quit" in f for f in found):
+                break
+        quits = [f for f in found if "quit" in f.lower()]
+        assert len(quits) == 1 and "app: quit" in quits[0], found
+        await pilot.press("enter")  # it asks: leave, stop or cancel
+        await settle(pilot)
+        assert isinstance(app.screen, QuitScreen) and app.return_code is None
+
+
+async def test_ctrl_q_asks_like_q_instead_of_exiting(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+q")
+        await settle(pilot)
+        assert isinstance(app.screen, QuitScreen) and app.return_code is None
+        await pilot.press("ctrl+q")  # asked once, not twice
+        await settle(pilot)
+        assert len([s for s in app.screen_stack if isinstance(s, QuitScreen)]) == 1
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, QuitScreen) and app.return_code is None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from textual import work
 from textual.actions import ActionParseResult
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.css.query import NoMatches
 from textual.dom import DOMNode, NoScreen
 from textual.notifications import Notification
@@ -401,9 +401,22 @@ class VtuiApp(ControlMixin):
             default_namespace.say_why_not(action)
         return done
 
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's palette commands less its Quit (an exit at once: no unsaved-edits warning, no
+        leave/stop choice); the palette's one quit is vtui's, "app: quit" (`commands.py`)."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Quit" and command.callback != self.action_quit:
+                yield command
+
+    async def action_quit(self) -> None:
+        """Textual's quit action (its ctrl+q binding): vtui's quit dialog, like `q`, not an exit at once."""
+        self.action_quit_dialog()
+
     def action_quit_dialog(self) -> None:
         from vtui.ui.screens.dialogs import QuitScreen
 
+        if isinstance(self.screen, QuitScreen):
+            return  # already asking
         self.push_screen(QuitScreen(unsaved=self.store.dirty, edits=self.store.pending), self._quit_answered)
 
     def _quit_answered(self, answer: str | None) -> None:
