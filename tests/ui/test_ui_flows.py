@@ -134,11 +134,44 @@ async def test_rollback_restores_last_good_flags(fake, app_factory, layout):
         assert dash.selected_name() == "llama"
         assert dash.check_action("rollback", ()) is True
         await pilot.press("b")
+        await settle(pilot)
+        assert isinstance(app.screen, DiffScreen) and "--max-num-seqs: 4096 -> 128" in screen_text(app)
+        await pilot.press("enter")
         await settle(pilot, 5)
         view = app.store.views["llama"]
         assert view.state == State.READY and view.spec.flags["max-num-seqs"] == 128
         outcomes = [(r.flags.get("max-num-seqs"), r.outcome, r.note) for r in view.flag_history]
         assert outcomes[-2:] == [(4096, "failed", None), (128, "ready", "rollback")]
+
+
+async def test_rollback_undoes_a_change_that_worked(fake, app_factory, layout):
+    """`b` after a successful restart: back to the flags before it, after a diff the user confirms (and
+    escape restarts nothing)."""
+    spec = layout.instance("qwen")
+    before = dict(spec.flags)
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        dash = app.screen
+        assert dash.selected_name() == "qwen" and dash.check_action("rollback", ()) is None
+        app.restart_instance("qwen", spec.with_flags({"max-num-seqs": 8}))
+        await settle(pilot, 5)
+        view = app.store.views["qwen"]
+        assert view.state == State.READY and view.spec.flags["max-num-seqs"] == 8
+        assert dash.check_action("rollback", ()) is True
+        await pilot.press("b")
+        await settle(pilot)
+        assert isinstance(app.screen, DiffScreen)
+        assert f"--max-num-seqs: 8 -> {before['max-num-seqs']}" in screen_text(app)
+        await pilot.press("escape")  # no: nothing restarted
+        await settle(pilot, 4)
+        assert view.spec.flags["max-num-seqs"] == 8 and not isinstance(app.screen, DiffScreen)
+        await pilot.press("b")
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot, 5)
+        assert view.state == State.READY and dict(view.spec.flags) == before
+        assert view.flag_history[-1].note == "rollback"
 
 
 async def test_save_layout_writes_current_flags(fake, app_factory, tmp_path):

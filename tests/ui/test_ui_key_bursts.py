@@ -111,3 +111,37 @@ async def test_edit_review_and_confirm_in_one_burst_restarts_with_the_typed_valu
         await eventually(pilot, lambda: any(c[0] == "restart" for c in fake.calls), timeout=5)
         restart = next(c for c in fake.calls if c[0] == "restart")
         assert restart[2]["max-num-seqs"] == 4 and box.value == "4"
+
+
+async def test_twenty_keys_in_one_burst_across_screen_pushes_and_pops(
+    fake, app_factory, tmp_path, monkeypatch
+):
+    """Save as (a dialog pushed), a path typed into it at once, enter (the dialog popped), then keys for
+    the dashboard, a detail screen pushed and popped, and the dashboard again: none lost, none misplaced."""
+    from vtui.ui.screens.dashboard import DashboardScreen
+    from vtui.ui.screens.detail import DetailScreen
+    from vtui.ui.screens.dialogs import PathScreen
+
+    monkeypatch.chdir(tmp_path)  # the relative path typed lands here
+    app = app_factory(fake)
+    pushed: list[str] = []
+    push_screen = app.push_screen
+
+    def recording_push(screen, *args, **kw):
+        pushed.append(f"{type(screen).__name__}:{getattr(screen, 'instance', '')}")
+        return push_screen(screen, *args, **kw)
+
+    app.push_screen = recording_push
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        pushed.clear()  # (the dashboard's own push)
+        keys = ["S", "ctrl+u", *"layout1.toml", "enter", "j", "enter", "escape", "j", "k"]
+        assert len(keys) == 20
+        burst(app, *keys)
+        await eventually(pilot, lambda: (tmp_path / "layout1.toml").exists() and len(pushed) == 2, timeout=5)
+        await eventually(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await settle(pilot)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["layout1.toml"]
+        assert pushed == [f"{PathScreen.__name__}:", f"{DetailScreen.__name__}:llama"]
+        assert isinstance(app.screen, DashboardScreen) and app.screen.selected_name() == "llama"
+        assert [type(s).__name__ for s in app.screen_stack][-1:] == ["DashboardScreen"]

@@ -131,3 +131,75 @@ async def test_no_fix_key_without_a_problem(fake, app_factory):
         await pilot.press("enter")
         await settle(pilot)
         assert "Fix 1" not in screen_text(app)
+
+
+async def test_a_greyed_key_says_why_it_does_nothing(fake, app_factory):
+    app = app_factory(fake, autostart=False)
+    said: list[str] = []
+    notify = app.notify
+
+    def recording_notify(message, *args, **kw):
+        said.append(str(message))
+        return notify(message, *args, **kw)
+
+    app.notify = recording_notify
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        assert app.screen.selected_name() == "qwen" and app.store.views["qwen"].state == State.STOPPED
+        assert app.screen.check_action("stop", ()) is None  # greyed
+        await pilot.press("x")
+        await settle(pilot)
+        assert said == ["qwen is STOPPED: nothing to stop"]
+        assert "warning: qwen is STOPPED: nothing to stop" in screen_text(app)
+        assert not isinstance(app.screen, ConfirmScreen) and not any(c[0] == "stop" for c in fake.calls)
+        await pilot.press("x", "x")  # pressed again while it shows: still one notice
+        await settle(pilot)
+        assert said == ["qwen is STOPPED: nothing to stop"]
+        await pilot.press("b")
+        await settle(pilot)
+        assert said[-1] == "qwen: no earlier flags to roll back to" and len(said) == 2
+        await pilot.press("s")  # start applies: no notice, it starts
+        await settle(pilot, 4)
+        assert len(said) == 2 and fake.status()[0].state == State.READY
+        await pilot.press("s")
+        await settle(pilot)
+        assert said[-1] == "qwen is already READY"
+
+
+async def test_the_palette_has_one_quit_and_it_is_vtuis(fake, app_factory):
+    from textual.command import CommandList, CommandPalette
+
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        app.action_command_palette()
+        await settle(pilot)
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"quit")
+        found: list[str] = []
+        for _ in range(40):  # the palette searches in a worker, its hits arrive in batches
+            await pilot.pause(0.05)
+            options = app.screen.query_one(CommandList)
+            found = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+            if any("app: quit" in f for f in found):
+                break
+        quits = [f for f in found if "quit" in f.lower()]
+        assert len(quits) == 1 and "app: quit" in quits[0], found
+        await pilot.press("enter")  # it asks: leave, stop or cancel
+        await settle(pilot)
+        assert isinstance(app.screen, QuitScreen) and app.return_code is None
+
+
+async def test_ctrl_q_asks_like_q_instead_of_exiting(fake, app_factory):
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+q")
+        await settle(pilot)
+        assert isinstance(app.screen, QuitScreen) and app.return_code is None
+        await pilot.press("ctrl+q")  # asked once, not twice
+        await settle(pilot)
+        assert len([s for s in app.screen_stack if isinstance(s, QuitScreen)]) == 1
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, QuitScreen) and app.return_code is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vtui.core.state import State
-from vtui.ui.actions import INSTANCE_ACTIONS
+from vtui.ui.actions import INSTANCE_ACTIONS, why_not
 from vtui.ui.commands import palette_entries
 
 
@@ -31,6 +31,9 @@ async def test_palette_offers_exactly_what_the_keys_allow_in_every_state(fake, a
                 key = dash.check_action(entry.action, ())
                 in_palette = f"instance: {entry.verb} qwen" in offered
                 assert in_palette == (key is True), (state, entry.action, key, in_palette)
+                if key is not True:  # pressed anyway, it says why in one short line
+                    reason = why_not(entry.action, app.store.views["qwen"])
+                    assert "qwen" in reason and "\n" not in reason and len(reason) <= 80, reason
 
 
 async def test_stopped_instance_offers_no_bench_and_stopping_no_restart(fake, app_factory):

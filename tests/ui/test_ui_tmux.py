@@ -88,3 +88,69 @@ sim-load = 2
             capture_output=True,
             timeout=60,
         )
+
+
+def test_a_twenty_key_burst_across_screen_changes_in_tmux(tmp_path):
+    """One `send-keys` (one terminal write): save as (a dialog pushed), a path typed at once, enter (it
+    closes), help opened and closed twice, enter (the detail screen): every key acts, in order."""
+    port = _free_port()
+    layout = tmp_path / "burst.toml"
+    layout.write_text(f"""[session]
+name = "burst"
+gpu_memory_gib = 80
+
+[[instance]]
+name = "simb"
+engine = "sim"
+model = "Qwen/Qwen3-8B"
+port = {port}
+gpus = [0]
+
+[instance.flags]
+sim-startup-scale = 0
+""")
+    env = {
+        k: os.environ[k]
+        for k in ("VTUI_STATE_DIR", "VTUI_CONFIG_DIR", "XDG_CACHE_HOME", "PATH", "HOME")
+        if k in os.environ
+    }
+    env.update(TERM="xterm-256color", COLUMNS="100", LINES="30")
+    tmux = Tmux()
+    cmd = " ".join([sys.executable, "-m", "vtui", str(layout)])
+    try:
+        tmux.run(
+            "new-session",
+            "-d",
+            "-s",
+            tmux.session,
+            "-c",
+            str(tmp_path),  # the relative path typed is saved here
+            "-x",
+            "100",
+            "-y",
+            "30",
+            *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
+            cmd,
+        )
+        tmux.run("set-option", "-s", "escape-time", "10")
+        tmux.wait_for("READY", 40)
+        keys = ["S", "C-u", *"layout1.toml", "Enter", "?", "?", "?", "?", "Enter"]
+        assert len(keys) == 20
+        tmux.keys(*keys)
+        tmux.wait_for("Diagnosis", 20)  # the detail screen: help closed as often as it opened
+        end = time.monotonic() + 10
+        while not (tmp_path / "layout1.toml").exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".toml") == [
+            "burst.toml",
+            "layout1.toml",
+        ]
+        assert "instance.restart" not in tmux.screen()  # no help left open
+    finally:
+        tmux.kill()
+        subprocess.run(
+            [sys.executable, "-m", "vtui", "down", str(layout)],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=60,
+        )

@@ -103,7 +103,9 @@ def test_store_flag_history_rollback_and_dirty(layout):
     assert view.flag_history[-1].outcome == "ready"
     bad = spec.with_flags({"max-num-seqs": 9999})
     store.apply_statuses([_status(bad, State.STARTING, last_good_spec=spec)], layout.replace_instance(bad))
-    assert store.dirty and not view.can_rollback()
+    assert store.dirty and view.rollback_flags() == dict(spec.flags)  # the flags before the change
+    store.apply_statuses([_status(bad, State.STOPPING, last_good_spec=spec)])
+    assert not view.can_rollback()  # stopping: nothing to restart yet
     store.apply_statuses([_status(bad, State.FAILED, last_good_spec=spec, last_error="boom")])
     assert view.can_rollback() and view.needs_diagnosis
     assert [r.outcome for r in view.flag_history][-2:] == ["ready", "failed"]

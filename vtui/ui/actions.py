@@ -48,7 +48,7 @@ INSTANCE_ACTIONS: tuple[InstanceAction, ...] = (
     InstanceAction(
         "rollback",
         "rollback",
-        "restart with the last flags that reached READY",
+        "restart with the flags before the last change (shows the diff first)",
         lambda v: _launched(v) and v.can_rollback(),
     ),
     InstanceAction("detail", "details", "history, facts, diagnosis", _always),
@@ -91,6 +91,37 @@ def applies(action: str, view: InstanceView | None) -> bool:
     """Whether `action` can be done on the instance shown by `view` now (False without an instance)."""
     entry = BY_ACTION.get(action)
     return entry is not None and view is not None and entry.applies(view)
+
+
+def why_not(action: str, view: InstanceView | None) -> str:
+    """Why `action` does nothing on the instance shown by `view` now: the one short line a greyed key
+    says when it is pressed anyway."""
+    entry = BY_ACTION.get(action)
+    verb = entry.verb if entry else action
+    if view is None:
+        return f"{verb}: no instance selected"
+    name, state = view.name, view.state.name
+    if not _launched(view) and action not in ("detail", "bench"):
+        return f"{name} is attached: vtui only watches it ({verb} is not vtui's to do)"
+    if action == "start":
+        return f"{name} is already {state}"
+    if action == "stop":
+        return f"{name} is {state}: nothing to stop"
+    if action in ("restart", "rollback") and view.state == State.STOPPING:
+        return f"{name} is STOPPING: {verb} once it has stopped"
+    if action == "rollback":
+        return f"{name}: no earlier flags to roll back to"
+    if action == "bench":
+        if view.status and view.status.host:
+            return f"{name} runs on {view.status.host}: bench it there"
+        return f"bench needs {name} READY (it is {state})"
+    if action == "sleep_toggle":
+        if view.spec is not None and not view.spec.sleep_mode:
+            return f"{name}: sleep mode is off (sleep_mode = true in the layout)"
+        if view.spec is not None and sleep_problem(view.spec):
+            return f"{name}: sleep mode needs a loopback bind (host = 127.0.0.1)"
+        return f"sleep/wake needs {name} READY or ASLEEP (it is {state})"
+    return f"{verb} does not apply to {name} now ({state})"
 
 
 def perform(app: VtuiApp, action: str, name: str) -> None:

@@ -10,15 +10,19 @@ import argparse
 import asyncio
 import gc
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual import work
-from textual.app import App
+from textual import events, work
+from textual.actions import ActionParseResult
+from textual.app import App, ScreenStackError, SystemCommand
 from textual.css.query import NoMatches
-from textual.dom import NoScreen
+from textual.dom import DOMNode, NoScreen
+from textual.message_pump import MessagePump
 from textual.notifications import Notification
 from textual.screen import Screen
 from textual.theme import Theme
@@ -50,7 +54,7 @@ from vtui.ui.messages import (
     SupervisorFailed,
     TelemetryBatch,
 )
-from vtui.ui.screens.base import StoreScreen
+from vtui.ui.screens.base import InstanceScreen, StoreScreen
 from vtui.ui.screens.dashboard import DashboardScreen
 from vtui.ui.settings import UiSettings, load_settings
 from vtui.ui.store import Store, run_diagnosis
@@ -96,6 +100,8 @@ HIGH_CONTRAST = Theme(
     dark=True,
 )
 THEMES = ("textual-dark", "textual-light", HIGH_CONTRAST.name)  # what ctrl+t cycles through
+KEY_HOLD_MAX = 0.25  # seconds a key waits at most for the one before it to play out (a refresh)
+KEY_HOLD_TRIES = 8  # refreshes a key waits at most for a screen being pushed to be mounted
 
 
 class VtuiApp(ControlMixin):
@@ -133,6 +139,10 @@ class VtuiApp(ControlMixin):
         self._history_saved: dict[str, int] = {}  # instance -> history_rev last written
         self._history_ready = False  # nothing is written before the files were read
         self._notice_timer: Timer | None = None
+        # keys of one burst, held while an earlier one's effects (a screen pushed or popped) play out
+        self._held_keys: deque[events.Key] = deque()
+        self._key_turn = 0  # bumped per key let through; a stale "next key" call does nothing
+        self._key_busy = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -387,9 +397,86 @@ class VtuiApp(ControlMixin):
         self.theme = THEMES[(i + 1) % len(THEMES)]
         self.notify(f"theme: {self.theme}", timeout=2)
 
+    async def on_event(self, event: events.Event) -> None:
+        """Keys act one after another: a key waits until the one before it has been handled and the
+        screen refreshed, so a key typed right after one that opens or closes a screen reaches the
+        screen now shown (its focused input), not the one going or a screen not yet mounted."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            if self._key_busy or self._held_keys:
+                self._held_keys.append(event)
+                return
+            await self._let_key_through(event)
+            return
+        await super().on_event(event)
+
+    async def _let_key_through(self, event: events.Key) -> None:
+        self._key_busy = True
+        target = self.focused or self.screen  # where the key went: its queue holds it now
+        await super().on_event(event)
+        self._wait_for_key_effects(target=target)
+
+    def _wait_for_key_effects(self, tries: int = 0, target: MessagePump | None = None) -> None:
+        """Let the next held key through once `target` (the widget the key went to) has handled it and
+        the screen has refreshed after that (or KEY_HOLD_MAX, a refresh that never comes)."""
+        self._key_turn += 1
+        turn = self._key_turn
+        if target is not None:  # first the target's queue (the key), then a refresh (what it posted)
+            target.call_later(self.call_after_refresh, self._next_key, turn, tries)
+        else:
+            self.call_after_refresh(self._next_key, turn, tries)
+        self.set_timer(KEY_HOLD_MAX, partial(self._next_key, turn, tries))
+
+    def key_again(self, key: str, character: str | None) -> None:
+        """A key that reached a widget no longer focused or shown (an earlier key of the burst moved
+        on): it goes again, to what has the focus once that move is done, before the keys after it."""
+        self._held_keys.appendleft(events.Key(key, character))
+        if not self._key_busy:
+            self._key_busy = True
+            self._wait_for_key_effects()
+
+    async def _next_key(self, turn: int, tries: int) -> None:
+        if turn != self._key_turn or not self._key_busy:
+            return  # already moved on (the refresh or the timer came first)
+        try:
+            mounted = self.screen.is_mounted
+        except ScreenStackError:
+            mounted = True
+        if not mounted and tries < KEY_HOLD_TRIES:  # a screen being pushed: its focus is not set yet
+            self._wait_for_key_effects(tries + 1)
+            return
+        self._key_busy = False
+        if self._held_keys:
+            await self._let_key_through(self._held_keys.popleft())
+
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Textual's, and an instance key whose action does not apply (greyed: `check_action`) says why
+        it did nothing instead of nothing."""
+        done = await super().run_action(action, default_namespace, namespaces)
+        if not done and isinstance(action, str) and isinstance(default_namespace, InstanceScreen):
+            default_namespace.say_why_not(action)
+        return done
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's palette commands less its Quit (an exit at once: no unsaved-edits warning, no
+        leave/stop choice); the palette's one quit is vtui's, "app: quit" (`commands.py`)."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Quit" and command.callback != self.action_quit:
+                yield command
+
+    async def action_quit(self) -> None:
+        """Textual's quit action (its ctrl+q binding): vtui's quit dialog, like `q`, not an exit at once."""
+        self.action_quit_dialog()
+
     def action_quit_dialog(self) -> None:
         from vtui.ui.screens.dialogs import QuitScreen
 
+        if isinstance(self.screen, QuitScreen):
+            return  # already asking
         self.push_screen(QuitScreen(unsaved=self.store.dirty, edits=self.store.pending), self._quit_answered)
 
     def _quit_answered(self, answer: str | None) -> None:

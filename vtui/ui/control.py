@@ -7,6 +7,7 @@ the bridge) or post LayoutSaved / LayoutOpened for the App's handlers. Errors be
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -20,10 +21,13 @@ from vtui.core.masking import masked
 from vtui.core.model import FlagValue, InstanceSpec
 from vtui.layouts import LayoutError, load_layout, save_layout
 from vtui.supervisor.preflight import PreflightError
+from vtui.ui.actions import why_not
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.settings import UiSettings
 from vtui.ui.store import Store
 from vtui.ui.textual_private import NoticeRoutingApp
+
+WHY_NOT_SECONDS = 3.0  # how long a "why nothing happened" notice shows
 
 # The dialogs (vtui.ui.screens.dialogs) and the flag schema's save check are imported where they are used:
 # the first frame shows neither (tests/ui/test_ui_start_imports.py).
@@ -45,6 +49,18 @@ class ControlMixin(NoticeRoutingApp[int]):
                 self.notify(f"{label}: {problem}", severity="error", timeout=10)
         except Exception as exc:  # shown to the user; the worker must not take the app down
             self.notify(f"{label} failed: {exc}", severity="error", timeout=10)
+
+    _why_not_said: tuple[str, float] | None = None  # the last "why nothing happened" notice, and when
+
+    def say_why_not(self, reason: str) -> None:
+        """Say why a key did nothing: one short warning, not repeated while the same one is still shown
+        (a key held down or pressed again)."""
+        now = time.monotonic()
+        said = self._why_not_said
+        if said is not None and said[0] == reason and now - said[1] < WHY_NOT_SECONDS:
+            return
+        self._why_not_said = (reason, now)
+        self.notify(reason, severity="warning", timeout=WHY_NOT_SECONDS)
 
     # -- instances ---------------------------------------------------------------------------------
     def start_instances(self, names: Iterable[str] | None) -> None:
@@ -84,13 +100,15 @@ class ControlMixin(NoticeRoutingApp[int]):
         self._call(f"restart {name}", lambda: self.supervisor.restart(name, spec))
 
     def rollback_instance(self, name: str) -> None:
+        """Back to the flags before the last change (whatever that change produced), once the user has
+        seen the flag diff and confirmed it."""
         view = self.store.views.get(name)
-        if view is None or not view.can_rollback():
-            self.notify(f"{name}: nothing to roll back to", severity="warning")
+        flags = view.rollback_flags() if view is not None else None
+        if view is None or view.spec is None or flags is None or not view.can_rollback():
+            self.say_why_not(why_not("rollback", view))
             return
-        good = view.status.last_good_spec if view.status else None
-        self.notify(f"rolling {name} back to the last flags that reached READY")
-        self.restart_instance(name, good, note="rollback")
+        spec = view.spec.with_flags(flags, unset=[k for k in view.spec.flags if k not in flags])
+        self.review_and_restart(name, spec, note="rollback")
 
     def keep_edits(
         self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vtui.core.masking import MASK, SECRET_FLAGS, masked
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict
 from vtui.core.state import State
@@ -76,14 +77,27 @@ class InstanceView:
         """What the detail screen lists and its fix keys index: the startup log's, then the live ones."""
         return [*self.problems, *self.runtime_problems]
 
+    def rollback_flags(self) -> dict[str, FlagValue] | None:
+        """The flags before the last change: the latest flag set in the history other than the one it
+        runs now, whatever that change produced (None: no other flag set is known). A secret the history
+        holds masked is the secret as it runs (secrets are never recorded)."""
+        if self.spec is not None:
+            running = dict(self.spec.flags)
+        elif self.flag_history:
+            running = dict(self.flag_history[-1].flags)
+        else:
+            return None
+        for rec in reversed(self.flag_history):
+            if masked(rec.flags) != masked(running):
+                return {
+                    k: running.get(k, v) if v == MASK and k in SECRET_FLAGS else v
+                    for k, v in rec.flags.items()
+                }
+        return None
+
     def can_rollback(self) -> bool:
-        st = self.status
-        return bool(
-            st
-            and st.last_good_spec is not None
-            and dict(st.last_good_spec.flags) != dict(st.spec.flags)
-            and st.state in (State.FAILED, State.CRASHED, State.BACKOFF, State.STOPPED, State.UNHEALTHY)
-        )
+        """`b` applies: the instance runs (or ran) under vtui, is not stopping, and had other flags."""
+        return self.status is not None and self.state != State.STOPPING and self.rollback_flags() is not None
 
 
 class Store:

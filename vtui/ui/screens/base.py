@@ -66,6 +66,11 @@ class InstanceScreen(StoreScreen):
             return False
         return True if actions.applies(action, view) else None
 
+    def say_why_not(self, action: str) -> None:
+        """An instance key pressed where it is greyed out: say why it does nothing (other actions: no)."""
+        if action in actions.BY_ACTION:
+            self.app.say_why_not(actions.why_not(action, self._view()))
+
     def _perform(self, action: str) -> None:
         if name := self.selected_name():
             actions.perform(self.app, action, name)

@@ -31,7 +31,11 @@ class OrderedInput(Input):
         if screen is None or screen is not self.app.screen or screen.focused is not self:
             event.stop()
             event.prevent_default()
-            (self.app.focused or self.app.screen).post_message(events.Key(event.key, event.character))
+            key_again = getattr(self.app, "key_again", None)  # VtuiApp's: after the move is done
+            if key_again is not None:
+                key_again(event.key, event.character)
+            else:
+                (self.app.focused or self.app.screen).post_message(events.Key(event.key, event.character))
             return
         if not event.is_printable:
             active = screen.active_bindings.get(event.key)
