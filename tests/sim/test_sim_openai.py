@@ -71,10 +71,14 @@ def test_max_tokens_is_capped_to_the_context_not_refused():
 
 
 def test_prompt_lists():
-    got = parse({"prompt": ["a b", [1, 2, 3]], "n": 2}, False, LIMIT)
+    got = parse({"prompt": ["a b", "c d e f g"], "n": 2}, False, LIMIT)
     assert isinstance(got, Params)
     assert [p.length for p in got.prompts] == [1, 3] and got.n == 2 and got.max_tokens == [16, 16]
+    tokens = parse({"prompt": [[1, 2, 3], [4]]}, False, LIMIT)
+    assert isinstance(tokens, Params) and [p.length for p in tokens.prompts] == [3, 1]
     assert isinstance(parse({"prompt": ["a", ""]}, False, LIMIT), bytes)
+    mixed = parse({"prompt": ["a b", [1, 2, 3]]}, False, LIMIT)  # vLLM 0.32 refuses a mixed list
+    assert isinstance(mixed, bytes) and _error(mixed)["param"] == "body.prompt.0"
 
 
 def _post(sim, path: str, body: dict) -> tuple[int, dict | str]:
@@ -110,6 +114,10 @@ def test_live_answers(start_sim):
     assert lp["tokens"][:2] == ["abcd", "efgh"] and lp["token_logprobs"][0] is None
     assert lp["text_offset"] == [0, 4, 8, 8 + len(lp["tokens"][2])] and len(lp["top_logprobs"][3]) == 2
     assert "".join(lp["tokens"]) == choice["text"]
+    prompt_lp = choice["prompt_logprobs"]
+    assert prompt_lp[0] is None and [next(iter(d.values()))["decoded_token"] for d in prompt_lp[1:]] == [
+        "efgh"
+    ]
 
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     status, out = _post(sim, "/v1/chat/completions", {**chat, "logprobs": True, "top_logprobs": 3})

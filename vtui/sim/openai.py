@@ -172,6 +172,17 @@ def _prompts(payload: dict, chat: bool) -> list[Prompt] | bytes:
     if isinstance(raw, list) and all(isinstance(t, int) for t in raw):
         return [Prompt(",".join(map(str, raw)), len(raw), detokenize(raw))]
     out: list[Prompt] = []
+    if isinstance(raw, list) and len({type(item) for item in raw}) > 1:  # vLLM: all texts or all token lists
+        return validation_error(
+            [
+                {
+                    "type": "int_parsing",
+                    "loc": "body.prompt.0",
+                    "msg": "Input should be a valid integer, unable to parse string as an integer",
+                    "input": raw[0],
+                }
+            ]
+        )
     if isinstance(raw, list):
         for item in raw:
             if isinstance(item, str) and item:

@@ -461,7 +461,13 @@ class SimServer:
             lp = None
             if k is not None:
                 lp = completion_logprobs(seeds[index], 0, echoed + tokens, k, 0, prompt=len(echoed))
-            choices.append(completion_choice(index, "".join(echoed + tokens), lp, reason))
+            choice = completion_choice(index, "".join(echoed + tokens), lp, reason)
+            if lp is not None and echoed:  # vLLM sends the prompt's logprobs too, keyed by token id
+                choice["prompt_logprobs"] = [None] + [
+                    {str(sum(piece.encode()) % 32000): {"logprob": v, "rank": 1, "decoded_token": piece}}
+                    for piece, v in zip(echoed[1:], lp["token_logprobs"][1 : len(echoed)], strict=True)
+                ]
+            choices.append(choice)
         return body(
             chat, rid, created, name, choices, usage(prompt_tokens, completion_tokens), self.cfg.version
         )
