@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from vtui.sim.openai import Params, parse
+from vtui.sim.openai import Params, model_not_found, parse
 
 LIMIT = 2048
 
@@ -38,6 +38,34 @@ def test_bad_values_are_400_in_vllms_words(chat, extra, message, param):
     got = parse({**payload, **extra}, chat, LIMIT)
     assert isinstance(got, bytes)
     assert _error(got) == {"message": message, "type": "BadRequestError", "param": param, "code": 400}
+
+
+def test_stream_options_without_stream_and_a_number_for_prompt_are_refused():
+    got = parse({"prompt": "hi", "stream_options": {"include_usage": True}}, False, LIMIT)
+    assert isinstance(got, bytes) and _error(got) == {
+        "message": "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+        "type": "BadRequestError",
+        "param": "stream_options",
+        "code": 400,
+    }
+    assert isinstance(parse({"prompt": "hi", "stream": True, "stream_options": {}}, False, LIMIT), Params)
+    number = parse({"prompt": 123}, False, LIMIT)
+    assert isinstance(number, bytes) and _error(number)["message"].startswith("4 validation errors:\n")
+    assert _error(number)["param"] == "body.prompt"
+
+
+def test_unknown_model_names_the_aliases_with_paths_hidden():
+    assert _error(model_not_found("nope", ["tiny", "tiny2"]))["message"] == (
+        "The model `nope` does not exist. Valid aliases: tiny, tiny2."
+    )
+    # measured with a model folder as the served name: vLLM's sanitizer eats the path and the full stop
+    hidden = _error(model_not_found("nope", ["/root/.cache/vtui-test/tiny-llama"]))
+    assert hidden == {
+        "message": "The model `nope` does not exist. Valid aliases: <path>",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
 
 
 def test_validation_errors_are_fastapis():
@@ -91,12 +119,18 @@ def _post(sim, path: str, body: dict) -> tuple[int, dict | str]:
 
 
 def test_live_answers(start_sim):
-    sim = start_sim("Qwen/Qwen3-8B", "--max-model-len", "2048")
+    sim = start_sim(
+        "Qwen/Qwen3-8B", "--max-model-len", "2048", "--served-model-name", "Qwen/Qwen3-8B", "other-name"
+    )
     status, out = _post(
         sim, "/v1/completions", {"prompt": "x" * 4 * 1800, "max_tokens": 2000, "ignore_eos": True}
     )
     assert status == 200 and out["usage"]["completion_tokens"] == 248  # capped, not refused
     assert out["choices"][0]["finish_reason"] == "length"
+    status, out = _post(sim, "/v1/completions", {"model": "other", "prompt": "hi", "max_tokens": 1})
+    assert status == 404 and out["error"]["message"].endswith("Valid aliases: Qwen/Qwen3-8B, other-name.")
+    status, out = _post(sim, "/v1/completions", {"model": "other-name", "prompt": "hi", "max_tokens": 1})
+    assert status == 200 and out["model"] == "Qwen/Qwen3-8B"  # the first served name, as vLLM answers
     status, out = _post(sim, "/v1/completions", {"prompt": "hi", "max_tokens": 3, "temperature": -1})
     assert status == 400 and out["error"]["param"] == "temperature"
 

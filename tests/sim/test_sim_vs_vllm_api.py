@@ -96,6 +96,9 @@ def _keyed_by_token(value: Any) -> bool:
 
 CHAT = [{"role": "user", "content": "hi"}]
 CASES: dict[str, tuple[str, dict, bool]] = {  # name -> (path, body, compare the error message too)
+    "unknown model": ("/v1/completions", {"model": "nope", "prompt": "hi", "max_tokens": 3}, True),
+    "stream_options alone": ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "stream_options": {"include_usage": True}}, True),
+    "prompt a number": ("/v1/completions", {"prompt": 123, "max_tokens": 3}, True),
     "temperature": ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "temperature": -1}, True),
     "no prompt": ("/v1/completions", {"max_tokens": 3}, True),
     "empty prompt": ("/v1/completions", {"prompt": "", "max_tokens": 3}, True),

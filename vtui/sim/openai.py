@@ -8,6 +8,7 @@ are words of a fixed list, chosen from a per-choice seed."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 WORDS = [
@@ -46,6 +47,18 @@ def count_tokens(text: str) -> int:
 def prompt_pieces(text: str) -> list[str]:
     """The sim's tokens of a prompt text: four characters each (as many as `count_tokens` counts)."""
     return [text[i : i + 4] for i in range(0, len(text), 4)] or [""]
+
+
+def sanitize(message: str) -> str:
+    """vLLM 0.32's sanitize_message over its error texts: file paths become `<path>`."""
+    message = re.sub(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+", "<path>", message)
+    message = re.sub(r"(?:/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message)
+    return message.strip()
+
+
+def model_not_found(name: str, served: list[str]) -> bytes:
+    message = f"The model `{name}` does not exist. Valid aliases: {', '.join(served)}."
+    return error_body(sanitize(message), "NotFoundError", 404, "model")
 
 
 def error_body(
@@ -162,6 +175,24 @@ def _prompts(payload: dict, chat: bool) -> list[Prompt] | bytes:
         text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         return [Prompt(text, count_tokens(text) + 4 * len(messages) + 3, text)]
     raw = payload.get("prompt")
+    if raw is not None and not isinstance(raw, str | list):  # pydantic's errors over the prompt's union
+        kinds = [
+            ("list_type", "list"),
+            ("list_type", "list"),
+            ("string_type", "string"),
+            ("list_type", "list"),
+        ]
+        return validation_error(
+            [
+                {
+                    "type": kind,
+                    "loc": "body.prompt",
+                    "msg": f"Input should be a valid {what}",
+                    "input": str(raw),
+                }
+                for kind, what in kinds
+            ]
+        )
     empty = param_error(
         "Either prompt or prompt_embeds must be provided and non-empty.", "prompt", show_value=False
     )
@@ -270,6 +301,10 @@ def parse(payload: dict, chat: bool, limit: int) -> Params | bytes:
             return param_error(f"{name} must be at least 1, got {capped}.", name, capped)
         caps.append(capped)
     options = payload.get("stream_options") or {}
+    if payload.get("stream_options") is not None and not payload.get("stream"):
+        return param_error(
+            "Stream options can only be defined when `stream=True`.", "stream_options", show_value=False
+        )
     return Params(
         prompts,
         caps,

@@ -33,6 +33,7 @@ from vtui.sim.openai import (
     fingerprint,
     json_error,
     missing,
+    model_not_found,
     parse,
     prompt_pieces,
     usage,
@@ -297,11 +298,10 @@ class SimServer:
             return self.respond(writer, 400, json_error(exc))
         if not isinstance(payload, dict):
             return self.respond(writer, 400, _error("Invalid JSON body", "BadRequestError", 400))
-        name = payload.get("model") or self.cfg.served_names[0]
-        if name not in self.cfg.served_names and name != self.cfg.model:
-            return self.respond(
-                writer, 404, _error(f"The model `{name}` does not exist.", "NotFoundError", 404, "model")
-            )
+        asked = payload.get("model")
+        if asked and asked not in self.cfg.served_names and asked != self.cfg.model:
+            return self.respond(writer, 404, model_not_found(str(asked), self.cfg.served_names))
+        name = self.cfg.served_names[0]  # vLLM answers with its first served name, whichever alias was asked
         params = parse(payload, chat, self.cfg.max_model_len)
         if isinstance(params, bytes):
             return self.respond(writer, 400, params)
