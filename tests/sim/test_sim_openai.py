@@ -119,18 +119,20 @@ def _post(sim, path: str, body: dict) -> tuple[int, dict | str]:
 
 
 def test_live_answers(start_sim):
-    sim = start_sim(
-        "Qwen/Qwen3-8B", "--max-model-len", "2048", "--served-model-name", "Qwen/Qwen3-8B", "other-name"
-    )
+    sim = start_sim("Qwen/Qwen3-8B", "--max-model-len", "2048", "--served-model-name", "tiny", "other-name")
     status, out = _post(
         sim, "/v1/completions", {"prompt": "x" * 4 * 1800, "max_tokens": 2000, "ignore_eos": True}
     )
     assert status == 200 and out["usage"]["completion_tokens"] == 248  # capped, not refused
     assert out["choices"][0]["finish_reason"] == "length"
     status, out = _post(sim, "/v1/completions", {"model": "other", "prompt": "hi", "max_tokens": 1})
-    assert status == 404 and out["error"]["message"].endswith("Valid aliases: Qwen/Qwen3-8B, other-name.")
+    assert status == 404 and out["error"]["message"].endswith("Valid aliases: tiny, other-name.")
+    # the model itself is no alias when served names are given
+    assert (
+        _post(sim, "/v1/completions", {"model": "Qwen/Qwen3-8B", "prompt": "hi", "max_tokens": 1})[0] == 404
+    )
     status, out = _post(sim, "/v1/completions", {"model": "other-name", "prompt": "hi", "max_tokens": 1})
-    assert status == 200 and out["model"] == "Qwen/Qwen3-8B"  # the first served name, as vLLM answers
+    assert status == 200 and out["model"] == "tiny"  # the first served name, as vLLM answers
     status, out = _post(sim, "/v1/completions", {"prompt": "hi", "max_tokens": 3, "temperature": -1})
     assert status == 400 and out["error"]["param"] == "temperature"
 

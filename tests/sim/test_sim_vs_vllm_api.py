@@ -162,13 +162,16 @@ def _chunks(text: str) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("usage", [False, True])
+@pytest.mark.parametrize("extra", ["usage", "plain", "logprobs"])
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-def test_stream_chunks_have_the_same_shape(servers: dict, path: str, usage: bool) -> None:
+def test_stream_chunks_have_the_same_shape(servers: dict, path: str, extra: str) -> None:
+    chat = "chat" in path
     body: dict = {"model": servers["model"], "max_tokens": 4, "stream": True, "ignore_eos": True}
-    body |= {"messages": CHAT} if "chat" in path else {"prompt": "a b"}
-    if usage:
+    body |= {"messages": CHAT} if chat else {"prompt": "a b"}
+    if extra == "usage":
         body["stream_options"] = {"include_usage": True}
+    elif extra == "logprobs":
+        body |= {"logprobs": True, "top_logprobs": 2} if chat else {"logprobs": 2}
     real = _request(servers["real"] + path, body=body)
     sim = _request(servers["sim"] + path, body=body)
     assert sim[0] == real[0] == 200

@@ -299,7 +299,7 @@ class SimServer:
         if not isinstance(payload, dict):
             return self.respond(writer, 400, _error("Invalid JSON body", "BadRequestError", 400))
         asked = payload.get("model")
-        if asked and asked not in self.cfg.served_names and asked != self.cfg.model:
+        if asked and asked not in self.cfg.served_names:  # vLLM: the served names only, not the model's path
             return self.respond(writer, 404, model_not_found(str(asked), self.cfg.served_names))
         name = self.cfg.served_names[0]  # vLLM answers with its first served name, whichever alias was asked
         params = parse(payload, chat, self.cfg.max_model_len)
