@@ -175,6 +175,10 @@ def test_live_answers(start_sim):
     assert out["output"][0]["content"][0]["type"] == "output_text"
     status, out = _post(sim, "/v1/responses", {"model": "Qwen/Qwen3-8B"})
     assert status == 400 and out["error"]["param"] == "body.input"
+    # vLLM's instrumentator counts every route but /health, /load, /ping, /version and /metrics
+    metrics = sim.get("/metrics")[1].decode()
+    for handler, code in (("/tokenize", "2xx"), ("/detokenize", "4xx"), ("/v1/responses", "2xx")):
+        assert f'http_requests_total{{handler="{handler}",method="POST",status="{code}"}}' in metrics, handler
 
 
 def _events(raw: str) -> list:

@@ -80,7 +80,8 @@ ROUTES = {
     "/tokenize": "POST",
     "/detokenize": "POST",
 }
-KNOWN_ROUTES = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions"})  # counted by HttpMetrics
+# counted by HttpMetrics (which leaves out what vLLM's instrumentator excludes): every route above
+KNOWN_ROUTES = frozenset(ROUTES)
 
 
 def _query_error(kind: str, name: str, msg: str, value: str, ctx: dict | None = None) -> bytes:
@@ -148,7 +149,7 @@ class SimServer:
                     status = await self.route(method, path, headers, body, writer)
                 finally:
                     self._head.discard(writer)
-                if path in KNOWN_ROUTES:
+                if path in KNOWN_ROUTES or (self.cfg.dev_mode and path in SLEEP_ROUTES):
                     self.http.record(
                         path, method, status, length, self._sent.get(writer, 0), time.perf_counter() - started
                     )
