@@ -1,10 +1,11 @@
 """The sim's OpenAI-compatible HTTP/1.1 server on bare asyncio streams (fast, no dependencies):
 /health, /version, /v1/models, /v1/completions, /v1/chat/completions (SSE streaming with usage, or one JSON
-body), /metrics, and vLLM's API-key check (401 on /v1 paths). With VLLM_SERVER_DEV_MODE=1 (`dev_mode`),
+body), /v1/responses (text in, one message out), /tokenize, /detokenize, /metrics, and vLLM's API-key check
+(401 on /v1 paths). Request checks and answer shapes are vLLM 0.32's (vtui.sim.openai). With VLLM_SERVER_DEV_MODE=1 (`dev_mode`),
 vLLM 0.32's sleep-mode routes: POST /sleep?level=0|1|2&mode=abort|wait|keep, POST /wake_up[?tags=…],
-GET /is_sleeping (a request sent while asleep waits for the wake, as vLLM queues it). Access lines in uvicorn's format. HEAD is
-answered wherever GET is, with GET's headers and no body (RFC 9110 §9.3.2); a 405 names the allowed
-methods in `allow`.
+GET /is_sleeping (a request sent while asleep waits for the wake, as vLLM queues it). Access lines in uvicorn's format. As in
+vLLM (FastAPI routes), a method a route does not list is a 405 naming the allowed one in `allow` -- HEAD
+included, answered without a body; only /metrics (a mounted app) answers every method.
 """
 
 from __future__ import annotations
@@ -19,34 +20,27 @@ from dataclasses import dataclass
 
 from vtui.sim.engine import PAUSE_MODES, Engine, WakeFailed, prompt_hashes
 from vtui.sim.httpmetrics import HttpMetrics
+from vtui.sim.openai import (
+    WORDS,
+    Params,
+    body,
+    chat_choice,
+    chat_logprobs,
+    completion_choice,
+    completion_logprobs,
+    count_tokens,
+    detokenize,
+    fingerprint,
+    json_error,
+    missing,
+    model_not_found,
+    parse,
+    prompt_pieces,
+    usage,
+    validation_error,
+)
 from vtui.sim.scheduler import Request
 
-WORDS = [
-    " the",
-    " model",
-    " token",
-    " of",
-    " a",
-    " cache",
-    " and",
-    " GPU",
-    " is",
-    " to",
-    " batch",
-    " in",
-    " vLLM",
-    " memory",
-    " fast",
-    " we",
-    " request",
-    " with",
-    " block",
-    " serve",
-    ".",
-    ",",
-    " it",
-    " for",
-]
 _WORDS_JSON = [json.dumps(w)[1:-1] for w in WORDS]
 REASONS = {
     200: "OK",
@@ -73,11 +67,21 @@ class ServerConfig:
 
 
 SLEEP_ROUTES = {"/sleep": "POST", "/wake_up": "POST", "/is_sleeping": "GET"}
-KNOWN_ROUTES = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions"})  # counted by HttpMetrics
-
-
-def count_tokens(text: str) -> int:
-    return max(1, (len(text) + 3) // 4)
+# vLLM 0.32's routes and the methods each allows (FastAPI adds no HEAD: HEAD /health is a 405 there)
+ROUTES = {
+    "/health": "GET",
+    "/load": "GET",
+    "/ping": "GET, POST",
+    "/version": "GET",
+    "/v1/models": "GET",
+    "/v1/completions": "POST",
+    "/v1/chat/completions": "POST",
+    "/v1/responses": "POST",
+    "/tokenize": "POST",
+    "/detokenize": "POST",
+}
+# counted by HttpMetrics (which leaves out what vLLM's instrumentator excludes): every route above
+KNOWN_ROUTES = frozenset(ROUTES)
 
 
 def _query_error(kind: str, name: str, msg: str, value: str, ctx: dict | None = None) -> bytes:
@@ -142,12 +146,10 @@ class SimServer:
                 if method == "HEAD":  # GET's answer without its body
                     self._head.add(writer)
                 try:
-                    status = await self.route(
-                        "GET" if method == "HEAD" else method, path, headers, body, writer
-                    )
+                    status = await self.route(method, path, headers, body, writer)
                 finally:
                     self._head.discard(writer)
-                if path in KNOWN_ROUTES:
+                if path in KNOWN_ROUTES or (self.cfg.dev_mode and path in SLEEP_ROUTES):
                     self.http.record(
                         path, method, status, length, self._sent.get(writer, 0), time.perf_counter() - started
                     )
@@ -174,14 +176,15 @@ class SimServer:
         writer: asyncio.StreamWriter,
         status: int,
         body: bytes,
-        ctype: str = "application/json",
+        ctype: str | None = "application/json",
         allow: str | None = None,
     ) -> int:
         head = writer in self._head
         self._sent[writer] = 0 if head else len(body)
         extra = f"allow: {allow}\r\n" if allow else ""
+        extra += f"content-type: {ctype}\r\n" if ctype else ""
         writer.write(
-            f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: uvicorn\r\ncontent-type: {ctype}\r\n"
+            f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: uvicorn\r\n"
             f"{extra}content-length: {len(body)}\r\n\r\n".encode()
             + (b"" if head else body)
         )
@@ -194,19 +197,22 @@ class SimServer:
             auth = headers.get("authorization", "")
             if not any(auth == f"Bearer {k}" for k in self.cfg.api_keys):
                 return self.respond(writer, 401, b'{"error":"Unauthorized"}')
-        if path in ("/health", "/ping", "/load") and method in ("GET", "POST"):
-            if path == "/load":
-                return self.respond(writer, 200, json.dumps({"server_load": self.in_flight}).encode())
-            return self.respond(writer, 200, b"", "application/json")
-        if path == "/version":
-            return self.respond(writer, 200, json.dumps({"version": self.cfg.version}).encode())
-        if path == "/metrics":
+        if path == "/metrics":  # prometheus' app, mounted: every method
             return self.respond(
                 writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8"
             )
-        if self.cfg.dev_mode and path in SLEEP_ROUTES:
-            if method != SLEEP_ROUTES[path]:
-                return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}', allow=SLEEP_ROUTES[path])
+        allowed = ROUTES.get(path) or (SLEEP_ROUTES.get(path) if self.cfg.dev_mode else None)
+        if allowed is None:
+            return self.respond(writer, 404, b'{"detail":"Not Found"}')
+        if method not in allowed.split(", "):
+            return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}', allow=allowed.split(", ")[0])
+        if path in ("/health", "/ping"):
+            return self.respond(writer, 200, b"", None)
+        if path == "/load":
+            return self.respond(writer, 200, json.dumps({"server_load": self.in_flight}).encode())
+        if path == "/version":
+            return self.respond(writer, 200, json.dumps({"version": self.cfg.version}).encode())
+        if path in SLEEP_ROUTES:
             return await self.sleep_route(path, self._query.get(writer, {}), writer)
         if path == "/v1/models":
             data: list[dict[str, object]] = [
@@ -223,15 +229,15 @@ class SimServer:
                 for name in self.cfg.served_names
             ]
             return self.respond(writer, 200, json.dumps({"object": "list", "data": data}).encode())
-        if path in ("/v1/completions", "/v1/chat/completions"):
-            if method != "POST":
-                return self.respond(writer, 405, b'{"detail":"Method Not Allowed"}', allow="POST")
-            self.in_flight += 1
-            try:
-                return await self.generate(path.endswith("chat/completions"), body, writer)
-            finally:
-                self.in_flight -= 1
-        return self.respond(writer, 404, b'{"detail":"Not Found"}')
+        if path in ("/tokenize", "/detokenize"):
+            return self.respond(writer, *self.tokenize(path == "/tokenize", body))
+        self.in_flight += 1
+        try:
+            if path == "/v1/responses":
+                return await self.responses(body, writer)
+            return await self.generate(path.endswith("chat/completions"), body, writer)
+        finally:
+            self.in_flight -= 1
 
     # -- sleep mode -----------------------------------------------------------------------------
     async def sleep_route(self, path: str, query: dict[str, list[str]], writer: asyncio.StreamWriter) -> int:
@@ -284,199 +290,325 @@ class SimServer:
         return self.respond(writer, 200, json.dumps({"status": "sleeping", "level": level}).encode())
 
     # -- generation -----------------------------------------------------------------------------
-    async def generate(self, chat: bool, body: bytes, writer: asyncio.StreamWriter) -> int:
+    async def generate(self, chat: bool, raw: bytes, writer: asyncio.StreamWriter) -> int:
+        """/v1/completions and /v1/chat/completions as vLLM 0.32 answers them: one choice per prompt
+        and sample (`n`), index in order; a stream's last token chunk carries its finish_reason."""
         try:
-            payload = json.loads(body or b"{}")
-            assert isinstance(payload, dict)
-        except (ValueError, AssertionError):
+            payload = json.loads(raw or b"{}")
+        except json.JSONDecodeError as exc:
+            return self.respond(writer, 400, json_error(exc))
+        if not isinstance(payload, dict):
             return self.respond(writer, 400, _error("Invalid JSON body", "BadRequestError", 400))
-        name = payload.get("model") or self.cfg.served_names[0]
-        if name not in self.cfg.served_names and name != self.cfg.model:
-            return self.respond(
-                writer, 404, _error(f"The model `{name}` does not exist.", "NotFoundError", 404, "model")
-            )
-        if chat:
-            messages = payload.get("messages") or []
-            if not isinstance(messages, list):
-                return self.respond(writer, 400, _error("messages must be a list", "BadRequestError", 400))
-            key = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-            prompt_len = count_tokens(key) + 4 * len(messages) + 3
-        else:
-            prompt = payload.get("prompt", "")
-            if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-                key, prompt_len = ",".join(map(str, prompt)), len(prompt)
-            else:
-                key = prompt if isinstance(prompt, str) else "".join(map(str, prompt))
-                prompt_len = count_tokens(key)
-        limit = self.cfg.max_model_len
-        max_tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
-        if max_tokens is None:
-            max_tokens = 16 if not chat else limit - prompt_len
-        try:
-            max_tokens = int(max_tokens)
-        except (TypeError, ValueError):
-            return self.respond(writer, 400, _error("max_tokens must be an integer", "BadRequestError", 400))
-        if prompt_len + max(0, max_tokens) > limit or max_tokens < 1:
-            msg = (
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the "
-                "completion). Please reduce the length of the messages or completion."
-            )
-            if max_tokens < 1:
-                msg = f"max_tokens must be at least 1, got {max_tokens}."
-            return self.respond(writer, 400, _error(msg, "BadRequestError", 400))
-        stream = bool(payload.get("stream"))
-        include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-        seed = hash(key) & 0xFFFF
-        stop_at = 1 << 30 if payload.get("ignore_eos") else 8 + (seed * 2654435761) % 600
+        asked = payload.get("model")
+        if asked and asked not in self.cfg.served_names:  # vLLM: the served names only, not the model's path
+            return self.respond(writer, 404, model_not_found(str(asked), self.cfg.served_names))
+        name = self.cfg.served_names[0]  # vLLM answers with its first served name, whichever alias was asked
+        params = parse(payload, chat, self.cfg.max_model_len)
+        if isinstance(params, bytes):
+            return self.respond(writer, 400, params)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
-        pieces: list[str] = []
-        head = (
-            f'data: {{"id":"{rid}","object":"{"chat.completion.chunk" if chat else "text_completion"}",'
-            f'"created":{created},"model":{json.dumps(name)},"choices":[{{"index":0,'
+        n = params.n
+        count = len(params.prompts) * n
+        texts: list[list[str]] = [[] for _ in range(count)]
+        reasons: list[str | None] = [None] * count
+        finished = [0]
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        top = f'"id":"{rid}","object":"{obj}","created":{created},"model":{json.dumps(name)}'
+        stream, k = params.stream, params.logprobs
+        last_extra = (
+            "" if params.include_usage else f',"system_fingerprint":"{fingerprint(self.cfg.version)}"'
         )
-        if chat:
-            mid, tail = '"delta":{"content":"', '"},"logprobs":null,"finish_reason":null}]}\n\n'
-        else:
-            mid, tail = '"text":"', '","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
 
-        def on_output(req: Request, n: int, reason: str | None) -> None:
-            i = req.output_len - 1
-            if stream:
-                if writer.is_closing():
-                    if not done.done():
-                        done.set_result("gone")
-                    return
-                chunk = ""
-                if n:
-                    chunk = head + mid + _WORDS_JSON[(seed + i) % len(WORDS)] + tail
+        def chunk(index: int, seed: int, i: int, token: str | None, reason: str | None) -> str:
+            text = "" if token is None else _WORDS_JSON[(seed + i) % len(WORDS)]
+            lp = "null"
+            if k is not None and token is not None:
+                lp = json.dumps(
+                    chat_logprobs(seed, i, [token], k)
+                    if chat
+                    else completion_logprobs(seed, i, [token], k, sum(map(len, texts[index][:-1])))
+                )
+            fin = "null" if reason is None else f'"{reason}"'
+            tail = ',"stop_reason":null' if reason else ""
+            if chat:
+                choice = f'"delta":{{"content":"{text}"}},"logprobs":{lp},"finish_reason":{fin}{tail},"token_ids":null'
+            else:
+                choice = (
+                    f'"text":"{text}","logprobs":{lp},"finish_reason":{fin},"stop_reason":null,'
+                    '"prompt_token_ids":null,"token_ids":null'
+                )
+            extra = last_extra if reason else ""
+            return f'data: {{{top},"choices":[{{"index":{index},{choice}}}]{extra}}}\n\n'
+
+        def watcher(index: int, seed: int) -> Callable[[Request, int, str | None], None]:
+            def on_output(req: Request, new: int, reason: str | None) -> None:
+                i = req.output_len - 1
+                token = WORDS[(seed + i) % len(WORDS)] if new else None
+                if token is not None:
+                    texts[index].append(token)
+                if stream:
+                    if writer.is_closing():
+                        if not done.done():
+                            done.set_result("gone")
+                        return
+                    if new or reason:
+                        data = chunk(index, seed, i, token, reason).encode()
+                        writer.write(b"%x\r\n%b\r\n" % (len(data), data))
                 if reason:
-                    chunk += self.final_chunks(chat, rid, created, name, reason, req, include_usage)
-                if chunk:
-                    data = chunk.encode()
-                    writer.write(b"%x\r\n%b\r\n" % (len(data), data))
-            elif n:
-                pieces.append(WORDS[(seed + i) % len(WORDS)])
-            if reason and not done.done():
-                done.set_result(reason)
+                    reasons[index] = reason
+                    finished[0] += 1
+                    if finished[0] == count and not done.done():
+                        done.set_result(reason)
 
-        req = Request(
-            rid,
-            prompt_len,
-            max_tokens,
-            time.monotonic(),
-            stop_at=stop_at,
-            block_hashes=prompt_hashes(key, prompt_len, self.cfg.block_size),
-            on_output=on_output,
-        )
+            return on_output
+
+        requests: list[Request] = []
+        seeds: list[int] = []
+        for p, prompt in enumerate(params.prompts):
+            for j in range(n):
+                seed = (hash(prompt.key) + j * 7919) & 0xFFFF
+                stop_at = 1 << 30 if params.ignore_eos else 8 + (seed * 2654435761) % 600
+                seeds.append(seed)
+                requests.append(
+                    Request(
+                        f"{rid}-{p}-{j}" if count > 1 else rid,
+                        prompt.length,
+                        params.max_tokens[p],
+                        time.monotonic(),
+                        stop_at=stop_at,
+                        block_hashes=prompt_hashes(prompt.key, prompt.length, self.cfg.block_size),
+                        on_output=watcher(len(requests), seed),
+                        n=n,
+                    )
+                )
         if stream:
             writer.write(
                 b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                 b"transfer-encoding: chunked\r\n\r\n"
             )
             if chat:
-                first = (
-                    head
-                    + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
-                )
-                data = first.encode()
-                writer.write(b"%x\r\n%b\r\n" % (len(data), data))
-        self.engine.add(req)
+                for index in range(count):
+                    first = (
+                        f'data: {{{top},"choices":[{{"index":{index},"delta":{{"role":"assistant","content":""}},'
+                        '"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n'
+                    )
+                    data = first.encode()
+                    writer.write(b"%x\r\n%b\r\n" % (len(data), data))
+        for req in requests:
+            self.engine.add(req)
         try:
-            reason = await done
+            await done
         except asyncio.CancelledError:
-            self.engine.abort(req)
+            for req in requests:
+                self.engine.abort(req)
             raise
-        if reason == "gone":
-            self.engine.abort(req)
+        prompt_tokens = sum(prompt.length for prompt in params.prompts)
+        completion_tokens = sum(req.output_len for req in requests)
+        if done.result() == "gone":
+            for req in requests:
+                self.engine.abort(req)
             return 200
         if stream:
-            writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+            tail = ""
+            if params.include_usage:
+                use = json.dumps(
+                    usage(prompt_tokens, completion_tokens, details=False), separators=(",", ":")
+                )
+                tail = f'data: {{{top},"choices":[],"usage":{use},"system_fingerprint":"{fingerprint(self.cfg.version)}"}}\n\n'
+            data = (tail + "data: [DONE]\n\n").encode()
+            writer.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
             try:
                 await writer.drain()
             except ConnectionError:
                 pass
             return 200
-        usage = {
-            "prompt_tokens": req.prompt_len,
-            "total_tokens": req.prompt_len + req.output_len,
-            "completion_tokens": req.output_len,
-            "prompt_tokens_details": None,
-        }
-        text = "".join(pieces)
-        if chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
-                "logprobs": None,
-                "finish_reason": reason,
-                "stop_reason": None,
-            }
-            obj = "chat.completion"
-        else:
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": reason,
-                "stop_reason": None,
-            }
-            obj = "text_completion"
-        out = {
-            "id": rid,
-            "object": obj,
-            "created": created,
-            "model": name,
-            "choices": [choice],
-            "usage": usage,
-        }
-        return self.respond(writer, 200, json.dumps(out).encode())
-
-    @staticmethod
-    def final_chunks(
-        chat: bool, rid: str, created: int, name: str, reason: str, req: Request, include_usage: bool
-    ) -> str:
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        if chat:
-            choice = {
-                "index": 0,
-                "delta": {"content": ""},
-                "logprobs": None,
-                "finish_reason": reason,
-                "stop_reason": None,
-            }
-        else:
-            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": reason, "stop_reason": None}
-        out = (
-            "data: "
-            + json.dumps(
-                {"id": rid, "object": obj, "created": created, "model": name, "choices": [choice]},
-                separators=(",", ":"),
-            )
-            + "\n\n"
-        )
-        if include_usage:
-            usage = {
-                "prompt_tokens": req.prompt_len,
-                "total_tokens": req.prompt_len + req.output_len,
-                "completion_tokens": req.output_len,
-            }
-            out += (
-                "data: "
-                + json.dumps(
-                    {
-                        "id": rid,
-                        "object": obj,
-                        "created": created,
-                        "model": name,
-                        "choices": [],
-                        "usage": usage,
-                    },
-                    separators=(",", ":"),
+        return self.respond(
+            writer,
+            200,
+            json.dumps(
+                self.answer(
+                    chat, rid, created, name, params, texts, reasons, seeds, prompt_tokens, completion_tokens
                 )
-                + "\n\n"
+            ).encode(),
+        )
+
+    def answer(
+        self,
+        chat: bool,
+        rid: str,
+        created: int,
+        name: str,
+        params: Params,
+        texts: list[list[str]],
+        reasons: list[str | None],
+        seeds: list[int],
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> dict:
+        """The one JSON body of a request that did not stream."""
+        k = params.logprobs
+        choices = []
+        for index, tokens in enumerate(texts):
+            reason = reasons[index] or "length"
+            if chat:
+                lp = chat_logprobs(seeds[index], 0, tokens, k) if k is not None else None
+                choices.append(chat_choice(index, "".join(tokens), lp, reason))
+                continue
+            prompt = params.prompts[index // params.n]
+            echoed = prompt_pieces(prompt.text) if params.echo else []
+            lp = None
+            if k is not None:
+                lp = completion_logprobs(seeds[index], 0, echoed + tokens, k, 0, prompt=len(echoed))
+            choice = completion_choice(index, "".join(echoed + tokens), lp, reason)
+            if lp is not None and echoed:  # vLLM sends the prompt's logprobs too, keyed by token id
+                choice["prompt_logprobs"] = [None] + [
+                    {str(sum(piece.encode()) % 32000): {"logprob": v, "rank": 1, "decoded_token": piece}}
+                    for piece, v in zip(echoed[1:], lp["token_logprobs"][1 : len(echoed)], strict=True)
+                ]
+            choices.append(choice)
+        return body(
+            chat, rid, created, name, choices, usage(prompt_tokens, completion_tokens), self.cfg.version
+        )
+
+    def tokenize(self, encode: bool, raw: bytes) -> tuple[int, bytes]:
+        """POST /tokenize ({"prompt"} or {"messages"}) and POST /detokenize ({"tokens"}), vLLM 0.32's shapes."""
+        try:
+            payload = json.loads(raw or b"null")
+        except json.JSONDecodeError as exc:
+            return 400, json_error(exc)
+        if not isinstance(payload, dict):
+            payload = {}
+        if not encode:
+            tokens = payload.get("tokens")
+            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+                return 400, validation_error([missing("tokens", payload)])
+            return 200, json.dumps({"prompt": detokenize(tokens)}).encode()
+        if "prompt" in payload:
+            text = str(payload["prompt"])
+            count = count_tokens(text)
+        elif isinstance(payload.get("messages"), list):
+            messages = payload["messages"]
+            text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+            count = count_tokens(text) + 4 * len(messages) + 3
+        else:
+            return 400, validation_error([missing("prompt", payload), missing("messages", payload)])
+        ids = [sum(piece.encode()) % 32000 for piece in prompt_pieces(text)]
+        ids = (ids + [1] * count)[:count]
+        answer = {"count": count, "max_model_len": self.cfg.max_model_len, "tokens": ids, "token_strs": None}
+        return 200, json.dumps(answer).encode()
+
+    async def responses(self, raw: bytes, writer: asyncio.StreamWriter) -> int:
+        """POST /v1/responses, the basic form: text (or messages) in, one assistant message out; no stream."""
+        try:
+            payload = json.loads(raw) if raw else None
+        except json.JSONDecodeError as exc:
+            return self.respond(writer, 400, json_error(exc))
+        if payload is None:
+            return self.respond(
+                writer,
+                400,
+                validation_error(
+                    [{"type": "missing", "loc": "body", "msg": "Field required", "input": "None"}]
+                ),
             )
-        return out
+        if not isinstance(payload, dict) or "input" not in payload:
+            return self.respond(writer, 400, validation_error([missing("input", payload or {})]))
+        given = payload["input"]
+        messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        chat: dict = {"model": payload.get("model"), "messages": messages}
+        if payload.get("max_output_tokens") is not None:
+            chat["max_tokens"] = payload["max_output_tokens"]
+        for key in ("temperature", "top_p"):
+            if payload.get(key) is not None:
+                chat[key] = payload[key]
+        sink = _Sink()
+        status = await self.generate(True, json.dumps(chat).encode(), sink)  # type: ignore[arg-type]
+        self._sent.pop(sink, None)  # type: ignore[call-overload]
+        if status != 200:
+            return self.respond(writer, status, sink.body)
+        done = json.loads(sink.body)
+        choice, use = done["choices"][0], done["usage"]
+        complete = choice["finish_reason"] != "length"
+        answer = {
+            "id": "resp_" + uuid.uuid4().hex[:16],
+            "created_at": done["created"],
+            "incomplete_details": None if complete else {"reason": "max_output_tokens"},
+            "instructions": payload.get("instructions"),
+            "metadata": payload.get("metadata"),
+            "model": done["model"],
+            "object": "response",
+            "output": [
+                {
+                    "id": "msg_" + uuid.uuid4().hex[:16],
+                    "content": [
+                        {
+                            "annotations": [],
+                            "text": choice["message"]["content"],
+                            "type": "output_text",
+                            "logprobs": None,
+                        }
+                    ],
+                    "role": "assistant",
+                    "status": "completed",
+                    "type": "message",
+                    "phase": None,
+                }
+            ],
+            "parallel_tool_calls": True,
+            "temperature": float(payload.get("temperature", 1.0)),
+            "tool_choice": "none",
+            "tools": [],
+            "top_p": float(payload.get("top_p", 1.0)),
+            "background": False,
+            "max_output_tokens": payload.get("max_output_tokens"),
+            "max_tool_calls": None,
+            "previous_response_id": None,
+            "prompt": None,
+            "reasoning": None,
+            "service_tier": "auto",
+            "status": "completed" if complete else "incomplete",
+            "text": None,
+            "top_logprobs": None,
+            "truncation": "disabled",
+            "usage": {
+                "input_tokens": use["prompt_tokens"],
+                "input_tokens_details": {
+                    "cached_tokens": 0,
+                    "cache_write_tokens": 0,
+                    "input_tokens_per_turn": [],
+                    "cached_tokens_per_turn": [],
+                },
+                "output_tokens": use["completion_tokens"],
+                "output_tokens_details": {
+                    "reasoning_tokens": 0,
+                    "tool_output_tokens": 0,
+                    "output_tokens_per_turn": [],
+                    "tool_output_tokens_per_turn": [],
+                },
+                "total_tokens": use["total_tokens"],
+            },
+            "user": None,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "input_messages": None,
+            "output_messages": None,
+        }
+        return self.respond(writer, 200, json.dumps(answer).encode())
+
+
+class _Sink:
+    """A writer that keeps the one answer `generate` writes (for /v1/responses, which wraps it)."""
+
+    def __init__(self) -> None:
+        self.body = b""
+
+    def write(self, data: bytes) -> None:
+        self.body = data.split(b"\r\n\r\n", 1)[-1]
+
+    def is_closing(self) -> bool:
+        return False
