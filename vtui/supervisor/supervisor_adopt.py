@@ -40,6 +40,7 @@ class AdoptMixin(SupervisorBase):
                 continue
             record = self.store.load(self.session, spec.name)
             if record is None:
+                await asyncio.to_thread(self._kill_orphans, spec.name)
                 self._restore_outcome(spec)
                 continue
             if record.pid == 0:  # launch begun, never confirmed: its processes carry the marker
@@ -140,6 +141,14 @@ class AdoptMixin(SupervisorBase):
             failed_at=outcome.failed_at,
             diagnosis=outcome.diagnosis,
         )
+
+    def _kill_orphans(self, name: str) -> None:
+        """Processes marked as this session's `name` while it has no run record are a lost launch's (the
+        record is written before the spawn and removed only once its processes are gone or killed): a
+        pump that finished forking after an earlier look killed the rest. Killed, and said."""
+        killed = kill_marked(f"{self.session}/{name}")
+        if killed:
+            self._notice(name, "warning", f"{name}: killed processes of a lost launch {killed}")
 
     def _found_launched(self, record: RunRecord) -> Any:
         """The process tree of a launch recorded ahead of its spawn (the launcher died before the
