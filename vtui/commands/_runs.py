@@ -336,6 +336,9 @@ def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = No
         "group": instance.get("group"),
         "role": instance.get("role"),
         "workers": instance.get("workers"),
+        # its operation queue (supervisor.opqueue): the one running and the one waiting behind it
+        "operation": instance.get("operation"),
+        "waiting": instance.get("waiting"),
     }
 
 

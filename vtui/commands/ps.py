@@ -107,7 +107,7 @@ def table(rows: list[dict]) -> list[str]:
         [
             row["name"],
             *([row.get("host") or "local"] if hosts else []),
-            row["state"],
+            state_cell(row),
             str(row["pid"] or "-"),
             str(row["port"] or "-"),
             ",".join(map(str, row["gpus"])) or "-",
@@ -129,6 +129,14 @@ def table(rows: list[dict]) -> list[str]:
         if row["last_error"] and row["state"] not in ("ready", "starting"):
             out.append(f"{'':<{widths[0]}} └ {row['last_error']}")
     return out
+
+
+def state_cell(row: dict) -> str:
+    """The state, and the operation under way with the one waiting: "ready (restart, 1 waiting)"."""
+    operation, waiting = row.get("operation"), row.get("waiting")
+    if not operation:
+        return str(row["state"])
+    return f"{row['state']} ({operation}{f', {waiting} waiting' if waiting else ''})"
 
 
 def _model_cell(row: dict) -> str:

@@ -184,7 +184,10 @@ def run(args: argparse.Namespace) -> int:
             return code
     follower = None if args.json else follow_feed(session.client, _only(name, progress_printer()))
     try:
-        session.client.post("/restart", {"name": name, "set": set_flags, "unset": unset}, timeout=None)
+        answer = session.client.post(
+            "/restart", {"name": name, "set": set_flags, "unset": unset}, timeout=None
+        )
+        _merged(name, set_flags, unset, answer.get("flags") or {})
         states = session.client.post("/wait", {"names": [name], "timeout": args.timeout}, timeout=None)
         if follower is not None:  # its progress lines before the summary, and none after it
             follower.settle(states["states"])
@@ -224,6 +227,20 @@ def run(args: argparse.Namespace) -> int:
     if not ready and args.save:
         print(f"vtui restart: {name} did not reach READY; {layout_path} left as it is", file=sys.stderr)
     return code
+
+
+def _merged(name: str, set_flags: dict[str, Any], unset: list[str], started: dict[str, Any]) -> None:
+    """Another client's restart of `name` came at the same time: the supervisor ran one restart with
+    both changes, the newest last (`supervisor.opqueue`). Say so where ours did not win."""
+    lost = [k for k, v in set_flags.items() if started.get(k) not in (v, "***")]
+    lost += [k for k in unset if k in started]
+    if lost:
+        print(
+            f"vtui restart: another restart of {name} came at the same time and changed "
+            f"{', '.join(sorted(lost))}: it runs with "
+            + " ".join(f"--{k} {started[k]}" for k in sorted(lost) if k in started),
+            file=sys.stderr,
+        )
 
 
 def _rolling(args: argparse.Namespace, session: Any, replicas: list[str]) -> int:

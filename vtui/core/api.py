@@ -45,7 +45,9 @@ class SupervisorApi(Protocol):
 
     async def stop(self, names: Iterable[str] | None = None) -> None: ...
 
-    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None: ...
+    async def restart(  # the flags the instance started with, where the supervisor says
+        self, name: str, spec: InstanceSpec | None = None
+    ) -> Mapping[str, FlagValue] | None: ...
 
     async def sleep(self, name: str, level: int = 1) -> None: ...  # vLLM sleep mode: READY -> ASLEEP
 

@@ -54,7 +54,17 @@ class Notice:
     text: str
 
 
-Event = StateChanged | PhaseChanged | LogLines | ProcessExited | Notice
+@dataclass(frozen=True, slots=True)
+class OperationChanged:
+    """What runs and what waits in an instance's operation queue changed (`supervisor.opqueue`)."""
+
+    instance: str
+    running: str | None  # the label of the running operation ("restart", "fix", "stop"…)
+    waiting: str | None  # the label of the one waiting behind it
+    at: float
+
+
+Event = StateChanged | PhaseChanged | LogLines | ProcessExited | Notice | OperationChanged
 
 
 def gone(event: Event, names: Container[str]) -> bool:

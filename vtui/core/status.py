@@ -33,6 +33,8 @@ class InstanceStatus:
     failed_at: float | None = None  # when the last run ended in CRASHED / FAILED (wall clock)
     diagnosis: str | None = None  # the kind of the last failure's first recognised problem
     host: str | None = None  # the host label of an instance of another machine's session (vtui --host)
+    operation: str | None = None  # the operation running now ("restart", "fix"…: supervisor.opqueue)
+    waiting: str | None = None  # the operation waiting behind it
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,15 @@ import json
 from typing import Any
 
 from vtui.core.atomic import atomic_write_text
-from vtui.core.events import Event, LogLines, PhaseChanged, ProcessExited, StateChanged, gone
+from vtui.core.events import (
+    Event,
+    LogLines,
+    OperationChanged,
+    PhaseChanged,
+    ProcessExited,
+    StateChanged,
+    gone,
+)
 from vtui.core.runstate import masked
 from vtui.core.state import State
 from vtui.service.history import HeldLines
@@ -75,7 +83,7 @@ class BroadcastMixin(ServiceBase):
             if self._feeds:  # nobody listening: nothing held (a client attaching later reads /logs)
                 self._hold_lines(event.instance, event.lines)
             return
-        if isinstance(event, (StateChanged, PhaseChanged, ProcessExited)) or gone(
+        if isinstance(event, (StateChanged, PhaseChanged, ProcessExited, OperationChanged)) or gone(
             event, self.supervisor.instances
         ):
             self._broadcast_status()  # first: a client hearing of the event already has the snapshot

@@ -13,6 +13,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from vtui.core.events import Event, Notice
+from vtui.core.model import InstanceSpec
+from vtui.core.operation import OperationConflict
 from vtui.core.runstate import masked
 from vtui.service.schema import (
     MAX_LOG_LINES,
@@ -24,7 +26,7 @@ from vtui.service.schema import (
 )
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import point_of
-from vtui.supervisor.attached import Attached
+from vtui.supervisor.attached import Attached, attached_refusal
 from vtui.supervisor.logfile import read_older, read_tail
 from vtui.supervisor.notify import Notifier
 from vtui.supervisor.preflight import PreflightError
@@ -44,7 +46,7 @@ class HandlerMixin(ServiceBase):
             return exc.status, {"error": str(exc), "problems": exc.problems}
         except PreflightError as exc:
             return 409, {"error": "preflight", "problems": list(exc.problems)}
-        except SleepRefused as exc:
+        except (SleepRefused, OperationConflict) as exc:
             return 409, {"error": str(exc), "problems": [str(exc)]}
         except Exception as exc:  # noqa: BLE001 — a bug: said, logged, the supervisor carries on
             log(f"{method} {target[:200]}: {exc!r}")
@@ -223,11 +225,18 @@ class HandlerMixin(ServiceBase):
         inst = self.supervisor.instances[name]
         self._refuse_unresolved([name])
         set_flags = body.get("set") or {}
-        unset = body.get("unset") or []
+        unset = tuple(body.get("unset") or [])
         check_flags(set_flags, self.flag_table, "set")
-        spec = inst.spec.with_flags(set_flags, tuple(unset)) if (set_flags or unset) else None
-        await self.supervisor.restart(name, spec)
-        return {"ok": True, "flags": masked(self.supervisor.instances[name].spec.flags)}
+        if isinstance(inst, Attached):
+            raise BadRequest(attached_refusal(inst.spec, "restart"), 409)
+
+        def change(spec: InstanceSpec) -> InstanceSpec:  # on the flags it runs with when its turn comes
+            return spec.with_flags(set_flags, unset)
+
+        flags = await self.supervisor.restart(
+            name, change=change if (set_flags or unset) else None, label=body.get("label") or "restart"
+        )
+        return {"ok": True, "flags": masked(flags)}
 
     async def _set_pending(self, body: dict[str, Any]) -> dict[str, Any]:
         """A dashboard's flag edits of one instance, not yet applied (`flags`: the whole set as edited;

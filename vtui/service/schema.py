@@ -53,6 +53,14 @@ def string(value: Any) -> str | None:
     return None if isinstance(value, str) else f"expected a string, got {_type_name(value)}"
 
 
+def label(value: Any) -> str | None:
+    """A short printable word or two: what `ps` and the dashboard show for an operation."""
+    if not isinstance(value, str):
+        return f"expected a string, got {_type_name(value)}"
+    ok = 0 < len(value) <= 32 and value.isprintable()
+    return None if ok else "expected 1 to 32 printable characters"
+
+
 def boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else f"expected true or false, got {_type_name(value)}"
 
@@ -131,6 +139,7 @@ def _schema(required: Iterable[str] = (), **fields: Check) -> Schema:
 
 NAMES = optional(strings())
 NAME = string
+LABEL = label  # what an operation is called in `ps` ("fix", "rollback", "tune trial")
 EMPTY = _schema()
 
 BODIES: dict[tuple[str, str], Schema] = {
@@ -146,7 +155,9 @@ BODIES: dict[tuple[str, str], Schema] = {
     ("POST", "/wake"): _schema(["name"], name=NAME),
     ("POST", "/wait"): _schema(names=NAMES, timeout=optional(seconds)),
     ("POST", "/stop"): _schema(names=NAMES, grace=optional(seconds)),
-    ("POST", "/restart"): _schema(["name"], name=NAME, set=optional(flag_map), unset=optional(strings(500))),
+    ("POST", "/restart"): _schema(
+        ["name"], name=NAME, set=optional(flag_map), unset=optional(strings(500)), label=optional(LABEL)
+    ),
     ("POST", "/pending"): _schema(["name"], name=NAME, flags=optional(flag_map), base=optional(flag_map)),
     ("POST", "/logs"): _schema(
         ["name", "before"], name=NAME, n=integer(0, MAX_LOG_LINES), before=strings(10_000, empty=False)

@@ -22,7 +22,15 @@ from typing import Any
 
 import orjson
 
-from vtui.core.events import Event, LogLines, Notice, PhaseChanged, ProcessExited, StateChanged
+from vtui.core.events import (
+    Event,
+    LogLines,
+    Notice,
+    OperationChanged,
+    PhaseChanged,
+    ProcessExited,
+    StateChanged,
+)
 from vtui.core.runstate import spec_from_dict, spec_to_dict
 from vtui.core.state import Phase, State
 from vtui.core.status import InstanceStatus
@@ -74,6 +82,7 @@ _EVENTS: dict[str, type] = {
     "lines": LogLines,
     "exited": ProcessExited,
     "notice": Notice,
+    "operation": OperationChanged,
 }
 _KIND = {cls: kind for kind, cls in _EVENTS.items()}
 
@@ -111,6 +120,8 @@ def decode_event(data: dict[str, Any]) -> Event:
         return ProcessExited(data["instance"], data["pid"], data.get("returncode"), data["at"])
     if kind == "notice":
         return Notice(data.get("instance"), data["level"], data["text"])
+    if kind == "operation":
+        return OperationChanged(data["instance"], data.get("running"), data.get("waiting"), data["at"])
     raise ValueError(f"unknown event kind {kind!r}")
 
 
@@ -130,6 +141,8 @@ def encode_status(status: InstanceStatus, **extra: Any) -> dict[str, Any]:
         "next_restart_at": status.next_restart_at,
         "failed_at": status.failed_at,
         "diagnosis": status.diagnosis,
+        "operation": status.operation,
+        "waiting": status.waiting,
         **extra,
     }
 
@@ -150,6 +163,8 @@ def decode_status(data: dict[str, Any]) -> InstanceStatus:
         next_restart_at=data.get("next_restart_at"),
         failed_at=data.get("failed_at"),
         diagnosis=data.get("diagnosis"),
+        operation=data.get("operation"),
+        waiting=data.get("waiting"),
     )
 
 

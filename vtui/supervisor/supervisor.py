@@ -26,6 +26,7 @@ from vtui.core.state import State
 from vtui.core.status import InstanceStatus
 from vtui.supervisor.attached import Attached, AttachedProber, is_attached
 from vtui.supervisor.launcher import Launcher, OsLauncher
+from vtui.supervisor.opqueue import Operation, Runner
 from vtui.supervisor.preflight import PreflightError
 from vtui.supervisor.replicas import RouterHub, supervised
 from vtui.supervisor.startgate import StartGate, Sweeper
@@ -97,6 +98,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self._policy_stops = {}  # liveness / stuck restarts under way
         self._sleeps = {}  # idle sleeps under way
         self._refusals = {}  # launches the GPU memory check refused, by instance
+        self._ops = {}  # each instance's operation queue (supervisor.opqueue)
         self.prober = AttachedProber()  # attached servers' /health (the launcher's `probe` first, if any)
         self.edits = PendingEdits()  # dashboards' flag edits not yet applied (core.pending)
 
@@ -184,8 +186,8 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
                 await self.start(grown)
             for name in shrunk:
                 if name in self.instances:
-                    await self._stop_one(name)
-                    self._forget(name)
+                    op = self._queue(name).submit("stop", self._scaled_away(name), label="scale down")
+                    await asyncio.shield(op.future)
 
         task = asyncio.create_task(scale())
         self._rescales.add(task)
@@ -195,6 +197,13 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self._rescales.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._notice(None, "error", f"rescaling a replica group failed: {exc}")
+
+    def _scaled_away(self, name: str) -> Runner:
+        async def run(_op: Operation) -> None:  # one operation: nobody sees it stopped, not yet forgotten
+            await self._stop_one(name)
+            self._forget(name)
+
+        return run
 
     def _forget(self, name: str) -> None:
         """A replica the layout no longer names, stopped: no longer supervised or listed."""
@@ -286,7 +295,9 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
 
         def settled(name: str) -> bool:  # one gone meanwhile (a replica scaled away) waits for nothing
             inst = self.instances.get(name)
-            return inst is None or (inst.settled and name not in self._pending)
+            queue = self._ops.get(name)
+            idle = queue is None or queue.idle
+            return inst is None or (inst.settled and name not in self._pending and idle)
 
         async def settle() -> None:
             while not all(settled(n) for n in wanted):
@@ -308,6 +319,8 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         """End supervision. By default instances keep running (a later vtui re-adopts them)."""
         if stop_instances:
             await self.stop()
+        for queue in list(self._ops.values()):
+            await queue.close()
         for task in [
             *self._rescales,
             *self._pending.values(),

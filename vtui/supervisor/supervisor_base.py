@@ -10,12 +10,13 @@ calls on another.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.clock import Clock
-from vtui.core.events import Event, LogLines, Notice, StateChanged, subscribe_to
+from vtui.core.events import Event, LogLines, Notice, OperationChanged, StateChanged, subscribe_to
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
@@ -25,6 +26,7 @@ from vtui.core.status import InstanceStatus, status_of
 from vtui.supervisor.attached import Attached, AttachedProber, is_attached
 from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logfile import LogTailer
+from vtui.supervisor.opqueue import OperationQueue
 from vtui.supervisor.replicas import RouterHub, members
 from vtui.supervisor.startgate import StartGate, Sweeper
 from vtui.supervisor.supervision import log_path_for
@@ -62,6 +64,7 @@ class SupervisorBase:
     _policy_stops: dict[str, asyncio.Task]
     _sleeps: dict[str, asyncio.Task]
     _refusals: dict[str, list[str]]
+    _ops: dict[str, OperationQueue]  # each instance's operations, one at a time (`supervisor.opqueue`)
 
     if TYPE_CHECKING:  # defined by the mixins
 
@@ -74,6 +77,10 @@ class SupervisorBase:
         def _ensure_loops(self) -> None: ...
 
         async def _launch_when_clear(self, name: str, *, initial: bool, force: bool = False) -> None: ...
+
+        async def _do_start(self, wanted: list[str], force: bool = False) -> None: ...
+
+        async def _stop_one(self, name: str, grace: float | None = None) -> None: ...
 
         async def _probe_attached(self, attached: list[Attached]) -> None: ...
 
@@ -90,6 +97,23 @@ class SupervisorBase:
             session=self.session,
             log_path=log_path_for(self.session, spec.name),
         )
+
+    def _queue(self, name: str) -> OperationQueue:
+        """`name`'s operation queue (made on first use; kept while the supervisor runs)."""
+        queue = self._ops.get(name)
+        if queue is None:
+
+            def changed() -> None:
+                running, waiting = self._ops[name].snapshot()
+                self._emit(OperationChanged(name, running, waiting, self.clock.time()))
+
+            def preempt() -> None:  # a stop waits: a launch not yet spawned is not worth waiting for
+                pending = self._pending.get(name)
+                if pending is not None:
+                    pending.cancel()
+
+            queue = self._ops[name] = OperationQueue(name, on_change=changed, preempt=preempt)
+        return queue
 
     def _member_states(self) -> dict[str, tuple[InstanceSpec, State]]:
         # list(): the drain's stop_routing asks from the stop's thread
@@ -137,6 +161,8 @@ class SupervisorBase:
         return subscribe_to(self._subscribers, callback)
 
     def _emit(self, event: Event) -> None:
+        if isinstance(event, OperationChanged) and self._changed is not None:
+            self._changed.set()  # `wait_settled` waits for the queue too
         if isinstance(event, StateChanged):
             self._record_state(event)
             if self._changed is not None:
@@ -157,7 +183,15 @@ class SupervisorBase:
 
     # -- snapshots -------------------------------------------------------------------------------
     def status(self) -> tuple[InstanceStatus, ...]:
-        return tuple(status_of(self.instances[s.name]) for s in self._layout.instances)
+        return tuple(self._status(s.name) for s in self._layout.instances)
+
+    def _status(self, name: str) -> InstanceStatus:
+        status = status_of(self.instances[name])
+        queue = self._ops.get(name)
+        if queue is None or queue.idle:
+            return status
+        running, waiting = queue.snapshot()
+        return dataclasses.replace(status, operation=running, waiting=waiting)
 
     def pids_of(self, name: str) -> set[int]:
         inst = self.instances[name]

@@ -13,6 +13,7 @@ from vtui.core.model import InstanceSpec
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import LogTailer
+from vtui.supervisor.opqueue import Operation, Runner
 from vtui.supervisor.preflight import PreflightError, gpu_memory_check, preflight
 from vtui.supervisor.supervision import intent_record, launch_spec, log_path_for, run_record
 from vtui.supervisor.supervisor_base import SupervisorBase
@@ -23,11 +24,40 @@ class LaunchMixin(SupervisorBase):
         """Preflight, then launch (in layout order; after each instance's stagger; one after another
         on a shared GPU; each after the GPU memory check). Returns once every named instance has been
         spawned (or failed to spawn); raises PreflightError naming what the memory check refused
-        (unless `force`). Live and adopted instances are left alone."""
+        (unless `force`). Live and adopted instances are left alone.
+
+        Through each instance's operation queue (`supervisor.opqueue`): the instances with nothing
+        running start together as one batch (one preflight over all of them); one busy with another
+        operation joins or waits for it by the queue's table."""
         self._ensure_loops()
         if not self._adopted_once:
             await self.adopt()
         wanted = self._names(names)
+        if names is None:  # "everything" does not fight a stop under way (a replica scaled away)
+            wanted = [n for n in wanted if not self._queue(n).stopping]
+        free = [n for n in wanted if self._queue(n).idle]
+        ops = [self._queue(n).submit("start", self._starter([n], force)) for n in wanted if n not in free]
+        if free:
+            batch = asyncio.ensure_future(self._do_start(free, force))
+            ops += [self._queue(n).submit("start", _joiner(batch)) for n in free]
+        results = await asyncio.gather(*(asyncio.shield(op.future) for op in ops), return_exceptions=True)
+        refused: list[str] = []
+        for result in results:
+            if isinstance(result, PreflightError):
+                refused += [p for p in result.problems if p not in refused]
+            elif isinstance(result, BaseException):
+                raise result
+        if refused:
+            raise PreflightError(refused)
+
+    def _starter(self, names: list[str], force: bool) -> Runner:
+        async def run(_op: Operation) -> None:
+            await self._do_start(names, force)
+
+        return run
+
+    async def _do_start(self, wanted: list[str], force: bool = False) -> None:
+        """`start` itself, for instances whose queue this operation holds."""
         unprobed = [i for n in wanted if isinstance(i := self.instances[n], Attached) and not i.probed]
         await self._probe_attached(unprobed)  # starting an attached server: watching it
         todo = [
@@ -193,3 +223,12 @@ class LaunchMixin(SupervisorBase):
         if handle is None:
             return
         self.store.save(run_record(inst, handle, self.session, self._layout, self.clock))
+
+
+def _joiner(batch: asyncio.Future[None]) -> Runner:
+    """One queue's share of a batch start: done when the batch is (not cancelled with one queue)."""
+
+    async def run(_op: Operation) -> None:
+        await asyncio.shield(batch)
+
+    return run

@@ -4,6 +4,7 @@ starts, due restarts, router reconciliation), the health probes, and the attache
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from vtui.core.events import ProcessExited
@@ -12,6 +13,7 @@ from vtui.core.model import InstanceSpec
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached, Probe
 from vtui.supervisor.logfile import ExitInfo
+from vtui.supervisor.opqueue import Operation, Runner
 from vtui.supervisor.replicas import RECONCILE_EVERY_S
 from vtui.supervisor.supervisor_base import SupervisorBase
 
@@ -66,20 +68,36 @@ class LoopMixin(SupervisorBase):
             if handle is not None and inst.state in WATCHED and not self.launcher.alive(handle):
                 await self._on_death(name, inst, handle)
             elif (why := inst.policy_stop_due()) is not None and name not in self._policy_stops:
+                if not self._queue(name).idle:
+                    continue  # a user's operation runs or waits: it decides the instance's fate first
                 self._drain(name)
                 self._notice(name, "error", f"{name}: {why}; restarting it")
                 handle = inst.begin_policy_stop(why)
                 if handle is not None:
-                    self._policy_stops[name] = asyncio.create_task(self._policy_stop(name, inst, handle))
-            elif inst.idle_sleep_due() and name not in self._sleeps:
+                    op = self._queue(name).submit(
+                        "stop",
+                        _run(self._policy_stop(name, inst, handle)),
+                        label="watchdog restart",
+                        origin="policy",
+                    )
+                    assert op.task is not None
+                    self._policy_stops[name] = op.task
+            elif inst.idle_sleep_due() and name not in self._sleeps and self._queue(name).idle:
                 self._sleeps[name] = asyncio.create_task(self._idle_sleep(name, inst))
             elif inst.start_overdue():
                 self._drain(name)  # the last lines before the verdict go into its reason
                 hung = inst.on_start_timeout()
                 self._notice(name, "error", f"{name}: {inst.last_error}; stopping it")
                 self._sweeper.end_hung(name, hung, self.stop_grace)  # a relaunch or stop waits for it
-            if inst.restart_due() and name not in self._pending:
-                self._pending[name] = asyncio.create_task(self._launch_when_clear(name, initial=False))
+            if inst.restart_due() and name not in self._pending and self._queue(name).idle:
+                op = self._queue(name).submit(
+                    "start",
+                    _run(self._launch_when_clear(name, initial=False)),
+                    label="policy restart",
+                    origin="policy",
+                )
+                assert op.task is not None
+                self._pending[name] = op.task
 
     async def _on_death(self, name: str, inst: Instance, handle: Any) -> None:
         info = self._exit_info(handle)
@@ -172,3 +190,12 @@ class LoopMixin(SupervisorBase):
         fast = getattr(self.launcher, "probe", None)
         result = await fast(spec) if fast is not None else None
         return result if isinstance(result, Probe) else await self.prober.probe(spec)
+
+
+def _run(coro: Coroutine[Any, Any, None]) -> Runner:
+    """A runner for an operation that starts at once (a policy's, on an idle queue)."""
+
+    async def run(_op: Operation) -> None:
+        await coro
+
+    return run

@@ -3,7 +3,10 @@ it (and the stuck watchdog)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from vtui.core.instance import Instance
+from vtui.core.operation import OperationConflict
 from vtui.core.state import State
 from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post, sleep_problem
 from vtui.supervisor.supervisor_base import SupervisorBase
@@ -12,15 +15,25 @@ from vtui.supervisor.supervisor_base import SupervisorBase
 class SleepMixin(SupervisorBase):
     async def _idle_sleep(self, name: str, inst: Instance) -> None:
         try:
-            await self.sleep(name, 1, reason=f"idle for {inst.spec.idle_sleep_after:g} s (idle_sleep_after)")
-        except SleepRefused as exc:
+            reason = f"idle for {inst.spec.idle_sleep_after:g} s (idle_sleep_after)"
+            op = self._queue(name).submit(
+                "sleep", lambda _op: self._do_sleep(name, 1, reason), label="idle sleep", origin="policy"
+            )
+            await asyncio.shield(op.future)
+        except (SleepRefused, OperationConflict) as exc:
             self._notice(name, "warning", f"{name}: idle sleep failed: {exc}")
         finally:
             self._sleeps.pop(name, None)
 
     async def sleep(self, name: str, level: int = 1, reason: str | None = None) -> None:
         """vLLM's sleep mode: POST /sleep?level=N (1: weights to CPU, KV cache freed; 2: both freed),
-        then READY -> ASLEEP. Raises SleepRefused (why) when it does not apply; ASLEEP already: nothing."""
+        then READY -> ASLEEP. Raises SleepRefused (why) when it does not apply; ASLEEP already: nothing.
+        Through the instance's operation queue."""
+        self._names([name])
+        op = self._queue(name).submit("sleep", lambda _op: self._do_sleep(name, level, reason))
+        await asyncio.shield(op.future)
+
+    async def _do_sleep(self, name: str, level: int, reason: str | None) -> None:
         inst = self.instances[name]
         if level not in (1, 2):
             raise SleepRefused(f"{name}: sleep level must be 1 or 2, got {level}")
@@ -37,7 +50,13 @@ class SleepMixin(SupervisorBase):
         inst.on_slept(level, reason)
 
     async def wake(self, name: str) -> None:
-        """POST /wake_up: ASLEEP -> WAKING -> READY (or back to ASLEEP with why). READY already: nothing."""
+        """POST /wake_up: ASLEEP -> WAKING -> READY (or back to ASLEEP with why). READY already: nothing.
+        Through the instance's operation queue."""
+        self._names([name])
+        op = self._queue(name).submit("wake", lambda _op: self._do_wake(name))
+        await asyncio.shield(op.future)
+
+    async def _do_wake(self, name: str) -> None:
         inst = self.instances[name]
         problem = sleep_problem(inst.spec)
         if problem:

@@ -9,8 +9,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from vtui.core.instance import Instance
-from vtui.core.model import InstanceSpec
+from vtui.core.model import FlagValue, InstanceSpec
+from vtui.core.operation import OperationSuperseded
 from vtui.supervisor.attached import Attached, AttachedRefused, attached_refusal
+from vtui.supervisor.opqueue import Change, Operation, Runner
 from vtui.supervisor.supervisor_base import SupervisorBase
 
 
@@ -23,8 +25,18 @@ class StopMixin(SupervisorBase):
         wanted = self._names(names)
         routers = [n for n in wanted if self.instances[n].spec.engine == "router"]
         # replicas drain first (their router stops sending them requests), their routers after them
-        await asyncio.gather(*(self._stop_one(n, grace) for n in wanted if n not in routers))
-        await asyncio.gather(*(self._stop_one(n, grace) for n in routers))
+        for batch in ([n for n in wanted if n not in routers], routers):
+            ops = [self._queue(n).submit("stop", self._stopper(n, grace)) for n in batch]
+            results = await asyncio.gather(*(asyncio.shield(op.future) for op in ops), return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+
+    def _stopper(self, name: str, grace: float | None) -> Runner:
+        async def run(_op: Operation) -> None:
+            await self._stop_one(name, grace)
+
+        return run
 
     async def _stop_one(self, name: str, grace: float | None = None) -> None:
         inst = self.instances[name]
@@ -63,20 +75,51 @@ class StopMixin(SupervisorBase):
         inst.finish_stop()
         self.store.remove(self.session, name)
 
-    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
-        """Stop, then start again — with `spec` (new flags) when given. The spec that last reached
-        READY stays in `last_good_spec` for a rollback. AttachedRefused for an attached server."""
+    async def restart(
+        self,
+        name: str,
+        spec: InstanceSpec | None = None,
+        *,
+        change: Change | None = None,
+        label: str = "restart",
+    ) -> dict[str, FlagValue]:
+        """Stop, then start again — with `spec` (new flags) when given, or with `change` applied to the
+        spec it runs with when the restart begins. The spec that last reached READY stays in
+        `last_good_spec` for a rollback. AttachedRefused for an attached server.
+
+        Through the instance's operation queue: two restarts asked together are one restart with both
+        changes, the newest last; each caller gets the flags it started with (returned)."""
         if isinstance(self.instances.get(name), Attached):
             raise AttachedRefused(attached_refusal(self.instances[name].spec, "restart"))
-        await self.stop([name])
-        inst = self.instances[name]
+        self._names([name])  # KeyError for an unknown name, before anything is queued
         if spec is not None:
+            change = _replace_with(spec)
+        op = self._queue(name).submit(
+            "restart", lambda op: self._do_restart(name, op), label=label, change=change
+        )
+        result: dict[str, FlagValue] = await asyncio.shield(op.future)
+        return result
+
+    async def _do_restart(self, name: str, op: Operation) -> dict[str, FlagValue]:
+        await self._stop_one(name)
+        inst = self.instances[name]
+        if op.change is not None:
+            spec = op.change(inst.spec)
             self._restored_layout.pop(name, None)  # these flags, not the layout's, start next
             inst.spec = spec
             self._set_layout_spec(spec)
             self._rebase_edits(name)  # another client's kept edit keeps only its own changes on these
         inst.attempt = 0
-        await self.start([name])
+        if self._queue(name).stop_waiting:
+            raise OperationSuperseded(
+                f"{name}: stopped, not started again: a stop came during the {op.label}"
+            )
+        await self._do_start([name])
+        if self._queue(name).stop_waiting and not inst.state.running:
+            raise OperationSuperseded(
+                f"{name}: stopped, not started again: a stop came during the {op.label}"
+            )
+        return dict(inst.spec.flags)
 
     async def _policy_stop(self, name: str, inst: Instance, handle: Any) -> None:
         """A watchdog's restart: the normal stop (SIGTERM, grace, SIGKILL of the group, sweep), then
@@ -94,3 +137,8 @@ class StopMixin(SupervisorBase):
 def left_running(spec: InstanceSpec) -> str:
     """What a stop says of an attached server."""
     return f'attached server (engine = "external", {spec.base_url}) left running: vtui never stops it'
+
+
+def _replace_with(spec: InstanceSpec) -> Change:
+    """A restart's change that gives the whole spec (a rollback, a preset, a fix computed by a client)."""
+    return lambda _current: spec

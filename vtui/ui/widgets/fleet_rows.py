@@ -201,6 +201,8 @@ def row_data(view: InstanceView, store: Store, now: float, trend_points: int) ->
             row.phase, row.phase_style = f"{len(view.problems)} problem", "warn"
         if st.restarts and row.phase_style == "" and len(row.phase) < 8:
             row.phase += f" r{st.restarts}"
+        if st.operation is not None and state is not State.STARTING:  # its operation queue: what runs
+            row.phase = st.operation + (f" ({st.waiting} waits)" if st.waiting else "")
     if s is not None and view.state in (State.READY, State.UNHEALTHY):
         row.kv, row.kv_cap = s.kv_usage, s.kv_capacity_tokens
         row.kv_used = (

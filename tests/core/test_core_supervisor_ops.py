@@ -1,0 +1,117 @@
+"""Operations of one instance through its queue, on real processes (the fake engine): restarts asked
+together never leave the flags the supervisor reports apart from the flags the process runs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import psutil
+import pytest
+
+from vtui.core.model import Layout, SessionSpec
+from vtui.core.operation import OperationConflict, OperationSuperseded
+from vtui.core.runstate import RunStore
+from vtui.core.state import State
+from vtui.supervisor.launcher import OsLauncher
+from vtui.supervisor.supervisor import Supervisor
+
+from .conftest import fake_spec
+
+
+def supervisor(session: str, *specs) -> Supervisor:  # noqa: ANN002
+    return Supervisor(
+        Layout(SessionSpec(name=session), tuple(specs)),
+        launcher=OsLauncher(grace=3),
+        health_interval=0.1,
+        poll_interval=0.05,
+    )
+
+
+def setting(key: str, value: object):  # noqa: ANN201
+    return lambda s: s.with_flags({key: value})
+
+
+def running_flags(pid: int) -> dict[str, str]:
+    argv = psutil.Process(pid).cmdline()
+    return {a[2:]: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--max-num")}
+
+
+async def later(delay: float, coro):  # noqa: ANN001, ANN201
+    await asyncio.sleep(delay)
+    return await coro
+
+
+async def test_restarts_asked_together_run_one_flag_set_and_report_it(session_name):
+    spec = fake_spec("a")
+    sup = supervisor(session_name, spec)
+    await sup.start()
+    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    for round_, gap in enumerate((0.0, 0.01, 0.05)):
+        answers = await asyncio.gather(
+            sup.restart("a", change=setting("max-num-seqs", 10 + round_)),
+            later(gap, sup.restart("a", change=setting("max-num-batched-tokens", 100 + round_))),
+            later(gap, sup.restart("a", change=setting("max-num-seqs", 20 + round_), label="fix")),
+        )
+        assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+        status = sup.status()[0]
+        record = RunStore().load(session_name, "a")
+        assert record is not None and status.pid == record.pid
+        flags = {k: str(v) for k, v in status.spec.flags.items() if k.startswith("max-num")}
+        assert flags == {k: str(v) for k, v in record.flags.items() if k.startswith("max-num")}
+        assert running_flags(status.pid) == flags, f"round {round_}"
+        # the two that came second were one restart, both changes applied, the newest last
+        assert answers[1] == answers[2] == dict(status.spec.flags)
+        assert (
+            answers[2]["max-num-seqs"] == 20 + round_ and answers[2]["max-num-batched-tokens"] == 100 + round_
+        )
+    await sup.close(stop_instances=True)
+
+
+async def test_a_stop_during_a_restart_wins_and_the_waiting_restart_is_told(session_name):
+    spec = fake_spec("a", startup_delay=0.3)
+    sup = supervisor(session_name, spec)
+    await sup.start()
+    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    first = asyncio.ensure_future(sup.restart("a", change=setting("max-num-seqs", 8)))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(sup.restart("a", change=setting("max-num-seqs", 9)))
+    await asyncio.sleep(0)
+    await sup.stop(["a"])
+    with pytest.raises(OperationSuperseded):
+        await second
+    with pytest.raises(OperationSuperseded):  # its start was cut short by the stop
+        await first
+    assert sup.status()[0].state is State.STOPPED
+    assert RunStore().load(session_name, "a") is None
+    assert sup.status()[0].spec.flags.get("max-num-seqs") == 8  # what the first applied; 9 never ran
+    await sup.close(stop_instances=True)
+
+
+async def test_status_shows_what_runs_and_what_waits_and_a_stop_refuses_a_start(session_name):
+    spec = fake_spec("a", startup_delay=0.2)
+    sup = supervisor(session_name, spec)
+    await sup.start()
+    await sup.wait_settled(timeout=15)
+    restart = asyncio.ensure_future(sup.restart("a"))
+    await asyncio.sleep(0)
+    sleep_ = asyncio.ensure_future(sup.restart("a", label="rollback"))
+    await asyncio.sleep(0)
+    status = sup.status()[0]
+    assert (status.operation, status.waiting) == ("restart", "rollback")
+    stop = asyncio.ensure_future(sup.stop(["a"]))
+    await asyncio.sleep(0)
+    with pytest.raises(OperationConflict, match="being stopped"):
+        await sup.start(["a"])
+    await stop
+    await asyncio.gather(restart, sleep_, return_exceptions=True)
+    status = sup.status()[0]
+    assert status.state is State.STOPPED and (status.operation, status.waiting) == (None, None)
+    await sup.close(stop_instances=True)
+
+
+def test_the_restart_change_is_applied_to_the_flags_found_when_it_runs():
+    spec = fake_spec("a", max_num_seqs=4)
+    changed = setting("max-num-batched-tokens", 64)(spec)
+    assert changed.flags == {"max-num-seqs": 4, "max-num-batched-tokens": 64}
+    assert dataclasses.replace(changed, flags={}).flags == {}
