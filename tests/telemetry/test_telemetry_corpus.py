@@ -12,6 +12,7 @@ e.g. a traceback after the server was up); a case without it is not scored on it
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections import Counter
@@ -179,6 +180,25 @@ def test_corpus_case_read_right(case: Case) -> None:
     """Every label of every case: facts, and for a log the failure `diagnose` calls it."""
     _total, wrong = case_misses(case)
     assert not wrong, "; ".join(f"{k} = {w!r}, read {g!r}" for k, w, g in wrong)
+
+
+@pytest.mark.parametrize("case", load("metrics"), ids=lambda c: c.path.name)
+def test_vtui_metrics_gives_json_for_every_payload(case: Case, tmp_path: Path, capsys) -> None:
+    """`vtui metrics --json` on each payload as pasted: every key (null where the payload does not say)
+    whenever a vLLM family is there; exit 2 only for a paste without one (headers, process metrics)."""
+    from vtui.cli import main
+    from vtui.commands.metrics import JSON_KEYS
+    from vtui.telemetry.promtext import vllm_families
+
+    payload = tmp_path / "metrics.prom"
+    payload.write_text(case.text, encoding="utf-8")
+    code = main(["metrics", "--json", str(payload)])
+    out, err = capsys.readouterr()
+    if not vllm_families(case.text):
+        assert code == 2 and "no vLLM metrics" in err
+        return
+    assert code == 0, err
+    assert set(json.loads(out)) == set(JSON_KEYS)
 
 
 @pytest.mark.parametrize("kind", ["logs", "metrics"])
