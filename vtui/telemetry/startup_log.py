@@ -119,8 +119,9 @@ _RULES: tuple[_Rule, ...] = tuple(
         (r"Loading weights took " + _N + r" seconds", (("model_load_secs", _num, 1),)),
         # KV cache size
         (
-            # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7); a paste can lose the leading "# "
-            r"(?:# |\b)(?:GPU|CUDA|cuda|gpu|XPU|HPU|NPU|TPU) blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",
+            # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7), "# cpu blocks" (the CPU backend's device
+            # blocks, 0.7-0.8); a paste can lose the leading "# "
+            r"(?:# |\b)(?:GPU|CUDA|cuda|gpu|XPU|HPU|NPU|TPU|cpu) blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",
             (("num_gpu_blocks", _int, 3), ("num_cpu_blocks", _int, 3)),
         ),
         (r"# (?:GPU|CUDA|gpu) blocks: (\d+)\s*$", (("num_gpu_blocks", _int, 3),)),
@@ -208,7 +209,7 @@ _ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
 )
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 _NON_DEFAULT_CUT = re.compile(r"non-default args: (\{.*)$")  # a paste cut the dict short: its pairs so far
-_NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
+_NAMESPACE = re.compile(r"\bargs: Namespace\((.*?)\)?\s*$")  # a paste may cut it short: its pairs so far
 _KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
 _NS_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+(?:\([^)]*\))?)")
 _V0_CAPTURE = re.compile(r"Capturing the model for CUDA graphs")  # 0.4-0.5 wording, not in core.phases
