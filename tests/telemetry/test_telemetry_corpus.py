@@ -173,6 +173,8 @@ def test_corpus_is_labelled_and_cited(kind: str) -> None:
         unknown = {key.split(".")[0] for key in case.facts} - set(fields)
         assert not unknown, f"{case.path.name}: not a fact the reader gives: {unknown}"
         assert len(case.text.splitlines()) <= 80, f"{case.path.name}: keep excerpts short"
+        if kind == "logs":
+            assert "failure" in case.meta or "note" in case.meta, f"{case.path.name}: no failure, no note why"
 
 
 @pytest.mark.parametrize("case", load("logs") + load("metrics"), ids=lambda c: c.path.name)
