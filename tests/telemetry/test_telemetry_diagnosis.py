@@ -159,6 +159,50 @@ def test_unrecognised_failure_falls_back_to_the_root_cause() -> None:
     assert p.message == "RuntimeError: NCCL error: unhandled system error"
 
 
+def test_a_start_failing_in_error_records_first_on_their_line_names_the_failing_line() -> None:
+    # no exception line in the paste: the failing record itself, not a traceback frame, is the cause
+    lines = [
+        "INFO 12-17 10:47:04 [gpu_model_runner.py:1347] Model loading took 2.5521 GiB and 6.006044 seconds",
+        "ERROR 12-17 10:47:07 [core.py:396] EngineCore failed to start.",
+        "ERROR 12-17 10:47:07 [core.py:396] Traceback (most recent call last):",
+        'ERROR 12-17 10:47:07 [core.py:396]   File "/opt/venv/vllm/v1/engine/core.py", line 387, in run_engine_core',
+    ]
+    [p] = diagnose(lines, holders_of_port=lambda _port: [])
+    assert (p.kind, p.message) == (
+        "startup_failed",
+        "ERROR 12-17 10:47:07 [core.py:396] EngineCore failed to start.",
+    )
+
+
+def test_a_dead_worker_during_startup_is_a_failed_start() -> None:
+    line = (
+        "(EngineCore_DP0 pid=3752) ERROR 09-15 13:59:18 [multiproc_executor.py:149] Worker proc VllmWorker-1 "
+        "died unexpectedly, shutting down executor."
+    )
+    [p] = diagnose([line], holders_of_port=lambda _port: [])
+    assert p.kind == "startup_failed" and "died unexpectedly" in p.message
+
+
+def test_a_free_memory_error_wrapped_by_a_paste_is_read_whole() -> None:
+    lines = [
+        "    ValueError: Free memory on device cuda:0 (1.33/23.98 GiB) on startup is less",
+        "    than desired GPU memory utilization (0.95, 22.79 GiB).",
+    ]
+    [p] = diagnose(lines, holders_of_port=lambda _port: [])
+    assert p.kind == "free_memory_below_utilization"
+    assert "on startup is less than desired GPU memory utilization (0.95, 22.79 GiB)" in p.message
+    assert "Only 1.33 GiB of 23.98 GiB is free on GPU cuda:0" in p.explanation
+
+
+def test_a_v0_kv_message_cut_before_its_capacity_has_no_fix() -> None:
+    line = (
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be "
+        "stored in KV cache ("
+    )
+    [p] = diagnose([line], holders_of_port=lambda _port: [])
+    assert (p.kind, p.fix) == ("kv_too_small_for_max_model_len", None)
+
+
 def _sample(
     at: float,
     kv: float | None,

@@ -44,6 +44,9 @@ _ROOT_CAUSE = re.compile(
 _CLI_ERROR = re.compile(r"\b(vllm(?: serve)?: error: .*)$")
 _PYDANTIC_VALUE_ERROR = re.compile(r"^\s*Value error, (.*)$")
 _GENERIC_FAILURE = re.compile(r"Engine core initialization failed")
+_ERROR_LINE = re.compile(r"(?:^|\s)ERROR\s")  # a record at ERROR level, first on its line or after a prefix
+# an ERROR record that is a line of a traceback (a frame, its source line) or of a call cut at "(": no cause
+_ERROR_FRAME = re.compile(r"ERROR\s.*?\]\s{2,}|ERROR\s.*?\] File \"|\($")
 
 
 def phase_of(line: str) -> Phase | None:
@@ -75,6 +78,6 @@ def root_cause(lines: Iterable[str]) -> str | None:
             elif specific is None and not text.endswith(("(", ": 1 validation error for ModelConfig")):
                 specific = text
             continue
-        if " ERROR " in line and not line.rstrip().endswith("(") and "Traceback" not in line:
+        if _ERROR_LINE.search(line) and not _ERROR_FRAME.search(line) and "Traceback" not in line:
             last_error = line.strip()
     return specific or cli_error or last_error

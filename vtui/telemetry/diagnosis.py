@@ -106,7 +106,16 @@ def _kv_v1(m: re.Match[str], ctx: _Context) -> Problem:
 
 
 def _kv_v0(m: re.Match[str], ctx: _Context) -> Problem:
-    want, capacity = int(m.group(1)), int(m.group(2))
+    want = int(m.group(1))
+    if m.group(2) is None:  # the capacity was cut off
+        return Problem(
+            "kv_too_small_for_max_model_len",
+            m.group(0),
+            None,
+            f"The KV cache holds fewer tokens than one request of max_model_len={want}. Lower --max-model-len "
+            "to what it holds (the full message gives the figure), or raise --gpu-memory-utilization.",
+        )
+    capacity = int(m.group(2))
     return Problem(
         "kv_too_small_for_max_model_len",
         m.group(0),
@@ -362,7 +371,7 @@ _DETECTORS: tuple[_Detector, ...] = tuple(
         ),
         (
             r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
-            r"cache \((\d+)\)",
+            r"cache \((?:(\d+)\)|$)",  # a paste may end before the capacity
             _kv_v0,
         ),
         (r"No available memory for the cache blocks", _no_kv),
@@ -404,7 +413,12 @@ _DETECTORS: tuple[_Detector, ...] = tuple(
     )
 )
 _LOG_PID = re.compile(r"^\((?:[\w -]+) pid=(\d+)\)", re.M)
-_FAILED = re.compile(r"Traceback \(most recent call last\)|initialization failed|failed to start|: error: ")
+_FAILED = re.compile(
+    r"Traceback \(most recent call last\)|initialization failed|failed to start|: error: |"
+    r"Worker proc \S+ died unexpectedly"
+)
+# what precedes a record's message: process prefix, level, date, time, [file:line]
+_LOG_PREFIX = re.compile(r"^.*?\b(?:ERROR|CRITICAL)\s+\d\d-\d\d\s+[\d:]+\s+(?:\[[^\]]*\]\s*)?")
 
 
 def diagnose(
@@ -421,7 +435,7 @@ def diagnose(
     GpuSample), `gpu_indices` (the instance's GPUs), `instance` and `own_pids` let a memory problem name
     the processes holding those GPUs."""
     # here, not at import: the dashboard imports this module for diagnose_runtime at its first samples
-    from vtui.telemetry.startup_log import parse_startup
+    from vtui.telemetry.startup_log import across_wrap, extend_record, parse_startup
 
     lines = list(lines)
     ctx = _Context(
@@ -435,16 +449,18 @@ def diagnose(
     )
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
-    failed = False
+    failed_at: str | None = None  # the first line that says the start failed
+    record = ""  # the log record so far: a pasted log's wrapped lines joined back
     for line in lines:
         phase = phase_of(line)
         if phase is not None:
             ctx.phase = phase
         # A traceback once the server is up (a request's error, the teardown after SIGTERM: EngineDeadError)
         # is no failure to start; a later run's startup phases start counting again.
-        failed = failed or (ctx.phase is not Phase.API_UP and bool(_FAILED.search(line)))
+        if failed_at is None and ctx.phase is not Phase.API_UP and _FAILED.search(line):
+            failed_at = line
         for pattern, build in _DETECTORS:
-            m = pattern.search(line)
+            m = pattern.search(line) or across_wrap(pattern, record, line)
             if m is None:
                 continue
             key = (build.__name__, m.group(0) if build is not _preempted else "")  # one preemption report
@@ -455,7 +471,9 @@ def diagnose(
             if not any(p.kind == problem.kind and p.message == problem.message for p in problems):
                 problems.append(problem)
             break
-    if not problems and failed and (cause := root_cause(lines)):
+        record = extend_record(record, line)
+    if not problems and failed_at is not None:
+        cause = root_cause(lines) or _LOG_PREFIX.sub("", failed_at).strip()
         problems.append(
             Problem("startup_failed", cause, None, "vLLM failed to start; this is the root cause it logged.")
         )

@@ -20,7 +20,7 @@ from vtui.core.phases import phase_of
 from vtui.core.state import Phase
 from vtui.telemetry.facts import FACT_KEYS, StartupFacts
 
-__all__ = ["FACT_KEYS", "StartupFacts", "parse_startup"]
+__all__ = ["FACT_KEYS", "StartupFacts", "across_wrap", "extend_record", "parse_startup"]
 
 _V0_DEFAULT_BLOCK_SIZE = 16
 # Printed once per worker (tensor/pipeline parallel): the engine sizes its cache by the smallest.
@@ -119,8 +119,9 @@ _RULES: tuple[_Rule, ...] = tuple(
         (r"Loading weights took " + _N + r" seconds", (("model_load_secs", _num, 1),)),
         # KV cache size
         (
-            # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7); a paste can lose the leading "# "
-            r"(?:# |\b)(?:GPU|CUDA|cuda|gpu|XPU|HPU|NPU|TPU) blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",
+            # "# GPU blocks" (0.4-0.6), "# cuda blocks" (0.7), "# cpu blocks" (the CPU backend's device
+            # blocks, 0.7-0.8); a paste can lose the leading "# "
+            r"(?:# |\b)(?:GPU|CUDA|cuda|gpu|XPU|HPU|NPU|TPU|cpu) blocks: (\d+), # (?:CPU|cpu) blocks: (\d+)",
             (("num_gpu_blocks", _int, 3), ("num_cpu_blocks", _int, 3)),
         ),
         (r"# (?:GPU|CUDA|gpu) blocks: (\d+)\s*$", (("num_gpu_blocks", _int, 3),)),
@@ -208,7 +209,7 @@ _ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
 )
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 _NON_DEFAULT_CUT = re.compile(r"non-default args: (\{.*)$")  # a paste cut the dict short: its pairs so far
-_NAMESPACE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
+_NAMESPACE = re.compile(r"\bargs: Namespace\((.*?)\)?\s*$")  # a paste may cut it short: its pairs so far
 _KV_PAIR = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,{}]+)")
 _NS_PAIR = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+(?:\([^)]*\))?)")
 _V0_CAPTURE = re.compile(r"Capturing the model for CUDA graphs")  # 0.4-0.5 wording, not in core.phases
@@ -235,6 +236,31 @@ def _dict_of(text: str) -> dict[str, object]:
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         pass
     return {m.group(1): _literal(m.group(2)) for m in _KV_PAIR.finditer(text)}  # some values aren't literals
+
+
+def continues(record: str, line: str) -> bool:
+    """True when `line` does not start a log record: the rest of `record`, which a paste wrapped."""
+    return bool(record) and bool(line.strip()) and not _RECORD_START.match(line)
+
+
+def across_wrap(pattern: re.Pattern[str], record: str, line: str) -> re.Match[str] | None:
+    """A match that a paste wrapped onto `line`: the record so far joined to it, cut mid-word (terminal
+    width) or at a space (re-flowed, maybe indented), and matching across the cut; None otherwise."""
+    if not continues(record, line):
+        return None
+    line = _QUOTE_MARKS.sub("", line)
+    for head, tail in ((record, line), (record.rstrip() + " ", line.lstrip())):
+        m = pattern.search(head + tail, max(0, len(head) - 400))
+        if m is not None and m.start() < len(head) < m.end():
+            return m
+    return None
+
+
+def extend_record(record: str, line: str) -> str:
+    """The record `line` belongs to: `record` with the wrapped rest appended, or `line` starting a new one."""
+    if continues(record, line):
+        return (record + _QUOTE_MARKS.sub("", line))[-_MAX_JOINED:]
+    return line
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -284,7 +310,7 @@ class _Reader:
                 changed |= self._values.pop(key, None) is not None
                 self._prio.pop(key, None)
         for pattern, groups in _RULES:
-            m = pattern.search(line) or self._across_wrap(pattern, line)
+            m = pattern.search(line) or across_wrap(pattern, self._prev, line)
             if m is None:
                 continue
             for i, (key, convert, prio) in enumerate(groups, start=1):
@@ -300,27 +326,8 @@ class _Reader:
             self._non_default, changed = _dict_of(m.group(1)), True
         elif m := _NAMESPACE.search(line):
             self._args, changed = {k: _literal(v) for k, v in _NS_PAIR.findall(m.group(1))}, True
-        if self._continues(line):
-            self._prev = (self._prev + _QUOTE_MARKS.sub("", line))[-_MAX_JOINED:]
-        else:
-            self._prev = line
+        self._prev = extend_record(self._prev, line)
         return changed
-
-    def _continues(self, line: str) -> bool:
-        return bool(self._prev) and bool(line.strip()) and not _RECORD_START.match(line)
-
-    def _across_wrap(self, pattern: re.Pattern[str], line: str) -> re.Match[str] | None:
-        """A match of a fact that a paste wrapped onto this line: the previous record joined to this
-        line, cut mid-word (terminal width) or at a space (re-flowed), and matching across the cut."""
-        if not self._continues(line):
-            return None
-        line = _QUOTE_MARKS.sub("", line)
-        for sep in ("", " "):
-            joined = self._prev + sep + line
-            m = pattern.search(joined, max(0, len(self._prev) - 400))
-            if m is not None and m.start() < len(self._prev) < m.end():
-                return m
-        return None
 
     @property
     def phase(self) -> Phase | None:
