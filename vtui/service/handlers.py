@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from vtui.core.events import Event, Notice
+from vtui.core.refusals import PreflightError
 from vtui.core.runstate import masked
 from vtui.service.schema import (
     MAX_LOG_LINES,
@@ -27,7 +28,6 @@ from vtui.service.wire import point_of
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import read_older, read_tail
 from vtui.supervisor.notify import Notifier
-from vtui.supervisor.preflight import PreflightError
 from vtui.supervisor.supervision import SleepRefused, kill_marked
 
 

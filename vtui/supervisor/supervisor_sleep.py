@@ -4,8 +4,9 @@ it (and the stuck watchdog)."""
 from __future__ import annotations
 
 from vtui.core.instance import Instance
+from vtui.core.refusals import sleep_problem
 from vtui.core.state import State
-from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post, sleep_problem
+from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post
 from vtui.supervisor.supervisor_base import SupervisorBase
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
-from vtui.supervisor.attached import Attached, AttachedRefused, attached_refusal
+from vtui.core.refusals import attached_refusal
+from vtui.supervisor.attached import Attached, AttachedRefused
 from vtui.supervisor.supervisor_base import SupervisorBase
 
 
