@@ -136,7 +136,7 @@ def child(rate: int, pidfile: str, seqfile: str, trace: str | None = None) -> in
     Path(pidfile).write_text(str(os.getpid()))
     if trace:
         trace_loop(trace)
-    app = make_app(supervisor=feeding_supervisor(rate, seqfile), scraper=False, gpu_sampler=False)
+    app = make_app(supervisor=feeding_supervisor(rate, seqfile), gpu_sampler=False)
     app.run()
     return 0
 

@@ -78,7 +78,7 @@ def measure(rate: int, presses: int) -> dict:
     out: dict = {}
 
     async def run() -> None:
-        app = make_app(supervisor=feeding_supervisor(rate), scraper=False, gpu_sampler=False)
+        app = make_app(supervisor=feeding_supervisor(rate), gpu_sampler=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause(SETTLE_S)
             app_module._freeze_heap()  # what the app does on a real terminal after its first frame

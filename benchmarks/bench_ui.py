@@ -3,9 +3,9 @@ latency under that load (`>` sorts the fleet table, `<` undoes it: the header's 
 repaint), and time to first frame, measured on the real app in a real terminal (tmux). A child that
 fails shows its screen and traceback in the error (remain-on-exit), not a bare tmux failure.
 
-The instances are the in-memory FakeSupervisor; each has its own long-lived scrape loop producing a
-fresh MetricsSample every second (the real ScrapeLoop's shape), and a GPU sampler thread reports 8 GPUs
-at 1 Hz. The parent drives tmux and measures the child's process with psutil.
+The instances are the in-memory FakeSupervisor with a feed, as the session supervisor's client has
+one: a fresh MetricsSample per instance every second, handed to the dashboard as the feed hands them,
+and a GPU sampler thread reports 8 GPUs at 1 Hz. The parent drives tmux and measures the child's process with psutil.
 
     python benchmarks/bench_ui.py            # both sizes, prints a table and JSON
     python benchmarks/bench_ui.py --child 8  # the app alone (what the parent runs in tmux)
@@ -94,22 +94,36 @@ def child(
             for _ in range(count)
         ]
 
-    class Scraper:
-        def __init__(self, name, base_url, on_sample, api_key=None):
-            self.name, self.on_sample, self.stopped = name, on_sample, False
+    class Feeding(FakeSupervisor):
+        """The fake with a feed (`core.api.TelemetryFeed`), as the session supervisor's client is: a fresh
+        MetricsSample per instance every second, handed over as the feed hands them (one batch)."""
+
+        feeds_gpu = False  # the GPU sampler below runs in the dashboard
+        facts: dict = {}
+
+        def __init__(self, *args, **kw) -> None:
+            super().__init__(*args, **kw)
+            self.telemetry: list = []
+
+        def subscribe_telemetry(self, callback):
+            self.telemetry.append(callback)
+            return lambda: self.telemetry.remove(callback)
+
+        def subscribe_statuses(self, callback):
+            return lambda: None
 
         async def run(self):
             while hooks:
                 hooks.pop()()
-            samples = _samples(self.name)  # made before the loop: the feeder's cost is not vtui's
+            # made before the loop: the feeder's cost is not vtui's
+            samples = {st.name: _samples(st.name) for st in self.status()}
             i = 0
-            while not self.stopped:
-                self.on_sample(samples[i % len(samples)])
+            while True:
+                for series in samples.values():
+                    for callback in list(self.telemetry):
+                        callback("sample", series[i % len(series)])
                 i += 1
                 await asyncio.sleep(1.0)
-
-        def stop(self):
-            self.stopped = True
 
     class Gpus:
         def __init__(self, on_sample, pid_owner):
@@ -136,8 +150,7 @@ def child(
 
     # up_for: the instances started that long ago (an uptime under a minute is redrawn every second)
     app = make_app(
-        supervisor=FakeSupervisor(layout, clock=lambda: time.time() - up_for),
-        scraper=Scraper,
+        supervisor=Feeding(layout, clock=lambda: time.time() - up_for),
         gpu_sampler=Gpus,
     )
     if profile:  # cProfile the steady state (after a 3 s warm-up), then exit

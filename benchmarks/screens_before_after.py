@@ -323,7 +323,7 @@ class Scenario:
             from vtui.ui.settings import UiSettings
 
             kw["settings"] = UiSettings()
-        return make_app(supervisor=self.fake, gpu_sampler=FixedGpu(), scraper=False, clock=lambda: NOW, **kw)
+        return make_app(supervisor=self.fake, gpu_sampler=FixedGpu(), clock=lambda: NOW, **kw)
 
 
 def binding_ids() -> set[str]:

@@ -192,8 +192,8 @@ def test_check_offers_data_parallel_for_a_vllm_replica_group(tmp_path, capsys) -
 
 
 def test_one_scrape_rule_for_both_paths_a_router_is_scraped_on_its_prometheus_port():
-    """`scrape_url` is what the session supervisor's scrape loops and the dashboard's own (in-process)
-    both follow: a router's Prometheus port, a server's own URL, only while it answers."""
+    """`scrape_url` is what the session supervisor's scrape loops follow (the only ones: the dashboard
+    scrapes nothing): a router's Prometheus port, a server's own URL, only while it answers."""
     entry = InstanceSpec("chat", "m", 8000, engine="sim", replicas=2, router_port=9000)
     router = replicas.router_spec(entry, prometheus_port=9100)
     assert replicas.scrape_url(router, State.READY) == "http://127.0.0.1:9100"

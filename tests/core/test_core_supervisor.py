@@ -16,10 +16,10 @@ import pytest
 
 from vtui.core.events import Notice, PhaseChanged, StateChanged
 from vtui.core.model import Layout, RestartPolicy, SessionSpec
+from vtui.core.refusals import PreflightError
 from vtui.core.runstate import RunStore
 from vtui.core.state import Phase, State
 from vtui.supervisor.launcher import OsLauncher
-from vtui.supervisor.preflight import PreflightError
 from vtui.supervisor.supervisor import Supervisor
 
 from .conftest import alive, fake_spec, marked, until

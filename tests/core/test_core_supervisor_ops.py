@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from vtui.core.model import Layout, SessionSpec
-from vtui.core.operation import OperationConflict, OperationSuperseded
+from vtui.core.refusals import OperationConflict, OperationSuperseded
 from vtui.core.runstate import RunStore
 from vtui.core.state import State
 from vtui.supervisor.launcher import OsLauncher

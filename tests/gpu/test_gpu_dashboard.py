@@ -8,6 +8,7 @@ import time
 import pytest
 
 from vtui.core.state import State
+from vtui.layouts.dump import dump_layout
 from vtui.ui.app import make_app
 from vtui.ui.textdump import screen_text
 
@@ -37,7 +38,9 @@ async def test_dashboard_shows_each_gpu_split_by_instance(gpu_count, gh, figures
             gh.sim("long", (1,), 0.55, max_model_len=32768, sim_load=2),
         ]
     names = [s.name for s in specs]
-    app = make_app(gh.layout("gpu-demo", *specs, share=True), autostart=True)
+    layout_file = tmp_path / "gpu-demo.toml"  # the dashboard hands its layout file to the session supervisor
+    layout_file.write_text(dump_layout(gh.layout("gpu-demo", *specs, share=True)))
+    app = make_app(layout_file, autostart=True)
     out = gh.artifacts_dir(tmp_path)
     async with app.run_test(size=(120, 22)) as pilot:
         try:

@@ -255,7 +255,7 @@ async def test_a_remote_rows_log_scrolls_back_through_its_hosts_supervisor(
         assert lines.index(f"numbered {n - 1}") + 1 == lines.index(first)  # in order, no gap
         assert f"numbered {n - SCROLLBACK_CHUNK // 2}" in lines
         assert await app.supervisor.older_lines("gpu2:r1", ["no such line"], 3) is None
-        assert await app.supervisor.older_lines("a", [first], 3) is None  # this machine's: its file
+        assert await app.supervisor.older_lines("a", [first], 3) is None  # this machine's: not in a's log
         await app.supervisor.stop(["a"])
         await app.bridge.close()
 

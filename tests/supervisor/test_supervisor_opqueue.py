@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from vtui.core.model import InstanceSpec
-from vtui.core.operation import OperationConflict, OperationSuperseded
+from vtui.core.refusals import OperationConflict, OperationSuperseded
 from vtui.supervisor.opqueue import Operation, OperationQueue
 
 

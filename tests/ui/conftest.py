@@ -138,7 +138,6 @@ def app_factory():
         return make_app(
             supervisor=supervisor,
             gpu_sampler=FixedGpu(gpu or gpu_sample()),
-            scraper=False,
             clock=lambda: NOW,
             **kw,
         )

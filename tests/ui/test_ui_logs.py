@@ -8,8 +8,9 @@ import re
 from textual import events
 
 from vtui.core.state import State
+from vtui.supervisor.logfile import read_older
 from vtui.ui.logfeed import LogCoalescer
-from vtui.ui.screens.logs import LogScreen, LogView, is_probe, read_older
+from vtui.ui.screens.logs import LogScreen, LogView, is_probe
 from vtui.ui.store import LOG_LINES
 from vtui.ui.textdump import screen_text
 

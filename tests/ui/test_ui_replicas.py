@@ -4,7 +4,6 @@ counts each replica once."""
 
 from __future__ import annotations
 
-from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import pytest
@@ -109,86 +108,83 @@ def test_a_replica_scaled_away_leaves_no_row() -> None:
 
 
 @pytest.mark.slow
-async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group_runs(tmp_path) -> None:  # noqa: ANN001
-    """The dashboard supervising by itself: `replicas` raised gives NAME-2 a row once it starts, lowered
-    takes the row away once the supervisor forgot it (its "scaled away" notice brings the snapshot)."""
+async def test_the_dashboard_follows_replicas_changed_while_the_group_runs(tmp_path) -> None:  # noqa: ANN001
+    """The dashboard as a client of the session supervisor: `replicas` raised in the layout file and
+    handed over (POST /layout) gives NAME-2 a row once it starts; lowered, the row goes once the
+    supervisor forgot it (the feed's snapshot no longer lists it)."""
     import asyncio
-    import dataclasses
     import sys
     import time
     import uuid
 
+    import tomli_w
+    from _support.ports import port_run
     from _support.procs import kill_all, marked
 
-    from vtui.supervisor.launcher import OsLauncher
-    from vtui.supervisor.supervisor import Supervisor
+    from vtui.service.client import ServiceClient
     from vtui.ui.app import make_app
 
     engine = Path(__file__).parents[1] / "core" / "fake_engine.py"
     session = f"t{uuid.uuid4().hex[:8]}"
-    from _support.ports import port_run
-
     port = port_run(3)
-    entry = InstanceSpec("chat", "fake", port, command=(sys.executable, str(engine)), replicas=2)
-    sup = Supervisor(Layout(SessionSpec(name=session), (entry,)), launcher=OsLauncher(grace=3))
-    app = make_app(supervisor=sup, gpu_sampler=False, scraper=False)
+    path = tmp_path / "layout.toml"
+
+    def write(replicas: int) -> None:
+        entry = {
+            "name": "chat",
+            "model": "fake",
+            "port": port,
+            "command": [sys.executable, str(engine)],
+            "replicas": replicas,
+        }
+        path.write_text(tomli_w.dumps({"session": {"name": session}, "instance": [entry]}))
+
+    def hand_over() -> None:
+        ServiceClient(session).post("/layout", {"path": str(path)}, timeout=30.0)
+
+    write(2)
+    app = make_app(path, gpu_sampler=False)
 
     async def until(predicate, what: str) -> None:  # noqa: ANN001
-        end = time.monotonic() + 20
+        end = time.monotonic() + 30
         while not predicate():
-            assert time.monotonic() < end, f"timed out waiting for {what}"
+            seen = {n: v.state.value for n, v in app.store.views.items()}
+            assert time.monotonic() < end, f"timed out waiting for {what}: {seen}"
             await asyncio.sleep(0.05)
 
     try:
         async with app.run_test(size=(120, 30)):
+            views = app.store.views
             await until(
-                lambda: all(app.store.views[n].state is State.READY for n in ("chat-0", "chat-1")), "up"
+                lambda: all(n in views and views[n].state is State.READY for n in ("chat-0", "chat-1")), "up"
             )
-            sup.set_layout(Layout(SessionSpec(name=session), (dataclasses.replace(entry, replicas=3),)))
-            await until(
-                lambda: "chat-2" in app.store.views and app.store.views["chat-2"].state is State.READY,
-                "chat-2",
-            )
-            sup.set_layout(Layout(SessionSpec(name=session), (entry,)))
-            await until(lambda: "chat-2" not in app.store.views, "chat-2's row gone")
-            assert list(app.store.views) == ["chat-0", "chat-1"]
-            await sup.stop()
+            write(3)
+            await asyncio.to_thread(hand_over)
+            await until(lambda: "chat-2" in views and views["chat-2"].state is State.READY, "chat-2")
+            write(2)
+            await asyncio.to_thread(hand_over)
+            await until(lambda: "chat-2" not in views, "chat-2's row gone")
+            assert list(views) == ["chat-0", "chat-1"]
+            await app.supervisor.stop()
+            await app.bridge.close()
     finally:
         kill_all(marked(session + "/"))
 
 
-async def test_the_in_process_dashboard_scrapes_what_the_session_supervisor_scrapes() -> None:
-    """The bridge's own scrape loops (no session supervisor) follow `supervisor.replicas.scrape_url`: the
-    router on its Prometheus port, a sleeping server still, an attached server with its key."""
-    import asyncio
+def test_a_snapshot_that_drops_an_instance_does_not_swallow_the_one_before() -> None:
+    """Snapshots waiting in the App's queue give way to a newer one (Textual's `can_replace`), except
+    to one that no longer lists an instance: the older carries its last state (a scaled-away replica's
+    STOPPED), without which its row would stay STOPPING for ever."""
+    import dataclasses
 
-    from vtui.testing.fake_supervisor import FakeSupervisor
-    from vtui.ui.app import make_app
+    from vtui.ui.messages import StatusesChanged
 
-    attached = InstanceSpec("ext", "m", 8000, engine="external", url="http://10.0.0.9:8000", api_key="k3y")
-    layout = Layout(SessionSpec(name="s"), (dataclasses_replace(ENTRY, engine="sim"), SOLO, attached))
-    fake = FakeSupervisor(supervised(layout, port_for_metrics=lambda: 9555))
-    asked: list[tuple[str, str, str | None]] = []
-
-    class Loop:
-        def __init__(self, name: str, url: str, on_sample, api_key: str | None) -> None:  # noqa: ANN001
-            asked.append((name, url, api_key))
-
-        async def run(self) -> None:
-            await asyncio.Event().wait()
-
-        def stop(self) -> None:
-            asked.append(("stopped", "", None))
-
-    app = make_app(supervisor=fake, gpu_sampler=False, scraper=Loop)
-    async with app.run_test(size=(120, 30)) as pilot:
-        for _ in range(10):
-            await pilot.pause()
-        found = {name: (url, key) for name, url, key in asked}
-        assert found["chat-router"] == ("http://127.0.0.1:9555", None)  # vllm_router_*, not a replica's
-        assert found["chat-0"] == ("http://127.0.0.1:8100", None)
-        assert found["ext"] == ("http://10.0.0.9:8000", "k3y")
-        await fake.sleep("solo")
-        for _ in range(5):
-            await pilot.pause()
-        assert ("stopped", "", None) not in asked  # asleep: vLLM answers /metrics, still scraped
+    run = supervised(Layout(SessionSpec(name="s"), (ENTRY,)), port_for_metrics=lambda: 1).instances
+    ready = tuple(status(s) for s in run)
+    stopped = tuple(
+        dataclasses.replace(st, state=State.STOPPED) if st.name == "chat-1" else st for st in ready
+    )
+    gone = tuple(st for st in ready if st.name != "chat-1")
+    assert StatusesChanged(ready).can_replace(StatusesChanged(stopped))  # same names: the newer wins
+    assert not StatusesChanged(stopped).can_replace(StatusesChanged(gone))  # chat-1's STOPPED is kept
+    assert StatusesChanged(gone).can_replace(StatusesChanged(ready))  # a name added: the newer has all

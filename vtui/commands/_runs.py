@@ -345,8 +345,8 @@ def row_of(instance: dict[str, Any], supervisor_pid: int, now: float | None = No
 def refuse_attached(session: Session, name: str, command: str, verb: str) -> bool:
     """True (the refusal printed) when `name` is an attached server: vtui never starts, stops or
     restarts one (`vtui restart`/`sleep`/`wake` exit 2 on it)."""
+    from vtui.core.refusals import attached_refusal
     from vtui.core.runstate import spec_from_dict
-    from vtui.supervisor.attached import attached_refusal
 
     inst = next((i for i in session.status()["instances"] if i["name"] == name), None)
     spec = (inst or {}).get("spec") or {}

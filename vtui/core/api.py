@@ -2,8 +2,8 @@
 
 - `SupervisorApi`: what the dashboard and the CLI need from whoever owns a session's instances.
   `service.remote.RemoteSupervisor` (the session supervisor's socket client, the dashboard's default),
-  `supervisor.supervisor.Supervisor` (in-process: what the session supervisor runs) and the fake the UI
-  tests drive all satisfy it.
+  `supervisor.supervisor.Supervisor` (what the session supervisor runs; the dashboard never runs one) and
+  the fake the UI tests drive all satisfy it.
 
 (The supervisor's OS seam, `Launcher`, lives beside its implementation: `supervisor.launcher`.)
 """
@@ -95,10 +95,11 @@ class TelemetryFeed(Protocol):
 
 @runtime_checkable
 class LogScrollback(Protocol):
-    """A `SupervisorApi` that reads older log lines of another host's instance (`service.fleet.Fleet`):
-    the `count` lines before `anchor` (consecutive lines of the log), oldest first; None when the
-    anchor is not found, or the name is this machine's (its log file is read here). Raises OSError
-    when that host does not answer."""
+    """A `SupervisorApi` that reads an instance's older log lines back from its log file, through the
+    supervisor that keeps it (`POST /logs`: `service.remote.RemoteSupervisor`, and `service.fleet.Fleet`
+    for another host's instance): the `count` lines before `anchor` (consecutive lines of the log),
+    oldest first; None when the anchor is not found or there is no file. Raises OSError when that
+    supervisor does not answer."""
 
     async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None: ...
 

@@ -138,6 +138,16 @@ class InstanceSpec:
             for i, gpus in enumerate(sets or self.replica_gpu_sets())
         )
 
+    def run_specs(self, prometheus_port: int = 0) -> tuple[InstanceSpec, ...]:
+        """What this entry runs as, GPU sets as the layout gives them: its replicas (`replica_specs`),
+        then its router (`router_spec`) when it has one. The supervisor's own expansion
+        (`supervisor.replicas.supervised`) may also choose a group's GPUs by free memory."""
+        if self.replicas <= 1:
+            return (self,)
+        port = self.router_metrics_port if self.router_metrics_port is not None else prometheus_port
+        router = (router_spec(self, port),) if self.router_port is not None else ()
+        return (*self.replica_specs(), *router)
+
     def with_flags(
         self, set_flags: Mapping[str, FlagValue] | None = None, unset: tuple[str, ...] | list[str] = ()
     ) -> InstanceSpec:
@@ -253,3 +263,37 @@ class Layout:
 
     def replace_instance(self, spec: InstanceSpec) -> Layout:
         return replace(self, instances=tuple(spec if s.name == spec.name else s for s in self.instances))
+
+
+# vllm-router's health checker: every second, a worker failing 2 checks in a row leaves the rotation
+# (vtui removes a dead replica itself within its 0.2 s tick; this is the router's own net)
+HEALTH_INTERVAL_S = 1
+ROUTER_POLICY = "round_robin"  # every READY replica gets its turn; the load shows in the fleet table
+WORKER_STARTUP_TIMEOUT_S = 30  # /add_worker waits this long for the worker's /health (it is READY already)
+
+
+def router_spec(entry: InstanceSpec, prometheus_port: int) -> InstanceSpec:
+    """The vllm-router fronting `entry`'s replicas: NAME-router on `router_port`, the entry's restart
+    policy, its own Prometheus port (the `vllm_router_*` series; its main port's /metrics forwards to
+    one worker at a time)."""
+    assert entry.router_port is not None
+    return InstanceSpec(
+        name=f"{entry.name}-router",
+        model=entry.model,
+        port=entry.router_port,
+        engine="router",
+        host=entry.host,
+        restart=entry.restart,
+        group=entry.name,
+        flags={
+            "policy": ROUTER_POLICY,
+            "prometheus-host": "127.0.0.1",
+            "prometheus-port": prometheus_port,
+            "health-check-interval-secs": HEALTH_INTERVAL_S,
+            "health-failure-threshold": 2,
+            "health-success-threshold": 1,
+            "worker-startup-timeout-secs": WORKER_STARTUP_TIMEOUT_S,
+            "worker-startup-check-interval": 1,
+            "log-level": "warning",
+        },
+    )

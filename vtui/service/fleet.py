@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from vtui.core.api import SupervisorApi, TelemetryFeed
+from vtui.core.api import LogScrollback, SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict
@@ -197,12 +197,13 @@ class Fleet:
 
     async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None:
         """`core.api.LogScrollback`: another host's instance's log, read back from `anchor` by its own
-        supervisor (`POST /logs` through the forward); None for this machine's (read from its file)."""
+        supervisor (`POST /logs` through the forward); this machine's by its own."""
         from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
 
         routed = self._route(name)
         if routed is None:
-            return None
+            local = self.local
+            return await local.older_lines(name, anchor, count) if isinstance(local, LogScrollback) else None
         fwd, own = routed
         client = ServiceClient(fwd.session, socket_file=fwd.local_socket)
         body = {"name": own, "n": count, "before": anchor}

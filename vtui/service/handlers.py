@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from vtui.core.events import Event, Notice
 from vtui.core.model import InstanceSpec
-from vtui.core.operation import OperationConflict
+from vtui.core.refusals import OperationConflict, PreflightError, attached_refusal
 from vtui.core.runstate import masked
 from vtui.service.schema import (
     MAX_LOG_LINES,
@@ -26,10 +26,9 @@ from vtui.service.schema import (
 )
 from vtui.service.service_base import ServiceBase, log
 from vtui.service.wire import point_of
-from vtui.supervisor.attached import Attached, attached_refusal
+from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import read_older, read_tail
 from vtui.supervisor.notify import Notifier
-from vtui.supervisor.preflight import PreflightError
 from vtui.supervisor.supervision import SleepRefused, kill_marked
 
 

@@ -26,7 +26,7 @@ __all__ = ["RemoteError", "RemoteSupervisor"]
 
 
 class RemoteSupervisor(FeedFollower):
-    """A client of one session's supervisor with the in-process `Supervisor`'s face."""
+    """A client of one session's supervisor with the `Supervisor`'s face (`core.api.SupervisorApi`)."""
 
     @property
     def layout(self) -> Layout:
@@ -65,6 +65,18 @@ class RemoteSupervisor(FeedFollower):
 
     def recent_lines(self, name: str) -> list[str]:
         return list(self._lines.get(name, ()))
+
+    async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None:
+        """`core.api.LogScrollback`: the `count` lines of `name`'s log before `anchor`, read from its
+        file by the supervisor (`POST /logs`; the dashboard reads no file of the state dir itself)."""
+        try:
+            answer = await self._request("/logs", {"name": name, "n": count, "before": anchor})
+        except RemoteError as exc:
+            raise OSError(str(exc)) from exc
+        lines = answer.get("lines")
+        if not answer.get("found") or not isinstance(lines, list):
+            return None
+        return [str(line) for line in lines]
 
     async def adopt(self) -> list[str]:
         """Attach to the session supervisor (started on demand): it adopts what runs. Raises its

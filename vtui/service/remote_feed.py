@@ -20,6 +20,7 @@ from vtui.core.events import Event, LogLines
 from vtui.core.linering import LineRing
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, decode_conflicts
+from vtui.core.refusals import PreflightError
 from vtui.core.runstate import MASK
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
@@ -35,7 +36,6 @@ from vtui.service.wire import (
     decode_status,
     loads,
 )
-from vtui.supervisor.preflight import PreflightError
 from vtui.telemetry.metrics import HistoryBackfill
 
 __all__ = ["FeedFollower"]

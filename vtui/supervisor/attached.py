@@ -25,7 +25,7 @@ from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
 
-__all__ = ["Attached", "AttachedProber", "AttachedRefused", "Probe", "attached_refusal", "is_attached"]
+__all__ = ["Attached", "AttachedProber", "AttachedRefused", "Probe", "is_attached"]
 
 
 def is_attached(spec: InstanceSpec) -> bool:
@@ -34,14 +34,6 @@ def is_attached(spec: InstanceSpec) -> bool:
 
 class AttachedRefused(ValueError):
     """An action that does not apply to an attached server (start, stop, restart, sleep, wake)."""
-
-
-def attached_refusal(spec: InstanceSpec, verb: str) -> str:
-    """The one sentence every refusal of `verb` on an attached server says."""
-    return (
-        f'{spec.name} is an attached server (engine = "external", {spec.base_url}): vtui watches it '
-        f"but never starts, stops or restarts it, so it cannot {verb} it; do that where it runs"
-    )
 
 
 @dataclass(frozen=True)

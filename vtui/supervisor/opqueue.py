@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from vtui.core.model import InstanceSpec
-from vtui.core.operation import OperationConflict, OperationSuperseded
+from vtui.core.refusals import OperationConflict, OperationSuperseded
 
 Kind = Literal["start", "stop", "restart", "sleep", "wake"]
 Origin = Literal["user", "policy"]

@@ -28,14 +28,6 @@ if TYPE_CHECKING:
 GIB = 1 << 30
 
 
-class PreflightError(RuntimeError):
-    """The start was refused; nothing was launched. `problems` holds one line per reason."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = list(problems)
-
-
 @dataclass(frozen=True)
 class PreflightResult:
     problems: list[str] = field(default_factory=list)
@@ -45,7 +37,7 @@ class PreflightResult:
 
 def port_holder(port: int) -> str | None:
     """Who listens on `port`: "pid 123 (python3 -m http.server)" — or None when nobody can be named."""
-    import psutil  # here: the dashboard imports this module at start (PreflightError), not psutil
+    import psutil  # here: `vtui check` imports this module, and needs psutil only for a port held
 
     try:
         conns = psutil.net_connections(kind="inet")

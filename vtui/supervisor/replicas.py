@@ -19,17 +19,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.flagspec import int_flag
-from vtui.core.model import InstanceSpec, Layout
+from vtui.core.model import WORKER_STARTUP_TIMEOUT_S, InstanceSpec, Layout, router_spec
 from vtui.core.state import State
 
-if TYPE_CHECKING:  # imported where used: the dashboard imports this module for `supervised` alone
+if TYPE_CHECKING:  # imported where used: `vtui check` and preflight import this module, not httpx
     import httpx
 
-# vllm-router's health checker: every second, a worker failing 2 checks in a row leaves the rotation
-# (vtui removes a dead replica itself within its 0.2 s tick; this is the router's own net)
-HEALTH_INTERVAL_S = 1
-ROUTER_POLICY = "round_robin"  # every READY replica gets its turn; the load shows in the fleet table
-WORKER_STARTUP_TIMEOUT_S = 30  # /add_worker waits this long for the worker's /health (it is READY already)
 RECONCILE_EVERY_S = 5.0  # the membership is compared with the router's /list_workers this often
 ROUTER_TIMEOUT_S = 5.0
 ROUTED = (State.READY, State.UNHEALTHY)  # replica states its router routes to
@@ -93,41 +88,14 @@ def choose_gpus(
     return tuple(tuple(sorted(chosen[i * per : (i + 1) * per])) for i in range(spec.replicas))
 
 
-def router_spec(entry: InstanceSpec, prometheus_port: int) -> InstanceSpec:
-    """The vllm-router fronting `entry`'s replicas: NAME-router on `router_port`, the entry's restart
-    policy, its own Prometheus port (the `vllm_router_*` series; its main port's /metrics forwards to
-    one worker at a time)."""
-    assert entry.router_port is not None
-    return InstanceSpec(
-        name=f"{entry.name}-router",
-        model=entry.model,
-        port=entry.router_port,
-        engine="router",
-        host=entry.host,
-        restart=entry.restart,
-        group=entry.name,
-        flags={
-            "policy": ROUTER_POLICY,
-            "prometheus-host": "127.0.0.1",
-            "prometheus-port": prometheus_port,
-            "health-check-interval-secs": HEALTH_INTERVAL_S,
-            "health-failure-threshold": 2,
-            "health-success-threshold": 1,
-            "worker-startup-timeout-secs": WORKER_STARTUP_TIMEOUT_S,
-            "worker-startup-check-interval": 1,
-            "log-level": "warning",
-        },
-    )
-
-
 # The states in which an instance's `/metrics` is scraped (a sleeping vLLM still answers it).
 SCRAPE_STATES = frozenset({State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING})
 
 
 def scrape_url(spec: InstanceSpec, state: State) -> str | None:
     """The URL whose `/metrics` vtui scrapes for `spec` in `state` (None: none now): the one rule of the
-    session supervisor's scrape loops and of the dashboard's own (in-process supervision, no session
-    supervisor), so a router's Prometheus port is scraped on both."""
+    session supervisor's scrape loops (the only ones: the dashboard is its client), a router's on its
+    Prometheus port."""
     return metrics_base(spec) if state in SCRAPE_STATES else None
 
 

@@ -11,7 +11,6 @@ and finding an unconfirmed launch again by the `VTUI_INSTANCE` marker (`find_lau
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,8 +20,8 @@ from vtui.core import paths
 from vtui.core.clock import Clock
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.refusals import loopback
 from vtui.core.runstate import RunRecord, spec_to_dict
-from vtui.supervisor.attached import attached_refusal
 
 __all__ = [
     "SLEEP_TIMEOUT",
@@ -34,11 +33,9 @@ __all__ = [
     "kill_marked",
     "launch_spec",
     "log_path_for",
-    "loopback",
     "marked_processes",
     "orphans",
     "run_record",
-    "sleep_problem",
 ]
 
 
@@ -64,34 +61,6 @@ SLEEP_TIMEOUT = 300.0  # seconds for /sleep and /wake_up (level 2 of a big model
 class SleepRefused(RuntimeError):
     """A sleep or wake that does not apply (sleep mode off, public bind, wrong state) or that the
     engine refused; the message says which."""
-
-
-def loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost: only such a bind may expose vLLM's dev-mode routes (/sleep)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def sleep_problem(spec: InstanceSpec) -> str | None:
-    """Why `spec` cannot sleep (None: it can): sleep mode needs the layout's opt-in and a loopback bind,
-    since VLLM_SERVER_DEV_MODE opens /sleep, /wake_up and other dev routes to whoever reaches the port."""
-    if spec.engine == "external":
-        return attached_refusal(spec, "put to sleep or wake")
-    if not loopback(spec.host):
-        return (
-            f'instance "{spec.name}": sleep mode is allowed only on a loopback bind (host = "127.0.0.1"), '
-            f"not {spec.host}: VLLM_SERVER_DEV_MODE opens dev routes to anyone who reaches the port"
-        )
-    if not spec.sleep_mode:
-        return (
-            f'instance "{spec.name}": sleep mode is off; set sleep_mode = true on it in the layout '
-            "(and restart it: the engine needs VLLM_SERVER_DEV_MODE=1 from its start)"
-        )
-    return None
 
 
 async def engine_post(url: str, timeout: float) -> tuple[int, str]:

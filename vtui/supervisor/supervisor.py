@@ -21,13 +21,13 @@ from collections.abc import Iterable, Mapping
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
+from vtui.core.refusals import PreflightError
 from vtui.core.runstate import RunStore, spec_from_dict
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
 from vtui.supervisor.attached import Attached, AttachedProber, is_attached
 from vtui.supervisor.launcher import Launcher, OsLauncher
 from vtui.supervisor.opqueue import Operation, Runner
-from vtui.supervisor.preflight import PreflightError
 from vtui.supervisor.replicas import RouterHub, supervised
 from vtui.supervisor.startgate import StartGate, Sweeper
 from vtui.supervisor.supervision import SleepRefused, gpus_used, launch_spec, log_path_for

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from vtui.core.model import SECRET_FLAGS, InstanceSpec
+from vtui.core.refusals import sleep_problem
 from vtui.core.runstate import MASK, Outcome, RunRecord, merge_flags, spec_from_dict
 from vtui.core.state import State
 from vtui.supervisor.logfile import LogTailer, read_tail
-from vtui.supervisor.supervision import asleep_level, find_launched, kill_marked, sleep_problem
+from vtui.supervisor.supervision import asleep_level, find_launched, kill_marked
 from vtui.supervisor.supervisor_base import SupervisorBase, diagnosis_kind
 
 

@@ -10,11 +10,12 @@ from typing import Any
 
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.model import InstanceSpec
+from vtui.core.refusals import PreflightError
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import LogTailer
 from vtui.supervisor.opqueue import Operation, Runner
-from vtui.supervisor.preflight import PreflightError, gpu_memory_check, preflight
+from vtui.supervisor.preflight import gpu_memory_check, preflight
 from vtui.supervisor.supervision import intent_record, launch_spec, log_path_for, run_record
 from vtui.supervisor.supervisor_base import SupervisorBase
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 
 from vtui.core.instance import Instance
-from vtui.core.operation import OperationConflict
+from vtui.core.refusals import OperationConflict, sleep_problem
 from vtui.core.state import State
-from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post, sleep_problem
+from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post
 from vtui.supervisor.supervisor_base import SupervisorBase
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from vtui.core.instance import Instance
 from vtui.core.model import FlagValue, InstanceSpec
-from vtui.core.operation import OperationSuperseded
-from vtui.supervisor.attached import Attached, AttachedRefused, attached_refusal
+from vtui.core.refusals import OperationSuperseded, attached_refusal
+from vtui.supervisor.attached import Attached, AttachedRefused
 from vtui.supervisor.opqueue import Change, Operation, Runner
 from vtui.supervisor.supervisor_base import SupervisorBase
 

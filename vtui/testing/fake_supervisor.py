@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
+from vtui.core.refusals import PreflightError
 from vtui.core.state import Phase, State
 from vtui.core.status import InstanceStatus
-from vtui.supervisor.preflight import PreflightError
 
 if TYPE_CHECKING:
     from vtui.core.api import SupervisorApi
@@ -147,6 +147,14 @@ class FakeSupervisor:
         self.edits.set(name, flags, base if base is not None else applied)
         if flags is not None:
             self.edits.rebase(name, applied)
+
+    async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None:
+        """`core.api.LogScrollback`, as the session supervisor answers `POST /logs`: read back from the
+        file the instance's status names."""
+        from vtui.supervisor.logfile import read_older
+
+        path = self._status[name].log_path
+        return await asyncio.to_thread(read_older, path, anchor, count) if path is not None else None
 
     # -- scripting (tests) -------------------------------------------------------------------------
     def crash(self, name: str, lines: list[str], *, final: bool = True) -> None:

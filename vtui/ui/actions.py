@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from vtui.core.refusals import sleep_problem
 from vtui.core.state import State
-from vtui.supervisor.supervision import sleep_problem
 from vtui.ui.store import InstanceView
 
 if TYPE_CHECKING:

@@ -29,11 +29,11 @@ from textual.theme import Theme
 from textual.timer import Timer
 
 from vtui.core.api import SupervisorApi, TelemetryFeed
-from vtui.core.model import InstanceSpec, Layout, SessionSpec
-from vtui.layouts import LayoutError, default_layout, last_layout, load_layout, remember_last
+from vtui.core.model import InstanceSpec, Layout
+from vtui.layouts import LayoutError, NoLayoutError, default_layout, last_layout, load_layout, remember_last
 from vtui.layouts.lookup import BUILTIN_DIR
 from vtui.ui import history
-from vtui.ui.bridge import Bridge, GpuSamplerFactory, ScrapeFactory
+from vtui.ui.bridge import Bridge, GpuSamplerFactory
 from vtui.ui.commands import VtuiCommands
 from vtui.ui.control import ControlMixin
 from vtui.ui.keymap import APP_BINDINGS, load_user_keymap
@@ -118,7 +118,6 @@ class VtuiApp(ControlMixin):
         supervisor_factory: SupervisorFactory,
         autostart: bool = True,
         gpu_sampler: GpuSamplerFactory | bool | None = None,
-        scraper: ScrapeFactory | bool | None = None,
         clock: Callable[[], float] = time.time,
         keymap: dict[str, str] | None = None,
         bench_runner: BenchRunner = run_bench,
@@ -129,7 +128,7 @@ class VtuiApp(ControlMixin):
         self.supervisor_factory = supervisor_factory
         self.clock = clock
         self.store = Store(supervisor.layout)
-        self._autostart, self._gpu_sampler, self._scraper = autostart, gpu_sampler, scraper
+        self._autostart, self._gpu_sampler = autostart, gpu_sampler
         self.bridge = self._make_bridge()
         self.user_keymap = keymap or {}
         self.keymap_problems: list[str] = []
@@ -165,7 +164,6 @@ class VtuiApp(ControlMixin):
             self.supervisor,
             autostart=self._autostart,
             gpu_sampler=self._gpu_sampler,
-            scraper=self._scraper,
         )
 
     def on_unmount(self) -> None:
@@ -527,23 +525,21 @@ def _freeze_heap() -> None:
 
 # -- the factory ---------------------------------------------------------------------------------------
 def resolve_layout(layout: str | Path | Layout | None) -> Layout:
-    """A Layout from a path, the last session, or the demo; an empty layout when none exists."""
+    """A Layout from a path, the last session, or the demo; NoLayoutError when there is none (the
+    session supervisor is handed a layout file: there is nothing to supervise without one)."""
     if isinstance(layout, Layout):
         return layout
     if layout is None:
         layout = default_layout()  # the last session (one record with the CLI's), else the demo
         if layout is None:
-            return Layout(SessionSpec(), ())
+            raise NoLayoutError("no layout given, none used before and no shipped demo: pass a layout file")
     return load_layout(Path(layout))
 
 
 def default_supervisor_factory(layout: Layout) -> SupervisorApi:
-    """The session supervisor's client (started on demand; it owns the instances and outlives the
-    dashboard); an in-process Supervisor only for a layout with no file."""
-    if layout.path is None:
-        from vtui.supervisor.supervisor import Supervisor
-
-        return Supervisor(layout)
+    """The session supervisor's client, started on demand as the CLI's commands start it: it owns the
+    instances and outlives the dashboard, which is only its client. The layout is handed over by its
+    file (a layout with no file is refused there, and the dashboard says so)."""
     from vtui.service.remote import RemoteSupervisor
 
     return RemoteSupervisor(layout)
@@ -568,7 +564,6 @@ def make_app(
     supervisor: SupervisorApi | None = None,
     supervisor_factory: SupervisorFactory | None = None,
     gpu_sampler: GpuSamplerFactory | bool | None = None,
-    scraper: ScrapeFactory | bool | None = None,
     autostart: bool = True,
     clock: Callable[[], float] | None = None,
     keymap_path: Path | None = None,
@@ -593,7 +588,6 @@ def make_app(
         supervisor_factory=factory,
         autostart=autostart,
         gpu_sampler=gpu_sampler,
-        scraper=scraper,
         clock=clock or time.time,
         keymap=keymap,
         bench_runner=bench_runner,

@@ -1,19 +1,18 @@
-"""Runs vtui's data sources next to the UI and turns their frozen events into Textual messages.
+"""Turns what the session's supervisor sends into Textual messages.
 
-With the session supervisor (`vtui.service.remote.RemoteSupervisor`, the default): its feed brings the
-events, snapshots, metrics and GPU samples (it scrapes and samples the GPUs; the bridge runs no scrape
-loop and no GPU sampler, unless the supervisor samples no GPUs: then a GpuSampler runs here, attributing
-GPU processes through the supervisor's process trees). With an in-process `Supervisor` (tests, a
-layout with no file): its `run()` on Textual's loop, one ScrapeLoop per READY instance and the
-GpuSampler in its own thread. The bridge never touches widgets; it only posts messages, and the App's
-handlers own the state.
+The dashboard is a client only: the session supervisor (`vtui.service.remote.RemoteSupervisor`) owns
+the instances, probes and scrapes them and samples the GPUs; its feed brings the events, snapshots,
+metrics and GPU samples, and the bridge runs no scrape loop and no health probe. Only when that
+supervisor samples no GPUs (`VTUI_SUPERVISOR_GPU=0`) does a GpuSampler run here, attributing GPU
+processes through the supervisor's process trees (or a sampler the caller gives: tests, benchmarks).
+The bridge never touches widgets; it only posts messages, and the App's handlers own the state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from textual.app import App
@@ -21,10 +20,8 @@ from textual.app import App
 from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, LogLines, Notice, gone
 from vtui.core.model import Layout
-from vtui.core.status import InstanceStatus
+from vtui.core.refusals import PreflightError
 from vtui.sim.gpuview import simulated_sample
-from vtui.supervisor.preflight import PreflightError
-from vtui.supervisor.replicas import scrape_url
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
 from vtui.ui.logfeed import LogCoalescer
@@ -32,7 +29,6 @@ from vtui.ui.messages import (
     GpuArrived,
     HostsChanged,
     LogsArrived,
-    MetricsArrived,
     MetricsBackfill,
     NoticeArrived,
     StatusesChanged,
@@ -40,23 +36,14 @@ from vtui.ui.messages import (
     TelemetryBatch,
 )
 
-SAMPLE_BATCH_S = 0.2  # a scrape loop's samples wait this long for company (drawn by the 1 Hz render pass)
-
 
 class Sampler(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
 
-class Scraper(Protocol):
-    def run(self) -> Coroutine[Any, Any, None]: ...
-    def stop(self) -> None: ...
-
-
 # (on_sample, pid_owner) -> a sampler with start()/stop() (None: no sampler); False disables GPU sampling.
 GpuSamplerFactory = Callable[[Callable[[GpuSample], None], Callable[[], Mapping[int, str]]], "Sampler | None"]
-# (instance, base_url, on_sample, api_key) -> a scrape loop (None: none for this instance).
-ScrapeFactory = Callable[[str, str, Callable[[MetricsSample], None], "str | None"], "Scraper | None"]
 
 
 def default_gpu_sampler(
@@ -75,14 +62,6 @@ def default_gpu_sampler(
     return GpuSampler(on_sample, interval=1.0, pid_owner=pid_owner, fallback=fallback)
 
 
-def default_scraper(
-    instance: str, base_url: str, on_sample: Callable[[MetricsSample], None], api_key: str | None = None
-) -> Scraper:
-    from vtui.telemetry.scrape import ScrapeLoop  # in-process supervision only
-
-    return ScrapeLoop(instance, base_url, on_sample, interval=1.0, api_key=api_key)  # a key: an attached one
-
-
 class Bridge:
     def __init__(
         self,
@@ -91,18 +70,13 @@ class Bridge:
         *,
         autostart: bool = True,
         gpu_sampler: GpuSamplerFactory | None | bool = None,
-        scraper: ScrapeFactory | None | bool = None,
     ) -> None:
         self.app = app
         self.supervisor = supervisor
         self.autostart = autostart
         self._gpu_default = gpu_sampler is None or gpu_sampler is True  # NVML, else the sims' GPUs
         self._gpu_factory = None if isinstance(gpu_sampler, bool) else gpu_sampler
-        self._scrape_factory: ScrapeFactory | None = (
-            default_scraper if scraper is None or scraper is True else None if scraper is False else scraper
-        )
         self._gpu: Sampler | None = None
-        self._scrapers: dict[str, tuple[str, Scraper]] = {}  # name -> (base_url, loop)
         self._unsubscribe: Callable[[], None] | None = None
         self._unsubscribe_more: list[Callable[[], None]] = []
         # The session supervisor scrapes and sends samples and snapshots on its feed.
@@ -171,11 +145,7 @@ class Bridge:
             self.app.post_message(SupervisorFailed(f"{type(exc).__name__}: {exc}"))
 
     def stop_sources(self) -> None:
-        """Stop the scrape loops and the GPU thread (the app is going away; the supervisor is not ours
-        to stop here)."""
-        for _, loop in self._scrapers.values():
-            loop.stop()
-        self._scrapers.clear()
+        """Stop the GPU thread (the app is going away; the supervisor is not ours to stop here)."""
         if self._gpu is not None:
             self._gpu.stop()
             self._gpu = None
@@ -189,9 +159,6 @@ class Bridge:
         for unsubscribe in self._unsubscribe_more:
             unsubscribe()
         self._unsubscribe_more = []
-        for _, loop in self._scrapers.values():
-            loop.stop()
-        self._scrapers.clear()
         if self._gpu is not None:
             await asyncio.to_thread(self._gpu.stop)
             self._gpu = None
@@ -219,29 +186,24 @@ class Bridge:
             self._log_batches.append((instance, lines, skipped))
             armed, self._armed = self._armed, True
         if not armed:
-            self._arm(0.0)
+            self._arm()
 
-    def _queue_sample(self, sample: MetricsSample, wait: float = SAMPLE_BATCH_S) -> None:
+    def _queue_sample(self, sample: MetricsSample) -> None:
         with self._batch_lock:
             self._samples.append(sample)
             armed, self._armed = self._armed, True
         if not armed:
-            self._arm(wait)
+            self._arm()
 
-    def _arm(self, delay: float) -> None:
+    def _arm(self) -> None:
+        """Send the batch on the loop's next turn (what arrives meanwhile goes with it)."""
         loop = self._loop
         assert loop is not None
         if threading.get_ident() == self._loop_thread:  # the feed's own loop: no wake-up pipe write
-            if delay:
-                loop.call_later(delay, self._send_batch)
-            else:
-                loop.call_soon(self._send_batch)
+            loop.call_soon(self._send_batch)
             return
         try:
-            if delay:
-                loop.call_soon_threadsafe(loop.call_later, delay, self._send_batch)
-            else:
-                loop.call_soon_threadsafe(self._send_batch)
+            loop.call_soon_threadsafe(self._send_batch)
         except RuntimeError:  # the loop is closed: the app is going away
             pass
 
@@ -260,16 +222,9 @@ class Bridge:
     def _post_gpu(self, sample: GpuSample) -> None:  # from the sampler's thread
         self.app.post_message(GpuArrived(sample))
 
-    def _post_metrics(self, sample: MetricsSample) -> None:
-        """A scrape loop's sample: batched like the feed's (N instances cost one message per window)."""
-        if self._loop is None:
-            self.app.post_message(MetricsArrived(sample))
-        else:
-            self._queue_sample(sample)
-
     def _on_telemetry(self, kind: str, sample: Any) -> None:
         if kind == "sample":  # the feed batches them already (the supervisor: a few writes a second)
-            self._queue_sample(sample, 0.0)
+            self._queue_sample(sample)
         elif kind == "history":
             self.app.post_message(MetricsBackfill(sample))
         elif kind == "gpu" and self._gpu_from_feed:
@@ -285,27 +240,6 @@ class Bridge:
         self._flush_telemetry()  # whatever path statuses come by, the lines before them go first
         statuses = self.supervisor.status()
         self.app.post_message(StatusesChanged(statuses))
-        self._sync_scrapers(statuses)
-
-    def _sync_scrapers(self, statuses: Iterable[InstanceStatus]) -> None:
-        """One ScrapeLoop per instance that `supervisor.replicas.scrape_url` names a URL for (the session
-        supervisor's rule); stopped when it leaves those states, replaced on a new URL."""
-        if not self._scrape_factory or self._feed is not None:
-            return
-        for st in statuses:
-            url = scrape_url(st.spec, st.state)  # the session supervisor's rule: a router's Prometheus port
-            current = self._scrapers.get(st.name)
-            if current and current[0] != url:
-                current[1].stop()
-                del self._scrapers[st.name]
-                current = None
-            if current is None and url is not None:
-                loop = self._scrape_factory(st.name, url, self._post_metrics, st.spec.api_key)
-                if loop is not None:
-                    self._scrapers[st.name] = (url, loop)
-                    self.app.run_worker(
-                        loop.run(), name=f"scrape:{st.name}", group="scrape", exit_on_error=False
-                    )
 
     def _pid_owner(self) -> Mapping[int, str]:
         """pid -> instance, called from the GPU sampler's thread (process-tree walks stay off the UI loop)."""
@@ -321,7 +255,3 @@ class Bridge:
                 except Exception:  # a process that vanished mid-walk: attribute it next time
                     continue
         return owners
-
-    @property
-    def scraping(self) -> list[str]:
-        return sorted(self._scrapers)

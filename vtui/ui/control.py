@@ -19,8 +19,8 @@ from textual.screen import Screen
 from vtui.core.api import SupervisorApi
 from vtui.core.masking import masked
 from vtui.core.model import FlagValue, InstanceSpec
+from vtui.core.refusals import PreflightError
 from vtui.layouts import LayoutError, load_layout, save_layout
-from vtui.supervisor.preflight import PreflightError
 from vtui.ui.actions import why_not
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.settings import UiSettings

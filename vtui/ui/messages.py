@@ -27,7 +27,14 @@ class StatusesChanged(Message):
         self.statuses = statuses
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, StatusesChanged)
+        """This snapshot, not yet handled, gives way to the newer `message` (Textual asks the older one)
+        unless the newer drops a name: this one carries the last state of an instance no longer listed
+        (a replica scaled away: STOPPED, then forgotten, often in one read of the feed), which the store
+        needs to let its row go."""
+        if not isinstance(message, StatusesChanged):
+            return False
+        names = {st.name for st in message.statuses}
+        return all(st.name in names for st in self.statuses)
 
 
 class MetricsArrived(Message):

@@ -16,7 +16,6 @@ from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict
 from vtui.core.state import State
 from vtui.core.status import HostState, InstanceStatus
-from vtui.supervisor.replicas import supervised
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import HistoryBackfill, HistoryPoint, MetricsSample
 
@@ -107,8 +106,8 @@ class Store:
         self.layout = layout
         self.saved_layout = layout
         self.path = layout.path  # where the layout was loaded from / last saved to
-        # the instances as supervised: a `replicas = N` entry is NAME-0 … and NAME-router (supervisor.replicas)
-        run = supervised(layout, port_for_metrics=lambda: 0).instances
+        # the instances as run: a `replicas = N` entry is NAME-0 … and NAME-router (InstanceSpec.run_specs)
+        run = [spec for entry in layout.instances for spec in entry.run_specs()]
         self.views: dict[str, InstanceView] = {s.name: InstanceView(s.name) for s in run}
         self.gpu: GpuSample | None = None
         self.hosts: dict[str, HostState] = {}  # `vtui --host` links by label (empty: this machine only)

@@ -13,11 +13,9 @@ repaints again: the view froze at the 5000th line. `LogView` repaints on every c
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import deque
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -33,7 +31,6 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from vtui.core.api import LogScrollback
-from vtui.supervisor.logfile import read_older
 from vtui.ui.keymap import LOG_BINDINGS
 from vtui.ui.screens.base import StoreScreen
 from vtui.ui.store import LOG_LINES, Store, is_marker, skipped_marker
@@ -385,28 +382,25 @@ class LogScreen(StoreScreen):
             return
         store_view = self.app.store.views.get(self.instance)
         status = store_view.status if store_view else None
-        path = status.log_path if status else None
-        remote = status is not None and bool(status.host) and isinstance(self.app.supervisor, LogScrollback)
-        if path is None and not remote:
+        kept = status is not None and (status.log_path is not None or bool(status.host))  # a file somewhere
+        if not kept or not isinstance(self.app.supervisor, LogScrollback):
             return
         self._loading = True
         self._update_status()
-        self._read_older(Path(path) if path is not None else None, list(self._anchor))
+        self._read_older(list(self._anchor))
 
     @work(exclusive=True, group="log-scrollback", exit_on_error=False)
-    async def _read_older(self, path: Path | None, anchor: list[str]) -> None:
-        """From the log file, or (another host's instance) from its host's supervisor."""
+    async def _read_older(self, anchor: list[str]) -> None:
+        """From the log file, read by the supervisor that keeps it (this machine's, or another host's)."""
         supervisor = self.app.supervisor
         try:
-            if path is not None:
-                older = await asyncio.to_thread(read_older, path, anchor, SCROLLBACK_CHUNK)
-            elif isinstance(supervisor, LogScrollback):
-                older = await supervisor.older_lines(self.instance, anchor, SCROLLBACK_CHUNK)
-            else:
-                older = None
+            older = (
+                await supervisor.older_lines(self.instance, anchor, SCROLLBACK_CHUNK)
+                if isinstance(supervisor, LogScrollback)
+                else None
+            )
         except OSError as exc:
-            where = path if path is not None else f"{self.instance}'s log on its host"
-            self.notify(f"could not read {where}: {exc}", severity="warning")
+            self.notify(f"could not read {self.instance}'s log: {exc}", severity="warning")
             older = None
         self._loading = False
         if self.follow or not self.is_mounted:

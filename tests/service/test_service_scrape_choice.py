@@ -1,0 +1,79 @@
+"""Which scrape loop the session supervisor runs for each instance (the dashboard runs none): a server's
+own URL on the lean client, a router on its Prometheus port (`vllm_router_*`), an attached server with
+an API key on httpx with the key, a sleeping server still (vLLM answers /metrics asleep), nothing for a
+server that does not answer yet; a loop whose URL changes is replaced."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from vtui.core.model import InstanceSpec, Layout, SessionSpec
+from vtui.core.state import State
+from vtui.core.status import InstanceStatus
+from vtui.service.probes import LeanLauncher, LeanScrapeLoop
+from vtui.service.scraping import ScrapeMixin
+from vtui.supervisor.replicas import supervised
+from vtui.telemetry.scrape import ScrapeLoop
+
+ENTRY = InstanceSpec("chat", "m", 8100, engine="sim", replicas=2, router_port=9000, gpus=(0, 1))
+ATTACHED = InstanceSpec("ext", "m", 8000, engine="external", url="http://10.0.0.9:8000", api_key="k3y")
+SOLO = InstanceSpec("solo", "m", 8200, engine="sim", gpus=(2,))
+
+
+class _Supervisor:
+    def __init__(self, specs: tuple[InstanceSpec, ...]) -> None:
+        self.launcher = LeanLauncher()
+        self.states = {s.name: State.READY for s in specs}
+        self.specs = {s.name: s for s in specs}
+
+    def status(self) -> tuple[InstanceStatus, ...]:
+        return tuple(
+            InstanceStatus(n, s, self.states[n], None, 1, 0.0, 0, None, None, False, None, None)
+            for n, s in self.specs.items()
+        )
+
+
+class _Service(ScrapeMixin):
+    def __init__(self, supervisor: _Supervisor) -> None:
+        self.supervisor = supervisor  # type: ignore[assignment]
+        self.scrape, self.scrape_interval = True, 1.0
+        self._scrapers = {}
+        self._exporter = None
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        coro.close()  # the loop is not run here: only which one, on which URL
+        task = asyncio.get_running_loop().create_future()
+        self.tasks.append(task)  # type: ignore[arg-type]
+        return task  # type: ignore[return-value]
+
+
+async def test_one_scrape_loop_per_instance_on_the_url_of_its_state() -> None:
+    layout = Layout(SessionSpec(name="s"), (ENTRY, SOLO, ATTACHED))
+    sup = _Supervisor(supervised(layout, port_for_metrics=lambda: 9555).instances)
+    sup.states["solo"] = State.STARTING
+    service = _Service(sup)
+    service._sync_scrapers()
+    loops = {name: (url, type(loop)) for name, (url, loop, _) in service._scrapers.items()}
+    assert loops == {
+        "chat-0": ("http://127.0.0.1:8100", LeanScrapeLoop),
+        "chat-1": ("http://127.0.0.1:8101", LeanScrapeLoop),
+        "chat-router": ("http://127.0.0.1:9555", LeanScrapeLoop),  # its Prometheus port, not a replica's
+        "ext": ("http://10.0.0.9:8000", ScrapeLoop),  # a key to send: httpx
+    }
+    assert service._scrapers["ext"][1]._headers == {"Authorization": "Bearer k3y"}  # sent as a bearer
+    first = service._scrapers["chat-0"][1]
+    sup.states["solo"] = State.READY
+    sup.states["chat-0"] = State.ASLEEP  # a sleeping vLLM answers /metrics: scraped still
+    service._sync_scrapers()
+    assert service._scrapers["chat-0"][1] is first and "solo" in service._scrapers
+    sup.states["chat-0"] = State.STOPPED
+    sup.specs["chat-router"] = dataclasses.replace(
+        sup.specs["chat-router"], flags={**sup.specs["chat-router"].flags, "prometheus-port": 9556}
+    )
+    service._sync_scrapers()
+    assert "chat-0" not in service._scrapers and first._stopped
+    assert service._scrapers["chat-router"][0] == "http://127.0.0.1:9556"  # a new URL: a new loop
+    await sup.launcher.aclose()
