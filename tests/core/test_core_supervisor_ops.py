@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 
 import psutil
 import pytest
 
-from vtui.core.model import Layout, SessionSpec
-from vtui.core.refusals import OperationConflict, OperationSuperseded
+from vtui.core.model import Layout, RestartPolicy, SessionSpec
+from vtui.core.refusals import OperationConflict, OperationSuperseded, PreflightError, RestartReverted
 from vtui.core.runstate import RunStore
 from vtui.core.state import State
 from vtui.supervisor.launcher import OsLauncher
@@ -115,3 +116,34 @@ def test_the_restart_change_is_applied_to_the_flags_found_when_it_runs():
     changed = setting("max-num-batched-tokens", 64)(spec)
     assert changed.flags == {"max-num-seqs": 4, "max-num-batched-tokens": 64}
     assert dataclasses.replace(changed, flags={}).flags == {}
+
+
+async def test_new_flags_that_do_not_reach_ready_go_back_to_the_flags_before(session_name):
+    spec = fake_spec("a", max_num_seqs=4)
+    sup = supervisor(session_name, dataclasses.replace(spec, restart=RestartPolicy("never")))
+    await sup.start()
+    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    with pytest.raises(RestartReverted, match="did not reach READY") as caught:
+        await sup.restart("a", change=setting("fail-startup", "no KV memory"), fallback=True)
+    assert caught.value.flags == {"max-num-seqs": 4}
+    status = sup.status()[0]
+    assert status.state is State.READY and status.spec.flags == {"max-num-seqs": 4}
+    assert running_flags(status.pid) == {"max-num-seqs": "4"}
+    await sup.close(stop_instances=True)
+
+
+async def test_new_flags_on_a_taken_port_are_refused_before_anything_stops(session_name):
+    spec = fake_spec("a")
+    sup = supervisor(session_name, spec)
+    await sup.start()
+    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    pid = sup.status()[0].pid
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(PreflightError, match=f"port {port} is already in use"):
+            await sup.restart("a", dataclasses.replace(spec, port=port))
+    status = sup.status()[0]
+    assert status.state is State.READY and status.pid == pid and status.spec == spec
+    await sup.close(stop_instances=True)

@@ -159,6 +159,7 @@ WRONG: dict[str, st.SearchStrategy[Any]] = {
     "set": st.lists(JSON) | st.text(max_size=5) | st.integers() | st.just({"-tp": 2}) | st.just({"x": {}}),
     "flags": st.lists(JSON) | st.text(max_size=5) | st.integers() | st.just({"tp": {"a": 1}}),
     "base": st.lists(JSON) | st.text(max_size=5) | st.integers() | st.just({"x": None}),
+    "fallback": st.integers() | st.text(max_size=5) | st.lists(st.booleans(), max_size=2),
     "label": NOT_STR | st.just("") | st.just("x" * 33) | st.just("a\nb"),
 }
 

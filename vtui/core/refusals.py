@@ -14,6 +14,7 @@ __all__ = [
     "OperationConflict",
     "OperationSuperseded",
     "PreflightError",
+    "RestartReverted",
     "attached_refusal",
     "loopback",
     "sleep_problem",
@@ -34,6 +35,14 @@ class OperationConflict(RuntimeError):
 
 class OperationSuperseded(OperationConflict):
     """The request was accepted, then a stop of the instance came first: it did not run (in full)."""
+
+
+class RestartReverted(RuntimeError):
+    """A restart's new flags did not reach READY, and the instance went back to the flags before."""
+
+    def __init__(self, text: str, flags: dict[str, object]) -> None:
+        super().__init__(text)
+        self.flags = flags
 
 
 def attached_refusal(spec: InstanceSpec, verb: str) -> str:

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from vtui.core.events import Event, Notice
 from vtui.core.model import InstanceSpec
-from vtui.core.refusals import OperationConflict, PreflightError, attached_refusal
+from vtui.core.refusals import OperationConflict, PreflightError, RestartReverted, attached_refusal
 from vtui.core.runstate import masked
 from vtui.service.schema import (
     MAX_LOG_LINES,
@@ -47,6 +47,8 @@ class HandlerMixin(ServiceBase):
             return 409, {"error": "preflight", "problems": list(exc.problems)}
         except (SleepRefused, OperationConflict) as exc:
             return 409, {"error": str(exc), "problems": [str(exc)]}
+        except RestartReverted as exc:  # the flags that run are the ones before
+            return 409, {"error": str(exc), "problems": [str(exc)], "flags": masked(exc.flags)}
         except Exception as exc:  # noqa: BLE001 — a bug: said, logged, the supervisor carries on
             log(f"{method} {target[:200]}: {exc!r}")
             return 500, {"error": f"internal error: {exc!r}"[:500]}
@@ -233,7 +235,10 @@ class HandlerMixin(ServiceBase):
             return spec.with_flags(set_flags, unset)
 
         flags = await self.supervisor.restart(
-            name, change=change if (set_flags or unset) else None, label=body.get("label") or "restart"
+            name,
+            change=change if (set_flags or unset) else None,
+            label=body.get("label") or "restart",
+            fallback=bool(body.get("fallback")),
         )
         return {"ok": True, "flags": masked(flags)}
 

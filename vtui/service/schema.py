@@ -156,7 +156,12 @@ BODIES: dict[tuple[str, str], Schema] = {
     ("POST", "/wait"): _schema(names=NAMES, timeout=optional(seconds)),
     ("POST", "/stop"): _schema(names=NAMES, grace=optional(seconds)),
     ("POST", "/restart"): _schema(
-        ["name"], name=NAME, set=optional(flag_map), unset=optional(strings(500)), label=optional(LABEL)
+        ["name"],
+        name=NAME,
+        set=optional(flag_map),
+        unset=optional(strings(500)),
+        label=optional(LABEL),
+        fallback=optional(boolean),
     ),
     ("POST", "/pending"): _schema(["name"], name=NAME, flags=optional(flag_map), base=optional(flag_map)),
     ("POST", "/logs"): _schema(

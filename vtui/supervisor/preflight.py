@@ -104,8 +104,11 @@ def preflight(
     running: Iterable[str] = (),
     nvml: Any = None,
     cpu_count: int | None = None,
+    ports_freed: Iterable[int] = (),
 ) -> PreflightResult:
-    """Check starting `names` (default: all) while `running` instances of the layout keep running."""
+    """Check starting `names` (default: all) while `running` instances of the layout keep running.
+    `ports_freed`: ports held now by what a restart stops first (not "in use" for its new start)."""
+    freed = set(ports_freed)
     wanted = list(names) if names is not None else layout.names()
     if any(s.replicas > 1 for s in layout.instances):  # as the supervisor runs them (supervisor.replicas)
         from vtui.supervisor.replicas import supervised
@@ -134,7 +137,7 @@ def preflight(
             )
     for spec in to_start:
         host = "0.0.0.0" if spec.host in ("", "0.0.0.0") else spec.host
-        if port_in_use(host, spec.port):
+        if spec.port not in freed and port_in_use(host, spec.port):
             holder = port_holder(spec.port)
             who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
             result.problems.append(f'instance "{spec.name}": port {spec.port} is already in use {who}')

@@ -10,9 +10,11 @@ from typing import Any
 
 from vtui.core.instance import Instance
 from vtui.core.model import FlagValue, InstanceSpec
-from vtui.core.refusals import OperationSuperseded, attached_refusal
+from vtui.core.refusals import OperationSuperseded, PreflightError, RestartReverted, attached_refusal
+from vtui.core.state import State
 from vtui.supervisor.attached import Attached, AttachedRefused
 from vtui.supervisor.opqueue import Change, Operation, Runner
+from vtui.supervisor.preflight import preflight
 from vtui.supervisor.supervisor_base import SupervisorBase
 
 
@@ -82,10 +84,14 @@ class StopMixin(SupervisorBase):
         *,
         change: Change | None = None,
         label: str = "restart",
+        fallback: bool = False,
     ) -> dict[str, FlagValue]:
         """Stop, then start again — with `spec` (new flags) when given, or with `change` applied to the
-        spec it runs with when the restart begins. The spec that last reached READY stays in
-        `last_good_spec` for a rollback. AttachedRefused for an attached server.
+        spec it runs with when the restart begins. New flags are checked (preflight: ports, GPU overlap,
+        what the layout needs) before anything is stopped: PreflightError, and it runs on. The spec that
+        last reached READY stays in `last_good_spec` for a rollback. AttachedRefused for an attached
+        server. `fallback`: wait for READY, and if the new flags do not get there, go back to the flags
+        before (RestartReverted says so).
 
         Through the instance's operation queue: two restarts asked together are one restart with both
         changes, the newest last; each caller gets the flags it started with (returned)."""
@@ -95,31 +101,90 @@ class StopMixin(SupervisorBase):
         if spec is not None:
             change = _replace_with(spec)
         op = self._queue(name).submit(
-            "restart", lambda op: self._do_restart(name, op), label=label, change=change
+            "restart", lambda op: self._do_restart(name, op, fallback), label=label, change=change
         )
         result: dict[str, FlagValue] = await asyncio.shield(op.future)
         return result
 
-    async def _do_restart(self, name: str, op: Operation) -> dict[str, FlagValue]:
-        await self._stop_one(name)
+    async def _do_restart(self, name: str, op: Operation, fallback: bool = False) -> dict[str, FlagValue]:
         inst = self.instances[name]
-        if op.change is not None:
-            spec = op.change(inst.spec)
-            self._restored_layout.pop(name, None)  # these flags, not the layout's, start next
-            inst.spec = spec
-            self._set_layout_spec(spec)
-            self._rebase_edits(name)  # another client's kept edit keeps only its own changes on these
+        before = inst.spec
+        new = op.change(before) if op.change is not None else None
+        if new is not None and new != before:
+            self._precheck(name, new)  # nothing is stopped for flags that cannot start
+        was_running = inst.state.running
+        await self._stop_one(name)
+        if new is not None:
+            self._apply_spec(name, new)
         inst.attempt = 0
+        try:
+            await self._start_again(name, op)
+        except PreflightError as exc:  # the GPU memory check at launch: the old flags start again
+            if new is None or new == before:
+                raise
+            self._apply_spec(name, before)
+            if was_running:
+                await self._start_again(name, op)
+            raise RestartReverted(
+                f"{name}: the new flags were refused at launch ({'; '.join(exc.problems)}); "
+                + ("it runs with the flags before" if was_running else "it keeps the flags before"),
+                dict(before.flags),
+            ) from exc
+        if not fallback or new is None or new == before:
+            return dict(inst.spec.flags)
+        state = await self._settle_alone(name)
+        if state is State.READY or self._queue(name).stop_waiting:
+            return dict(inst.spec.flags)
+        why = inst.last_error or f"it is {state.value}"
+        self._notice(
+            name, "error", f"{name}: the new flags did not reach READY ({why}); back to the flags before"
+        )
+        await self._stop_one(name)
+        self._apply_spec(name, before)
+        inst.attempt = 0
+        await self._start_again(name, op)
+        back = await self._settle_alone(name)
+        raise RestartReverted(
+            f"{name}: the new flags did not reach READY ({why}); it went back to the flags before "
+            f"and is {back.value} again",
+            dict(before.flags),
+        )
+
+    def _precheck(self, name: str, new: InstanceSpec) -> None:
+        if not self.check_preflight:
+            return
+        others = [
+            n for n, i in self.instances.items() if n != name and (i.state.running or n in self._pending)
+        ]
+        old = self.instances[name].spec
+        result = preflight(self._layout.replace_instance(new), [name], running=others, ports_freed=[old.port])
+        if result.problems:
+            raise PreflightError(result.problems)
+
+    def _apply_spec(self, name: str, spec: InstanceSpec) -> None:
+        inst = self.instances[name]
+        self._restored_layout.pop(name, None)  # these flags, not the layout's, start next
+        inst.spec = spec
+        self._set_layout_spec(spec)
+        self._rebase_edits(name)  # another client's kept edit keeps only its own changes on these
+
+    async def _start_again(self, name: str, op: Operation) -> None:
+        cut = OperationSuperseded(f"{name}: stopped, not started again: a stop came during the {op.label}")
         if self._queue(name).stop_waiting:
-            raise OperationSuperseded(
-                f"{name}: stopped, not started again: a stop came during the {op.label}"
-            )
+            raise cut
         await self._do_start([name])
-        if self._queue(name).stop_waiting and not inst.state.running:
-            raise OperationSuperseded(
-                f"{name}: stopped, not started again: a stop came during the {op.label}"
-            )
-        return dict(inst.spec.flags)
+        if self._queue(name).stop_waiting and not self.instances[name].state.running:
+            raise cut
+
+    async def _settle_alone(self, name: str) -> State:
+        """Until the instance is READY or its start failed (a crash: BACKOFF, which waits for this
+        operation), or a stop waits behind this operation."""
+        inst = self.instances[name]
+        while not self._queue(name).stop_waiting:
+            if name not in self._pending and inst.state is not State.STARTING:
+                return inst.state
+            await self.clock.sleep(self.poll_interval)
+        return inst.state
 
     async def _policy_stop(self, name: str, inst: Instance, handle: Any) -> None:
         """A watchdog's restart: the normal stop (SIGTERM, grace, SIGKILL of the group, sweep), then
