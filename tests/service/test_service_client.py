@@ -213,3 +213,15 @@ def test_handover_replaces_the_supervisor_and_keeps_the_instances(tmp_path: Path
     assert "replaced by" in done.stdout and "a: ready (re-adopted)" in done.stdout
     ServiceClient(session).post("/stop", {"names": ["a"]}, timeout=60)
     ServiceClient(session).post("/shutdown", {})
+
+
+def test_every_route_of_the_table_has_its_handler() -> None:
+    from vtui.service.schema import ROUTES
+    from vtui.service.server import SessionService
+
+    missing = [
+        f"{m} {p}: {r.handler}"
+        for (m, p), r in ROUTES.items()
+        if not callable(getattr(SessionService, r.handler, None))
+    ]
+    assert ROUTES and missing == []

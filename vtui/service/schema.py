@@ -148,32 +148,48 @@ class Route:
 # The one table of the socket API: (method, path) -> its handler and schemas. `GET /feed` is the stream
 # (`transport`), answered outside `handlers`.
 ROUTES: dict[tuple[str, str], Route] = {
+    # session, supervisor pid, layout file, versions; without brief=1 the instance snapshots too
     ("GET", "/status"): Route("_status_route", query=_schema(brief=string)),
+    # the log's last n lines (across rotations)
     ("GET", "/logs"): Route("_logs_route", query=_schema(["name"], name=string, n=string)),
-    ("GET", "/events"): Route("_events_route", query=_schema(n=string)),
-    ("GET", "/pids"): Route("_pids_route"),
+    ("GET", "/events"): Route("_events_route", query=_schema(n=string)),  # the recent events
+    ("GET", "/pids"): Route("_pids_route"),  # every live process of each running instance
+    # the instance's metrics samples (the last n; fields=points: all but the newest cut to a plot's
+    # figures, the newest as `latest`)
     ("GET", "/history"): Route(
         "_history_route", query=_schema(["name"], name=string, n=string, fields=string)
     ),
+    # NDJSON: a hello (the full status), then events, statuses, samples, facts, pending edits
     ("GET", "/feed"): Route("_feed_route"),
+    # run this layout file from now on (same session); env: the values of its ${VAR}s
     ("POST", "/layout"): Route("_set_layout", _schema(["path"], path=string, env=optional(string_map))),
+    # preflight + launch, answered once spawned (409: preflight problems, the GPU memory check's
+    # included unless force)
     ("POST", "/start"): Route("_start_route", _schema(names=NAMES, force=optional(boolean))),
+    # vLLM sleep mode (loopback binds, `sleep_mode = true`; 409: refused) and its wake, answered once
+    # READY again
     ("POST", "/sleep"): Route("_sleep_route", _schema(["name"], name=NAME, level=integer(1, 2))),
     ("POST", "/wake"): Route("_wake_route", _schema(["name"], name=NAME)),
+    # until each is READY/FAILED/STOPPED/CRASHED for good
     ("POST", "/wait"): Route("_wait_route", _schema(names=NAMES, timeout=optional(seconds))),
+    # answered once no process of any named instance is alive
     ("POST", "/stop"): Route("_stop_route", _schema(names=NAMES, grace=optional(seconds))),
     ("POST", "/restart"): Route(
         "_restart", _schema(["name"], name=NAME, set=optional(flag_map), unset=optional(strings(500)))
     ),
+    # a dashboard's unapplied flag edits of one instance (null clears) made from `base` (default: the
+    # flags it runs with): kept masked, persisted, sent on the feed, rebased on a restart
     ("POST", "/pending"): Route(
         "_set_pending", _schema(["name"], name=NAME, flags=optional(flag_map), base=optional(flag_map))
     ),
+    # the n lines before `before` (a log view's scrollback)
     ("POST", "/logs"): Route(
         "_older_logs_route",
         _schema(
             ["name", "before"], name=NAME, n=integer(0, MAX_LOG_LINES), before=strings(10_000, empty=False)
         ),
     ),
+    # end supervision (the instances keep running unless stop: `vtui handover`)
     ("POST", "/shutdown"): Route("_shutdown_route", _schema(stop=optional(boolean))),
 }
 # What a client of another API version may still ask (`api`): look, and hand the session over.
