@@ -21,7 +21,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -443,7 +443,7 @@ async def request(
     return status, answer if isinstance(answer, dict) else {}
 
 
-async def feed_lines(connection: Connection) -> AsyncIterator[bytes]:
+async def feed_lines(connection: Connection) -> AsyncGenerator[bytes, None]:
     """`GET /feed` on an open connection: its NDJSON lines, until the supervisor ends the stream or goes
     away (the connection is closed on the way out). The first is the hello, which names the
     supervisor's versions (`version_problem`)."""

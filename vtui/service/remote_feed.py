@@ -211,6 +211,7 @@ class FeedFollower:
                         continue
                     if self._refused(message):
                         why = str(self.refusal)
+                        await lines.aclose()  # the connection is closed now, not when collected
                         break
                     delay = self.reconnect_delay
                     # the first frame draws from the hello: only the lines a first view derives
