@@ -100,3 +100,63 @@ def test_import_linter_contract() -> None:
         env={"PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- one client of the session socket ------------------------------------------------------------------
+SOCKET_CLIENT = "vtui/service/client.py"
+# Others that open a Unix socket, each for a reason that is not speaking to a supervisor: the ssh
+# stand-in relays a forward as `ssh -L` does (the test double of the link, not a client).
+SOCKET_OPENERS_ALLOWED = {SOCKET_CLIENT, "vtui/testing/fake_ssh.py"}
+_UNIX_CALLS = {"open_unix_connection", "create_unix_connection"}
+
+
+def _socket_openings(path: Path) -> list[str]:
+    """Where a module opens a Unix socket as a client: AF_UNIX, asyncio's unix connections, an
+    httpx-style `uds=` transport, `http.client` (the CLI's old feed reader)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in {"AF_UNIX", *_UNIX_CALLS}:
+            found.append(f"{node.attr} (line {node.lineno})")
+        elif isinstance(node, ast.Name) and node.id in {"AF_UNIX", *_UNIX_CALLS}:
+            found.append(f"{node.id} (line {node.lineno})")
+        elif isinstance(node, ast.keyword) and node.arg == "uds":
+            found.append(f"uds= (line {node.value.lineno})")
+        elif isinstance(node, ast.ImportFrom) and node.module == "socket":
+            found += [f"from socket import {a.name}" for a in node.names if a.name == "AF_UNIX"]
+    found += [f"imports {name}" for name in _imported_names(path) if name == "http.client"]
+    return found
+
+
+def test_only_the_client_module_opens_the_session_socket() -> None:
+    """The CLI, the dashboard and other hosts' forwarded sockets all speak to a supervisor through
+    `vtui.service.client` (h11, one codec): no other module opens a Unix socket as a client."""
+    files = sorted((ROOT / "vtui").rglob("*.py"))
+    openers = {str(p.relative_to(ROOT)): found for p in files if (found := _socket_openings(p))}
+    assert SOCKET_CLIENT in openers, "the client module opens no socket: the scan would pass vacuously"
+    assert {k: v for k, v in openers.items() if k not in SOCKET_OPENERS_ALLOWED} == {}
+
+
+def test_socket_scan_catches_each_way_in(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import socket, asyncio, httpx\nfrom socket import AF_UNIX\nimport http.client\n"
+        "s = socket.socket(socket.AF_UNIX)\nasync def f():\n    await asyncio.open_unix_connection('x')\n"
+        "t = httpx.HTTPTransport(uds='x')\n"
+    )
+    found = " ".join(_socket_openings(bad))
+    for way in (
+        "AF_UNIX (line 4)",
+        "open_unix_connection",
+        "uds=",
+        "from socket import AF_UNIX",
+        "http.client",
+    ):
+        assert way in found, way
+
+
+def test_the_dashboard_and_the_cli_reach_the_socket_through_the_client() -> None:
+    """The modules that speak to a supervisor import the one client (and no module its predecessors)."""
+    for module in ("vtui/service/remote_feed.py", "vtui/service/remote.py", "vtui/commands/_runs.py"):
+        assert "vtui.service.client" in _imported_names(ROOT / module), module
+    assert not (ROOT / "vtui/service/remote_http.py").exists()

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "sleep": "vtui.commands.sleep",
     "wake": "vtui.commands.wake",
     "sessions": "vtui.commands.sessions",
+    "handover": "vtui.commands.handover",
     "check": "vtui.commands.check",
     "export": "vtui.commands.export",
     "discover": "vtui.commands.discover",

@@ -17,6 +17,7 @@ from vtui.core.events import Event, LogLines
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
+from vtui.service.api import API_VERSION, VTUI_VERSION
 from vtui.service.remote import RemoteError, RemoteSupervisor
 from vtui.service.wire import encode_status
 
@@ -92,6 +93,8 @@ async def _attached(tmp_path: Path, layout_answer: tuple[int, dict[str, Any]] = 
     layout = Layout(SessionSpec("attach"), (ready, failed), path=tmp_path / "l.toml")
     hello = {
         "type": "hello",
+        "api_version": API_VERSION,
+        "vtui_version": VTUI_VERSION,
         "supervisor_pid": 1,
         "gpu_sampling": True,
         "instances": [

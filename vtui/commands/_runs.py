@@ -159,10 +159,11 @@ def connect(
     logs): an unset `${VAR}` in the layout is no problem. Unknown names exit 2."""
     words = list(words)
     path, names = _layout_word(words, layout_only)
-    client = None if reload else find_supervisor(path)
+    client = None
     layout = None
     started = False
     try:
+        client = None if reload else find_supervisor(path)  # another API version: its one line, exit 1
         if client is not None and names:
             rows = client.get("/status")["instances"]
             listed = {i["name"] for i in rows} | {i.get("group") for i in rows}

@@ -3,11 +3,12 @@
 histories and the layout it runs; and the clients that talk to it over HTTP on a Unix socket.
 
 - `locations`: where a session's socket, lock, registration and log live (stdlib only).
-- `client`: the stdlib client the CLI uses (fast to import: `vtui ps` pays no httpx), and the on-demand
-  start of the supervisor process (detached, own session).
+- `client`: the one client of the socket (h11; the CLI, the dashboard, other hosts' forwards), the
+  on-demand start of the supervisor process (detached, own session) and its handover.
+- `api`: the API's version; `schema`: its one route table.
 - `wire`: events and snapshots to JSON and back.
 - `server`: the supervisor process (`python -m vtui.service --layout FILE`), HTTP served with h11.
-- `remote`: `RemoteSupervisor`, the `SupervisorApi` the dashboard uses, over httpx.
+- `remote`: `RemoteSupervisor`, the `SupervisorApi` the dashboard uses, over `client`.
 
 Never imports Textual or vtui.ui.
 """

@@ -1,13 +1,17 @@
-"""The session service's socket API: one route per request (`handle`), each answering a status and a
-JSON object. Each body and query is checked against its route's schema first (`schema`): an unknown or
+"""The session service's socket API: the handler of each route of `schema.ROUTES`, answering a status
+and a JSON object. Each body and query is checked against its route's schema first: an unknown or
 ill-typed field, or a flag value the layout would refuse, is a 400 naming it; an unknown route or
-instance a 404, a known path asked with another method a 405, a refusal a 409. Nothing else maps to a
-4xx: an exception of ours is a 500, logged."""
+instance a 404 (checked by name: no KeyError becomes a 404), a known path asked with another method a
+405; a refusal a 409 (a preflight, a sleep that does not apply, `core.refusals.OperationConflict`: another
+operation runs on the instance). Nothing else maps to a 4xx: an exception of ours is a 500 with an id,
+logged with its traceback."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+import traceback
 from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -16,7 +20,9 @@ from vtui.core.events import Event, Notice
 from vtui.core.model import InstanceSpec
 from vtui.core.refusals import OperationConflict, PreflightError, RestartReverted, attached_refusal
 from vtui.core.runstate import masked
+from vtui.service.api import API_VERSION, VTUI_VERSION, handover_command
 from vtui.service.schema import (
+    ANY_VERSION,
     MAX_LOG_LINES,
     BadRequest,
     NotFound,
@@ -29,18 +35,29 @@ from vtui.service.wire import point_of
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import read_older, read_tail
 from vtui.supervisor.notify import Notifier
+from vtui.supervisor.replicas import members
 from vtui.supervisor.supervision import SleepRefused, kill_marked
 
 
 class HandlerMixin(ServiceBase):
-    async def handle(self, method: str, target: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def handle(
+        self, method: str, target: str, body: dict[str, Any], api: int | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """One request: its answer's status and JSON object. Input that does not fit is a 4xx naming what
-        is wrong (`schema`); anything else raised is a bug of ours (500, logged)."""
+        is wrong (`schema`); a request of another API version (`api`, from its header; None: a client
+        that names none, curl) is a 400 unless it only looks or hands the session over; anything else
+        raised is a bug of ours: a 500 whose id is logged with the traceback."""
         try:
             url = urlsplit(target)
             query = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20).items()}
-            check_request(method, url.path, query, body)
-            return 200, await self._route(method, url.path, query, body)
+            route = check_request(method, url.path, query, body)
+            if api is not None and api != API_VERSION and (method, url.path) not in ANY_VERSION:
+                raise BadRequest(
+                    f"API version {api} asked of a supervisor of API {API_VERSION} (vtui {VTUI_VERSION}): "
+                    f"`{handover_command(self.session)}` replaces it, the instances keep running"
+                )
+            handler = getattr(self, route.handler)
+            return 200, await handler(body if method == "POST" else query)
         except BadRequest as exc:
             return exc.status, {"error": str(exc), "problems": exc.problems}
         except PreflightError as exc:
@@ -49,61 +66,67 @@ class HandlerMixin(ServiceBase):
             return 409, {"error": str(exc), "problems": [str(exc)]}
         except RestartReverted as exc:  # the flags that run are the ones before
             return 409, {"error": str(exc), "problems": [str(exc)], "flags": masked(exc.flags)}
-        except Exception as exc:  # noqa: BLE001 — a bug: said, logged, the supervisor carries on
-            log(f"{method} {target[:200]}: {exc!r}")
-            return 500, {"error": f"internal error: {exc!r}"[:500]}
+        except Exception as exc:  # noqa: BLE001 — a bug: said, logged with its id, the supervisor carries on
+            error_id = secrets.token_hex(4)
+            log(f"error {error_id}: {method} {target[:200]}: {exc!r}\n{traceback.format_exc().rstrip()}")
+            return 500, {"error": f"internal error {error_id}: {exc!r}"[:500], "error_id": error_id}
 
-    async def _route(
-        self, method: str, path: str, query: dict[str, str], body: dict[str, Any]
-    ) -> dict[str, Any]:
-        route = (method, path)
-        if route == ("GET", "/status"):
-            return self.status(brief=query.get("brief") == "1")
-        if route == ("POST", "/layout"):
-            return await self._set_layout(body)
-        if route == ("POST", "/start"):
-            names = self._known(body.get("names"))
-            self._refuse_unresolved(names if names is not None else self.supervisor.layout.names())
-            self._bring_up_attached(names)  # watched until `down`, keeping the supervisor up
-            await self.supervisor.start(names, force=bool(body.get("force")))
-            return {"ok": True}
-        if route == ("POST", "/sleep"):
-            name = self._one_name(body)
-            await self.supervisor.sleep(name, body.get("level", 1))
-            return {"ok": True, "state": self.supervisor.instances[name].state.value}
-        if route == ("POST", "/wake"):
-            name = self._one_name(body)
-            await self.supervisor.wake(name)
-            return {"ok": True, "state": self.supervisor.instances[name].state.value}
-        if route == ("POST", "/wait"):
-            names = self._known(body.get("names"))
-            states = await self.supervisor.wait_settled(names, timeout=body.get("timeout"))
-            return {"states": {n: s.value for n, s in states.items()}}
-        if route == ("POST", "/stop"):
-            return await self._stop(self._known(body.get("names")), body.get("grace"))
-        if route == ("POST", "/restart"):
-            return await self._restart(body)
-        if route == ("POST", "/pending"):
-            return await self._set_pending(body)
-        if route == ("GET", "/logs"):
-            return await self._logs(query.get("name", ""), query_int(query, "n", 50, MAX_LOG_LINES))
-        if route == ("POST", "/logs"):  # {name, n, before}: the n lines before `before` (scrollback)
-            return await self._logs(body["name"], body.get("n", 50), body["before"])
-        if route == ("GET", "/events"):
-            return {"events": self.events.last(query_int(query, "n", 200, 1 << 30))}
-        if route == ("GET", "/pids"):
-            return {"pids": await asyncio.to_thread(self._pids)}
-        if route == ("GET", "/history"):
-            samples = list(self.samples.get(query.get("name", ""), ()))
-            n = query_int(query, "n", len(samples), 1 << 30)
-            samples = samples[-n:] if n > 0 else []
-            if query.get("fields") == "points" and samples:  # a dashboard's backfill: plots' figures
-                return {"samples": [point_of(s) for s in samples[:-1]], "latest": samples[-1]}
-            return {"samples": samples}
-        if route == ("POST", "/shutdown"):
-            self._spawn(self.shutdown(stop_instances=bool(body.get("stop"))))
-            return {"ok": True}
-        raise NotFound(f"no route {method} {path}")  # a schema without a handler
+    # -- the routes (`schema.ROUTES`): a GET's handler gets the query, a POST's the body ---------------
+    async def _status_route(self, query: dict[str, str]) -> dict[str, Any]:
+        return self.status(brief=query.get("brief") == "1")
+
+    async def _start_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        names = self._known(body.get("names"))
+        self._refuse_unresolved(names if names is not None else self.supervisor.layout.names())
+        self._bring_up_attached(names)  # watched until `down`, keeping the supervisor up
+        await self.supervisor.start(names, force=bool(body.get("force")))
+        return {"ok": True}
+
+    async def _sleep_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = self._one_name(body)
+        await self.supervisor.sleep(name, body.get("level", 1))
+        return {"ok": True, "state": self.supervisor.instances[name].state.value}
+
+    async def _wake_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = self._one_name(body)
+        await self.supervisor.wake(name)
+        return {"ok": True, "state": self.supervisor.instances[name].state.value}
+
+    async def _wait_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        names = self._known(body.get("names"))
+        states = await self.supervisor.wait_settled(names, timeout=body.get("timeout"))
+        return {"states": {n: s.value for n, s in states.items()}}
+
+    async def _stop_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._stop(self._known(body.get("names")), body.get("grace"))
+
+    async def _logs_route(self, query: dict[str, str]) -> dict[str, Any]:
+        return await self._logs(query.get("name", ""), query_int(query, "n", 50, MAX_LOG_LINES))
+
+    async def _older_logs_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        """{name, n, before}: the n lines before `before` (a log view's scrollback)."""
+        return await self._logs(body["name"], body.get("n", 50), body["before"])
+
+    async def _events_route(self, query: dict[str, str]) -> dict[str, Any]:
+        return {"events": self.events.last(query_int(query, "n", 200, 1 << 30))}
+
+    async def _pids_route(self, query: dict[str, str]) -> dict[str, Any]:
+        return {"pids": await asyncio.to_thread(self._pids)}
+
+    async def _history_route(self, query: dict[str, str]) -> dict[str, Any]:
+        samples = list(self.samples.get(query.get("name", ""), ()))
+        n = query_int(query, "n", len(samples), 1 << 30)
+        samples = samples[-n:] if n > 0 else []
+        if query.get("fields") == "points" and samples:  # a dashboard's backfill: plots' figures
+            return {"samples": [point_of(s) for s in samples[:-1]], "latest": samples[-1]}
+        return {"samples": samples}
+
+    async def _shutdown_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._spawn(self.shutdown(stop_instances=bool(body.get("stop"))))
+        return {"ok": True}
+
+    async def _feed_route(self, query: dict[str, str]) -> dict[str, Any]:
+        raise BadRequest("GET /feed is a stream: ask it on a connection of its own")  # transport answers it
 
     def status(self, brief: bool = False) -> dict[str, Any]:
         answer: dict[str, Any] = {
@@ -111,6 +134,8 @@ class HandlerMixin(ServiceBase):
             "supervisor_pid": os.getpid(),
             "layout_path": self.layout_path,
             "started_at": self.started_at,
+            "api_version": API_VERSION,
+            "vtui_version": VTUI_VERSION,
         }
         if not brief:
             answer["instances"] = self._statuses()
@@ -135,10 +160,13 @@ class HandlerMixin(ServiceBase):
     def _known(self, names: list[str] | None) -> list[str] | None:
         """`names` (instances or replica groups), or NotFound naming those the session lacks."""
         if names is not None:
-            try:
-                self.supervisor.resolve(names)
-            except KeyError as exc:
-                raise NotFound(str(exc.args[0] if exc.args else exc)[:500]) from None
+            unknown = [
+                n
+                for n in names
+                if n not in self.supervisor.instances and not members(self.supervisor.layout, n)
+            ]
+            if unknown:
+                raise NotFound(f"no instance named {', '.join(unknown)} in session {self.session}"[:500])
         return names
 
     async def _set_layout(self, body: dict[str, Any]) -> dict[str, Any]:

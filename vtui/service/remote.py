@@ -1,8 +1,8 @@
 """`RemoteSupervisor`: the `SupervisorApi` of a session whose owner is its session supervisor process,
 for the dashboard. Snapshots come from the supervisor's feed (`remote_feed.FeedFollower`: a status
 snapshot is sent before each lifecycle event, so `status()` is current when a subscriber hears of the
-event); requests are HTTP on the session's socket (`remote_http`: h11 on the Unix socket, one
-connection each, on the caller's event loop). When the supervisor goes away (kill -9), the feed is
+event); requests are HTTP on the session's socket (`client`: h11 on the Unix socket, one connection
+each, on the caller's event loop). When the supervisor goes away (kill -9), the feed is
 re-opened on a new one, started on demand: it re-adopts the instances and the first message of its
 feed replaces every snapshot.
 """
@@ -19,8 +19,8 @@ from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict
 from vtui.core.runstate import MASK
 from vtui.core.state import State
+from vtui.service.client import RemoteError
 from vtui.service.remote_feed import FeedFollower
-from vtui.service.remote_http import RemoteError
 
 __all__ = ["RemoteError", "RemoteSupervisor"]
 

@@ -25,8 +25,15 @@ from vtui.core.runstate import MASK
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
 from vtui.service import locations
-from vtui.service.client import ensure_supervisor
-from vtui.service.remote_http import Connection, RemoteError, feed_lines, request
+from vtui.service.client import (
+    Connection,
+    RemoteError,
+    ensure_supervisor,
+    feed_lines,
+    open_feed,
+    request,
+    version_problem,
+)
 from vtui.service.wire import (
     decode_event,
     decode_facts,
@@ -41,7 +48,8 @@ from vtui.telemetry.metrics import HistoryBackfill
 __all__ = ["FeedFollower"]
 
 HISTORY_BACKFILL = 600  # samples handed to a newly attached dashboard (its plots: 10 min at 1 Hz)
-HELLO_TIMEOUT_S = 30.0  # a supervisor that takes the connection but sends no snapshot is not attached
+HELLO_TIMEOUT_S = 30.0
+REFUSED_RETRY_S = 5.0  # a supervisor of another API version: looked at again this often (a handover)  # a supervisor that takes the connection but sends no snapshot is not attached
 RECENT_LINES = 3000  # as many as the dashboard keeps of a run (startup facts need its first lines)
 
 
@@ -59,13 +67,15 @@ class FeedFollower:
         start_on_demand: bool = True,
         on_connection: Callable[[bool, str | None], None] | None = None,
         sample_prefix: str = "",
+        host: str | None = None,
     ) -> None:
         """`socket_file`: another socket than this machine's session socket (a host's, forwarded by
         ssh: `vtui.service.sshforward`); `start_on_demand=False`: never start a supervisor, only attach
         (and re-attach, waiting `reconnect_delay` doubled up to `max_reconnect_delay` between tries).
         `on_connection(connected, why)`: told when the feed opens (a hello) and when it is lost.
         `sample_prefix`: put before the instance name of each metrics sample handed to subscribers
-        (another host's `gpu2:`; cheaper than renaming the decoded sample)."""
+        (another host's `gpu2:`; cheaper than renaming the decoded sample). `host`: the ssh target the
+        socket is forwarded from (named in what a supervisor of another vtui version is told)."""
         self._layout = layout
         self.session = layout.session.name
         self.reconnect_delay = reconnect_delay
@@ -74,6 +84,9 @@ class FeedFollower:
         self.start_on_demand = start_on_demand
         self.on_connection = on_connection
         self.sample_prefix = sample_prefix
+        self.host = host
+        self.refusal: str | None = None  # the supervisor speaks another API version: the one line
+        self._versions_said: set[int | None] = set()  # supervisor pids told of another vtui version
         self.hello_timeout = HELLO_TIMEOUT_S
         self.connected = False
         self._statuses: dict[str, InstanceStatus] = {}
@@ -125,6 +138,8 @@ class FeedFollower:
                         f"{self.hello_timeout:g} s (see `vtui ps`)"
                     ) from None
         await self._attached.wait()
+        if self.refusal is not None:
+            raise RemoteError(self.refusal)
 
     async def _connect(self) -> Connection:
         """The feed's connection. Straight to the running supervisor (its hello is the first frame's
@@ -132,15 +147,15 @@ class FeedFollower:
         supervisor this client did not start is handed our layout file alongside the feed, not before
         it (a new layout's snapshot follows on the feed); requests wait for that."""
         if not self.start_on_demand:
-            return await asyncio.open_unix_connection(str(self.socket_file))
+            return await open_feed(self.socket_file)
         started = False
         try:
-            connection = await asyncio.open_unix_connection(str(self.socket_file))
+            connection = await open_feed(self.socket_file)
         except (FileNotFoundError, ConnectionRefusedError):
             if self._layout.path is None:
                 raise RemoteError("a layout with no file cannot be handed to a session supervisor") from None
             _, started = await asyncio.to_thread(ensure_supervisor, self.session, self._layout.path)
-            connection = await asyncio.open_unix_connection(str(self.socket_file))
+            connection = await open_feed(self.socket_file)
         if not started:  # one already ran (maybe another layout file of this session): run ours
             self._layout_sent = asyncio.ensure_future(
                 self._request("/layout", {"path": str(self._layout.path)}, after_layout=False)
@@ -160,6 +175,8 @@ class FeedFollower:
     async def _request(self, path: str, body: dict[str, Any], *, after_layout: bool = True) -> dict[str, Any]:
         if self._attached is None:
             await self._attach()
+        if self.refusal is not None:  # nothing is asked of a supervisor of another API version
+            raise RemoteError(self.refusal)
         if after_layout and self._layout_sent is not None and not self._layout_sent.done():
             await asyncio.wait({self._layout_sent})  # what we ask is asked of our layout
         status, answer = await self._http("POST", path, body)
@@ -192,6 +209,10 @@ class FeedFollower:
                     if message.get("type") != "hello":
                         self._on_message(message)
                         continue
+                    if self._refused(message):
+                        why = str(self.refusal)
+                        await lines.aclose()  # the connection is closed now, not when collected
+                        break
                     delay = self.reconnect_delay
                     # the first frame draws from the hello: only the lines a first view derives
                     # something from (a failed run's diagnosis, facts the supervisor lacks) go before it
@@ -213,8 +234,33 @@ class FeedFollower:
             if self._closed:
                 return
             self._connection(False, why)
-            await asyncio.sleep(delay)
+            await asyncio.sleep(max(delay, REFUSED_RETRY_S) if self.refusal is not None else delay)
             delay = min(self.max_reconnect_delay, delay * 2)
+
+    def _refused(self, hello: dict[str, Any]) -> bool:
+        """Whether this supervisor speaks another API version (`refusal`: the line; the first attach
+        raises it, requests are refused with it). Another vtui version of the same API is said once per
+        supervisor, as a warning notice."""
+        api = hello.get("api_version")
+        line, refused = version_problem(
+            self.session, api if isinstance(api, int) else 0, hello.get("vtui_version"), self.host
+        )
+        self.refusal = line if refused else None
+        if refused:
+            assert self._attached is not None
+            self._attached.set()  # the first attach's wait ends: with the refusal
+            return True
+        pid = hello.get("supervisor_pid")
+        if line is not None and pid not in self._versions_said:
+            self._versions_said.add(pid)
+            notice = {
+                "kind": "notice",
+                "instance": None,
+                "level": "warning",
+                "text": line.removeprefix("vtui: "),
+            }
+            self._on_message({"type": "event", "event": notice})
+        return False
 
     def _needs_lines(self) -> list[str]:
         """Instances whose first view is derived from their run's lines: a failed run (its diagnosis)

@@ -1,8 +1,9 @@
 """What the socket API accepts: the limits on a request (its body's size, its JSON's depth) and one
 declarative schema per route for its body and its query. A request that does not fit is refused with a
 one-line message naming the field (`BadRequest`: 400, or the status given); an unknown instance is a
-`NotFound` (404). Flag values (`/pending`, `/restart`) are checked as the layout checks them
-(`check_flags`: the same flag table and `flagspec.validate_flag`)."""
+`NotFound` (404). `ROUTES` is the one table of the API: each route's handler and schemas. Flag values
+(`/pending`, `/restart`) are checked as the layout checks them (`check_flags`: the same flag table and
+`flagspec.validate_flag`)."""
 
 from __future__ import annotations
 
@@ -142,41 +143,74 @@ NAME = string
 LABEL = label  # what an operation is called in `ps` ("fix", "rollback", "tune trial")
 EMPTY = _schema()
 
-BODIES: dict[tuple[str, str], Schema] = {
-    ("GET", "/status"): EMPTY,
-    ("GET", "/logs"): EMPTY,
-    ("GET", "/events"): EMPTY,
-    ("GET", "/pids"): EMPTY,
-    ("GET", "/history"): EMPTY,
-    ("GET", "/feed"): EMPTY,
-    ("POST", "/layout"): _schema(["path"], path=string, env=optional(string_map)),
-    ("POST", "/start"): _schema(names=NAMES, force=optional(boolean)),
-    ("POST", "/sleep"): _schema(["name"], name=NAME, level=integer(1, 2)),
-    ("POST", "/wake"): _schema(["name"], name=NAME),
-    ("POST", "/wait"): _schema(names=NAMES, timeout=optional(seconds)),
-    ("POST", "/stop"): _schema(names=NAMES, grace=optional(seconds)),
-    ("POST", "/restart"): _schema(
-        ["name"],
-        name=NAME,
-        set=optional(flag_map),
-        unset=optional(strings(500)),
-        label=optional(LABEL),
-        fallback=optional(boolean),
-    ),
-    ("POST", "/pending"): _schema(["name"], name=NAME, flags=optional(flag_map), base=optional(flag_map)),
-    ("POST", "/logs"): _schema(
-        ["name", "before"], name=NAME, n=integer(0, MAX_LOG_LINES), before=strings(10_000, empty=False)
-    ),
-    ("POST", "/shutdown"): _schema(stop=optional(boolean)),
-}
 
-QUERIES: dict[tuple[str, str], Schema] = {
-    ("GET", "/status"): _schema(brief=string),
-    ("GET", "/logs"): _schema(["name"], name=string, n=string),
-    ("GET", "/events"): _schema(n=string),
-    ("GET", "/history"): _schema(["name"], name=string, n=string, fields=string),
-    ("GET", "/feed"): EMPTY,
+@dataclass(frozen=True)
+class Route:
+    """One route of the socket API: the `SessionService` method that answers it (`handlers`; called
+    with the query and the body once both fit), its body's schema and its query's."""
+
+    handler: str
+    body: Schema = EMPTY
+    query: Schema = EMPTY
+
+
+# The one table of the socket API: (method, path) -> its handler and schemas. `GET /feed` is the stream
+# (`transport`), answered outside `handlers`.
+ROUTES: dict[tuple[str, str], Route] = {
+    # session, supervisor pid, layout file, versions; without brief=1 the instance snapshots too
+    ("GET", "/status"): Route("_status_route", query=_schema(brief=string)),
+    # the log's last n lines (across rotations)
+    ("GET", "/logs"): Route("_logs_route", query=_schema(["name"], name=string, n=string)),
+    ("GET", "/events"): Route("_events_route", query=_schema(n=string)),  # the recent events
+    ("GET", "/pids"): Route("_pids_route"),  # every live process of each running instance
+    # the instance's metrics samples (the last n; fields=points: all but the newest cut to a plot's
+    # figures, the newest as `latest`)
+    ("GET", "/history"): Route(
+        "_history_route", query=_schema(["name"], name=string, n=string, fields=string)
+    ),
+    # NDJSON: a hello (the full status), then events, statuses, samples, facts, pending edits
+    ("GET", "/feed"): Route("_feed_route"),
+    # run this layout file from now on (same session); env: the values of its ${VAR}s
+    ("POST", "/layout"): Route("_set_layout", _schema(["path"], path=string, env=optional(string_map))),
+    # preflight + launch, answered once spawned (409: preflight problems, the GPU memory check's
+    # included unless force)
+    ("POST", "/start"): Route("_start_route", _schema(names=NAMES, force=optional(boolean))),
+    # vLLM sleep mode (loopback binds, `sleep_mode = true`; 409: refused) and its wake, answered once
+    # READY again
+    ("POST", "/sleep"): Route("_sleep_route", _schema(["name"], name=NAME, level=integer(1, 2))),
+    ("POST", "/wake"): Route("_wake_route", _schema(["name"], name=NAME)),
+    # until each is READY/FAILED/STOPPED/CRASHED for good
+    ("POST", "/wait"): Route("_wait_route", _schema(names=NAMES, timeout=optional(seconds))),
+    # answered once no process of any named instance is alive
+    ("POST", "/stop"): Route("_stop_route", _schema(names=NAMES, grace=optional(seconds))),
+    ("POST", "/restart"): Route(
+        "_restart",
+        _schema(
+            ["name"],
+            name=NAME,
+            set=optional(flag_map),
+            unset=optional(strings(500)),
+            label=optional(LABEL),  # what ps calls it: "fix", "rollback", "tune trial"
+            fallback=optional(boolean),  # wait for READY; back to the flags before if not
+        ),
+    ),
+    # a dashboard's unapplied flag edits of one instance (null clears) made from `base` (default: the
+    # flags it runs with): kept masked, persisted, sent on the feed, rebased on a restart
+    ("POST", "/pending"): Route(
+        "_set_pending", _schema(["name"], name=NAME, flags=optional(flag_map), base=optional(flag_map))
+    ),
+    # the n lines before `before` (a log view's scrollback)
+    ("POST", "/logs"): Route(
+        "_older_logs_route",
+        _schema(
+            ["name", "before"], name=NAME, n=integer(0, MAX_LOG_LINES), before=strings(10_000, empty=False)
+        ),
+    ),
+    # end supervision (the instances keep running unless stop: `vtui handover`)
+    ("POST", "/shutdown"): Route("_shutdown_route", _schema(stop=optional(boolean))),
 }
+# What a client of another API version may still ask (`api`): look, and hand the session over.
+ANY_VERSION: frozenset[tuple[str, str]] = frozenset({("GET", "/status"), ("POST", "/shutdown")})
 
 
 def query_int(query: Mapping[str, str], key: str, default: int, high: int) -> int:
@@ -192,17 +226,18 @@ def query_int(query: Mapping[str, str], key: str, default: int, high: int) -> in
     return value
 
 
-def check_request(method: str, path: str, query: Mapping[str, str], body: Mapping[str, Any]) -> None:
-    """404 for an unknown path, 405 for a known one asked with another method, else 400 for a body or a
-    query that does not fit the route's schema."""
-    route = (method, path)
-    if route not in BODIES:
-        allowed = sorted(m for m, p in BODIES if p == path)
+def check_request(method: str, path: str, query: Mapping[str, str], body: Mapping[str, Any]) -> Route:
+    """The route asked: 404 for an unknown path, 405 for a known one asked with another method, else 400
+    for a body or a query that does not fit its schema."""
+    route = ROUTES.get((method, path))
+    if route is None:
+        allowed = sorted(m for m, p in ROUTES if p == path)
         if allowed:
             raise BadRequest(f"{method} {path}: method not allowed (use {', '.join(allowed)})", 405)
         raise NotFound(f"no route {method} {path[:200]}")
-    BODIES[route].check(body)
-    QUERIES.get(route, EMPTY).check(query, "query ")
+    route.body.check(body)
+    route.query.check(query, "query ")
+    return route
 
 
 def depth(value: Any) -> int:

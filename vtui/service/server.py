@@ -4,28 +4,8 @@ It runs the core `Supervisor` (state machines, restart policy, adoption, stops),
 READY instance, optionally the NVML `GpuSampler`, and keeps bounded histories: an hour of 1 Hz metrics
 samples per instance, the recent events, the startup facts, the flag history and the dashboards' pending
 flag edits of each instance (persisted next to the run records, so a successor gets them back). Clients
-talk HTTP/1.1 (h11) on `<state dir>/<session>.sock` (0600 in the 0700 state dir):
-
-    GET  /status[?brief=1]        session, supervisor pid, layout file, instance snapshots
-    POST /layout {path}           run this layout file from now on (same session)
-    POST /start {names, force}    preflight + launch; returns once spawned (409: preflight problems,
-                                  the GPU memory check's included unless force)
-    POST /wait {names, timeout}   until each is READY/FAILED/STOPPED/CRASHED for good
-    POST /stop {names, grace}     returns once no process of any named instance is alive
-    POST /restart {name, set, unset}
-    POST /pending {name, flags, base}  a dashboard's unapplied flag edits of one instance (null
-                                  clears), made from the flags `base` (default: those it runs with);
-                                  kept masked, persisted, sent on the feed as a "pending" message;
-                                  rebased when the instance is restarted with other flags
-    POST /sleep {name, level}     vLLM sleep mode (loopback binds, `sleep_mode = true`); 409: refused
-    POST /wake {name}             /wake_up; returns once READY again (409: refused)
-    GET  /logs?name=N&n=50        the log's last lines (across rotations)
-    GET  /events?n=200            recent events
-    GET  /history?name=N[&n=K][&fields=points]  the instance's metrics samples (the last K; `points`:
-                                  all but the newest cut to a plot's figures, the newest as `latest`)
-    GET  /pids                    every live process of each running instance
-    GET  /feed                    NDJSON stream: hello (status), then events, statuses, samples
-    POST /shutdown {stop}         end supervision (instances keep running unless stop)
+talk HTTP/1.1 (h11) on `<state dir>/<session>.sock` (0600 in the 0700 state dir), through
+`service.client`; the routes, each with what it does, are `schema.ROUTES`.
 
 With `[session] metrics_port` it also serves the session's Prometheus `GET /metrics` on TCP
 (`service.exporter`, bound to `metrics_host`, 127.0.0.1 by default). Attached servers (engine =

@@ -128,6 +128,7 @@ class Forward:
             reconnect_delay=0.25,
             max_reconnect_delay=2.0,
             on_connection=self._on_connection,
+            host=link.target,
         )
 
     @property

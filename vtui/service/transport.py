@@ -1,6 +1,7 @@
 """The session service's HTTP/1.1 (h11) on its socket: requests with JSON bodies, answered by
-`handle`, and `GET /feed`, the NDJSON stream (a hello with the full status, then one message a line;
-a client that falls `feed.FEED_BUFFER` bytes behind is dropped). What is not a request is answered and
+`handle`, and `GET /feed`, the NDJSON stream (a hello with the full status, then one message a line; a
+client that falls `feed.FEED_BUFFER` bytes behind is dropped). Every answer names the API and vtui
+versions (`api`); a request's `vtui-api` header goes to `handle`. What is not a request is answered and
 the connection closed: malformed HTTP 400, a head past MAX_HEAD 431, a body past `schema.MAX_BODY` 413
 (from its Content-Length, before reading it), a body not JSON or nested too deeply 400."""
 
@@ -10,15 +11,19 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Sequence
 
 import h11
 
+from vtui.service.api import API_HEADER, API_VERSION, VERSION_HEADER, VTUI_VERSION
 from vtui.service.feed import FeedClient
 from vtui.service.schema import MAX_BODY, BadRequest, parse_body
 from vtui.service.service_base import ServiceBase
 from vtui.service.wire import feed_line
 
 MAX_HEAD = 32 << 10  # bytes of a request's line and headers (431 past twice this at most)
+FEED = ("GET", "/feed")  # the route of `schema.ROUTES` answered here, as a stream
+VERSION_HEADERS = [(API_HEADER, str(API_VERSION)), (VERSION_HEADER, VTUI_VERSION)]  # on every answer
 
 
 class TransportMixin(ServiceBase):
@@ -31,8 +36,10 @@ class TransportMixin(ServiceBase):
                     request, body = await self._read_request(conn, reader)
                     if request is None:
                         break
+                    if request.http_version != b"1.1":  # h11 takes any HTTP/d.d; vtui's clients speak 1.1
+                        raise BadRequest(f"HTTP/{_ascii(request.http_version, 'version')}: expected HTTP/1.1")
                     target = _ascii(request.target, "request target")
-                    if request.method == b"GET" and target.split("?")[0] == "/feed":
+                    if (request.method.decode("latin-1"), target.split("?")[0]) == FEED:
                         if body:
                             raise BadRequest("GET /feed takes no body")
                         await self._feed(conn, reader, writer)
@@ -48,7 +55,8 @@ class TransportMixin(ServiceBase):
                         answer = {"error": f"bad HTTP request: {str(exc)[:200]}"}
                         await self._answer(conn, writer, status, answer, close=True)
                     break
-                status, answer = await self.handle(_ascii(request.method, "method"), target, payload)
+                api = _api_of(request.headers)
+                status, answer = await self.handle(_ascii(request.method, "method"), target, payload, api)
                 await self._answer(conn, writer, status, answer)
                 if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                     break
@@ -70,7 +78,7 @@ class TransportMixin(ServiceBase):
         close: bool = False,
     ) -> None:
         data = json.dumps(answer).encode()
-        headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
+        headers = [*VERSION_HEADERS, ("content-type", "application/json"), ("content-length", str(len(data)))]
         if close:
             headers.append(("connection", "close"))
         writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
@@ -111,7 +119,7 @@ class TransportMixin(ServiceBase):
         """The streamed feed: a hello line with the full status, then one JSON object per line."""
         feed = FeedClient(conn, writer)
         self._feeds.add(feed)
-        headers = [("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
+        headers = [*VERSION_HEADERS, ("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
         hello = {"type": "hello", **self.status()}
         writer.write(conn.send(h11.Data(data=feed_line(hello))) or b"")
@@ -125,6 +133,14 @@ class TransportMixin(ServiceBase):
             self._feeds.discard(feed)
             gone.cancel()
             ended.cancel()
+
+
+def _api_of(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    """The API version a request names (`vtui-api`), None when it names none (-1: not a number)."""
+    for name, value in headers:
+        if name == API_HEADER.encode():
+            return int(value) if value.isdigit() else -1
+    return None
 
 
 def _ascii(data: bytes, what: str) -> str:
