@@ -12,7 +12,7 @@ import pytest
 
 from vtui.core.model import Layout, RestartPolicy, SessionSpec
 from vtui.core.refusals import OperationConflict, OperationSuperseded, PreflightError, RestartReverted
-from vtui.core.runstate import RunStore
+from vtui.core.runstate import PendingOperation, RunStore
 from vtui.core.state import State
 from vtui.supervisor.launcher import OsLauncher
 from vtui.supervisor.supervisor import Supervisor
@@ -147,3 +147,25 @@ async def test_new_flags_on_a_taken_port_are_refused_before_anything_stops(sessi
     status = sup.status()[0]
     assert status.state is State.READY and status.pid == pid and status.spec == spec
     await sup.close(stop_instances=True)
+
+
+async def test_a_restart_a_killed_supervisor_left_half_done_is_finished_by_the_next(session_name):
+    spec = fake_spec("a", max_num_seqs=4)
+    first = supervisor(session_name, spec)
+    await first.start()
+    assert (await first.wait_settled(timeout=15)) == {"a": State.READY}
+    # what a supervisor killed between the stop and the start of a restart leaves: the intent, no process
+    await first.stop(["a"])
+    await first.close()
+    RunStore().save_operation(
+        PendingOperation(session_name, "a", "fix", 0.0, {"max-num-seqs": 16}, {"max-num-seqs": 4})
+    )
+    second = supervisor(session_name, spec)
+    await second.adopt()
+    assert second.status()[0].operation == "fix (resumed)"
+    assert (await second.wait_settled(timeout=15)) == {"a": State.READY}
+    status = second.status()[0]
+    assert status.spec.flags == {"max-num-seqs": 16}
+    assert running_flags(status.pid) == {"max-num-seqs": "16"}
+    assert RunStore().load_operation(session_name, "a") is None
+    await second.close(stop_instances=True)

@@ -140,6 +140,25 @@ class Outcome:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@dataclass
+class PendingOperation:
+    """A restart under way, written before it stops anything and removed when it ends: a supervisor
+    killed in the middle leaves it, and the next one finishes it (`supervisor_adopt`). `flags`: what
+    it starts with; `before`: what ran before it (secrets masked in both)."""
+
+    session: str
+    name: str
+    label: str
+    at: float
+    flags: dict[str, Any]
+    before: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PendingOperation:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
@@ -195,6 +214,24 @@ class RunStore:
 
     def clear_outcome(self, session: str, name: str) -> None:
         self.outcome_path(session, name).unlink(missing_ok=True)
+
+    def operation_path(self, session: str, name: str) -> Path:
+        folder = self.folder / "operations"
+        folder.mkdir(exist_ok=True, mode=0o700)
+        return folder / f"{_safe(session)}.{_safe(name)}.json"
+
+    def save_operation(self, op: PendingOperation) -> None:
+        data = asdict(op) | {"flags": masked(op.flags), "before": masked(op.before)}
+        atomic_write_text(self.operation_path(op.session, op.name), json.dumps(data, indent=2), mode=0o600)
+
+    def load_operation(self, session: str, name: str) -> PendingOperation | None:
+        try:
+            return PendingOperation.from_dict(json.loads(self.operation_path(session, name).read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def clear_operation(self, session: str, name: str) -> None:
+        self.operation_path(session, name).unlink(missing_ok=True)
 
     def all(self, session: str | None = None) -> list[RunRecord]:
         sweep_stale_temps(self.folder)  # what interrupted saves of records left

@@ -89,7 +89,34 @@ class AdoptMixin(SupervisorBase):
                     inst.on_slept(level, "adopted asleep")
             adopted.append(spec.name)
             self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
+        for spec in self._layout.instances:
+            self._resume_operation(spec.name)
         return adopted
+
+    def _resume_operation(self, name: str) -> None:
+        """A restart the last supervisor began and did not finish (it was killed mid-way): finished now,
+        through the queue, with the flags it was to start with, unless the instance runs them already."""
+        op = self.store.load_operation(self.session, name)
+        inst = self.instances.get(name)
+        if op is None or inst is None:
+            return
+        target = merge_flags(inst.spec, op.flags)
+        if inst.state.running and inst.spec.flags == target.flags:
+            self.store.clear_operation(self.session, name)
+            return
+        self._notice(
+            name,
+            "warning",
+            f"{name}: a {op.label} was under way when the last supervisor ended; finishing it",
+        )
+
+        queued = self._queue(name).submit(  # a start asked with this adoption joins it
+            "restart",
+            lambda o: self._do_restart(name, o),
+            label=f"{op.label} (resumed)",
+            change=lambda _spec: target,
+        )
+        queued.future.add_done_callback(_said_nothing)
 
     def _outcome_of_dead(self, record: RunRecord) -> None:
         """The outcome of a recorded run whose leader is gone: the one its supervisor wrote when it saw
@@ -188,3 +215,9 @@ def _unlisted_spec(record: RunRecord) -> InstanceSpec:
     spec = spec_from_dict(record.spec)
     masked = tuple(k for k in SECRET_FLAGS if spec.flags.get(k) == MASK)
     return spec.with_flags(unset=masked) if masked else spec
+
+
+def _said_nothing(future: asyncio.Future[Any]) -> None:
+    """A resumed restart's outcome: its events and notices said it; nobody waits for the result."""
+    if not future.cancelled():
+        future.exception()

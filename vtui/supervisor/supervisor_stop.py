@@ -11,6 +11,7 @@ from typing import Any
 from vtui.core.instance import Instance
 from vtui.core.model import FlagValue, InstanceSpec
 from vtui.core.refusals import OperationSuperseded, PreflightError, RestartReverted, attached_refusal
+from vtui.core.runstate import PendingOperation
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached, AttachedRefused
 from vtui.supervisor.opqueue import Change, Operation, Runner
@@ -112,6 +113,19 @@ class StopMixin(SupervisorBase):
         new = op.change(before) if op.change is not None else None
         if new is not None and new != before:
             self._precheck(name, new)  # nothing is stopped for flags that cannot start
+        intent = PendingOperation(
+            self.session, name, op.label, self.clock.time(), dict((new or before).flags), dict(before.flags)
+        )
+        await asyncio.to_thread(self.store.save_operation, intent)  # a supervisor killed mid-way: finished
+        try:
+            return await self._restart_steps(name, op, before, new, fallback)
+        finally:
+            self.store.clear_operation(self.session, name)
+
+    async def _restart_steps(
+        self, name: str, op: Operation, before: InstanceSpec, new: InstanceSpec | None, fallback: bool
+    ) -> dict[str, FlagValue]:
+        inst = self.instances[name]
         was_running = inst.state.running
         await self._stop_one(name)
         if new is not None:
