@@ -26,9 +26,15 @@ from vtui.core.runstate import RunStore, spec_from_dict
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
 from vtui.supervisor.attached import Attached, AttachedProber, is_attached
+from vtui.supervisor.bus import EventBus
 from vtui.supervisor.launcher import Launcher, OsLauncher
+from vtui.supervisor.logtails import LogTails
+from vtui.supervisor.membership import Membership
+from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
+from vtui.supervisor.records import Records
 from vtui.supervisor.replicas import RouterHub, supervised
+from vtui.supervisor.roster import Roster
 from vtui.supervisor.startgate import StartGate, Sweeper
 from vtui.supervisor.supervision import SleepRefused, gpus_used, launch_spec, log_path_for
 from vtui.supervisor.supervisor_adopt import AdoptMixin
@@ -71,36 +77,39 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self.stop_grace = stop_grace
         self.check_preflight = check_preflight
         self.adopt_unlisted = adopt_unlisted  # adopt recorded instances the layout no longer names
-        self._subscribers = []
-        self.instances = {}
+        self.edits = PendingEdits()  # dashboards' flag edits not yet applied (core.pending)
+        self._bus = EventBus()
+        self._roster = Roster(layout, clock=self.clock, emit=self._bus.emit, edits=self.edits)
+        self.instances = self._roster.instances
+        self._pending = self._roster.pending  # launches waiting for stagger / a GPU neighbour
+        self._restored_layout = self._roster.restored
+        self._records = Records(self.store, self._roster, self.clock)
+        self._tails = LogTails(self.instances, self._bus.emit)
+        self._operations = Operations(self._roster, self.clock, self._bus.emit)
         self.gpu_sample = None  # test seam: the sample to check
         self._layout = self._expand(layout)
         layout = self._layout
         # vllm-router membership of replica groups; the drain before a replica's stop asks it first
-        self.routers = RouterHub(self._member_states, self._notice)
+        self.routers = RouterHub(self._roster.member_states, self._notice)
         if hasattr(self.launcher, "router") and getattr(self.launcher, "router", None) is None:
             self.launcher.router = self.routers  # type: ignore[attr-defined]
-        self._reconciles = {}
+        self._membership = Membership(self.routers, self.instances, self._bus.notice)
+        self._bus.hook(self._records.on_event)
+        self._bus.hook(self._on_event)
+        self._bus.hook(self._membership.on_event)
         self._rescales: set[asyncio.Task] = set()  # replica groups being scaled (`set_layout`)
-        self._reconcile_again = set()
-        self._reconciled_at = 0.0
         for spec in layout.instances:
             self.instances[spec.name] = self._new_instance(spec)
-        self._tailers = {}
-        self._pending = {}  # launches waiting for stagger / a GPU neighbour
         self._gate = StartGate()  # who must launch first on a shared GPU
         self._sweeper = Sweeper(self.launcher, self._notice, self._drain)  # orphan sweeps after a crash
         self._loops = []
         self._changed = None
         self._closed = None
         self._adopted_once = False
-        self._restored_layout: dict[str, InstanceSpec] = {}
         self._policy_stops = {}  # liveness / stuck restarts under way
         self._sleeps = {}  # idle sleeps under way
         self._refusals = {}  # launches the GPU memory check refused, by instance
-        self._ops = {}  # each instance's operation queue (supervisor.opqueue)
         self.prober = AttachedProber()  # attached servers' /health (the launcher's `probe` first, if any)
-        self.edits = PendingEdits()  # dashboards' flag edits not yet applied (core.pending)
 
     def set_layout(self, layout: Layout) -> None:
         """Run `layout` from now on (same session): instances not running take its specs, new ones are
@@ -295,8 +304,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
 
         def settled(name: str) -> bool:  # one gone meanwhile (a replica scaled away) waits for nothing
             inst = self.instances.get(name)
-            queue = self._ops.get(name)
-            idle = queue is None or queue.idle
+            idle = self._operations.idle(name)
             return inst is None or (inst.settled and name not in self._pending and idle)
 
         async def settle() -> None:
@@ -319,14 +327,13 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         """End supervision. By default instances keep running (a later vtui re-adopts them)."""
         if stop_instances:
             await self.stop()
-        for queue in list(self._ops.values()):
-            await queue.close()
+        await self._operations.close()
         for task in [
             *self._rescales,
             *self._pending.values(),
             *self._loops,
             *self._sleeps.values(),
-            *self._reconciles.values(),
+            *self._membership.tasks(),
         ]:
             task.cancel()
         others = [*self._sweeper.tasks.values(), *self._policy_stops.values(), *self._sleeps.values()]
@@ -335,17 +342,14 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
             *self._pending.values(),
             *self._loops,
             *others,
-            *self._reconciles.values(),
+            *self._membership.tasks(),
         ]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._pending.clear()
-        self._reconciles.clear()
-        await self.routers.aclose()
+        await self._membership.aclose()
         self._loops = []
-        for tailer in self._tailers.values():
-            tailer.close()
-        self._tailers.clear()
+        self._tails.close()
         with contextlib.suppress(Exception):
             await self.prober.aclose()
         aclose = getattr(self.launcher, "aclose", None)  # the launcher's health client

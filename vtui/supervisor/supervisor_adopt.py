@@ -4,19 +4,17 @@ recorded ahead of its spawn found by its marker, the leftovers of a dead one swe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
 from vtui.core.model import SECRET_FLAGS, InstanceSpec
 from vtui.core.refusals import sleep_problem
-from vtui.core.runstate import MASK, Outcome, RunRecord, merge_flags, spec_from_dict
+from vtui.core.runstate import MASK, RunRecord, merge_flags, spec_from_dict
 from vtui.core.state import State
-from vtui.supervisor.logfile import LogTailer, read_tail
+from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.supervision import asleep_level, find_launched, kill_marked
-from vtui.supervisor.supervisor_base import SupervisorBase, diagnosis_kind
+from vtui.supervisor.supervisor_base import SupervisorBase
 
 
 class AdoptMixin(SupervisorBase):
@@ -68,7 +66,7 @@ class AdoptMixin(SupervisorBase):
             if handle is None:
                 await self._sweeper.dead_record(record)
                 self._note_lost_flags(spec, record.pid, record.flags)
-                await asyncio.to_thread(self._outcome_of_dead, record)
+                await asyncio.to_thread(self._records.outcome_of_dead, record)
                 self.store.remove(self.session, spec.name)  # its pid is gone: nothing to adopt, ever
                 self._restore_outcome(spec)
                 continue
@@ -80,7 +78,7 @@ class AdoptMixin(SupervisorBase):
                 inst.last_good_spec = merge_flags(spec, record.last_good_flags)
             inst.log_path = Path(record.log_path)
             inst.lines.extend(read_tail(inst.log_path, 200))
-            self._tailers[spec.name] = LogTailer(inst.log_path)
+            self._tails.follow(spec.name, inst.log_path)
             healthy = await self.launcher.health(inst.spec)
             inst.adopt(handle, healthy=healthy, started_at=record.started_at)
             if healthy and sleep_problem(inst.spec) is None:
@@ -117,35 +115,6 @@ class AdoptMixin(SupervisorBase):
             change=lambda _spec: target,
         )
         queued.future.add_done_callback(_said_nothing)
-
-    def _outcome_of_dead(self, record: RunRecord) -> None:
-        """The outcome of a recorded run whose leader is gone: the one its supervisor wrote when it saw
-        the end (at or after the record's start), else one made from the record (it ended unwatched)."""
-        old = self.store.load_outcome(self.session, record.name)
-        if old is not None and old.at >= record.started_at:
-            return
-        ended = record.last_state in ("failed", "crashed")
-        log = Path(record.log_path)
-        when = self.clock.time()
-        with contextlib.suppress(OSError):
-            when = max(record.started_at, os.path.getmtime(log))  # its last log line: about when it died
-        error = record.last_error if ended and record.last_error else None
-        self.store.save_outcome(
-            Outcome(
-                session=self.session,
-                name=record.name,
-                state=record.last_state if ended else "failed",
-                at=self.clock.time(),
-                flags=dict(record.flags),
-                restarts=record.restarts,
-                last_error=error
-                or f"pid {record.pid} exited while no vtui supervisor watched it "
-                f"(last seen {record.last_state})",
-                diagnosis=diagnosis_kind(read_tail(log, 400)),
-                failed_at=when,
-                pid=record.pid,
-            )
-        )
 
     def _restore_outcome(self, spec: InstanceSpec) -> None:
         """`spec`'s instance (not running) as its last run ended: the flags it ran with (applied in

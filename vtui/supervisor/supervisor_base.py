@@ -1,5 +1,6 @@
-"""The state every part of `supervisor.supervisor.Supervisor` shares, and its small common parts: events,
-snapshots, the names a command means, run-record updates on state changes, router reconciliation.
+"""The state every part of `supervisor.supervisor.Supervisor` shares, and its small common parts: events
+(`supervisor.bus`), snapshots, the names a command means (`supervisor.roster`); run records follow the
+state changes in `supervisor.records`, router membership in `supervisor.membership`.
 
 The supervisor is one class put together from mixins, one per concern (`supervisor_adopt`,
 `supervisor_launch`, `supervisor_stop`, `supervisor_sleep`, `supervisor_loops`); each subclasses
@@ -10,26 +11,28 @@ calls on another.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.clock import Clock
-from vtui.core.events import Event, LogLines, Notice, OperationChanged, StateChanged, subscribe_to
+from vtui.core.events import Event, OperationChanged, StateChanged
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
-from vtui.core.runstate import Outcome, RunStore
+from vtui.core.runstate import RunStore
 from vtui.core.state import State
-from vtui.core.status import InstanceStatus, status_of
-from vtui.supervisor.attached import Attached, AttachedProber, is_attached
+from vtui.core.status import InstanceStatus
+from vtui.supervisor.attached import Attached, AttachedProber
+from vtui.supervisor.bus import EventBus
 from vtui.supervisor.launcher import Launcher
-from vtui.supervisor.logfile import LogTailer
+from vtui.supervisor.logtails import LogTails
+from vtui.supervisor.membership import Membership
+from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import OperationQueue
-from vtui.supervisor.replicas import RouterHub, members
+from vtui.supervisor.records import Records
+from vtui.supervisor.replicas import RouterHub
+from vtui.supervisor.roster import Roster
 from vtui.supervisor.startgate import StartGate, Sweeper
-from vtui.supervisor.supervision import log_path_for
 
 
 class SupervisorBase:
@@ -47,24 +50,23 @@ class SupervisorBase:
     routers: RouterHub
     prober: AttachedProber
     edits: PendingEdits
-    _subscribers: list[Callable[[Event], None]]
-    _layout: Layout
-    _reconciles: dict[str, asyncio.Task]
-    _reconcile_again: set[str]
-    _reconciled_at: float
-    _tailers: dict[str, LogTailer]
+    _roster: Roster
+    _bus: EventBus
+    _records: Records
+    _tails: LogTails
+    _membership: Membership
+    _operations: Operations
     _pending: dict[str, asyncio.Task]
+    _restored_layout: dict[str, InstanceSpec]  # the layout's spec of an instance restored with other flags
     _gate: StartGate
     _sweeper: Sweeper
     _loops: list[asyncio.Task]
     _changed: asyncio.Event | None
     _closed: asyncio.Event | None
     _adopted_once: bool
-    _restored_layout: dict[str, InstanceSpec]  # the layout's spec of an instance restored with other flags
     _policy_stops: dict[str, asyncio.Task]
     _sleeps: dict[str, asyncio.Task]
     _refusals: dict[str, list[str]]
-    _ops: dict[str, OperationQueue]  # each instance's operations, one at a time (`supervisor.opqueue`)
 
     if TYPE_CHECKING:  # defined by the mixins
 
@@ -90,60 +92,23 @@ class SupervisorBase:
 
         async def _idle_sleep(self, name: str, inst: Instance) -> None: ...
 
+    @property
+    def _layout(self) -> Layout:
+        return self._roster.layout
+
+    @_layout.setter
+    def _layout(self, layout: Layout) -> None:
+        self._roster.layout = layout
+
     def _new_instance(self, spec: InstanceSpec) -> Instance:
-        kind = Attached if is_attached(spec) else Instance
-        return kind(
-            spec,
-            clock=self.clock,
-            emit=self._emit,
-            session=self.session,
-            log_path=log_path_for(self.session, spec.name),
-        )
+        return self._roster.new_instance(spec)
 
     def _queue(self, name: str) -> OperationQueue:
         """`name`'s operation queue (made on first use; kept while the supervisor runs)."""
-        queue = self._ops.get(name)
-        if queue is None:
-
-            def changed() -> None:
-                running, waiting = self._ops[name].snapshot()
-                self._emit(OperationChanged(name, running, waiting, self.clock.time()))
-
-            def preempt() -> None:  # a stop waits: a launch not yet spawned is not worth waiting for
-                pending = self._pending.get(name)
-                if pending is not None:
-                    pending.cancel()
-
-            queue = self._ops[name] = OperationQueue(name, on_change=changed, preempt=preempt)
-        return queue
-
-    def _member_states(self) -> dict[str, tuple[InstanceSpec, State]]:
-        # list(): the drain's stop_routing asks from the stop's thread
-        return {n: (i.spec, i.state) for n, i in list(self.instances.items()) if i.spec.group is not None}
+        return self._operations.queue(name)
 
     def _reconcile_soon(self, group: str) -> None:
-        """Bring the group's router to its READY replicas (one reconcile at a time; a change during
-        one runs another after it)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        task = self._reconciles.get(group)
-        if task is not None and not task.done():
-            self._reconcile_again.add(group)
-            return
-
-        async def run() -> None:
-            while True:
-                self._reconcile_again.discard(group)
-                try:
-                    await self.routers.reconcile(group)
-                except Exception as exc:  # noqa: BLE001 — membership is retried on the next tick
-                    self._notice(None, "warning", f"{group}: router membership update failed: {exc!r}")
-                if group not in self._reconcile_again:
-                    return
-
-        self._reconciles[group] = asyncio.create_task(run())
+        self._membership.soon(group)
 
     @property
     def _machine_gpus(self) -> int | None:
@@ -160,40 +125,24 @@ class SupervisorBase:
         return self._layout
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        return subscribe_to(self._subscribers, callback)
+        return self._bus.subscribe(callback)
 
     def _emit(self, event: Event) -> None:
-        if isinstance(event, OperationChanged) and self._changed is not None:
+        self._bus.emit(event)
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, (OperationChanged, StateChanged)) and self._changed is not None:
             self._changed.set()  # `wait_settled` waits for the queue too
-        if isinstance(event, StateChanged):
-            self._record_state(event)
-            if self._changed is not None:
-                self._changed.set()
-            inst = self.instances.get(event.instance)
-            if inst is not None and inst.spec.group is not None:
-                if event.new is State.STARTING:
-                    self.routers.started(event.instance)
-                self._reconcile_soon(inst.spec.group)
-        for callback in list(self._subscribers):
-            try:
-                callback(event)
-            except Exception as exc:  # a broken consumer must not stop supervision
-                print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
 
     def _notice(self, instance: str | None, level: str, text: str) -> None:
-        self._emit(Notice(instance, level, text))
+        self._bus.notice(instance, level, text)
 
     # -- snapshots -------------------------------------------------------------------------------
     def status(self) -> tuple[InstanceStatus, ...]:
         return tuple(self._status(s.name) for s in self._layout.instances)
 
     def _status(self, name: str) -> InstanceStatus:
-        status = status_of(self.instances[name])
-        queue = self._ops.get(name)
-        if queue is None or queue.idle:
-            return status
-        running, waiting = queue.snapshot()
-        return dataclasses.replace(status, operation=running, waiting=waiting)
+        return self._operations.status(self.instances[name])
 
     def pids_of(self, name: str) -> set[int]:
         inst = self.instances[name]
@@ -211,92 +160,13 @@ class SupervisorBase:
         return self._names(names)
 
     def _names(self, names: Iterable[str] | None) -> list[str]:
-        if names is None:
-            return self._layout.names()
-        wanted = []
-        for n in names:
-            group = members(self._layout, n) if n not in self.instances else []
-            wanted += group or [n]
-        unknown = [n for n in wanted if n not in self.instances]
-        if unknown:
-            raise KeyError(f"no instance named {', '.join(unknown)} in session {self.session}")
-        return [n for n in self._layout.names() if n in wanted]
-
-    def _record_state(self, event: StateChanged) -> None:
-        inst = self.instances.get(event.instance)
-        if inst is None:
-            return
-        if not isinstance(inst, Attached):
-            self._record_outcome(inst, event)
-        if self.store.load(self.session, event.instance) is None:
-            return
-        if event.new is State.STOPPED:
-            self.store.remove(self.session, event.instance)
-            return
-        good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
-        self.store.update(
-            self.session,
-            event.instance,
-            last_state=event.new.value,
-            restarts=inst.restarts,
-            last_error=inst.last_error,
-            last_good_flags=dict(good) if good else None,
-        )
-
-    def _record_outcome(self, inst: Instance, event: StateChanged) -> None:
-        """How a run ended, kept past this supervisor (`core.runstate.Outcome`): written at CRASHED, FAILED
-        and STOPPED (the error, the diagnosis, the flags it ran with, the restart count), removed at READY."""
-        name = event.instance
-        if event.new is State.READY:
-            self.store.clear_outcome(self.session, name)
-            return
-        if event.new not in (State.CRASHED, State.FAILED, State.STOPPED):
-            return
-        if event.new is not State.STOPPED and event.old is not State.STOPPED:  # not a restored one
-            inst.diagnosis = diagnosis_kind(list(inst.run_lines))
-        failure = event.new is not State.STOPPED or event.old is not State.STOPPING  # not a plain stop
-        self.store.save_outcome(
-            Outcome(
-                session=self.session,
-                name=name,
-                state=event.new.value,
-                at=self.clock.time(),
-                flags=dict(inst.spec.flags),
-                restarts=inst.restarts,
-                last_error=inst.last_error if failure else None,
-                diagnosis=inst.diagnosis if failure else None,
-                failed_at=inst.failed_at if failure else None,
-            )
-        )
+        return self._roster.names(names)
 
     def _set_layout_spec(self, spec: InstanceSpec) -> None:
-        self._layout = self._layout.replace_instance(spec)
+        self._roster.set_spec(spec)
 
     def _rebase_edits(self, name: str) -> None:
-        """`name`'s applied flags may have changed (a restart with new flags, a new layout): a kept flag
-        edit of it keeps only the user's own changes on them (`core.pending`)."""
-        inst = self.instances.get(name)
-        if inst is not None:
-            self.edits.rebase(name, inst.spec.flags)
+        self._roster.rebase_edits(name)
 
     def _drain(self, name: str) -> None:
-        tailer = self._tailers.get(name)
-        if tailer is None:
-            return
-        lines = tailer.read()
-        if lines:
-            self.instances[name].on_lines(lines)
-            self._emit(LogLines(name, tuple(lines)))
-
-
-def diagnosis_kind(lines: list[str]) -> str | None:
-    """The kind of the first problem `telemetry.diagnosis` recognises in a failed run's log lines."""
-    if not lines:
-        return None
-    from vtui.telemetry.diagnosis import diagnose
-
-    try:
-        problems = diagnose(lines, holders_of_port=lambda _port: [])
-    except Exception:  # noqa: BLE001 — a diagnosis is a nicety; the failure is recorded without it
-        return None
-    return problems[0].kind if problems else None
+        self._tails.drain(name)

@@ -13,10 +13,9 @@ from vtui.core.model import InstanceSpec
 from vtui.core.refusals import PreflightError
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
-from vtui.supervisor.logfile import LogTailer
 from vtui.supervisor.opqueue import Operation, Runner
 from vtui.supervisor.preflight import gpu_memory_check, preflight
-from vtui.supervisor.supervision import intent_record, launch_spec, log_path_for, run_record
+from vtui.supervisor.supervision import intent_record, launch_spec, log_path_for
 from vtui.supervisor.supervisor_base import SupervisorBase
 
 
@@ -181,11 +180,8 @@ class LaunchMixin(SupervisorBase):
         (it cancels this task, then waits for it) still gets the process: it is attached and recorded
         before the cancellation goes on, and the stop path ends it like any other."""
         name = inst.spec.name
-        old = self._tailers.pop(name, None)
-        if old is not None:
-            old.close()
         inst.log_path = log_path_for(self.session, name)
-        self._tailers[name] = LogTailer(inst.log_path)
+        self._tails.follow(name, inst.log_path)
         if not inst.begin_launch():
             return
         spec = launch_spec(inst.spec, self._layout.session, cpu_vllm=self._gate.cpu_only_vllm(inst.spec))
@@ -205,7 +201,7 @@ class LaunchMixin(SupervisorBase):
                     await asyncio.shield(fut)
             if fut.exception() is None:
                 inst.attach(fut.result())
-                self._save_record(inst)
+                self._records.save_run(inst)
             else:
                 self.store.remove(self.session, name)
                 inst.spawn_failed(fut.exception())  # type: ignore[arg-type]
@@ -217,13 +213,7 @@ class LaunchMixin(SupervisorBase):
             inst.spawn_failed(exc)
             return
         inst.attach(handle)
-        await asyncio.to_thread(self._save_record, inst)
-
-    def _save_record(self, inst: Instance) -> None:
-        handle = inst.handle
-        if handle is None:
-            return
-        self.store.save(run_record(inst, handle, self.session, self._layout, self.clock))
+        await asyncio.to_thread(self._records.save_run, inst)
 
 
 def _joiner(batch: asyncio.Future[None]) -> Runner:

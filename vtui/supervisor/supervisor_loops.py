@@ -14,7 +14,6 @@ from vtui.core.state import State
 from vtui.supervisor.attached import Attached, Probe
 from vtui.supervisor.logfile import ExitInfo
 from vtui.supervisor.opqueue import Operation, Runner
-from vtui.supervisor.replicas import RECONCILE_EVERY_S
 from vtui.supervisor.supervisor_base import SupervisorBase
 
 
@@ -58,10 +57,7 @@ class LoopMixin(SupervisorBase):
 
     async def _tick(self) -> None:
         now = self.clock.time()
-        if not 0 <= now - self._reconciled_at < RECONCILE_EVERY_S:  # a router restarted, an add that failed
-            self._reconciled_at = now
-            for group in self.routers.groups():
-                self._reconcile_soon(group)
+        self._membership.tick(now)  # a router restarted, an add that failed
         for name, inst in list(self.instances.items()):
             self._drain(name)
             handle = inst.handle
