@@ -64,7 +64,7 @@ def test_scrapes_and_health_probes_fall_on_the_same_whole_seconds() -> None:
     from types import SimpleNamespace
 
     from vtui.service.probes import _Beat
-    from vtui.supervisor.supervisor_loops import LoopMixin
+    from vtui.supervisor.supervisor_probe import to_grid
 
     async def origin_offset() -> float:
         loop = asyncio.get_running_loop()
@@ -74,5 +74,5 @@ def test_scrapes_and_health_probes_fall_on_the_same_whole_seconds() -> None:
     offset = asyncio.run(origin_offset())
     assert min(offset, 1.0 - offset) < 0.01
     for now, delay in ((10.3, 0.7), (10.0, 1.0), (10.6, 1.4), (10.45, 0.55)):
-        stub = SimpleNamespace(clock=SimpleNamespace(time=lambda now=now: now))
-        assert abs(LoopMixin._to_grid(stub, 1.0) - delay) < 1e-9  # type: ignore[arg-type]
+        clock = SimpleNamespace(time=lambda now=now: now)
+        assert abs(to_grid(clock, 1.0) - delay) < 1e-9  # type: ignore[arg-type]
