@@ -160,3 +160,52 @@ def test_the_dashboard_and_the_cli_reach_the_socket_through_the_client() -> None
     for module in ("vtui/service/remote_feed.py", "vtui/service/remote.py", "vtui/commands/_runs.py"):
         assert "vtui.service.client" in _imported_names(ROOT / module), module
     assert not (ROOT / "vtui/service/remote_http.py").exists()
+
+
+# -- the supervisor is built from small parts (issue 26: composition, no god class) -----------------------
+CLASS_MAX_LINES = 400
+CLASS_MAX_METHODS = 30
+
+
+def _class_problems(path: Path) -> list[str]:
+    """Classes of `path` over the size limits, or built on a mixin (a base class named *Mixin)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        where = f"{path.name}: {node.name}"
+        lines = (node.end_lineno or node.lineno) - node.lineno + 1
+        methods = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in node.body)
+        if lines > CLASS_MAX_LINES:
+            problems.append(f"{where} has {lines} lines (at most {CLASS_MAX_LINES})")
+        if methods > CLASS_MAX_METHODS:
+            problems.append(f"{where} has {methods} methods (at most {CLASS_MAX_METHODS})")
+        for base in node.bases:
+            name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+            if name.endswith("Mixin"):
+                problems.append(f"{where} is built on the mixin {name}")
+    return problems
+
+
+def test_supervisor_classes_are_small_and_have_no_mixins() -> None:
+    files = sorted((ROOT / "vtui" / "supervisor").rglob("*.py"))
+    assert any(p.name == "supervisor.py" for p in files), (
+        "no supervisor module: the scan would pass vacuously"
+    )
+    assert [problem for path in files for problem in _class_problems(path)] == []
+
+
+def test_class_scan_catches_size_and_mixins(tmp_path: Path) -> None:
+    big = tmp_path / "big.py"
+    methods = "".join(f"    def m{i}(self):\n        pass\n" for i in range(CLASS_MAX_METHODS + 1))
+    body = "".join(f"    x{i} = {i}\n" for i in range(CLASS_MAX_LINES))
+    big.write_text(
+        f"class Many:\n{methods}\nclass Long:\n{body}\nclass Fine(base.PartMixin):\n    pass\n"
+        "class Ok(Base):\n    pass\n"
+    )
+    found = _class_problems(big)
+    assert len(found) == 3, found
+    assert "Many has 31 methods" in found[0]
+    assert "Long has 401 lines" in found[1]
+    assert "mixin PartMixin" in found[2]
