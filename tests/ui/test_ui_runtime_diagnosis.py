@@ -175,3 +175,25 @@ async def test_the_detail_screen_shows_the_operation_queue(fake, app_factory):
         fake.set_state("qwen", State.STOPPED, operation=None, waiting=None)
         await settle(pilot)
         assert "operation:" not in screen_text(app)
+
+
+async def test_a_fix_key_that_does_nothing_says_why(layout, app_factory, h):
+    """No remedy left that a flag change applies (the utilization at the edge, max-num-seqs under the
+    running batch, fp8 already): `1` is greyed, and pressed says why; `2` names no problem."""
+    flags = {"gpu-memory-utilization": 0.95, "max-num-seqs": 4, "kv-cache-dtype": "fp8"}
+    qwen = layout.instance("qwen").with_flags(flags)
+    fake = FakeSupervisor(layout.replace_instance(qwen), clock=lambda: h.NOW - 3725)
+    app = app_factory(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await Feed(app, pilot, h)(KV_SHORT_ENTER_S + 1, **SHORT)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DetailScreen) and app.screen.check_action("fix", (0,)) is None
+        await pilot.press("1")
+        await settle(pilot)
+        assert not isinstance(app.screen, DiffScreen)
+        assert "qwen: no flag change fixes problem 1 (kv_cache_short)" in screen_text(app)
+        await pilot.press("2")
+        await settle(pilot)
+        assert "qwen: no problem 2 diagnosed" in screen_text(app)

@@ -296,6 +296,25 @@ class DetailScreen(InstanceScreen):
             return True if view.all_problems[index].fix else None
         return super().check_action(action, parameters)
 
+    def say_why_not(self, action: str) -> None:
+        """A fix key that does nothing says why: no such problem, or no flag change fixes it."""
+        if not action.startswith("fix("):
+            super().say_why_not(action)
+            return
+        view = self._view()
+        try:
+            index = int(action[4:-1])
+        except ValueError:
+            return
+        problems = view.all_problems if view is not None else []
+        if index >= len(problems):
+            self.app.say_why_not(f"{self.instance}: no problem {index + 1} diagnosed")
+        else:
+            self.app.say_why_not(
+                f"{self.instance}: no flag change fixes problem {index + 1} ({problems[index].kind}); "
+                "its remedies are listed under it"
+            )
+
     def action_back(self) -> None:
         self.app.pop_screen()
 
