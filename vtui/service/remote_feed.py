@@ -20,7 +20,7 @@ from vtui.core.events import Event, LogLines
 from vtui.core.linering import LineRing
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, decode_conflicts
-from vtui.core.refusals import PreflightError
+from vtui.core.refusals import PreflightError, RestartReverted
 from vtui.core.runstate import MASK
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
@@ -182,6 +182,8 @@ class FeedFollower:
         status, answer = await self._http("POST", path, body)
         if status == 409 and answer.get("error") == "preflight":
             raise PreflightError(answer.get("problems") or [])
+        if status == 409 and isinstance(answer.get("flags"), dict):  # a restart that went back
+            raise RestartReverted(str(answer.get("error") or "the new flags did not start"), answer["flags"])
         if status >= 400:
             raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or f"HTTP {status}"]))
         return answer
