@@ -266,8 +266,8 @@ class DetailScreen(InstanceScreen):
             return
         config, reason = loaded if loaded is not None else (None, None)
         gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
-        result, why, _ = planning.planned_for_run(
-            config, spec, list(view.run_lines), gpu_gib, planning.device_of(spec, store.gpu)
+        result, why = planning.planned_for_run(
+            config, spec, view.facts, gpu_gib, planning.device_of(spec, store.gpu)
         )
         widget.update(planning.planned_vs_reported_text(result, why or reason, view.facts))
 
