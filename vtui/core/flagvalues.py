@@ -241,6 +241,12 @@ def _size(flags: Mapping[str, object], name: str, default: int = 1) -> int | Non
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
+def world_size(flags: Mapping[str, object]) -> int:
+    """vLLM's world size of one engine: tensor x pipeline parallel (1 while a size is not a whole number)."""
+    tp, pp = _size(flags, "tensor-parallel-size"), _size(flags, "pipeline-parallel-size")
+    return (tp or 1) * (pp or 1)
+
+
 def gpus_needed(flags: Mapping[str, object]) -> tuple[int, str] | None:
     """(GPUs one instance uses on this machine, how: "tensor-parallel-size × …") — tensor × pipeline
     parallel × the data-parallel ranks on this node (--data-parallel-size-local, else
