@@ -177,3 +177,24 @@ def test_an_unset_max_num_seqs_shows_the_default_of_the_vllm_that_runs(h):
     assert max_seqs(store.views["cpu2"], store) == (256, True)
     store.set_gpu(h.gpu_sample())  # 141 GiB H200s
     assert max_seqs(store.views["gpu"], store) == (1024, True)
+
+
+def test_the_title_counts_a_lost_hosts_rows_as_lost_not_by_their_last_state():
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.core.status import HostState
+    from vtui.ui.widgets.titlebar import TitleBar, title_text
+
+    here = InstanceSpec("a", "m/m", 8001, engine="sim")
+    there = InstanceSpec("gpu2:b", "m/m", 8002, engine="sim")
+    store = Store(Layout(SessionSpec("s"), (here, there)))
+    store.apply_statuses([_status(here, State.READY), _status(there, State.READY, host="gpu2")])
+    store.set_hosts([HostState("gpu2", "me@gpu2", "connected")])
+    assert "ready 2" not in title_text(store).plain and "2 ready" in title_text(store).plain
+    bar, shown = TitleBar(), []
+    bar.update = lambda text: shown.append(text.plain)  # type: ignore[method-assign]
+    bar.refresh_from(store)
+    store.set_hosts([HostState("gpu2", "me@gpu2", "disconnected", detail="Connection reset")])
+    text = title_text(store).plain
+    assert "1 ready" in text and "1 host lost" in text and "2 ready" not in text
+    bar.refresh_from(store)  # the same states: the title bar is redrawn for the link alone
+    assert len(shown) == 2 and "1 host lost" in shown[-1]
