@@ -20,6 +20,7 @@ from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.instance_pane import head_lines
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.palette import palette_of
+from vtui.ui.widgets.scrollbars import whole_cell_scrollbars
 from vtui.ui.widgets.titlebar import TitleBar
 
 # The history plots (textual-plotext): title, y label, and the series (label, value of a sample).
@@ -171,6 +172,7 @@ class DetailScreen(InstanceScreen):
         yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
+        whole_cell_scrollbars(self.query_one("#detail", VerticalScroll))
         self.refresh_view(self.app.store)
 
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
