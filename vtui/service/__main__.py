@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     if lock is None:
         log(f"session {session} already has a supervisor; exiting")
         return 0
+    from vtui.core import paths
+    from vtui.core.atomic import sweep_stale_temps_under
+
+    for gone in sweep_stale_temps_under(paths.state_dir()):  # saves killed before their rename
+        log(f"removed {gone.name}: the temp file of a save whose writer is gone")
     idle = args.idle if args.idle is not None else float(os.environ.get("VTUI_SUPERVISOR_IDLE_S", "30"))
     gpu = os.environ.get("VTUI_SUPERVISOR_GPU", "1") != "0"
     scrape_s = float(os.environ.get("VTUI_SUPERVISOR_SCRAPE_S", "1"))  # 0: no /metrics scrapes
