@@ -55,7 +55,11 @@ def setup(tmp_path, monkeypatch):
 def test_install_writes_and_enables_the_unit_remove_takes_it_away(setup, capsys):
     layout, fake, unit = setup
     assert main(["sessions", "install-unit", str(layout)]) == 0
-    assert fake.calls == [["daemon-reload"], ["enable", "--now", "vtui-session-lab.service"]]
+    assert fake.calls == [
+        ["show-environment"],
+        ["daemon-reload"],
+        ["enable", "--now", "vtui-session-lab.service"],
+    ]
     text = unit.read_text()
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
     assert "vtui.service --layout " + str(layout.resolve()) + " --wait-lock --idle inf" in exec_start

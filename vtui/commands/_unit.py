@@ -111,10 +111,11 @@ def install(args: argparse.Namespace) -> int:
 
     path = resolve_layout_arg(args.layout)
     name, text = unit_text(path)
+    runner = SYSTEMCTL
+    _run(runner, "show-environment")  # a user manager answers: else nothing is written
     target = unit_dir() / name
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target, text, mode=0o644)
-    runner = SYSTEMCTL
     _run(runner, "daemon-reload")
     _run(runner, "enable", "--now", name)
     print(f"{target}: written and enabled ({name})")
