@@ -135,7 +135,7 @@ def test_check_says_when_vllm_router_is_missing(tmp_path, monkeypatch: pytest.Mo
 
     path = tmp_path / "l.toml"
     path.write_text(
-        '[session]\nname = "s"\n[[instance]]\nname = "chat"\nmodel = "m"\nengine = "sim"\nport = 8100\n'
+        '[session]\nname = "s"\n[[instance]]\nname = "chat"\nmodel = "org/m"\nengine = "sim"\nport = 8100\n'
         "replicas = 2\nrouter_port = 9000\n"
     )
     monkeypatch.setattr(replicas, "router_installed", lambda: False)

@@ -50,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     wrong: list[LayoutProblem] = []
     lines = LineIndex(Path(path).read_text(encoding="utf-8", errors="replace"))
     for index, spec in enumerate(layout.instances):
+        refused = _sim_refusal(spec)
+        if refused:
+            key = f"instance[{index}].model"
+            wrong.append(LayoutProblem(str(path), lines.line_of(key), key, refused))
         schema = schemas.get(spec.name) or flagschema.schema_for(spec.engine, spec.command)
         if schema.source != "builtin":  # the bundled schema is the default: said only when it is not
             print(f"{spec.name}: {schema.label()}")
@@ -92,6 +96,16 @@ def run(args: argparse.Namespace) -> int:
         f"{instances}" + (f"; {len(warnings)} warning(s)" if warnings else "")
     )
     return 0
+
+
+def _sim_refusal(spec: InstanceSpec) -> str | None:
+    """A sim instance whose model its start would refuse (vtui.sim.models.start_refusal)."""
+    if spec.engine != "sim" or spec.command:
+        return None
+    from vtui.sim.models import start_refusal
+
+    params = spec.flags.get("sim-params")
+    return start_refusal(spec.model, params if isinstance(params, str) else None)
 
 
 def _summary(spec: InstanceSpec) -> str:

@@ -108,10 +108,12 @@ def kv_dtype_bytes(kv_cache_dtype: str | None, model_dtype: str) -> int:
 BIG_GPU_GIB = 70  # vLLM's threshold for the bigger API-server batch defaults (H100/H200/A100-80G class)
 
 
-def default_max_num_seqs(gpu_memory_gib: float | None, device: str = "cuda") -> int:
-    """vLLM's `--max-num-seqs` when unset, for the OpenAI API server: 1024 on GPUs of >= 70 GiB, else 256."""
+def default_max_num_seqs(gpu_memory_gib: float | None, device: str = "cuda", world_size: int = 1) -> int:
+    """vLLM's `--max-num-seqs` when unset, for the OpenAI API server: 1024 on GPUs of >= 70 GiB, else 256;
+    on its CPU build 128 per rank of the world (tensor x pipeline parallel), as `EngineArgs.
+    get_batch_defaults` sets it."""
     if device == "cpu":
-        return 256
+        return 128 * max(1, world_size)
     return 1024 if gpu_memory_gib is not None and gpu_memory_gib >= BIG_GPU_GIB else 256
 
 
@@ -121,11 +123,16 @@ def default_max_num_batched_tokens(
     *,
     chunked_prefill: bool = True,
     max_model_len: int | None = None,
+    world_size: int = 1,
 ) -> int:
     """vLLM's `--max-num-batched-tokens` when unset, for the OpenAI API server: 8192 on GPUs of >= 70 GiB,
-    else 2048 (and the CPU build); without chunked prefill at least max-model-len."""
-    big = device != "cpu" and gpu_memory_gib is not None and gpu_memory_gib >= BIG_GPU_GIB
-    tokens = 8192 if big else 2048
+    else 2048 (the CPU build: 2048 per rank of the world); without chunked prefill at least
+    max-model-len."""
+    if device == "cpu":
+        tokens = 2048 * max(1, world_size)
+    else:
+        big = gpu_memory_gib is not None and gpu_memory_gib >= BIG_GPU_GIB
+        tokens = 8192 if big else 2048
     if not chunked_prefill and max_model_len:
         tokens = max(tokens, max_model_len)
     return tokens

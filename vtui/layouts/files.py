@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from vtui.core.atomic import atomic_write_text
+from vtui.core.atomic import atomic_write_text, sweep_stale_temps
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout, mapping
@@ -86,6 +86,7 @@ def load_layout_with_warnings(
         raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LayoutError([LayoutProblem(file, None, "", f"cannot read: {exc}")]) from None
+    sweep_stale_temps(source.parent, source.name)  # what a save killed before its rename left beside it
     return _load_text(text, file, source, unset_ok, flags)
 
 

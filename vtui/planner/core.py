@@ -44,7 +44,7 @@ class PlanParams:
     kv_memory_bytes: int | None = None  # known KV budget per GPU: exact, skips the estimate
     kv_budget_source: str | None = None  # where kv_memory_bytes came from ("given", "log", ...)
     max_model_len: int | None = None  # None: the model's derived maximum
-    max_num_seqs: int | None = None  # None: 1024 on GPUs of >= 70 GiB, else 256
+    max_num_seqs: int | None = None  # None: 1024 on GPUs of >= 70 GiB, else 256; CPU: 128 per rank
     max_num_batched_tokens: int | None = None  # None: 8192 on GPUs of >= 70 GiB, else 2048 (and CPU)
     enforce_eager: bool = flag_default("enforce-eager")
     async_scheduling: bool | None = None  # None: on for GPUs (2 batches in flight), off on CPU
@@ -56,12 +56,16 @@ class PlanParams:
 
     @property
     def resolved_max_num_seqs(self) -> int:
-        return self.max_num_seqs or vllm_memory.default_max_num_seqs(self.gpu_memory_gib, self.device)
+        return self.max_num_seqs or vllm_memory.default_max_num_seqs(
+            self.gpu_memory_gib, self.device, self.tensor_parallel_size * self.pipeline_parallel_size
+        )
 
     @property
     def resolved_max_num_batched_tokens(self) -> int:
         return self.max_num_batched_tokens or vllm_memory.default_max_num_batched_tokens(
-            self.gpu_memory_gib, self.device
+            self.gpu_memory_gib,
+            self.device,
+            world_size=self.tensor_parallel_size * self.pipeline_parallel_size,
         )
 
     @property

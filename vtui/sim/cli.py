@@ -96,7 +96,7 @@ def start(
     log.api("api_utils.py:286", f"non-default args: {simargs.non_default(a)}")
     shape = models.resolve(a.model, a.sim_params)
     if shape is None:
-        if a.model.startswith(("/", ".", "~")) or a.model.count("/") != 1:
+        if models.start_refusal(a.model, a.sim_params):
             log.raw(logfmt.HF_TRACE.format(model=a.model), sys.stderr)
             raise StartFailed("HFValidationError")
         shape = models.shape_for_params(a.model, 8e9)

@@ -131,15 +131,13 @@ def plan_text(result: Plan | None, reason: str | None, max_num_seqs: object = No
 
 
 def planned_for_run(
-    config: ModelConfig | None, spec: InstanceSpec, lines: list[str], gpu_gib: float | None, device: str
-) -> tuple[Plan | None, str | None, object | None]:
+    config: ModelConfig | None, spec: InstanceSpec, facts: StartupFacts, gpu_gib: float | None, device: str
+) -> tuple[Plan | None, str | None]:
     """What the planner predicts for a run's flags with the KV budget vLLM logged (exact when
-    --kv-cache-memory-bytes was given). Returns (plan, reason when none, StartupFacts)."""
-    from vtui.telemetry.startup_log import parse_startup
-
-    facts = parse_startup(lines)
+    --kv-cache-memory-bytes was given), from the run's startup facts (the store's: it read them once, so
+    opening the detail screen does not read the run's log again). Returns (plan, reason when none)."""
     if config is None:
-        return None, None, facts
+        return None, None
     kv, source = facts.kv_memory_bytes, None
     if kv is not None:
         source = "log (exact)" if facts.kv_memory_exact else "log (0.01 GiB)"
@@ -151,8 +149,7 @@ def planned_for_run(
         kv_source=source,
         max_model_len=facts.max_model_len,
     )
-    result, reason = try_plan(config, params)
-    return result, reason, facts
+    return try_plan(config, params)
 
 
 def _delta(planned: float | None, reported: float | None) -> str:

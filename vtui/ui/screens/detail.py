@@ -21,6 +21,7 @@ from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.instance_pane import head_lines
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.palette import palette_of
+from vtui.ui.widgets.scrollbars import whole_cell_scrollbars
 from vtui.ui.widgets.titlebar import TitleBar
 
 # The history plots (textual-plotext): title, y label, and the series (label, value of a sample).
@@ -182,6 +183,7 @@ class DetailScreen(InstanceScreen):
         yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
+        whole_cell_scrollbars(self.query_one("#detail", VerticalScroll))
         self.refresh_view(self.app.store)
 
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
@@ -282,8 +284,8 @@ class DetailScreen(InstanceScreen):
             return
         config, reason = loaded if loaded is not None else (None, None)
         gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
-        result, why, _ = planning.planned_for_run(
-            config, spec, list(view.run_lines), gpu_gib, planning.device_of(spec, store.gpu)
+        result, why = planning.planned_for_run(
+            config, spec, view.facts, gpu_gib, planning.device_of(spec, store.gpu)
         )
         widget.update(planning.planned_vs_reported_text(result, why or reason, view.facts))
 
