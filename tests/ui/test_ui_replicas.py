@@ -109,7 +109,7 @@ def test_a_replica_scaled_away_leaves_no_row() -> None:
 
 
 @pytest.mark.slow
-async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group_runs(tmp_path) -> None:  # noqa: ANN001
+async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group_runs(tmp_path) -> None:
     """The dashboard supervising by itself: `replicas` raised gives NAME-2 a row once it starts, lowered
     takes the row away once the supervisor forgot it (its "scaled away" notice brings the snapshot)."""
     import asyncio
@@ -133,7 +133,7 @@ async def test_the_in_process_dashboard_follows_replicas_changed_while_the_group
     sup = Supervisor(Layout(SessionSpec(name=session), (entry,)), launcher=OsLauncher(grace=3))
     app = make_app(supervisor=sup, gpu_sampler=False, scraper=False)
 
-    async def until(predicate, what: str) -> None:  # noqa: ANN001
+    async def until(predicate, what: str) -> None:
         end = time.monotonic() + 20
         while not predicate():
             assert time.monotonic() < end, f"timed out waiting for {what}"
@@ -171,7 +171,7 @@ async def test_the_in_process_dashboard_scrapes_what_the_session_supervisor_scra
     asked: list[tuple[str, str, str | None]] = []
 
     class Loop:
-        def __init__(self, name: str, url: str, on_sample, api_key: str | None) -> None:  # noqa: ANN001
+        def __init__(self, name: str, url: str, on_sample, api_key: str | None) -> None:
             asked.append((name, url, api_key))
 
         async def run(self) -> None:

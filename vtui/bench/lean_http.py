@@ -221,7 +221,7 @@ class _Exchange:
                     self._finish()
             else:
                 self._emit(data)
-        except Exception as exc:  # a protocol error, or the sink's own (bad JSON in the stream)
+        except Exception as exc:  # noqa: BLE001 — a protocol error, or the sink's own (any: bad JSON in the stream)
             self._fail(exc)
 
     def _head(self, data: bytes) -> bytes:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from vtui.bench import BenchConfig, BenchResult, run_bench
-from vtui.service.client import ServiceError
+from vtui.service.client import ServiceError, ServiceUnavailable
 from vtui.tune.search import Measurement, Prediction, StartFailed
 from vtui.tune.space import Config
 
@@ -98,7 +98,7 @@ class SupervisorRunner:
         inst = next(i for i in self.client.get("/status")["instances"] if i["name"] == self.name)
         try:
             lines = self.client.get(f"/logs?name={self.name}&n=400").get("lines") or []
-        except Exception:
+        except (ServiceError, ServiceUnavailable, OSError):  # no log to read: the failure is named without
             lines = []
         problems = [p.to_json() for p in diagnose(lines, instance=self.name)]
         message = inst.get("last_error") or (problems[0]["message"] if problems else inst["state"])
