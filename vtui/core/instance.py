@@ -20,6 +20,10 @@ from vtui.core.model import InstanceSpec
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase, State, check_edge
 
+# Counters that move when an instance gets work done (prompt and generation tokens; None: not reported):
+# the stuck watchdog compares one metrics sample's with the last.
+Progress = tuple[float | None, ...]
+
 
 def describe_exit(returncode: int | None) -> str:
     """`exited with code 1`, `killed by SIGKILL`, `exited (code unknown)`."""
@@ -84,7 +88,7 @@ class Instance:
         self.unhealthy_since: float | None = None  # when READY -> UNHEALTHY happened (liveness clock)
         self.sleep_level: int | None = None  # while ASLEEP / WAKING
         self._policy_stop: str | None = None  # why the policy is stopping it (liveness / stuck watchdog)
-        self._progress: tuple | None = None  # the last metrics counters seen (stuck watchdog)
+        self._progress: Progress | None = None  # the last metrics counters seen (stuck watchdog)
         self._progress_at: float | None = None  # when they last moved, or the instance was last idle
         self._busy = False  # requests running or waiting at the last metrics sample
         self._idle_since: float | None = None  # no request running or waiting since (idle sleep)
@@ -292,7 +296,7 @@ class Instance:
         self._busy = False
         self._idle_since = None
 
-    def on_load(self, *, busy: bool, progress: tuple) -> None:
+    def on_load(self, *, busy: bool, progress: Progress) -> None:
         """One metrics sample of a READY instance: whether requests run or wait (`busy`), and counters
         that move when work gets done (`progress`: prompt/generation tokens, finished requests)."""
         if self.state is not State.READY:
