@@ -56,7 +56,15 @@ def test_the_check_tells_a_reason_from_none() -> None:
 
 # --strict flags that mypy takes only in its global section
 _GLOBAL_ONLY = {"warn_redundant_casts", "warn_unused_configs"}
-STRICT_PACKAGES = {"vtui.core.*", "vtui.layouts.*", "vtui.telemetry.*", "vtui.planner.*", "vtui.export.*"}
+STRICT_PACKAGES = {
+    "vtui.core.*",
+    "vtui.layouts.*",
+    "vtui.telemetry.*",
+    "vtui.planner.*",
+    "vtui.export.*",
+    "vtui.bench.*",
+    "vtui.tune.*",
+}
 
 
 def strict_settings(help_text: str) -> dict[str, bool]:
