@@ -12,14 +12,14 @@ class FakeNvml:
     def __init__(self, count: int | None) -> None:
         self.count = count
 
-    def nvmlInit(self) -> None:  # noqa: N802
+    def nvmlInit(self) -> None:
         if self.count is None:
             raise RuntimeError("NVML Shared Library Not Found")
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return self.count
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         pass
 
 

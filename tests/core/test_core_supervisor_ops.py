@@ -20,7 +20,7 @@ from vtui.supervisor.supervisor import Supervisor
 from .conftest import fake_spec
 
 
-def supervisor(session: str, *specs) -> Supervisor:  # noqa: ANN002
+def supervisor(session: str, *specs) -> Supervisor:
     return Supervisor(
         Layout(SessionSpec(name=session), tuple(specs)),
         launcher=OsLauncher(grace=3),
@@ -29,7 +29,7 @@ def supervisor(session: str, *specs) -> Supervisor:  # noqa: ANN002
     )
 
 
-def setting(key: str, value: object):  # noqa: ANN201
+def setting(key: str, value: object):
     return lambda s: s.with_flags({key: value})
 
 
@@ -38,7 +38,7 @@ def running_flags(pid: int) -> dict[str, str]:
     return {a[2:]: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--max-num")}
 
 
-async def later(delay: float, coro):  # noqa: ANN001, ANN201
+async def later(delay: float, coro):
     await asyncio.sleep(delay)
     return await coro
 

@@ -19,7 +19,7 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
+    class NVMLError_NotSupported(NVMLError):
         pass
 
     NVML_TEMPERATURE_GPU = 0

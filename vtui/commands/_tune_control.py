@@ -126,7 +126,7 @@ def tune_lock(setup: TuneSetup):
     import fcntl
 
     setup.progress_file.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(setup.progress_file.with_suffix(".lock"), "a")  # noqa: SIM115 (held until exit)
+    handle = open(setup.progress_file.with_suffix(".lock"), "a")  # held until exit
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -172,6 +172,6 @@ def restore(runner, setup: TuneSetup, exc: BaseException) -> bool:
         runner.apply(setup.original, exact=True)
         print(f"{setup.name}: running with its original flags again", file=sys.stderr)
         return True
-    except BaseException as again:  # noqa: BLE001 (report, never hide the first error)
+    except BaseException as again:  # noqa: BLE001 — report, never hide the first error
         print(f"vtui tune: could not restore {setup.name}'s flags: {again}", file=sys.stderr)
         return False

@@ -98,13 +98,13 @@ class TuneSetup:
         self.predictor = planner_predictor(cfg, gpu_gib, self.workload_tokens, calibration=calibration)
         self.gpus = len(spec.get("gpus") or []) or 1
         self.gpu_hour_price = None
-        try:
-            from vtui.layouts import load_layout
+        from vtui.layouts import LayoutError, load_layout
 
+        try:
             self.gpu_hour_price = (
                 load_layout(self.layout_path).session.gpu_hour_price if self.layout_path else None
             )
-        except Exception:  # the report goes without a price; the tune does not need the file
+        except LayoutError:  # the report goes without a price; the tune does not need the file
             self.gpu_hour_price = None
 
     def _resumed(self, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -138,11 +138,11 @@ class TuneSetup:
         sim = flags.get("sim-gpu-memory-gib")
         if isinstance(sim, (int, float)) and not isinstance(sim, bool):
             return float(sim)
-        try:
-            from vtui.layouts import load_layout
+        from vtui.layouts import LayoutError, load_layout
 
+        try:
             session_gib = load_layout(self.layout_path).session.gpu_memory_gib if self.layout_path else None
-        except Exception:
+        except LayoutError:  # no usable layout file: the sim's flag or NVML says
             session_gib = None
         if session_gib:
             return float(session_gib)
@@ -180,15 +180,15 @@ def _api_key(setup: TuneSetup) -> str | None:
     """The instance's api-key from its layout (the supervisor shows it masked), else VLLM_API_KEY."""
     import os
 
-    try:
-        from vtui.layouts import load_layout
+    from vtui.layouts import LayoutError, load_layout
 
+    try:
         key = (
             load_layout(setup.layout_path).instance(setup.name).flags.get("api-key")
             if setup.layout_path
             else None
         )
-    except Exception:  # no usable layout file: the environment's key, if any
+    except (LayoutError, KeyError):  # no usable layout file, or not in it: the environment's key, if any
         key = None
     key = key[0] if isinstance(key, list) and key else key
     return str(key) if isinstance(key, str) and key else os.environ.get("VLLM_API_KEY")

@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         )
         config.step_levels()
         baseline = load_baseline(args.compare) if args.compare else None
-    except Exception as exc:  # layout, arguments, baseline file: one clear line, no traceback
+    except Exception as exc:  # noqa: BLE001 — layout, arguments, baseline file: one clear line, no traceback
         print(f"vtui bench: {exc}", file=sys.stderr)
         return 2
 
@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = asyncio.run(run_bench(config, on_progress))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — server down, bad answer: one clear line, no traceback
         print(f"vtui bench: {target.base_url}: {exc}", file=sys.stderr)
         return 2
     price = args.gpu_hour_price if args.gpu_hour_price is not None else target.gpu_hour_price

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 # `FlagSpec` and `inverse_switch` live in `core.flagdef` (the help parser builds on them too); kept here
 # as names of this module.
@@ -28,17 +29,20 @@ DATA_FILE = Path(__file__).with_name("vllm_serve_flags.json")
 HELP_FILE = Path(__file__).with_name("data") / "serve_help_0_32.txt"
 
 
-def _load_data() -> dict:
+def _load_data() -> dict[str, Any]:
     """The generated table; before it exists (first run of the generator) the bundled help, parsed."""
+    data: dict[str, Any]  # JSON
     if DATA_FILE.exists():
-        return json.loads(DATA_FILE.read_text(encoding="utf-8"))
+        data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+        return data
     from vtui.core.servehelp import parse_serve_help  # only on this path (no cycle: it builds on flagdef)
 
     specs = parse_serve_help(HELP_FILE.read_text(encoding="utf-8")) if HELP_FILE.exists() else {}
-    return json.loads(specs_to_json(specs, "0.32.0", HELP_FILE.name))
+    data = json.loads(specs_to_json(specs, "0.32.0", HELP_FILE.name))
+    return data
 
 
-def _load_builtin(data: dict) -> Mapping[str, FlagSpec]:
+def _load_builtin(data: dict[str, Any]) -> Mapping[str, FlagSpec]:
     specs = {}
     for item in data["flags"]:
         item = dict(item)

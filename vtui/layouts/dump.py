@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import tomli_w
 
-from vtui.core.model import InstanceSpec, Layout, RestartPolicy, Templates
+from vtui.core.model import InstanceSpec, KeyPath, Layout, RestartPolicy, Templates
 from vtui.layouts.keys import INSTANCE_KEYS
 
 __all__ = [
@@ -208,11 +208,11 @@ class Restorer:
 
     def __init__(self, templates: Templates) -> None:
         self.templates = templates
-        self._anywhere: dict[tuple[tuple, str], str] = {}  # (key path, value) -> raw, first instance wins
+        self._anywhere: dict[tuple[KeyPath, str], str] = {}  # (key path, value) -> raw, first instance wins
         for (_, where), (expanded, raw) in templates.items():
             self._anywhere.setdefault((where, expanded), raw)
 
-    def __call__(self, scope: str, path: tuple, value: object) -> object:
+    def __call__(self, scope: str, path: KeyPath, value: object) -> object:
         if isinstance(value, dict):
             return {k: self(scope, (*path, k), v) for k, v in value.items()}
         if isinstance(value, list):

@@ -385,7 +385,7 @@ def _edited_in_place(layout: Layout, target: Path, flags: FlagTable | None = Non
         text = edit_text(original[len(bom) :], base, layout)
     except InPlaceError as exc:
         raise SaveRefused(target, f"cannot edit it in place: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the editor failed (a tomlkit change?): refuse, saying why
+    except Exception as exc:  # noqa: BLE001 — the editor failed (a tomlkit change?): refuse, saying why
         raise SaveRefused(target, f"the in-place editor failed: {type(exc).__name__}: {exc}") from None
     text = bom + text
     saved = _load_text(text, f"{target} (not saved)", target, flags=flags)[0]  # raises LayoutError

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from vtui.core import flagspec
+from vtui.core.model import KeyPath
 from vtui.layouts.crosscheck import CrossCheck
 from vtui.layouts.keys import (
     ENGINES,
@@ -50,7 +51,7 @@ class Checker(CrossCheck):
         self.unresolved: set[str] = set()  # dotted keys left as written (unset_ok)
         self.index = LineIndex(text)
         # (instance name or "" for [defaults], key path) -> (expanded value, raw template)
-        self.templates: dict[tuple[str, tuple], tuple[str, str]] = {}
+        self.templates: dict[tuple[str, KeyPath], tuple[str, str]] = {}
         self.problems: list[tuple[int | None, str, str]] = []
         self.warnings: list[tuple[int | None, str, str]] = []
         self._bad: set[str] = set()
@@ -92,7 +93,7 @@ class Checker(CrossCheck):
                 out[key] = normalised
         return out
 
-    def _expand(self, dotted: str, scope: str, path: tuple, text: str) -> str | None:
+    def _expand(self, dotted: str, scope: str, path: KeyPath, text: str) -> str | None:
         if not has_vars(text):
             return text
         expanded, missing = expand_vars(text)

@@ -77,16 +77,16 @@ def _gpu_count(nvml: Any) -> tuple[int | None, str | None]:
             return None, "pynvml is not installed"
     try:
         nvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, …
+    except Exception as exc:  # noqa: BLE001 — NVMLError_LibraryNotFound, DriverNotLoaded, ctypes errors…
         return None, f"no NVIDIA driver ({exc.__class__.__name__})"
     try:
         return int(nvml.nvmlDeviceGetCount()), None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — pynvml.NVMLError and ctypes errors alike: said, not raised
         return None, f"NVML error ({exc})"
     finally:
         try:
             nvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 — shutting down a broken driver must not raise
             pass
 
 

@@ -210,7 +210,7 @@ class LaunchMixin(SupervisorBase):
                 self.store.remove(self.session, name)
                 inst.spawn_failed(fut.exception())  # type: ignore[arg-type]
             raise
-        except Exception as exc:  # SpawnError/OSError: no executable, no log folder…
+        except Exception as exc:  # noqa: BLE001 — SpawnError/OSError expected; any other is said, not raised
             if not isinstance(exc, (SpawnError, OSError)):
                 self._notice(name, "error", f"{name}: spawn failed unexpectedly: {exc!r}")
             self.store.remove(self.session, name)

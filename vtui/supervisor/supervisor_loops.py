@@ -52,7 +52,7 @@ class LoopMixin(SupervisorBase):
                 await self._tick()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep supervising; say what went wrong
+            except Exception as exc:  # noqa: BLE001 — keep supervising; say what went wrong
                 self._notice(None, "error", f"supervisor tick failed: {exc!r}")
             await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
 
@@ -169,7 +169,7 @@ class LoopMixin(SupervisorBase):
                 await self._probe_attached([i for i in self.instances.values() if isinstance(i, Attached)])
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep watching; say what went wrong
+            except Exception as exc:  # noqa: BLE001 — keep watching; say what went wrong
                 self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
             await self.clock.sleep(self._to_grid(self.health_interval))  # in the health probes' wake-up
 

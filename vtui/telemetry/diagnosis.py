@@ -257,7 +257,7 @@ def _port(m: re.Match[str], ctx: _Context) -> Problem:
 def _known_flags() -> list[str]:
     try:
         from vtui.core.flagspec import BUILTIN_FLAGS
-    except Exception:  # noqa: BLE001 - did-you-mean is a nicety
+    except Exception:  # noqa: BLE001 — did-you-mean is a nicety
         return []
     return list(BUILTIN_FLAGS)
 

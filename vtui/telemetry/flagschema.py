@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from vtui.core import paths
 from vtui.core.flagspec import BUILTIN_FLAGS, VLLM_VERSION, FlagSpec, bundled_flags, bundled_version
@@ -256,7 +257,8 @@ def python_of(executable: Sequence[str] | None) -> list[str]:
     return python_of([found]) if found else [sys.executable]
 
 
-def _run(python: Sequence[str], script: str, timeout: float) -> dict | list:
+def _run(python: Sequence[str], script: str, timeout: float) -> object:
+    """The JSON the child printed after the marker (its callers check the shape)."""
     env = dict(
         os.environ, VLLM_LOGGING_LEVEL="ERROR", TOKENIZERS_PARALLELISM="false", VLLM_NO_USAGE_STATS="1"
     )
@@ -292,7 +294,7 @@ def _cache_file(version: str) -> Path:
     return paths.cache_dir() / f"flagschema-v2-vllm-{safe}.json"
 
 
-def _specs(items: list[dict]) -> Mapping[str, FlagSpec]:
+def _specs(items: list[dict[str, Any]]) -> Mapping[str, FlagSpec]:
     specs: dict[str, FlagSpec] = {}
     for item in items:
         item = dict(item)
@@ -430,7 +432,7 @@ def layout_schemas(
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}
     found = data.get("defaults")
-    defaults: dict = found if isinstance(found, dict) else {}
+    defaults: dict[str, object] = found if isinstance(found, dict) else {}
     out: dict[str, FlagSchema] = {}
     instances = data.get("instance")
     for i, raw in enumerate(instances if isinstance(instances, list) else []):

@@ -129,7 +129,7 @@ class GpuSampler:
             if self._ready:
                 try:
                     self._nvml.nvmlShutdown()
-                except Exception:  # noqa: BLE001 - shutting down a broken driver must not raise
+                except Exception:  # noqa: BLE001 — shutting down a broken driver must not raise
                     pass
                 self._ready = False
 
@@ -138,7 +138,7 @@ class GpuSampler:
             sample = self.sample_once()
             try:
                 self._on_sample(sample)
-            except Exception:  # noqa: BLE001 - a consumer bug must not kill sampling
+            except Exception:  # noqa: BLE001 — a consumer bug must not kill sampling
                 pass
             if not sample.available and sample.reason == NO_DRIVER and self._fallback is None:
                 return  # nothing will change without a driver; the last sample says why
@@ -156,7 +156,7 @@ class GpuSampler:
             self._nvml.nvmlInit()
         except ImportError:
             self._reason = NO_DRIVER
-        except Exception as exc:  # noqa: BLE001 - pynvml.NVMLError and ctypes OSErrors alike
+        except Exception as exc:  # noqa: BLE001 — pynvml.NVMLError and ctypes OSErrors alike
             error = getattr(self._nvml, "NVMLError", None)
             self._reason = NO_DRIVER if error is None or isinstance(exc, error | OSError) else f"NVML: {exc}"
         else:
@@ -233,7 +233,7 @@ class GpuSampler:
             return {}
         try:
             return self._pid_owner()
-        except Exception:  # noqa: BLE001 - attribution is best effort
+        except Exception:  # noqa: BLE001 — attribution is best effort
             return {}
 
     def _field(self, read: Callable[[], Any]) -> Any:

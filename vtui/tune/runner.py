@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vtui.bench import BenchConfig, BenchResult, run_bench
-from vtui.service.client import ServiceError
-from vtui.tune.search import Measurement, Prediction, StartFailed
+from vtui.service.client import ServiceError, ServiceUnavailable
+from vtui.tune.search import Measurement, Prediction, Predictor, StartFailed
 from vtui.tune.space import Config
+
+if TYPE_CHECKING:
+    from vtui.planner import ModelConfig  # imported when a tune asks the planner
 
 MASK = "***"  # how the supervisor shows a secret: never set, never unset by the tuner
 
@@ -98,7 +101,7 @@ class SupervisorRunner:
         inst = next(i for i in self.client.get("/status")["instances"] if i["name"] == self.name)
         try:
             lines = self.client.get(f"/logs?name={self.name}&n=400").get("lines") or []
-        except Exception:
+        except (ServiceError, ServiceUnavailable, OSError):  # no log to read: the failure is named without
             lines = []
         problems = [p.to_json() for p in diagnose(lines, instance=self.name)]
         message = inst.get("last_error") or (problems[0]["message"] if problems else inst["state"])
@@ -136,7 +139,7 @@ def measurement_of(result: BenchResult) -> Measurement:
     )
 
 
-def model_config(engine: str, model: str, sim_params: str | None = None):
+def model_config(engine: str, model: str, sim_params: str | None = None) -> ModelConfig | None:
     """The model's shape for the planner: config.json on disk, else (sim engine) the sim's table."""
     from vtui.planner import model_config_for
 
@@ -144,8 +147,13 @@ def model_config(engine: str, model: str, sim_params: str | None = None):
 
 
 def planner_predictor(
-    model_cfg, gpu_memory_gib: float | None, workload_tokens: int, *, device: str = "cuda", calibration=1.0
-):
+    model_cfg: ModelConfig | None,
+    gpu_memory_gib: float | None,
+    workload_tokens: int,
+    *,
+    device: str = "cuda",
+    calibration: float = 1.0,
+) -> Predictor:
     """A Predictor from the planner: whether one request at max-model-len fits, and how many of the
     workload's requests the KV cache holds (× `calibration`: the running instance's logged KV tokens
     over the plan's for its flags, so the estimate of memory overheads does not decide alone)."""

@@ -258,7 +258,7 @@ class VtuiApp(ControlMixin):
     async def _diagnose(self, name: str, lines: list[str], gpus: tuple[int, ...]) -> None:
         try:
             own = self.supervisor.pids_of(name)
-        except Exception:
+        except KeyError:  # gone from the layout since it was selected
             own = set()
         facts, problems = await asyncio.to_thread(run_diagnosis, lines, self.store.gpu, gpus, name, own)
         self.post_message(DiagnosisReady(name, facts, problems))
@@ -366,7 +366,7 @@ class VtuiApp(ControlMixin):
 
         try:
             config, reason = await asyncio.to_thread(planning.load_config, key)
-        except Exception as exc:  # a config the planner cannot read: shown as the reason
+        except Exception as exc:  # noqa: BLE001 — a config the planner cannot read (any error): shown as the reason
             config, reason = None, f"{key[1]}: {exc}"
         self.post_message(ConfigLoaded(key, config, reason))
 

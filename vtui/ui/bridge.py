@@ -141,7 +141,7 @@ class Bridge:
                     self.app.post_message(NoticeArrived(Notice(None, "error", f"preflight: {problem}")))
             self._post_statuses()
             await self.supervisor.run()
-        except Exception as exc:  # the supervisor is gone: say so, never swallow it in a worker
+        except Exception as exc:  # noqa: BLE001 — the supervisor is gone: say so, never swallow it in a worker
             self.app.post_message(SupervisorFailed(f"{type(exc).__name__}: {exc}"))
 
     def stop_sources(self) -> None:
@@ -252,6 +252,6 @@ class Bridge:
                 try:
                     for pid in self.supervisor.pids_of(st.name):
                         owners[pid] = st.name
-                except Exception:  # a process that vanished mid-walk: attribute it next time
+                except KeyError:  # gone from the layout since status(): attribute the rest
                     continue
         return owners

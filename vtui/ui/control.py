@@ -47,7 +47,7 @@ class ControlMixin(NoticeRoutingApp[int]):
         except PreflightError as exc:
             for problem in exc.problems:
                 self.notify(f"{label}: {problem}", severity="error", timeout=10)
-        except Exception as exc:  # shown to the user; the worker must not take the app down
+        except Exception as exc:  # noqa: BLE001 — shown to the user; the worker must not take the app down
             self.notify(f"{label} failed: {exc}", severity="error", timeout=10)
 
     _why_not_said: tuple[str, float] | None = None  # the last "why nothing happened" notice, and when
