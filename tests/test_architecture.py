@@ -160,3 +160,22 @@ def test_the_dashboard_and_the_cli_reach_the_socket_through_the_client() -> None
     for module in ("vtui/service/remote_feed.py", "vtui/service/remote.py", "vtui/commands/_runs.py"):
         assert "vtui.service.client" in _imported_names(ROOT / module), module
     assert not (ROOT / "vtui/service/remote_http.py").exists()
+
+
+def test_the_architecture_doc_is_short_and_names_only_modules_that_exist() -> None:
+    """docs/ARCHITECTURE.md stays under 1,500 words, and every `package.module` it names is there."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "ARCHITECTURE.md").read_text()
+    assert len(text.split()) < 1500
+    packages = {p.name for p in (root / "vtui").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    named = set(re.findall(r"`(?:vtui\.)?([a-z]+)\.([a-z_]+)", text))
+    missing = [
+        f"{pkg}.{mod}"
+        for pkg, mod in named
+        if pkg in packages
+        and not (root / "vtui" / pkg / f"{mod}.py").exists()
+        and not (root / "vtui" / pkg / mod).is_dir()
+    ]
+    assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {sorted(missing)}"
