@@ -156,7 +156,7 @@ def build(history_s: int, log_lines: int) -> tuple[Any, Any, Any]:
     }
     logs = {spec.name: log_ring(spec.name, log_lines) for spec in layout.instances}
     app = make_app(
-        supervisor=fake, gpu_sampler=FixedGpu(), scraper=False, clock=lambda: NOW, settings=UiSettings()
+        supervisor=fake, gpu_sampler=FixedGpu(), clock=lambda: NOW, settings=UiSettings()
     )
     return app, fake, (samples, logs)
 
