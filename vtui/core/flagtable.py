@@ -1,5 +1,5 @@
 """The flag tables: `FlagSpec`, the bundled `vllm serve` tables (`BUILTIN_FLAGS`: 0.32's, from
-`vllm_serve_flags.json`; `bundled_flags(version)`: each bundled release's), the simulated engine's
+`vllm_serve_flags.json`; `bundled_flags(version)`: each bundled release's, 0.32 to 0.34), the simulated engine's
 `sim-…` options, and the lookups (`flag_spec`, `canonical_name`, `suggest`). Import them through
 `core.flagspec`.
 """
@@ -69,6 +69,7 @@ BUNDLED: Mapping[str, tuple[str, str]] = MappingProxyType(
     {
         "0.32.0": ("serve_help_0_32.txt", "vllm_serve_flags.json"),
         "0.33.0": ("serve_help_0_33.txt", "vllm_serve_flags_0_33.json"),
+        "0.34.0": ("serve_help_0_34.txt", "vllm_serve_flags_0_34.json"),
     }
 )
 _BUNDLED_TABLES: dict[str, Mapping[str, FlagSpec]] = {VLLM_VERSION: BUILTIN_FLAGS}
