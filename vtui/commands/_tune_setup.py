@@ -99,10 +99,10 @@ class TuneSetup:
         self.gpus = len(spec.get("gpus") or []) or 1
         self.gpu_hour_price = None
         try:
-            from vtui.layouts import load_layout
+            from vtui.telemetry.flagschema import load_resolved
 
             self.gpu_hour_price = (
-                load_layout(self.layout_path).session.gpu_hour_price if self.layout_path else None
+                load_resolved(self.layout_path)[0].session.gpu_hour_price if self.layout_path else None
             )
         except Exception:  # the report goes without a price; the tune does not need the file
             self.gpu_hour_price = None
@@ -139,9 +139,11 @@ class TuneSetup:
         if isinstance(sim, (int, float)) and not isinstance(sim, bool):
             return float(sim)
         try:
-            from vtui.layouts import load_layout
+            from vtui.telemetry.flagschema import load_resolved
 
-            session_gib = load_layout(self.layout_path).session.gpu_memory_gib if self.layout_path else None
+            session_gib = (
+                load_resolved(self.layout_path)[0].session.gpu_memory_gib if self.layout_path else None
+            )
         except Exception:
             session_gib = None
         if session_gib:
@@ -181,10 +183,10 @@ def _api_key(setup: TuneSetup) -> str | None:
     import os
 
     try:
-        from vtui.layouts import load_layout
+        from vtui.telemetry.flagschema import load_resolved
 
         key = (
-            load_layout(setup.layout_path).instance(setup.name).flags.get("api-key")
+            load_resolved(setup.layout_path)[0].instance(setup.name).flags.get("api-key")
             if setup.layout_path
             else None
         )

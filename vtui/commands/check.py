@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     lines = LineIndex(Path(path).read_text(encoding="utf-8", errors="replace"))
     for index, spec in enumerate(layout.instances):
         schema = schemas.get(spec.name) or flagschema.schema_for(spec.engine, spec.command)
-        if schema.source != "builtin":  # the bundled schema is the default: said only when it is not
+        # the bundled schema is the default: said only when it is not; a guess (the newest bundled one)
+        # is said in the loader's warning on each flag it does not know
+        if schema.source != "builtin" and not schema.guessed:
             print(f"{spec.name}: {schema.label()}")
         for name, why in flagschema.unknown_flags(spec.flags, schema):
             key = f"instance[{index}].flags.{name}"

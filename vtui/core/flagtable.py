@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from types import MappingProxyType
@@ -89,6 +89,38 @@ def bundled_version(version: str | None) -> str:
     wanted = _release(version)
     older = [v for v in BUNDLED if _release(v) <= wanted]
     return max(older, key=_release) if older else VLLM_VERSION
+
+
+def newest_bundled() -> str:
+    """The newest vLLM release whose schema vtui bundles ("0.34.0")."""
+    return max(BUNDLED, key=_release)
+
+
+def bundles(version: str | None) -> bool:
+    """Whether vtui bundles the schema of this vLLM's own minor release (`0.34.2` -> 0.34.0's)."""
+    if not version or not re.match(r"\d", version):
+        return False
+    return any(_release(v) == _release(version) for v in BUNDLED)
+
+
+class GuessedFlags(Mapping[str, FlagSpec]):
+    """A flag table that stands in for one vtui cannot know: the newest bundled release's, for a vLLM
+    whose own parser was not read and whose release vtui does not bundle (or no vLLM at all). The layout
+    loader warns about a flag outside it instead of refusing it: the target vLLM may have it. `why`:
+    which vLLM it stands in for, and why its own table was not read."""
+
+    def __init__(self, flags: Mapping[str, FlagSpec], why: str) -> None:
+        self._flags = flags
+        self.why = why
+
+    def __getitem__(self, name: str) -> FlagSpec:
+        return self._flags[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flags)
+
+    def __len__(self) -> int:
+        return len(self._flags)
 
 
 def bundled_flags(version: str | None = None) -> Mapping[str, FlagSpec]:

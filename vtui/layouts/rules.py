@@ -273,6 +273,19 @@ class Checker(CrossCheck):
                 hint = flagspec.suggest(name, self.flags)
                 if hint and name.lstrip("-").startswith("no-") and hint == name.lstrip("-")[3:]:
                     self.problem(key, f"unknown flag; write {hint} = false instead")
+                elif isinstance(self.flags, flagspec.GuessedFlags) and not name.startswith("-"):
+                    # the table only stands in for the target vLLM's own, which may have the flag
+                    kept = self._expand_flag(key, scope, name, item)
+                    if kept is not None:
+                        out[name] = (
+                            json.dumps(kept, separators=(",", ":")) if isinstance(kept, dict) else kept
+                        )
+                    self.warn(
+                        key,
+                        "unknown flag"
+                        + (f' (did you mean "{hint}"?)' if hint else "")
+                        + f", passed on as written: {self.flags.why}",
+                    )
                 else:
                     self.problem(
                         key,
