@@ -182,6 +182,11 @@ PLAN_FLAGS: tuple[str, ...] = (
     "kv-cache-memory-bytes",
     "enforce-eager",
     "disable-hybrid-kv-cache-manager",
+    # what decides 0.34's extensible KV cache (core.vllm_memory.memory_rule)
+    "enable-extensible-kv-cache",
+    "num-gpu-blocks-override",
+    "enable-elastic-ep",
+    "kv-transfer-config",
 )
 
 FlagTable = Mapping[str, FlagSpec]  # canonical name -> spec: BUILTIN_FLAGS or an installed vLLM's

@@ -244,7 +244,14 @@ class FlagEditorScreen(StoreScreen):
         else:
             config, reason = loaded
             kv, source = self._logged_budget(flags)
-            params = planning.plan_params(flags, gpu_gib, device=device, kv_memory_bytes=kv, kv_source=source)
+            params = planning.plan_params(
+                flags,
+                gpu_gib,
+                device=device,
+                kv_memory_bytes=kv,
+                kv_source=source,
+                vllm_version=self.schema.vllm_version,  # the target vLLM's memory rule
+            )
             result, why = planning.try_plan(config, params)
             text = planning.plan_text(result, why or reason, flags.get("max-num-seqs"))
         self.query_one("#flag-plan", Static).update(text)
