@@ -283,10 +283,11 @@ class Store:
         self._keep(view, HistoryPoint.of(sample))
         if diagnose and view.state in (State.READY, State.UNHEALTHY):
             # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
-            from vtui.telemetry.diagnosis import diagnose_runtime
+            from vtui.telemetry.diagnosis import diagnose_runtime, run_memory_rule
 
+            flags = view.spec.flags if view.spec else None
             view.runtime_problems = diagnose_runtime(
-                sample, view.history, view.spec.flags if view.spec else None
+                sample, view.history, flags, run_memory_rule(view.facts, flags)
             )
         return view.name
 
