@@ -77,3 +77,13 @@ def test_nesting_5000_deep_is_a_problem_not_a_traceback(
     captured = capsys.readouterr()
     assert captured.out.startswith(f"{path}:6: toml: arrays or inline tables nested too deeply to read")
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_line_numbers_count_only_tomls_line_ends() -> None:
+    """A string holding \\x85 or \\u2028 (line breaks to str.splitlines, not to TOML) does not push the
+    lines after it down (found by the layout fuzz test: a problem reported past the file's end)."""
+    from vtui.layouts.text import LineIndex
+
+    text = '[session]\nname = "a\x85b\u2028c"\n\n[[instance]]\nname = "x"\n'
+    index = LineIndex(text)
+    assert index.line_of("instance[0]") == 4 and index.line_of("instance[0].name") == 5
