@@ -155,9 +155,7 @@ def build(history_s: int, log_lines: int) -> tuple[Any, Any, Any]:
         for spec in layout.instances
     }
     logs = {spec.name: log_ring(spec.name, log_lines) for spec in layout.instances}
-    app = make_app(
-        supervisor=fake, gpu_sampler=FixedGpu(), clock=lambda: NOW, settings=UiSettings()
-    )
+    app = make_app(supervisor=fake, gpu_sampler=FixedGpu(), clock=lambda: NOW, settings=UiSettings())
     return app, fake, (samples, logs)
 
 

@@ -121,3 +121,13 @@ def test_up_refuses_a_negative_timeout(capsys: pytest.CaptureFixture[str]) -> No
         main(["up", "demo", "--timeout", "-5"])
     assert exited.value.code == 2
     assert "--timeout: expected a number of seconds >= 0, got '-5'" in capsys.readouterr().err
+
+
+def test_line_numbers_count_only_tomls_line_ends() -> None:
+    """A string holding \\x85 or \\u2028 (line breaks to str.splitlines, not to TOML) does not push the
+    lines after it down (found by the layout fuzz test: a problem reported past the file's end)."""
+    from vtui.layouts.text import LineIndex
+
+    text = '[session]\nname = "a\x85b\u2028c"\n\n[[instance]]\nname = "x"\n'
+    index = LineIndex(text)
+    assert index.line_of("instance[0]") == 4 and index.line_of("instance[0].name") == 5

@@ -98,11 +98,12 @@ class TuneSetup:
         self.predictor = planner_predictor(cfg, gpu_gib, self.workload_tokens, calibration=calibration)
         self.gpus = len(spec.get("gpus") or []) or 1
         self.gpu_hour_price = None
-        from vtui.layouts import LayoutError, load_layout
+        from vtui.layouts import LayoutError
+        from vtui.telemetry.flagschema import load_resolved
 
         try:
             self.gpu_hour_price = (
-                load_layout(self.layout_path).session.gpu_hour_price if self.layout_path else None
+                load_resolved(self.layout_path)[0].session.gpu_hour_price if self.layout_path else None
             )
         except LayoutError:  # the report goes without a price; the tune does not need the file
             self.gpu_hour_price = None
@@ -138,10 +139,13 @@ class TuneSetup:
         sim = flags.get("sim-gpu-memory-gib")
         if isinstance(sim, (int, float)) and not isinstance(sim, bool):
             return float(sim)
-        from vtui.layouts import LayoutError, load_layout
+        from vtui.layouts import LayoutError
+        from vtui.telemetry.flagschema import load_resolved
 
         try:
-            session_gib = load_layout(self.layout_path).session.gpu_memory_gib if self.layout_path else None
+            session_gib = (
+                load_resolved(self.layout_path)[0].session.gpu_memory_gib if self.layout_path else None
+            )
         except LayoutError:  # no usable layout file: the sim's flag or NVML says
             session_gib = None
         if session_gib:
@@ -180,11 +184,12 @@ def _api_key(setup: TuneSetup) -> str | None:
     """The instance's api-key from its layout (the supervisor shows it masked), else VLLM_API_KEY."""
     import os
 
-    from vtui.layouts import LayoutError, load_layout
+    from vtui.layouts import LayoutError
+    from vtui.telemetry.flagschema import load_resolved
 
     try:
         key = (
-            load_layout(setup.layout_path).instance(setup.name).flags.get("api-key")
+            load_resolved(setup.layout_path)[0].instance(setup.name).flags.get("api-key")
             if setup.layout_path
             else None
         )

@@ -152,9 +152,10 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
     if target.startswith(("http://", "https://")):
         return Target(base_url=target.rstrip("/"), api_key=os.environ.get("VLLM_API_KEY"))
     from vtui.core.runstate import RunStore, merge_flags
-    from vtui.layouts import load_layout, resolve_layout_arg
+    from vtui.layouts import resolve_layout_arg
+    from vtui.telemetry.flagschema import load_resolved
 
-    layout = load_layout(resolve_layout_arg(layout_arg))
+    layout = load_resolved(resolve_layout_arg(layout_arg))[0]
     try:
         spec = layout.instance(target)
     except KeyError:

@@ -26,6 +26,7 @@ _LABELS = {
     "non_torch_gib": "non-torch memory",
     "activation_peak_gib": "activation peak",
     "available_kv_gib": "KV cache memory",
+    "extended_kv_gib": "KV cache extended to",
     "kv_cache_tokens": "KV cache tokens",
     "num_gpu_blocks": "GPU blocks",
     "num_cpu_blocks": "CPU blocks",

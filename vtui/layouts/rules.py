@@ -274,6 +274,22 @@ class Checker(CrossCheck):
                 hint = flagspec.suggest(name, self.flags)
                 if hint and name.lstrip("-").startswith("no-") and hint == name.lstrip("-")[3:]:
                     self.problem(key, f"unknown flag; write {hint} = false instead")
+                elif isinstance(self.flags, flagspec.GuessedFlags) and not name.startswith("-"):
+                    # the table only stands in for the target vLLM's own, which may have the flag
+                    expanded = self._expand_flag(key, scope, name, item)
+                    if expanded is None:
+                        continue  # its `${VAR}` problem is reported
+                    kept = _passable(expanded)
+                    if kept is None:
+                        self.problem(key, f"unknown flag, with a value vllm serve cannot take: {q(item)}")
+                        continue
+                    out[name] = kept
+                    self.warn(
+                        key,
+                        "unknown flag"
+                        + (f' (did you mean "{hint}"?)' if hint else "")
+                        + f", passed on as written: {self.flags.why}",
+                    )
                 else:
                     self.problem(
                         key,
@@ -373,3 +389,17 @@ class Checker(CrossCheck):
         port = fields.get("port")
         if isinstance(port, int) and port + replicas - 1 > 65535:
             self.problem(f"{key}.replicas", f"replica ports {port}..{port + replicas - 1} go past 65535")
+
+
+def _passable(value: object) -> object:
+    """A value of a flag no schema describes as `vllm serve` can take it (`core.model.flag_to_args`): a
+    scalar, a list of scalars, or a table as JSON text; None for anything else (a date, nested lists)."""
+    plain = (bool, int, float, str)
+    if isinstance(value, dict):
+        try:
+            return json.dumps(value, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return None
+    if isinstance(value, list):
+        return value if all(isinstance(p, plain) for p in value) else None
+    return value if isinstance(value, plain) else None

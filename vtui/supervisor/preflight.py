@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from vtui.core import flagspec
 from vtui.core.flagvalues import dp_ports
 from vtui.core.model import InstanceSpec, Layout
+from vtui.core.vllm_memory import MemoryRule, memory_rule
 
 if TYPE_CHECKING:
     from vtui.telemetry.gpu import GpuSample
@@ -264,12 +265,26 @@ def instance_gpu_indices(spec: InstanceSpec) -> list[int]:
     return list(spec.gpus[:ranks]) if spec.gpus else list(range(ranks))
 
 
+def target_memory_rule(spec: InstanceSpec, backend: str = "cuda") -> MemoryRule:
+    """The memory rule of the vLLM an instance runs (`core.vllm_memory.memory_rule`): the release of the
+    flag schema its layout was loaded with (`flagschema.known_schema`, no I/O; the sim plays 0.32),
+    with that parser's default utilization; an unread schema: the bundled 0.32 default's rule."""
+    from vtui.telemetry.flagschema import known_schema
+
+    schema = known_schema(spec.engine, spec.command)
+    table = schema.flags if schema is not None else flagspec.BUILTIN_FLAGS
+    default = table["gpu-memory-utilization"].default if "gpu-memory-utilization" in table else None
+    version = schema.vllm_version if schema is not None else flagspec.VLLM_VERSION
+    return memory_rule(spec.flags, version, backend, default_utilization=default)
+
+
 def gpu_memory_check(
     spec: InstanceSpec,
     sample: GpuSample | None,
     *,
     force: bool = False,
     ignore_pids: Iterable[int] = (),
+    rule: MemoryRule | None = None,
 ) -> PreflightResult:
     """Whether the GPUs `spec` will use have the memory its --gpu-memory-utilization asks, by vLLM 0.32's
     own start check (`request_memory` in v1/worker/utils.py: free memory on the device at startup must be
@@ -279,17 +294,20 @@ def gpu_memory_check(
     (sim.gpuview.SimulatedGpus) for `vtui sim`. A shortfall is a problem naming the holders by pid and
     vtui instance (a warning instead when `force`). `ignore_pids`: processes about to go (the instance's
     own previous tree). No usable sample: a note, nothing refused. Call it just before each launch (after
-    a shared GPU's stagger), when the other instances' memory is what the new one will find."""
+    a shared GPU's stagger), when the other instances' memory is what the new one will find.
+    `rule`: the target vLLM's (default `target_memory_rule`): from 0.34 an extensible KV cache (CUDA,
+    ROCm) is sized from what is free after warmup and vLLM skips this check (`request_memory` in
+    v1/worker/utils.py), so vtui skips it too."""
     result = PreflightResult()
     if sample is None or not sample.available:
         why = sample.reason if sample is not None else "no GPU sample"
         result.notes.append(f'instance "{spec.name}": GPU memory not checked ({why})')
         return result
-    value = spec.flags.get("gpu-memory-utilization", flagspec.BUILTIN_FLAGS["gpu-memory-utilization"].default)
-    try:
-        utilization = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return result  # the layout check names a bad value
+    rule = rule or target_memory_rule(spec)
+    if not rule.checks_free_memory:
+        result.notes.append(f'instance "{spec.name}": GPU memory not checked: {rule.describe()}')
+        return result
+    utilization = rule.utilization
     gone = set(ignore_pids)
     by_index = {g.index: g for g in sample.gpus}
     for index in instance_gpu_indices(spec):

@@ -9,26 +9,35 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
 from vtui.core.flagvalues import int_flag
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase
+from vtui.core.vllm_memory import MemoryRule, memory_rule
 from vtui.telemetry.facts import StartupFacts, memory_text
 from vtui.telemetry.gpu import GpuSample
 from vtui.telemetry.metrics import MetricsSample
 from vtui.telemetry.remedies import (
-    KV_SHORT_REMEDIES,
     describe_holders,
     free_port_after,
     gpu_holders,
+    kv_short_remedies,
     port_holders,
     utilization_that_fits,
 )
 
-__all__ = ["NOT_RETRIED", "KvShortWatch", "Problem", "diagnose", "diagnose_runtime", "not_worth_retrying"]
+__all__ = [
+    "NOT_RETRIED",
+    "KvShortWatch",
+    "Problem",
+    "diagnose",
+    "diagnose_runtime",
+    "not_worth_retrying",
+    "run_memory_rule",
+]
 
 # Startup failures that the same flags on the same machine meet again: a policy restart would only
 # repeat them (and spend the restart budget), so the instance goes straight to FAILED with the fix.
@@ -358,7 +367,9 @@ def _cpu_kv_short(m: re.Match[str], ctx: _Context) -> Problem:
 
 
 def _preempted(m: re.Match[str], ctx: _Context) -> Problem:
-    return _kv_short("vLLM preempted requests: not enough KV cache space", None, None)
+    return _kv_short(
+        "vLLM preempted requests: not enough KV cache space", None, None, run_memory_rule(ctx.facts)
+    )
 
 
 _DETECTORS: tuple[_Detector, ...] = tuple(
@@ -481,15 +492,44 @@ def diagnose(
     return problems
 
 
-def _kv_short(message: str, running: float | None, flags: Mapping[str, object] | None) -> Problem:
-    fix = _kv_short_fix(running, flags) if flags is not None else None
+def run_memory_rule(
+    facts: StartupFacts | None, flags: Mapping[str, object] | None = None, backend: str = "cuda"
+) -> MemoryRule | None:
+    """The memory rule a run followed (`core.vllm_memory.memory_rule`), from its log: its vLLM version,
+    and "Extended KV cache to …" (`facts.extended_kv_gib`) as proof of 0.34's extensible KV cache. None
+    when the log names no version and shows no extended cache."""
+    if facts is None or (facts.vllm_version is None and facts.extended_kv_gib is None):
+        return None
+    given = dict(flags or {})
+    util = facts.arg("gpu_memory_utilization")
+    if "gpu-memory-utilization" not in given and isinstance(util, float | int) and not isinstance(util, bool):
+        given["gpu-memory-utilization"] = util
+    rule = memory_rule(given, facts.vllm_version, backend)
+    if facts.extended_kv_gib is not None and not rule.extensible_kv:
+        rule = replace(
+            rule,
+            extensible_kv=True,
+            checks_free_memory=False,
+            utilization=rule.utilization if rule.utilization_set else 1.0,
+        )
+    return rule
+
+
+def _kv_short(
+    message: str,
+    running: float | None,
+    flags: Mapping[str, object] | None,
+    rule: MemoryRule | None = None,
+) -> Problem:
+    fix = _kv_short_fix(running, flags, rule) if flags is not None else None
+    remedies = kv_short_remedies(rule)
     return Problem(
         "kv_cache_short",
         message,
         fix,
         "The KV cache is full while requests wait, so vLLM preempts running requests and recomputes them later: "
-        "throughput drops and latency spikes. In order: " + "; ".join(t for _, t in KV_SHORT_REMEDIES) + ".",
-        tuple(t for _, t in KV_SHORT_REMEDIES),
+        "throughput drops and latency spikes. In order: " + "; ".join(t for _, t in remedies) + ".",
+        tuple(t for _, t in remedies),
     )
 
 
@@ -497,17 +537,20 @@ KV_BYTES_STEP = 1.25  # a KV-short fix raises an explicit --kv-cache-memory-byte
 MIB = 1024**2
 
 
-def _kv_short_fix(running: float | None, flags: Mapping[str, object]) -> Mapping[str, object] | None:
-    """The first of the seeds' remedies that a flag change can apply, given the instance's flags. "Give KV
-    more memory" raises --kv-cache-memory-bytes when it is set: vLLM then sizes the cache from it alone,
-    and a higher --gpu-memory-utilization would buy nothing."""
+def _kv_short_fix(
+    running: float | None, flags: Mapping[str, object], rule: MemoryRule | None = None
+) -> Mapping[str, object] | None:
+    """The first of the seeds' remedies that a flag change can apply, given the instance's flags and its
+    vLLM's memory rule. "Give KV more memory" raises --kv-cache-memory-bytes when it is set: vLLM then
+    sizes the cache from it alone, and a higher --gpu-memory-utilization would buy nothing; an unset
+    utilization is 1.0 with 0.34's extensible KV cache, and is not raised either."""
     max_len = flags.get("max-model-len")
     if isinstance(max_len, int) and max_len > 16384:
         return _fix(max_model_len=16384)
     kv_bytes = int_flag(flags.get("kv-cache-memory-bytes"))
     if kv_bytes is not None and kv_bytes > 0:
         return _fix(kv_cache_memory_bytes=-(-int(kv_bytes * KV_BYTES_STEP) // MIB) * MIB)  # whole MiB, up
-    util = flags.get("gpu-memory-utilization", 0.9)
+    util = rule.utilization if rule is not None else flags.get("gpu-memory-utilization", 0.9)
     if kv_bytes is None and isinstance(util, float | int) and util < 0.92:
         return _fix(gpu_memory_utilization=0.92)
     seqs = flags.get("max-num-seqs", 256)
@@ -551,11 +594,15 @@ def _short_message(point: _Load, rate: float | None) -> str:
 
 
 def diagnose_runtime(
-    sample: MetricsSample, history: Sequence[_Counted], flags: Mapping[str, object] | None = None
+    sample: MetricsSample,
+    history: Sequence[_Counted],
+    flags: Mapping[str, object] | None = None,
+    rule: MemoryRule | None = None,
 ) -> list[Problem]:
     """ "KV cache short" in one sample: usage >= 95% with requests waiting and preemptions rising (over
     `history`, the instance's recent samples, oldest first). `flags` (the instance's) makes the fix
-    concrete. What the dashboard shows goes through `KvShortWatch`, which adds hysteresis."""
+    concrete; `rule` (its vLLM's memory rule, `run_memory_rule`) what raising the utilization can do.
+    What the dashboard shows goes through `KvShortWatch`, which adds hysteresis."""
     if sample.kv_usage is None or sample.kv_usage < KV_SHORT_ENTER or not sample.waiting:
         return []
     rising = bool(sample.preemptions_per_s and sample.preemptions_per_s > 0)
@@ -566,7 +613,7 @@ def diagnose_runtime(
         rising = bool(earlier) and sample.preemptions_total > min(earlier) and not sample.counter_reset
     if not rising:
         return []
-    return [_kv_short(_short_message(sample, sample.preemptions_per_s), sample.running, flags)]
+    return [_kv_short(_short_message(sample, sample.preemptions_per_s), sample.running, flags, rule)]
 
 
 class KvShortWatch:
@@ -604,7 +651,11 @@ class KvShortWatch:
         self._last_at: float | None = None
 
     def observe(
-        self, point: _Load, flags: Mapping[str, object] | None = None, preemptions_per_s: float | None = None
+        self,
+        point: _Load,
+        flags: Mapping[str, object] | None = None,
+        preemptions_per_s: float | None = None,
+        rule: MemoryRule | None = None,
     ) -> list[Problem]:
         """Take the next sample; the problem to show now ([] when none). A sample older than the last
         one is ignored; a preemption counter that went down (a new run) starts over."""
@@ -642,14 +693,14 @@ class KvShortWatch:
                 self.reset()
                 self._last_at, self._last_total = point.at, total
             elif pressure:
-                self.problem = _kv_short(_short_message(point, preemptions_per_s), point.running, flags)
+                self.problem = _kv_short(_short_message(point, preemptions_per_s), point.running, flags, rule)
         elif (
             pressure
             and self._preempted
             and self._pressed_since is not None
             and point.at - self._pressed_since >= self.enter_s
         ):
-            self.problem = _kv_short(_short_message(point, preemptions_per_s), point.running, flags)
+            self.problem = _kv_short(_short_message(point, preemptions_per_s), point.running, flags, rule)
         return self.shown
 
     @property

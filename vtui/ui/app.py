@@ -30,7 +30,7 @@ from textual.timer import Timer
 
 from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.model import InstanceSpec, Layout
-from vtui.layouts import LayoutError, NoLayoutError, default_layout, last_layout, load_layout, remember_last
+from vtui.layouts import LayoutError, NoLayoutError, default_layout, last_layout, remember_last
 from vtui.layouts.lookup import BUILTIN_DIR
 from vtui.ui import history
 from vtui.ui.bridge import Bridge, GpuSamplerFactory
@@ -533,7 +533,9 @@ def resolve_layout(layout: str | Path | Layout | None) -> Layout:
         layout = default_layout()  # the last session (one record with the CLI's), else the demo
         if layout is None:
             raise NoLayoutError("no layout given, none used before and no shipped demo: pass a layout file")
-    return load_layout(Path(layout))
+    from vtui.telemetry.flagschema import load_resolved  # here: not on the first frame's import path
+
+    return load_resolved(Path(layout))[0]  # its instances' vLLMs' flags, as `vtui up` reads them
 
 
 def default_supervisor_factory(layout: Layout) -> SupervisorApi:

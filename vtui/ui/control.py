@@ -20,7 +20,7 @@ from vtui.core.api import SupervisorApi
 from vtui.core.masking import masked
 from vtui.core.model import FlagValue, InstanceSpec
 from vtui.core.refusals import PreflightError, RestartReverted
-from vtui.layouts import LayoutError, load_layout, save_layout
+from vtui.layouts import LayoutError, save_layout
 from vtui.ui.actions import serving, why_not
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.settings import UiSettings
@@ -332,7 +332,9 @@ class ControlMixin(NoticeRoutingApp[int]):
     @work(exit_on_error=False, group="layout")
     async def _open(self, path: Path) -> None:
         try:
-            layout = await asyncio.to_thread(load_layout, path)
+            from vtui.telemetry.flagschema import load_resolved
+
+            layout = (await asyncio.to_thread(load_resolved, path))[0]
         except (OSError, LayoutError) as exc:
             self.notify(f"could not open {path}: {exc}", severity="error", timeout=15)
             return

@@ -55,8 +55,10 @@ def plan_params(
     kv_memory_bytes: int | None = None,
     kv_source: str | None = None,
     max_model_len: int | None = None,
+    vllm_version: str | None = None,
 ) -> PlanParams:
-    """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults)."""
+    """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults);
+    `vllm_version`: the target vLLM's (its memory rule), None: the bundled 0.32's."""
     from vtui.planner import params_from_flags
 
     return params_from_flags(
@@ -66,6 +68,7 @@ def plan_params(
         kv_memory_bytes=kv_memory_bytes,
         kv_source=kv_source,
         max_model_len=max_model_len,
+        vllm_version=vllm_version,
     )
 
 
@@ -148,6 +151,7 @@ def planned_for_run(
         kv_memory_bytes=kv,
         kv_source=source,
         max_model_len=facts.max_model_len,
+        vllm_version=facts.vllm_version,  # the run's own vLLM: its memory rule
     )
     return try_plan(config, params)
 

@@ -291,11 +291,12 @@ class Store:
     def _watch_kv(
         view: InstanceView, point: HistoryPoint | MetricsSample, rate: float | None = None
     ) -> list[Problem]:
-        if view.kv_watch is None:
-            from vtui.telemetry.diagnosis import KvShortWatch
+        from vtui.telemetry.diagnosis import KvShortWatch, run_memory_rule
 
+        if view.kv_watch is None:
             view.kv_watch = KvShortWatch()
-        return view.kv_watch.observe(point, view.spec.flags if view.spec else None, rate)
+        flags = view.spec.flags if view.spec else None
+        return view.kv_watch.observe(point, flags, rate, run_memory_rule(view.facts, flags))
 
     def add_backfill(self, backfill: HistoryBackfill) -> str | None:
         """A newly attached dashboard's history of one instance: its points, then its newest sample."""
