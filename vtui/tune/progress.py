@@ -137,6 +137,7 @@ def trial_json(trial: Trial, start: Config, objective: Objective) -> dict[str, A
         "measurement": trial.result.to_json() if trial.result else None,
         "measurements": len(runs),
         "runs": [m.to_json() for m in runs if m is not None],
+        "spread": spread.to_json() if (spread := trial.spread(objective)) is not None else None,
         "infeasible": trial.infeasible,
         "diagnosis": list(trial.diagnosis),
         "meets_slo": meets_slo(trial.result, objective),
