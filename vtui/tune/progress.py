@@ -94,8 +94,8 @@ def live_state(doc: Mapping[str, Any] | None) -> str | None:
 def abort(doc: Mapping[str, Any]) -> bool:
     """Ask the tune the document names to stop (SIGTERM: it puts the original flags back, then exits).
     False when no such tune runs."""
-    if live_state(doc) != LIVE:
-        return False
+    if live_state(doc) != LIVE or doc.get("job") == "supervisor":
+        return False  # a supervisor's job: its pid is the supervisor's (`vtui tune NAME --cancel`)
     try:
         os.kill(int(doc["pid"]), signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
