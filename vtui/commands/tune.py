@@ -309,5 +309,5 @@ def plan_of(setup: TuneSetup, args: argparse.Namespace) -> dict[str, Any]:
             "calibration": setup.calibration,
         },
         layout=setup.layout_path,
-        resume=setup.resume,
+        resume={k: v for k, v in setup.resume.items() if k != "plan"} if setup.resume else None,
     )
