@@ -10,7 +10,20 @@ from vtui.tune import progress
 
 DEFAULT_LOAD_CAP = 256  # the starting load is the instance's max concurrency, at most this
 # what a resume does not take from the recorded tune
-NOT_RESUMED = {"words", "json", "save", "detach", "resume", "restore", "dry_run", "func", "command"}
+NOT_RESUMED = {
+    "words",
+    "json",
+    "save",
+    "detach",
+    "resume",
+    "restore",
+    "dry_run",
+    "func",
+    "command",
+    "attach",
+    "cancel",
+    "cancel_on_interrupt",
+}
 
 
 class TuneSetup:
@@ -51,6 +64,8 @@ class TuneSetup:
         )
         self.base_url = base_url_of(spec)
         gpu_gib = self._gpu_gib(spec, self.original)
+        self.gpu_gib = gpu_gib
+        self.sim_params = _str(self.original.get("sim-params"))
         device = "cuda"
         model_max = facts.get("max_model_len")
         self.defaults: dict[str, Any] = {
@@ -114,8 +129,8 @@ class TuneSetup:
         state = progress.live_state(self.previous)
         if state == progress.LIVE:
             raise ValueError(
-                f"a tune of {self.name} is running (pid {self.previous['pid']}); "  # type: ignore[index]
-                f"abort it first (T in the dashboard, or kill -TERM {self.previous['pid']})"  # type: ignore[index]
+                f"a tune of {self.name} is running in the session supervisor: `--attach` follows it, "
+                "`--cancel` stops it"
             )
         if args.restore:
             if state != "interrupted":

@@ -57,6 +57,8 @@ class ServiceBase:
     _exporter: MetricsEndpoint | None
     attached_up: set[str]
     flag_table: FlagTable | None  # what the layout's flags were checked with (None: the bundled one)
+    tunes: dict[str, Any]  # instance -> its last vtui.tune.job.TuneJob (`tuning`)
+    _tune_tasks: dict[str, asyncio.Task]
 
     if TYPE_CHECKING:  # defined by the mixins and SessionService
 
@@ -89,6 +91,10 @@ class ServiceBase:
         def _write_registration(self) -> None: ...
 
         def _bring_up_attached(self, names: list[str] | None, up: bool = True) -> None: ...
+
+        def _one_name(self, body: dict[str, Any]) -> str: ...
+
+        async def _end_tunes(self) -> None: ...
 
         async def shutdown(self, stop_instances: bool = False) -> None: ...
 
