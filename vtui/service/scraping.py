@@ -112,7 +112,8 @@ class ScrapeMixin(ServiceBase):
 
     def _start_gpu(self) -> None:
         """The session's one GPU sampler (the dashboards show its samples: they run none of their own):
-        NVML, else the simulated GPUs of the layout's sims."""
+        the supervisor's GPU source (NVML, AMD SMI, else the layout's simulated box), each process named
+        by the supervisor's `ProcessOwners` (a `getsid` per GPU process, no process-table walk)."""
         from vtui.telemetry.gpu import GpuSampler
 
         if not self.gpu:  # VTUI_SUPERVISOR_GPU=0: the status says so (gpu_sampling) and dashboards sample
@@ -123,19 +124,8 @@ class ScrapeMixin(ServiceBase):
             encoded = encode_gpu(sample)
             loop.call_soon_threadsafe(self._on_gpu, encoded)
 
-        def simulated(owners: Any) -> Any:  # no NVIDIA driver: the sims' GPUs, as the dashboard draws them
-            from vtui.sim.gpuview import simulated_sample
-
-            return simulated_sample(self.supervisor.layout, owners)
-
-        def owners() -> dict[int, str]:  # no process walk each second for a driverless box with no sims
-            sampler = self._gpu_sampler
-            if sampler is not None and sampler.unusable is not None:
-                if not any(spec.engine == "sim" for spec in self.supervisor.layout.instances):
-                    return {}
-            return self._pid_owner()
-
-        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, pid_owner=owners, fallback=simulated)
+        sup = self.supervisor
+        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, owners=sup.owners, source=sup.gpus)
         self._gpu_sampler.start()
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:
@@ -153,15 +143,6 @@ class ScrapeMixin(ServiceBase):
                 with contextlib.suppress(Exception):
                     trees[st.name] = self.supervisor.pids_of(st.name)
         return trees
-
-    def _pid_owner(self) -> dict[int, str]:
-        owners: dict[int, str] = {}
-        for st in self.supervisor.status():
-            if st.state.running:
-                with contextlib.suppress(Exception):
-                    for pid in self.supervisor.pids_of(st.name):
-                        owners[pid] = st.name
-        return owners
 
     # -- the session's Prometheus endpoint ---------------------------------------------------------------
     async def _configure_exporter(self) -> None:
@@ -204,7 +185,10 @@ class ScrapeMixin(ServiceBase):
 
     def _simulated_gpus(self) -> dict[str, Any] | None:
         """Without NVML: the simulated GPUs the layout's `vtui sim` instances hold memory on."""
-        from vtui.sim.gpuview import simulated_sample
+        from vtui.core.gpu import attribute
 
-        sample = simulated_sample(self.supervisor.layout, self._pid_owner())
-        return encode_gpu(sample) if sample is not None else None
+        source = self.supervisor.gpus.simulated
+        sample = source.sample() if source is not None else None
+        if sample is None or not sample.available:
+            return None
+        return encode_gpu(attribute(sample, self.supervisor.owners({p.pid for p in sample.processes})))

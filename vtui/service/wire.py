@@ -249,6 +249,7 @@ def decode_gpu(data: dict[str, Any]) -> GpuSample:
         gpus=tuple(GpuInfo(**g) for g in data.get("gpus", ())),
         processes=tuple(GpuProcess(**p) for p in data.get("processes", ())),
         at=data["at"],
+        source=data.get("source"),
     )
 
 

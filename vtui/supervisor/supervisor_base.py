@@ -10,12 +10,14 @@ calls on another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vtui.core.clock import Clock
 from vtui.core.events import Event, LogLines, Notice, StateChanged, subscribe_to
+from vtui.core.gpu import GpuSources
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
@@ -25,6 +27,7 @@ from vtui.core.status import InstanceStatus, status_of
 from vtui.supervisor.attached import Attached, AttachedProber, is_attached
 from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logfile import LogTailer
+from vtui.supervisor.owners import ProcessOwners
 from vtui.supervisor.replicas import RouterHub, members
 from vtui.supervisor.startgate import StartGate, Sweeper
 from vtui.supervisor.supervision import log_path_for
@@ -41,7 +44,8 @@ class SupervisorBase:
     check_preflight: bool
     adopt_unlisted: bool
     instances: dict[str, Instance]
-    gpu_sample: Callable[[InstanceSpec], Any] | None
+    gpus: GpuSources  # the machine's GPUs and the sims' simulated box (core.gpu.instance_gpus asks them)
+    owners: ProcessOwners  # pid -> instance, by session id (no process-table walk)
     routers: RouterHub
     prober: AttachedProber
     edits: PendingEdits
@@ -165,6 +169,32 @@ class SupervisorBase:
             return inst.local_pids(self.clock.time()) if inst.state is not State.UNREACHABLE else set()
         handle = inst.handle
         return set(self.launcher.tree(handle, thorough=False)) if handle is not None else set()
+
+    def _owner_sessions(self) -> dict[int, str]:
+        """Session id -> name of each running launched instance (its log pump leads that session)."""
+        out: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            handle = inst.handle
+            if (
+                handle is not None
+                and not isinstance(inst, Attached)
+                and inst.state.running
+                and handle.sid > 0
+            ):
+                out[handle.sid] = name
+        return out
+
+    def _owner_pids(self) -> dict[int, str]:
+        """Pids named otherwise: attached servers' local listeners, leaders recorded without a session."""
+        out: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            if isinstance(inst, Attached):
+                if inst.state is not State.UNREACHABLE:
+                    with contextlib.suppress(Exception):
+                        out.update(dict.fromkeys(inst.local_pids(self.clock.time()), name))
+            elif inst.handle is not None and inst.state.running and inst.handle.sid <= 0:
+                out[inst.handle.pid] = name
+        return out
 
     def recent_lines(self, name: str) -> list[str]:
         return list(self.instances[name].lines)
