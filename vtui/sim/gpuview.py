@@ -8,18 +8,25 @@ find. Fields a simulation cannot know (utilization, temperature, power) are None
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from vtui.core.flagspec import int_flag
-from vtui.core.gpu import SIMULATED, GpuInfo, GpuProcess, GpuSample, GpuSource, GpuSources
+from vtui.core.gpu import SIMULATED, GpuInfo, GpuProcess, GpuSample, GpuSource, GpuSources, free_memory
 from vtui.sim.gpus import GpuRegistry
 
 if TYPE_CHECKING:
     from vtui.core.model import Layout
 
 GIB = 1 << 30
-__all__ = ["SIMULATED", "SimulatedGpus", "SimulatedSource", "gpu_sources", "simulated_sample"]
+__all__ = [
+    "SIMULATED",
+    "SimulatedGpus",
+    "SimulatedSource",
+    "gpu_sources",
+    "registry_free",
+    "simulated_sample",
+]
 
 
 class SimulatedGpus:
@@ -53,6 +60,16 @@ class SimulatedGpus:
             for i in range(self.num_gpus)
         )
         return GpuSample(True, SIMULATED, gpus, tuple(processes), self.clock(), "simulated")
+
+
+def registry_free(registry: GpuRegistry, gpus: Sequence[int], total: int, owner: int) -> int:
+    """The sim's own start check (vLLM's free-memory check, on the simulated box): the least free bytes
+    over `gpus` of `total`-byte simulated GPUs, by `core.gpu.free_memory` over the registry's sample, what
+    `owner` (the asking sim) already claimed counted as free. Call it holding `registry.locked()`."""
+    box = SimulatedGpus(max([*gpus, 0]) + 1, total / GIB, registry=registry)
+    box.total = total
+    free = free_memory(box(), gpus, leaving=(owner,))
+    return min((f for f in free.values() if f is not None), default=total)
 
 
 def _int_flag(value: object, default: int) -> int:
