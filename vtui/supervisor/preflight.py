@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vtui.core import flagspec
+from vtui.core.backends import pin_vars, pinned_by_env
 from vtui.core.flagvalues import dp_ports
 from vtui.core.gpu import GpuSample, GpuSources, instance_gpu_indices, instance_gpus
 from vtui.core.model import InstanceSpec, Layout
@@ -143,8 +144,9 @@ def preflight(
         if spec.gpus and spec.flags.get("device-ids") is not None:
             # vLLM 0.32 (engine/arg_utils.py, _resolve_device_ids): with CUDA_VISIBLE_DEVICES set, the
             # --device-ids values are indices into the visible set, not physical GPUs
+            pin = pin_vars(spec.backend)[0] if pin_vars(spec.backend) else "its backend's variable"
             result.problems.append(
-                f'instance "{spec.name}": sets both gpus (vtui pins them with CUDA_VISIBLE_DEVICES) and '
+                f'instance "{spec.name}": sets both gpus (vtui pins them with {pin}) and '
                 "device-ids, which vLLM then reads as indices into those GPUs; keep one of the two"
             )
         if spec.host in ("0.0.0.0", "::", ""):
@@ -183,7 +185,7 @@ def preflight(
     if not layout.session.allow_gpu_sharing:
         result.problems.extend(_overlaps(active, {s.name for s in to_start}))
     unpinned = [
-        s for s in active if not s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env and s.engine != "router"
+        s for s in active if not s.gpus and pinned_by_env(s.backend, s.env) is None and s.engine != "router"
     ]
     if (
         len(unpinned) >= 2

