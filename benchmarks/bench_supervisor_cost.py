@@ -76,7 +76,7 @@ def floor_loop(targets: list[tuple[int, int]], seconds: float) -> None:
         time.sleep(max(0.0, tick - time.monotonic()))
 
 
-def measure(instances: int, window: float) -> dict[str, object]:
+def measure(instances: int, window: float, gpu: bool = True) -> dict[str, object]:
     import psutil
 
     from vtui.service.client import ServiceClient
@@ -85,6 +85,8 @@ def measure(instances: int, window: float) -> dict[str, object]:
     session = f"cost{uuid.uuid4().hex[:6]}"
     env = os.environ | {"VTUI_STATE_DIR": str(tmp / "state"), "PYTHONPATH": str(ROOT)}
     env.pop("VTUI_SUPERVISOR_GPU", None)  # the supervisor as users run it: its GPU sampler on
+    if not gpu:
+        env["VTUI_SUPERVISOR_GPU"] = "0"  # --no-gpu: the sampler's share, by difference
     os.environ.update(env)
     path = tmp / "layout.toml"
     path.write_text(layout_text(session, instances))
@@ -131,6 +133,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--window", type=float, default=30.0, help="seconds of steady-state CPU sampling")
+    parser.add_argument(
+        "--no-gpu", action="store_true", help="the GPU sampler off (its share, by difference)"
+    )
     parser.add_argument("--floor", default=None, help=argparse.SUPPRESS)  # the floor loop's own process
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--label", default=None, help="with --out: store the figures under this key of FILE")
@@ -139,7 +144,7 @@ def main() -> int:
     if args.floor is not None:
         floor_loop([tuple(t) for t in json.loads(args.floor)], args.window)
         return 0
-    results = [measure(n, args.window) for n in args.instances]
+    results = [measure(n, args.window, gpu=not args.no_gpu) for n in args.instances]
     result = {"cores": os.cpu_count(), "runs": results}
     print(json.dumps(result, indent=2))
     if args.out:

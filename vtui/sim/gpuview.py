@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from vtui.core.flagspec import int_flag
 from vtui.core.gpu import SIMULATED, GpuInfo, GpuProcess, GpuSample, GpuSource, GpuSources, free_memory
-from vtui.sim.gpus import GpuRegistry
+from vtui.sim.gpus import GpuRegistry, registry_dir
 
 if TYPE_CHECKING:
     from vtui.core.model import Layout
@@ -77,7 +77,7 @@ def _int_flag(value: object, default: int) -> int:
     return number if number is not None else default
 
 
-def simulated_box(layout: Layout) -> SimulatedGpus | None:
+def simulated_box(layout: Layout, registry: GpuRegistry | None = None) -> SimulatedGpus | None:
     """The simulated box the layout's sim instances run on (their --sim-num-gpus / --sim-gpu-memory-gib,
     else the session's gpu_memory_gib, else the sim's defaults: 8 GPUs of 80 GiB); None without sims."""
     sims = [spec for spec in layout.instances if spec.engine == "sim"]
@@ -95,7 +95,7 @@ def simulated_box(layout: Layout) -> SimulatedGpus | None:
         ),
         layout.session.gpu_memory_gib or 80.0,
     )
-    return SimulatedGpus(count, gib)
+    return SimulatedGpus(count, gib, registry=registry)
 
 
 def simulated_sample(layout: Layout, owners: Mapping[int, str] | None = None) -> GpuSample | None:
@@ -113,9 +113,12 @@ class SimulatedSource:
     def __init__(self, layout: Callable[[], Layout], clock: Callable[[], float] = time.time) -> None:
         self._layout = layout
         self._clock = clock
+        self._registry: GpuRegistry | None = None  # one, kept: it reads a holder's file only once rewritten
 
     def sample(self) -> GpuSample:
-        box = simulated_box(self._layout())
+        if self._registry is None or self._registry.root != registry_dir():
+            self._registry = GpuRegistry()
+        box = simulated_box(self._layout(), self._registry)
         if box is None:
             return GpuSample(
                 False, "no simulated GPUs (the layout runs no sims)", (), (), self._clock(), self.name

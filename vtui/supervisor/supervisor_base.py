@@ -46,6 +46,12 @@ class SupervisorBase:
     instances: dict[str, Instance]
     gpus: GpuSources  # the machine's GPUs and the sims' simulated box (core.gpu.instance_gpus asks them)
     owners: ProcessOwners  # pid -> instance, by session id (no process-table walk)
+    # Quiet (every instance settled, nothing under way, nobody following: `watched` False) the tick's
+    # per-instance work runs every `idle_poll_interval` s instead of every `poll_interval` (0: always
+    # every poll_interval). The session service sets both: 1 s, and "a feed client is attached".
+    idle_poll_interval: float = 0.0
+    watched: Callable[[], bool] | None = None
+    _last_full_tick: float = float("-inf")
     routers: RouterHub
     prober: AttachedProber
     edits: PendingEdits
@@ -65,6 +71,7 @@ class SupervisorBase:
     _restored_layout: dict[str, InstanceSpec]  # the layout's spec of an instance restored with other flags
     _policy_stops: dict[str, asyncio.Task]
     _sleeps: dict[str, asyncio.Task]
+    _rescales: set[asyncio.Task]
     _refusals: dict[str, list[str]]
 
     if TYPE_CHECKING:  # defined by the mixins

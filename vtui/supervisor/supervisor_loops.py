@@ -30,6 +30,8 @@ def _pump_alive(handle: Any) -> bool:
 
 
 WATCHED = (State.STARTING, State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING)  # exits are crashes
+# states that wait for nothing timed finer than a second (a crash is seen by the next tick)
+SETTLED = (State.READY, State.UNHEALTHY, State.ASLEEP, State.STOPPED, State.FAILED, State.UNREACHABLE)
 
 
 class LoopMixin(SupervisorBase):
@@ -54,12 +56,25 @@ class LoopMixin(SupervisorBase):
                 self._notice(None, "error", f"supervisor tick failed: {exc!r}")
             await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
 
+    def _quiet(self) -> bool:
+        """Nothing under way and nobody following the logs live: the tick may go at its idle pace."""
+        if self.idle_poll_interval <= self.poll_interval or self.watched is None or self.watched():
+            return False
+        if self._pending or self._policy_stops or self._sleeps or self._sweeper.tasks or self._rescales:
+            return False
+        return all(inst.state in SETTLED for inst in self.instances.values())
+
     async def _tick(self) -> None:
         now = self.clock.time()
         if not 0 <= now - self._reconciled_at < RECONCILE_EVERY_S:  # a router restarted, an add that failed
             self._reconciled_at = now
             for group in self.routers.groups():
                 self._reconcile_soon(group)
+        # quiet: the per-instance work (log drain, liveness, policies) on the whole seconds only, with the
+        # probes (benchmarks/bench_supervisor_cost.py); a state change or a client makes it 5 Hz again
+        if self._quiet() and now - self._last_full_tick < self.idle_poll_interval - self.poll_interval / 2:
+            return
+        self._last_full_tick = now
         for name, inst in list(self.instances.items()):
             self._drain(name)
             handle = inst.handle
