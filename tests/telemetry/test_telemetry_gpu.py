@@ -221,3 +221,24 @@ def test_processes_carry_their_command_line_read_once() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_an_unwanted_sampler_rests_until_poked() -> None:
+    """Nobody reads the samples (`wanted` False): after the first, none until `poke()`."""
+    got: list[object] = []
+    wanted = [False]
+    arrived = threading.Event()
+
+    def on_sample(sample) -> None:
+        got.append(sample)
+        arrived.set()
+
+    sampler = GpuSampler(on_sample, nvml=FakeNvml(1), interval=0.01, wanted=lambda: wanted[0])
+    sampler.start()
+    assert arrived.wait(2.0)
+    arrived.clear()
+    assert not arrived.wait(0.2) and len(got) == 1  # twenty ticks, no sample
+    wanted[0] = True
+    sampler.poke()
+    assert arrived.wait(2.0)
+    sampler.stop()

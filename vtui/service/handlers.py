@@ -55,7 +55,10 @@ class HandlerMixin(ServiceBase):
     ) -> dict[str, Any]:
         route = (method, path)
         if route == ("GET", "/status"):
-            return self.status(brief=query.get("brief") == "1")
+            brief = query.get("brief") == "1"
+            if not brief:
+                await self._fresh_gpu()  # unwatched, the sampler rests: the answer gets a sample of now
+            return self.status(brief=brief)
         if route == ("POST", "/layout"):
             return await self._set_layout(body)
         if route == ("POST", "/start"):

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import operator
+import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -130,8 +131,22 @@ class ScrapeMixin(ServiceBase):
                 self.last_gpu = encoded
 
         sup = self.supervisor
-        self._gpu_sampler = GpuSampler(on_sample, interval=1.0, owners=sup.owners, source=sup.gpus)
+
+        def wanted() -> bool:  # unwatched, the GPUs are sampled when a feed client comes (`_feed` pokes)
+            return bool(self._feeds) or self._exporter is not None
+
+        self._gpu_sampler = GpuSampler(
+            on_sample, interval=1.0, owners=sup.owners, source=sup.gpus, wanted=wanted
+        )
         self._gpu_sampler.start()
+
+    async def _fresh_gpu(self) -> None:
+        """`last_gpu` at most 2 s old (the sampler samples only while someone follows: `_start_gpu`)."""
+        sampler = self._gpu_sampler
+        last = self.last_gpu
+        if sampler is None or (last is not None and time.time() - float(last.get("at") or 0) < 2.0):
+            return
+        self.last_gpu = encode_gpu(await asyncio.to_thread(sampler.sample_once))
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:
         self.last_gpu = encoded

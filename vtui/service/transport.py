@@ -111,6 +111,8 @@ class TransportMixin(ServiceBase):
         """The streamed feed: a hello line with the full status, then one JSON object per line."""
         feed = FeedClient(conn, writer)
         self._feeds.add(feed)
+        if self._gpu_sampler is not None:
+            self._gpu_sampler.poke()  # GPUs unsampled while nobody followed: a sample for this client now
         headers = [("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
         hello = {"type": "hello", **self.status()}

@@ -160,7 +160,8 @@ class GpuSampler:
     """Samples `source` every `interval` seconds in a daemon thread and hands each `GpuSample` to
     `on_sample` **from that thread** (the UI marshals it onto its loop). `owners(pids)` names the
     instance of each GPU-holding pid it knows (the supervisor's `ProcessOwners`): asked only for the
-    pids the sample lists. Without a source: this machine's (`machine_source`)."""
+    pids the sample lists. Without a source: this machine's (`machine_source`). `wanted()` False: no one
+    reads the samples now, the tick is skipped (`poke()` samples at once when someone comes)."""
 
     def __init__(
         self,
@@ -171,10 +172,13 @@ class GpuSampler:
         source: GpuSource | None = None,
         nvml: Any = None,
         clock: Callable[[], float] = time.time,
+        wanted: Callable[[], bool] | None = None,
     ) -> None:
         self._on_sample = on_sample
         self.interval = interval
         self._owners = owners
+        self._wanted = wanted
+        self._poked = threading.Event()
         self.source: GpuSource = source if source is not None else machine_source(nvml, clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -186,15 +190,26 @@ class GpuSampler:
         self._thread = threading.Thread(target=self._run, name="vtui-gpu-sampler", daemon=True)
         self._thread.start()
 
+    def poke(self) -> None:
+        """Sample now (a reader came), not at the next tick."""
+        self._poked.set()
+
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        self._poked.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
         self.source.close()
 
     def _run(self) -> None:
+        first = True
         while not self._stop.is_set():
+            if not first and self._wanted is not None and not self._wanted():
+                self._poked.wait(self.interval)  # nobody reads them: no sample until the next tick or poke
+                self._poked.clear()
+                continue
+            first = False
             sample = self.sample_once()
             try:
                 self._on_sample(sample)
@@ -206,7 +221,8 @@ class GpuSampler:
                 and not getattr(self.source, "simulated", None)
             ):
                 return  # nothing will change without a driver (and no simulated box); the last sample says why
-            self._stop.wait(self.interval)
+            self._poked.wait(self.interval)
+            self._poked.clear()
 
     def sample_once(self) -> GpuSample:
         sample = self.source.sample()
