@@ -52,6 +52,7 @@ class SupervisorBase:
     idle_poll_interval: float = 0.0
     watched: Callable[[], bool] | None = None
     _last_full_tick: float = float("-inf")
+    _tick_wake: asyncio.Event | None = None  # ends a quiet tick's rest (a state change, `wake_tick`)
     routers: RouterHub
     prober: AttachedProber
     edits: PendingEdits
@@ -152,6 +153,7 @@ class SupervisorBase:
             self._record_state(event)
             if self._changed is not None:
                 self._changed.set()
+            self.wake_tick()
             inst = self.instances.get(event.instance)
             if inst is not None and inst.spec.group is not None:
                 if event.new is State.STARTING:
@@ -176,6 +178,11 @@ class SupervisorBase:
             return inst.local_pids(self.clock.time()) if inst.state is not State.UNREACHABLE else set()
         handle = inst.handle
         return set(self.launcher.tree(handle, thorough=False)) if handle is not None else set()
+
+    def wake_tick(self) -> None:
+        """End a quiet tick's rest now (a client came to follow, a state changed)."""
+        if self._tick_wake is not None:
+            self._tick_wake.set()
 
     def _owner_sessions(self) -> dict[int, str]:
         """Session id -> name of each running launched instance (its log pump leads that session)."""

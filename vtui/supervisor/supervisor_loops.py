@@ -4,6 +4,7 @@ starts, due restarts, router reconciliation), the health probes, and the attache
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from vtui.core.events import ProcessExited
@@ -40,6 +41,7 @@ class LoopMixin(SupervisorBase):
             return
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
+        self._tick_wake = asyncio.Event()
         self._loops = [
             asyncio.create_task(self._tick_loop()),
             asyncio.create_task(self._health_loop()),
@@ -54,7 +56,19 @@ class LoopMixin(SupervisorBase):
                 raise
             except Exception as exc:  # keep supervising; say what went wrong
                 self._notice(None, "error", f"supervisor tick failed: {exc!r}")
-            await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
+            if self._quiet():  # the next whole second, or at once when a state changes or a client comes
+                await self._rest(self._to_grid(self.idle_poll_interval))
+            else:
+                await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
+
+    async def _rest(self, seconds: float) -> None:
+        wake = self._tick_wake
+        if wake is None:
+            await self.clock.sleep(seconds)
+            return
+        wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(wake.wait(), seconds)
 
     def _quiet(self) -> bool:
         """Nothing under way and nobody following the logs live: the tick may go at its idle pace."""
