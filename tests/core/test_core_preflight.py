@@ -9,8 +9,21 @@ from .conftest import free_port
 
 
 class FakeNvml:
+    """pynvml's count, and nothing known of each GPU (NVMLError: unsupported)."""
+
+    NVMLError = RuntimeError
+
     def __init__(self, count: int | None) -> None:
         self.count = count
+
+    def __getattr__(self, name: str):
+        def unsupported(*_a, **_kw):
+            raise RuntimeError(f"{name}: not supported")
+
+        return unsupported
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
 
     def nvmlInit(self) -> None:
         if self.count is None:

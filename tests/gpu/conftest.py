@@ -155,7 +155,7 @@ def owners(*sups: Supervisor) -> dict[int, str]:
 
 
 def sample(*sups: Supervisor) -> GpuSample:
-    sampler = GpuSampler(lambda s: None, pid_owner=lambda: owners(*sups))
+    sampler = GpuSampler(lambda s: None, owners=lambda pids: owners(*sups))
     try:
         got = sampler.sample_once()
     finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, TypeVar
 
+from vtui.core.backends import DEFAULT_BACKEND, pinning_env
 from vtui.core.masking import SECRET_FLAGS as SECRET_FLAGS
 from vtui.core.selfrun import module_argv
 
@@ -85,6 +86,9 @@ class InstanceSpec:
     sleep_mode: bool = False  # vLLM sleep mode: VLLM_SERVER_DEV_MODE=1 (+ --enable-sleep-mode on GPUs)
     idle_sleep_after: float = 0.0  # no request running or waiting this long -> sleep level 1; 0: never
     force_start: bool = False  # start even when the GPUs' free memory is short (preflight warns only)
+    backend: str = (
+        DEFAULT_BACKEND  # which variables pin `gpus` (core.backends: cuda, rocm, xpu, tpu, ascend, cpu)
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen(self.env))
@@ -188,9 +192,7 @@ class InstanceSpec:
         """The child's environment: base + layout env + GPU pinning + secrets moved off the argv."""
         env = dict(os.environ if base is None else base)
         env.update(self.env)
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        if self.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        env.update(pinning_env(self.backend, self.gpus))
         for flag, var in SECRET_FLAGS.items():
             if flag in self.flags:
                 value = self.flags[flag]
@@ -199,9 +201,7 @@ class InstanceSpec:
 
     def command_line(self) -> str:
         """The exact command, shell-quoted, with the environment vtui adds (copyable)."""
-        prefix = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
-        if self.gpus:
-            prefix.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(g) for g in self.gpus))
+        prefix = [f"{k}={v}" for k, v in pinning_env(self.backend, self.gpus).items()]
         prefix += [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
         if any(f in self.flags for f in SECRET_FLAGS):
             prefix.append("VLLM_API_KEY=***")

@@ -51,6 +51,7 @@ def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
         "sleep_mode": spec.sleep_mode,
         "idle_sleep_after": spec.idle_sleep_after,
         "force_start": spec.force_start,
+        "backend": spec.backend,
         **({"url": spec.url} if spec.url else {}),  # an attached server's (its api_key stays home)
         "group": spec.group,
     }
@@ -72,6 +73,7 @@ def spec_from_dict(data: dict[str, Any]) -> InstanceSpec:
         sleep_mode=bool(data.get("sleep_mode", False)),
         idle_sleep_after=float(data.get("idle_sleep_after", 0.0)),
         force_start=bool(data.get("force_start", False)),
+        backend=str(data.get("backend", "cuda")),
         url=data.get("url"),
         group=data.get("group"),
     )

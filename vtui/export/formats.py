@@ -10,6 +10,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterable
 
+from vtui.core.backends import pinning_env
 from vtui.core.model import Layout
 from vtui.export.common import (
     IMAGE,
@@ -67,11 +68,8 @@ def vllm_config(layout: Layout, items: list[Exported]) -> list[ExportFile]:
 
 
 def _env_line(item: Exported, gpus: Iterable[int]) -> str:
-    parts = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
-    gpus = list(gpus)
-    if gpus:
-        parts.append("CUDA_VISIBLE_DEVICES=" + ",".join(map(str, gpus)))
-    return " ".join(parts) + " "
+    parts = [f"{k}={v}" for k, v in pinning_env(item.spec.backend, list(gpus)).items()]
+    return " ".join(parts) + " " if parts else ""
 
 
 # -- docker compose ----------------------------------------------------------------------------------
@@ -182,10 +180,9 @@ def systemd(layout: Layout, items: list[Exported]) -> list[ExportFile]:
                 "",
                 "[Service]",
                 "Type=exec",
-                "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID",
             ]
-            if replica.gpus:
-                lines.append("Environment=CUDA_VISIBLE_DEVICES=" + ",".join(map(str, replica.gpus)))
+            pins = pinning_env(item.spec.backend, replica.gpus)
+            lines += [f"Environment={k}={v}" for k, v in pins.items()]
             lines += [f"Environment={_unit_word(f'{k}={v}')}" for k, v in item.env.items()]
             if item.secrets:
                 lines.append(

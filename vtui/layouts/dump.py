@@ -49,6 +49,7 @@ BUILTIN_DEFAULTS: Mapping[str, object] = {
     "sleep_mode": False,
     "idle_sleep_after": 0.0,
     "force_start": False,
+    "backend": "cuda",
 }
 
 # What an attached server's table holds (the rest is about launching one; its host and port are the url's).
@@ -82,6 +83,7 @@ def _all_values(spec: InstanceSpec) -> dict[str, object]:
         "sleep_mode": spec.sleep_mode,
         "idle_sleep_after": spec.idle_sleep_after,
         "force_start": spec.force_start,
+        "backend": spec.backend,
         "env": dict(spec.env),
         "flags": dict(spec.flags),
         "url": spec.url,

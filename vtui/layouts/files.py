@@ -296,6 +296,7 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
         sleep_mode=bool(fields.get("sleep_mode", False)),
         idle_sleep_after=float(fields.get("idle_sleep_after", 0.0)),  # type: ignore[arg-type]
         force_start=bool(fields.get("force_start", False)),
+        backend=str(fields.get("backend", "cuda")),
     )
 
 

@@ -16,6 +16,7 @@ from vtui.core import flagspec
 from vtui.core.model import KeyPath
 from vtui.layouts.crosscheck import CrossCheck
 from vtui.layouts.keys import (
+    BACKENDS,
     ENGINES,
     EXTERNAL_KEYS,
     MAX_REPLICAS,
@@ -135,6 +136,13 @@ class Checker(CrossCheck):
             bad(
                 dotted,
                 f'expected "vllm", "sim" or "external", got {q(value)}' + did_you_mean(str(value), ENGINES),
+            )
+        elif key == "backend":
+            if value in BACKENDS:
+                return True, value
+            bad(
+                dotted,
+                f"expected one of {', '.join(BACKENDS)}; got {q(value)}" + did_you_mean(str(value), BACKENDS),
             )
         elif key == "restart":
             if value in RESTART_MODES:

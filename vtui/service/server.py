@@ -66,7 +66,13 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TuneMixin, Trans
         scrape_interval: float = 1.0,
         flags: FlagTable | None = None,
     ) -> None:
-        self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
+        if supervisor is None:
+            supervisor = Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
+            # quiet and unwatched: the supervisor's log drain and liveness checks once a second, with the
+            # probes, not five times (supervisor_loops._quiet); a feed client brings 5 Hz back
+            supervisor.idle_poll_interval = 1.0
+            supervisor.watched = lambda: bool(self._feeds)
+        self.supervisor = supervisor
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
         # the layout file's instances, replica groups expanded (others: adopted leftovers)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from vtui.core.gpu import instance_gpus
 from vtui.core.model import InstanceSpec, SessionSpec
 from vtui.telemetry.gpu import GpuSample
 from vtui.ui import fmt
@@ -34,12 +35,12 @@ def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, s
 
 
 def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: GpuSample | None) -> float | None:
-    """Memory per GPU: the smallest of the instance's GPUs from NVML, else the session's override."""
-    if gpu_sample is not None and gpu_sample.available and spec.engine != "sim":
-        wanted = set(spec.gpus) or {0}
-        totals = [g.memory_total for g in gpu_sample.gpus if g.index in wanted and g.memory_total]
-        if totals:
-            return min(totals) / GIB
+    """Memory per GPU: the smallest of the instance's GPUs as its GPU source shows them (`core.gpu
+    .instance_gpus`: NVML / AMD SMI for vLLM, the simulated box for a sim), else the session's override."""
+    if gpu_sample is not None:
+        smallest = instance_gpus(spec, gpu_sample).smallest_total
+        if smallest:
+            return smallest / GIB
     if session.gpu_memory_gib:
         return float(session.gpu_memory_gib)
     if spec.engine == "sim":
