@@ -162,9 +162,19 @@ def test_the_dashboard_and_the_cli_reach_the_socket_through_the_client() -> None
     assert not (ROOT / "vtui/service/remote_http.py").exists()
 
 
-# -- the supervisor is built from small parts (issue 26: composition, no god class) -----------------------
+# -- the supervisor and the session service are built from small parts (issue 26: composition) -----------
 CLASS_MAX_LINES = 400
 CLASS_MAX_METHODS = 30
+# Classes over the limits, each with the reason it may be for now. Only vtui/service has any: its
+# SessionService is still built from mixins and its Fleet has 35 methods; the supervisor's refactor into
+# parts left the service as it was (its own refactor is a later change). A class that shrinks below the
+# limits must leave this list (`test_the_allow_list_names_only_classes_over_the_limits`).
+CLASS_ALLOWED = {
+    "vtui/service/server.py: SessionService": "built on five mixins (broadcast, scrape, handlers, tune, "
+    "transport), not yet split into parts",
+    "vtui/service/fleet.py: Fleet": "35 methods: one client's view of many sessions, not yet split",
+}
+CLASS_PACKAGES = ["vtui/supervisor", "vtui/service"]
 
 
 def _class_problems(path: Path) -> list[str]:
@@ -188,12 +198,28 @@ def _class_problems(path: Path) -> list[str]:
     return problems
 
 
-def test_supervisor_classes_are_small_and_have_no_mixins() -> None:
-    files = sorted((ROOT / "vtui" / "supervisor").rglob("*.py"))
-    assert any(p.name == "supervisor.py" for p in files), (
-        "no supervisor module: the scan would pass vacuously"
-    )
-    assert [problem for path in files for problem in _class_problems(path)] == []
+def _package_problems(package: str) -> dict[str, list[str]]:
+    """`package`'s classes over the limits: "path: Class" -> what is wrong with it."""
+    out: dict[str, list[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for problem in _class_problems(path):
+            cls = problem.split(": ", 1)[1].split(" ", 1)[0]
+            out.setdefault(f"{rel}: {cls}", []).append(problem)
+    return out
+
+
+@pytest.mark.parametrize("package", CLASS_PACKAGES)
+def test_classes_are_small_and_have_no_mixins(package: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert len(files) > 3, f"{package}: no modules, the scan would pass vacuously"
+    problems = _package_problems(package)
+    assert {k: v for k, v in problems.items() if k not in CLASS_ALLOWED} == {}
+
+
+def test_the_allow_list_names_only_classes_over_the_limits() -> None:
+    over = {k for package in CLASS_PACKAGES for k in _package_problems(package)}
+    assert sorted(set(CLASS_ALLOWED) - over) == []
 
 
 def test_class_scan_catches_size_and_mixins(tmp_path: Path) -> None:
@@ -209,3 +235,22 @@ def test_class_scan_catches_size_and_mixins(tmp_path: Path) -> None:
     assert "Many has 31 methods" in found[0]
     assert "Long has 401 lines" in found[1]
     assert "mixin PartMixin" in found[2]
+
+
+def test_the_architecture_doc_is_short_and_names_only_modules_that_exist() -> None:
+    """docs/ARCHITECTURE.md stays under 1,500 words, and every `package.module` it names is there."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "ARCHITECTURE.md").read_text()
+    assert len(text.split()) < 1500
+    packages = {p.name for p in (root / "vtui").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    named = set(re.findall(r"`(?:vtui\.)?([a-z]+)\.([a-z_]+)", text))
+    missing = [
+        f"{pkg}.{mod}"
+        for pkg, mod in named
+        if pkg in packages
+        and not (root / "vtui" / pkg / f"{mod}.py").exists()
+        and not (root / "vtui" / pkg / mod).is_dir()
+    ]
+    assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {sorted(missing)}"

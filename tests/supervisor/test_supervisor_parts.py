@@ -54,7 +54,7 @@ def spec(name: str, port: int, **kw: Any) -> InstanceSpec:
     return InstanceSpec(name=name, model="m", port=port, engine="sim", **kw)
 
 
-def parts(*specs: InstanceSpec, store: RunStore | None = None):  # noqa: ANN201
+def parts(*specs: InstanceSpec, store: RunStore | None = None):
     clock, bus, events = FakeClock(), EventBus(), []
     edits = PendingEdits()
     roster = Roster(Layout(SessionSpec("parts"), specs), clock=clock, emit=bus.emit, edits=edits)
@@ -204,7 +204,7 @@ async def test_the_tick_sees_a_death_sweeps_and_restarts_by_the_policy_when_due(
     sleeps = SimpleNamespace(idle_sleeps={})
     ticker = Ticker(
         p.roster, ops, tails, sweeper, membership, launches, stops, sleeps,  # type: ignore[arg-type]
-        launcher, p.clock, p.bus.emit, p.bus.notice, interval=0.2,
+        launcher, p.clock, p.bus.emit, p.bus.notice, rescales=set(), interval=0.2,
     )  # fmt: skip
     await ticker.tick()
     assert inst.state is State.READY and not swept

@@ -73,7 +73,10 @@ class HandlerMixin(ServiceBase):
 
     # -- the routes (`schema.ROUTES`): a GET's handler gets the query, a POST's the body ---------------
     async def _status_route(self, query: dict[str, str]) -> dict[str, Any]:
-        return self.status(brief=query.get("brief") == "1")
+        brief = query.get("brief") == "1"
+        if not brief:
+            await self._fresh_gpu()  # unwatched, the sampler rests: the answer gets a sample of now
+        return self.status(brief=brief)
 
     async def _start_route(self, body: dict[str, Any]) -> dict[str, Any]:
         names = self._known(body.get("names"))

@@ -19,7 +19,7 @@ of each spawn), so `kill -9` loses nothing but the sample history. It exits by i
 runs, no attached server is up, and no client has been connected for `idle_grace` seconds.
 
 The class is put together from mixins (`service_base`, `broadcast`, `scraping`, `handlers`,
-`transport`); this module has construction, registration, idleness, `serve` and `shutdown`.
+`tuning`, `transport`); this module has construction, registration, idleness, `serve` and `shutdown`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from vtui.service.probes import LeanLauncher
 from vtui.service.scraping import ScrapeMixin
 from vtui.service.service_base import log
 from vtui.service.transport import TransportMixin
+from vtui.service.tuning import TuneMixin
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.notify import Notifier
 from vtui.supervisor.supervisor import Supervisor
@@ -50,7 +51,7 @@ from vtui.supervisor.supervisor import Supervisor
 __all__ = ["SessionService"]
 
 
-class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
+class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TuneMixin, TransportMixin):
     """One session's supervision plus its socket server. `serve()` runs until `shutdown()` or idleness."""
 
     def __init__(
@@ -65,7 +66,13 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         scrape_interval: float = 1.0,
         flags: FlagTable | None = None,
     ) -> None:
-        self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
+        if supervisor is None:
+            supervisor = Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
+            # quiet and unwatched: the supervisor's log drain and liveness checks once a second, with the
+            # probes, not five times (supervisor_tick.Ticker.quiet); a feed client brings 5 Hz back
+            supervisor.idle_poll_interval = 1.0
+            supervisor.watched = lambda: bool(self._feeds)
+        self.supervisor = supervisor
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
         # the layout file's instances, replica groups expanded (others: adopted leftovers)
@@ -94,6 +101,8 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self._tasks = set()
         self._loop = None
         self.attached_up = set()  # attached servers brought up and not down since (persisted)
+        self.tunes = {}  # instance -> its last tune job (`tuning`)
+        self._tune_tasks = {}
         self._load_state()
         self.supervisor.edits.on_change = self._edits_changed  # persisted and broadcast
         self.notifier = Notifier.from_session(layout.session, log=log)
@@ -122,6 +131,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
                 for i in sup.instances.values()
             )
             or any(isinstance(sup.instances.get(n), Attached) for n in self.attached_up)
+            or any(job.live for job in self.tunes.values())  # between a trial's stop and its start
         )
 
     def _bring_up_attached(self, names: list[str] | None, up: bool = True) -> None:
@@ -172,6 +182,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
     async def shutdown(self, stop_instances: bool = False) -> None:
         if self._done.is_set():
             return
+        await self._end_tunes()  # each puts its instance's original flags back first
         if stop_instances:
             await self._stop(None, None)
         if self._server is not None:

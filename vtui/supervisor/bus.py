@@ -34,7 +34,7 @@ class EventBus:
         for callback in list(self._subscribers):
             try:
                 callback(event)
-            except Exception as exc:  # a broken consumer must not stop supervision
+            except Exception as exc:  # noqa: BLE001 — a broken consumer must not stop supervision
                 print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
 
     def notice(self, instance: str | None, level: str, text: str) -> None:

