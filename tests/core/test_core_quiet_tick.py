@@ -22,10 +22,10 @@ class Clock:
 
 async def full_ticks(sup: Supervisor, clock: Clock, times: list[float]) -> list[float]:
     drained: list[float] = []
-    sup._drain = lambda name: drained.append(clock.now)  # type: ignore[method-assign]
+    sup._tails.drain = lambda name: drained.append(clock.now)  # type: ignore[method-assign]
     for t in times:
         clock.now = t
-        await sup._tick()
+        await sup._ticker.tick()
     return sorted(set(drained))
 
 
@@ -42,7 +42,7 @@ async def test_quiet_and_unwatched_the_tick_works_once_a_second(tmp_path) -> Non
     sup.watched = lambda: following[0]
     assert await full_ticks(sup, clock, ticks) == ticks  # a client follows: every tick
     following[0] = False
-    sup._last_full_tick = float("-inf")
+    sup._ticker.last_full = float("-inf")
     assert await full_ticks(sup, clock, ticks) == [1000.0, 1001.0, 1002.0]
     sup._pending["a"] = None  # type: ignore[assignment]  # a launch under way: every tick again
     assert await full_ticks(sup, clock, ticks) == ticks

@@ -89,10 +89,10 @@ def test_scrapes_and_health_probes_fall_on_the_same_whole_seconds() -> None:
     and access-log lines come in the same wake-ups."""
     from types import SimpleNamespace
 
-    from vtui.supervisor.supervisor_loops import LoopMixin
+    from vtui.supervisor.supervisor_probe import to_grid
 
     times = _scrape_times(1.0, [0.3], cancel_first_after=4.0, then=0.0)
     assert times["http://127.0.0.1:9000/metrics"] == pytest.approx([1000.3, 1001.0, 1002.0, 1003.0, 1004.0])
     for now, delay in ((10.3, 0.7), (10.0, 1.0), (10.6, 1.4), (10.45, 0.55)):
-        stub = SimpleNamespace(clock=SimpleNamespace(time=lambda now=now: now))
-        assert abs(LoopMixin._to_grid(stub, 1.0) - delay) < 1e-9  # type: ignore[arg-type]
+        clock = SimpleNamespace(time=lambda now=now: now)
+        assert abs(to_grid(clock, 1.0) - delay) < 1e-9  # type: ignore[arg-type]

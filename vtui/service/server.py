@@ -69,7 +69,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TuneMixin, Trans
         if supervisor is None:
             supervisor = Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
             # quiet and unwatched: the supervisor's log drain and liveness checks once a second, with the
-            # probes, not five times (supervisor_loops._quiet); a feed client brings 5 Hz back
+            # probes, not five times (supervisor_tick.Ticker.quiet); a feed client brings 5 Hz back
             supervisor.idle_poll_interval = 1.0
             supervisor.watched = lambda: bool(self._feeds)
         self.supervisor = supervisor

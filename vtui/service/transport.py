@@ -119,7 +119,7 @@ class TransportMixin(ServiceBase):
         """The streamed feed: a hello line with the full status, then one JSON object per line."""
         feed = FeedClient(conn, writer)
         self._feeds.add(feed)
-        self.supervisor.wake_tick()  # its logs at 5 Hz again (supervisor_loops._quiet)
+        self.supervisor.wake_tick()  # its logs at 5 Hz again (supervisor_tick.Ticker.quiet)
         if self._gpu_sampler is not None:
             self._gpu_sampler.poke()  # GPUs unsampled while nobody followed: a sample for this client now
         headers = [*VERSION_HEADERS, ("content-type", "application/x-ndjson"), ("cache-control", "no-store")]

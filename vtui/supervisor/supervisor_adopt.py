@@ -1,45 +1,81 @@
 """Adoption: the instances a previous vtui started (its run records) taken over again, a launch
-recorded ahead of its spawn found by its marker, the leftovers of a dead one swept."""
+recorded ahead of its spawn found by its marker, the leftovers of a dead one swept, a restart it left
+half done finished, and the outcome of the last run restored for an instance not running."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vtui.core.clock import Clock
 from vtui.core.model import SECRET_FLAGS, InstanceSpec
 from vtui.core.refusals import sleep_problem
-from vtui.core.runstate import MASK, Outcome, RunRecord, merge_flags, spec_from_dict
+from vtui.core.runstate import MASK, RunRecord, merge_flags, spec_from_dict
 from vtui.core.state import State
-from vtui.supervisor.logfile import LogTailer, read_tail
+from vtui.supervisor.logfile import read_tail
+from vtui.supervisor.logtails import LogTails
+from vtui.supervisor.operations import Operations
+from vtui.supervisor.records import Records
+from vtui.supervisor.roster import Roster
+from vtui.supervisor.startgate import Sweeper
 from vtui.supervisor.supervision import asleep_level, find_launched, kill_marked
-from vtui.supervisor.supervisor_base import SupervisorBase, diagnosis_kind
+from vtui.supervisor.supervisor_restart import Restarts
+
+__all__ = ["Adoption"]
 
 
-class AdoptMixin(SupervisorBase):
+class Adoption:
+    """`done`: adopted once already (a start or stop adopts first when nobody asked)."""
+
+    def __init__(
+        self,
+        roster: Roster,
+        operations: Operations,
+        records: Records,
+        tails: LogTails,
+        sweeper: Sweeper,
+        restarts: Restarts,
+        launcher: Any,
+        clock: Clock,
+        notice: Callable[[str | None, str, str], None],
+        *,
+        unlisted: bool,
+    ) -> None:
+        self._roster = roster
+        self._operations = operations
+        self._records = records
+        self._tails = tails
+        self._sweeper = sweeper
+        self._restarts = restarts
+        self._launcher = launcher
+        self._clock = clock
+        self._notice = notice
+        self.unlisted = unlisted  # adopt recorded instances the layout no longer names
+        self.done = False
+
     async def adopt(self) -> list[str]:
         """Re-adopt recorded, still-live instances (same pid AND create time, matching command).
         Leftovers of a recorded instance whose leader died are swept and its record becomes an
         outcome; an instance not running takes over its last outcome (state, error, restarts, flags)."""
-        self._ensure_loops()
-        self._adopted_once = True
+        self.done = True
+        roster, store, session = self._roster, self._records.store, self._roster.session
         adopted = []
-        if self.adopt_unlisted:
-            for unlisted in self.store.all(self.session):
-                if unlisted.name not in self.instances:
+        if self.unlisted:
+            for unlisted in store.all(session):
+                if unlisted.name not in roster.instances:
                     spec = _unlisted_spec(unlisted)
-                    self.instances[spec.name] = self._new_instance(spec)
-                    self._layout = dataclasses.replace(
-                        self._layout, instances=(*self._layout.instances, spec)
+                    roster.instances[spec.name] = roster.new_instance(spec)
+                    roster.layout = dataclasses.replace(
+                        roster.layout, instances=(*roster.layout.instances, spec)
                     )
-        for spec in self._layout.instances:
-            inst = self.instances[spec.name]
-            if inst.state is not State.STOPPED or spec.name in self._pending:
+        for spec in roster.layout.instances:
+            inst = roster.instances[spec.name]
+            if inst.state is not State.STOPPED or spec.name in roster.pending:
                 continue
-            record = self.store.load(self.session, spec.name)
+            record = store.load(session, spec.name)
             if record is None:
                 await asyncio.to_thread(self._kill_orphans, spec.name)
                 self._restore_outcome(spec)
@@ -47,7 +83,7 @@ class AdoptMixin(SupervisorBase):
             if record.pid == 0:  # launch begun, never confirmed: its processes carry the marker
                 handle = await asyncio.to_thread(self._found_launched, record)
                 if handle is None:
-                    self.store.remove(self.session, spec.name)
+                    store.remove(session, spec.name)
                     continue
                 record.pid, record.create_time, record.pump_pid = (
                     handle.pid,
@@ -55,9 +91,9 @@ class AdoptMixin(SupervisorBase):
                     handle.pump_pid,
                 )
                 record.pgid, record.sid = handle.pgid, handle.sid
-                self.store.save(record)
+                store.save(record)
             else:
-                handle = self.launcher.find(
+                handle = self._launcher.find(
                     pid=record.pid,
                     create_time=record.create_time,
                     argv=record.argv,
@@ -68,20 +104,20 @@ class AdoptMixin(SupervisorBase):
             if handle is None:
                 await self._sweeper.dead_record(record)
                 self._note_lost_flags(spec, record.pid, record.flags)
-                await asyncio.to_thread(self._outcome_of_dead, record)
-                self.store.remove(self.session, spec.name)  # its pid is gone: nothing to adopt, ever
+                await asyncio.to_thread(self._records.outcome_of_dead, record)
+                store.remove(session, spec.name)  # its pid is gone: nothing to adopt, ever
                 self._restore_outcome(spec)
                 continue
             inst.spec = merge_flags(spec, record.flags)
-            self._set_layout_spec(inst.spec)
-            self._rebase_edits(spec.name)
+            roster.set_spec(inst.spec)
+            roster.rebase_edits(spec.name)
             inst.restarts = record.restarts
             if record.last_good_flags is not None:
                 inst.last_good_spec = merge_flags(spec, record.last_good_flags)
             inst.log_path = Path(record.log_path)
             inst.lines.extend(read_tail(inst.log_path, 200))
-            self._tailers[spec.name] = LogTailer(inst.log_path)
-            healthy = await self.launcher.health(inst.spec)
+            self._tails.follow(spec.name, inst.log_path)
+            healthy = await self._launcher.health(inst.spec)
             inst.adopt(handle, healthy=healthy, started_at=record.started_at)
             if healthy and sleep_problem(inst.spec) is None:
                 level = await asleep_level(inst.spec.base_url)  # it answers /health while asleep
@@ -89,20 +125,20 @@ class AdoptMixin(SupervisorBase):
                     inst.on_slept(level, "adopted asleep")
             adopted.append(spec.name)
             self._notice(spec.name, "info", f"adopted {spec.name} (pid {record.pid})")
-        for spec in self._layout.instances:
+        for spec in roster.layout.instances:
             self._resume_operation(spec.name)
         return adopted
 
     def _resume_operation(self, name: str) -> None:
         """A restart the last supervisor began and did not finish (it was killed mid-way): finished now,
         through the queue, with the flags it was to start with, unless the instance runs them already."""
-        op = self.store.load_operation(self.session, name)
-        inst = self.instances.get(name)
+        op = self._records.store.load_operation(self._roster.session, name)
+        inst = self._roster.instances.get(name)
         if op is None or inst is None:
             return
         target = merge_flags(inst.spec, op.flags)
         if inst.state.running and inst.spec.flags == target.flags:
-            self.store.clear_operation(self.session, name)
+            self._records.store.clear_operation(self._roster.session, name)
             return
         self._notice(
             name,
@@ -110,57 +146,28 @@ class AdoptMixin(SupervisorBase):
             f"{name}: a {op.label} was under way when the last supervisor ended; finishing it",
         )
 
-        queued = self._queue(name).submit(  # a start asked with this adoption joins it
+        queued = self._operations.queue(name).submit(  # a start asked with this adoption joins it
             "restart",
-            lambda o: self._do_restart(name, o),
+            lambda o: self._restarts.run(name, o),
             label=f"{op.label} (resumed)",
             change=lambda _spec: target,
         )
         queued.future.add_done_callback(_said_nothing)
 
-    def _outcome_of_dead(self, record: RunRecord) -> None:
-        """The outcome of a recorded run whose leader is gone: the one its supervisor wrote when it saw
-        the end (at or after the record's start), else one made from the record (it ended unwatched)."""
-        old = self.store.load_outcome(self.session, record.name)
-        if old is not None and old.at >= record.started_at:
-            return
-        ended = record.last_state in ("failed", "crashed")
-        log = Path(record.log_path)
-        when = self.clock.time()
-        with contextlib.suppress(OSError):
-            when = max(record.started_at, os.path.getmtime(log))  # its last log line: about when it died
-        error = record.last_error if ended and record.last_error else None
-        self.store.save_outcome(
-            Outcome(
-                session=self.session,
-                name=record.name,
-                state=record.last_state if ended else "failed",
-                at=self.clock.time(),
-                flags=dict(record.flags),
-                restarts=record.restarts,
-                last_error=error
-                or f"pid {record.pid} exited while no vtui supervisor watched it "
-                f"(last seen {record.last_state})",
-                diagnosis=diagnosis_kind(read_tail(log, 400)),
-                failed_at=when,
-                pid=record.pid,
-            )
-        )
-
     def _restore_outcome(self, spec: InstanceSpec) -> None:
         """`spec`'s instance (not running) as its last run ended: the flags it ran with (applied in
         vtui, saved or not: what `ps` and the dashboard report until its next start, which takes the
         layout's again), the restart count, the error, FAILED / CRASHED."""
-        outcome = self.store.load_outcome(self.session, spec.name)
-        inst = self.instances[spec.name]
+        outcome = self._records.store.load_outcome(self._roster.session, spec.name)
+        inst = self._roster.instances[spec.name]
         if outcome is None or inst.state is not State.STOPPED:
             return
         ran = merge_flags(spec, outcome.flags)
         if ran.flags != spec.flags:
-            self._restored_layout[spec.name] = spec
+            self._roster.restored[spec.name] = spec
             inst.spec = ran
-            self._set_layout_spec(ran)
-            self._rebase_edits(spec.name)
+            self._roster.set_spec(ran)
+            self._roster.rebase_edits(spec.name)
         state = {"failed": State.FAILED, "crashed": State.CRASHED}.get(outcome.state, State.STOPPED)
         inst.restore(
             state,
@@ -174,7 +181,7 @@ class AdoptMixin(SupervisorBase):
         """Processes marked as this session's `name` while it has no run record are a lost launch's (the
         record is written before the spawn and removed only once its processes are gone or killed): a
         pump that finished forking after an earlier look killed the rest. Killed, and said."""
-        killed = kill_marked(f"{self.session}/{name}")
+        killed = kill_marked(f"{self._roster.session}/{name}")
         if killed:
             self._notice(name, "warning", f"{name}: killed processes of a lost launch {killed}")
 
@@ -182,7 +189,7 @@ class AdoptMixin(SupervisorBase):
         """The process tree of a launch recorded ahead of its spawn (the launcher died before the
         confirmation): adopted when its log pump and leader live; anything else with its marker is
         killed (a pump killed mid-handshake leaves a server no log would capture)."""
-        handle = find_launched(self.launcher, record)
+        handle = find_launched(self._launcher, record)
         if handle is None:
             killed = kill_marked(record.key)
             if killed:

@@ -1,40 +1,65 @@
-"""vLLM's sleep mode through the supervisor: sleep, wake, the idle sleep and the load samples that feed
-it (and the stuck watchdog)."""
+"""vLLM's sleep mode through the supervisor: sleep and wake (each an operation of the instance's queue),
+and the idle sleep its tick asks for."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 
 from vtui.core.instance import Instance
 from vtui.core.refusals import OperationConflict, sleep_problem
 from vtui.core.state import State
+from vtui.supervisor.operations import Operations
+from vtui.supervisor.roster import Roster
 from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post
-from vtui.supervisor.supervisor_base import SupervisorBase
+
+__all__ = ["Sleeps"]
 
 
-class SleepMixin(SupervisorBase):
+class Sleeps:
+    def __init__(
+        self, roster: Roster, operations: Operations, notice: Callable[[str | None, str, str], None]
+    ) -> None:
+        self._roster = roster
+        self._operations = operations
+        self._notice = notice
+        self.idle_sleeps: dict[str, asyncio.Task] = {}  # idle sleeps under way, by instance
+
+    def idle_sleep(self, name: str, inst: Instance) -> None:
+        """Put `name` to sleep: idle for `idle_sleep_after` (once at a time)."""
+        if name not in self.idle_sleeps:
+            self.idle_sleeps[name] = asyncio.create_task(self._idle_sleep(name, inst))
+
+    async def settle(self, name: str) -> None:
+        """An idle sleep under way for `name` finishes first."""
+        task = self.idle_sleeps.pop(name, None)
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await task
+
     async def _idle_sleep(self, name: str, inst: Instance) -> None:
         try:
             reason = f"idle for {inst.spec.idle_sleep_after:g} s (idle_sleep_after)"
-            op = self._queue(name).submit(
+            op = self._operations.queue(name).submit(
                 "sleep", lambda _op: self._do_sleep(name, 1, reason), label="idle sleep", origin="policy"
             )
             await asyncio.shield(op.future)
         except (SleepRefused, OperationConflict) as exc:
             self._notice(name, "warning", f"{name}: idle sleep failed: {exc}")
         finally:
-            self._sleeps.pop(name, None)
+            self.idle_sleeps.pop(name, None)
 
     async def sleep(self, name: str, level: int = 1, reason: str | None = None) -> None:
         """vLLM's sleep mode: POST /sleep?level=N (1: weights to CPU, KV cache freed; 2: both freed),
         then READY -> ASLEEP. Raises SleepRefused (why) when it does not apply; ASLEEP already: nothing.
         Through the instance's operation queue."""
-        self._names([name])
-        op = self._queue(name).submit("sleep", lambda _op: self._do_sleep(name, level, reason))
+        self._roster.names([name])
+        op = self._operations.queue(name).submit("sleep", lambda _op: self._do_sleep(name, level, reason))
         await asyncio.shield(op.future)
 
     async def _do_sleep(self, name: str, level: int, reason: str | None) -> None:
-        inst = self.instances[name]
+        inst = self._roster.instances[name]
         if level not in (1, 2):
             raise SleepRefused(f"{name}: sleep level must be 1 or 2, got {level}")
         problem = sleep_problem(inst.spec)
@@ -52,12 +77,12 @@ class SleepMixin(SupervisorBase):
     async def wake(self, name: str) -> None:
         """POST /wake_up: ASLEEP -> WAKING -> READY (or back to ASLEEP with why). READY already: nothing.
         Through the instance's operation queue."""
-        self._names([name])
-        op = self._queue(name).submit("wake", lambda _op: self._do_wake(name))
+        self._roster.names([name])
+        op = self._operations.queue(name).submit("wake", lambda _op: self._do_wake(name))
         await asyncio.shield(op.future)
 
     async def _do_wake(self, name: str) -> None:
-        inst = self.instances[name]
+        inst = self._roster.instances[name]
         problem = sleep_problem(inst.spec)
         if problem:
             raise SleepRefused(problem)
@@ -74,10 +99,3 @@ class SleepMixin(SupervisorBase):
             inst.on_woke(False, f"/wake_up answered {status}: {text[:200]}")
             raise SleepRefused(f"{name}: /wake_up answered {status}: {text[:200]}")
         inst.on_woke(True)
-
-    def observe_load(self, name: str, *, busy: bool, progress: tuple) -> None:
-        """A metrics sample of `name` (the session supervisor scrapes them): feeds the stuck watchdog and
-        the idle sleep."""
-        inst = self.instances.get(name)
-        if inst is not None:
-            inst.on_load(busy=busy, progress=progress)
