@@ -132,12 +132,14 @@ def test_a_restamped_sample_is_sent_as_a_fresh_encoding_would_be(monkeypatch) ->
     fixtures = Path(__file__).parents[1] / "telemetry" / "fixtures"
     busy, idle = ((fixtures / f"metrics_{n}.txt").read_bytes() for n in ("busy", "idle"))
     lines: list[bytes] = []
+    feed = SimpleNamespace(  # a client listens (truthy); a sample is held (sent with the next batch)
+        broadcast_line=lambda line, held=False: lines.append(line) if held else None,
+    )
     service = SimpleNamespace(
         samples={},
         _encoded={},
-        _feeds={"a client"},
+        feed=feed,
         supervisor=SimpleNamespace(observe_load=lambda *a, **kw: None),
-        _broadcast_line=lambda line, held=False: lines.append(line) if held else None,  # a sample is held
     )
     window, parser = MetricsWindow(window_s=2.5), MetricsParser()
     samples = []

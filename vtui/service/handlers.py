@@ -138,8 +138,8 @@ class HandlerMixin(ServiceBase):
             "vtui_version": VTUI_VERSION,
         }
         if not brief:
-            answer["instances"] = self._statuses()
-            answer["flag_history"] = self.flag_history
+            answer["instances"] = self.hub.statuses()
+            answer["flag_history"] = self.state.flag_history
             answer["gpu"] = self.last_gpu
             answer["gpu_sampling"] = self.gpu  # the feed carries GPU samples (clients run no sampler)
             answer["pending"] = self.supervisor.pending_edits()  # dashboards' unapplied flag edits
@@ -194,14 +194,12 @@ class HandlerMixin(ServiceBase):
             raise BadRequest(f"{path} is session {layout.session.name}, not {self.session}", 409)
         self.supervisor.set_layout(layout)
         self.flag_table = flags
-        if self.notifier is not None:
-            self.notifier.close(wait=0)
-        self.notifier = Notifier.from_session(layout.session, log=log)
-        self._file_names = set(self.supervisor.resolve(layout.names()))
+        self.notifications.replace(Notifier.from_session(layout.session, log=log))
+        self.hub.file_names = set(self.supervisor.resolve(layout.names()))
         self.layout_path = str(layout.path) if layout.path else path
         self._write_registration()
         await self._configure_exporter()
-        self._broadcast_status()
+        self.hub.broadcast_status()
         return {"ok": True, "layout_path": self.layout_path}
 
     async def _stop(self, names: list[str] | None, grace: float | None) -> dict[str, Any]:

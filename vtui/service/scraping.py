@@ -104,10 +104,10 @@ class ScrapeMixin(ServiceBase):
             busy = (sample.running or 0) + (sample.waiting or 0) > 0
             progress = (sample.prompt_tokens_total, sample.generation_tokens_total)  # counters only
             self.supervisor.observe_load(name, busy=busy, progress=progress)
-        if self._feeds:
+        if self.feed:
             if template is None:
                 template = _line_template({"type": "sample", "sample": {**encoded, "at": _AT}})
-            self._broadcast_line(template[0] + dumps(sample.at) + template[1], held=True)
+            self.feed.broadcast_line(template[0] + dumps(sample.at) + template[1], held=True)
         self._encoded[name] = (sample, encoded, template)
 
     def _start_gpu(self) -> None:
@@ -140,7 +140,7 @@ class ScrapeMixin(ServiceBase):
 
     def _on_gpu(self, encoded: dict[str, Any]) -> None:
         self.last_gpu = encoded
-        self._broadcast({"type": "gpu", "sample": encoded})
+        self.feed.broadcast({"type": "gpu", "sample": encoded})
 
     def _pids(self) -> dict[str, list[int]]:
         """Every live process of each running instance (GPU memory is held by EngineCore/Workers)."""
@@ -182,7 +182,7 @@ class ScrapeMixin(ServiceBase):
             except OSError as exc:
                 text = f"metrics_port {where[1]} on {where[0]}: cannot serve /metrics: {exc.strerror or exc}"
                 log(text)
-                self._on_event(Notice(None, "error", text))
+                self.hub.on_event(Notice(None, "error", text))
             else:
                 self._exporter = endpoint
                 log(f"serving the session's Prometheus metrics on http://{where[0]}:{where[1]}/metrics")

@@ -36,12 +36,14 @@ from vtui.core.flagspec import FlagTable
 from vtui.core.model import Layout
 from vtui.core.state import State
 from vtui.service import locations
-from vtui.service.broadcast import BroadcastMixin
+from vtui.service.broadcast import Broadcaster
+from vtui.service.eventhub import EventHub
 from vtui.service.handlers import HandlerMixin
-from vtui.service.history import EventHistory
+from vtui.service.notifications import Notifications
+from vtui.service.persisted import ServiceState
 from vtui.service.probes import LeanLauncher
 from vtui.service.scraping import ScrapeMixin
-from vtui.service.service_base import log
+from vtui.service.service_base import Tasks, log
 from vtui.service.transport import TransportMixin
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.notify import Notifier
@@ -50,7 +52,7 @@ from vtui.supervisor.supervisor import Supervisor
 __all__ = ["SessionService"]
 
 
-class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
+class SessionService(ScrapeMixin, HandlerMixin, TransportMixin):
     """One session's supervision plus its socket server. `serve()` runs until `shutdown()` or idleness."""
 
     def __init__(
@@ -68,8 +70,6 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
-        # the layout file's instances, replica groups expanded (others: adopted leftovers)
-        self._file_names = set(self.supervisor.layout.names())
         self.socket_file = socket_file or locations.socket_path(self.session)
         self.state_file = locations.paths.state_dir() / f"{locations._safe(self.session)}.service.json"
         self.idle_grace = idle_grace
@@ -78,28 +78,31 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self.scrape_interval = scrape_interval
         self.flag_table = flags  # the instances' vLLMs' flags, as the layout was loaded with
         self.started_at = time.time()
-        self.events = EventHistory()  # bounded in count and bytes
+        self._tasks = Tasks()
         self.samples = {}
         self._encoded = {}
         self.last_gpu = None
-        self.facts = {}
-        self.flag_history = {}
-        self._feeds = set()
         self._clients = 0
         self._last_client = time.monotonic()
         self._scrapers = {}
         self._gpu_sampler = None
         self._server = None
         self._done = asyncio.Event()
-        self._tasks = set()
         self._loop = None
-        self.attached_up = set()  # attached servers brought up and not down since (persisted)
-        self._load_state()
-        self.supervisor.edits.on_change = self._edits_changed  # persisted and broadcast
-        self.notifier = Notifier.from_session(layout.session, log=log)
-        self._troubled = set()  # crashed or unhealthy since their last READY (-> recovered)
         self._exporter = None  # [session] metrics_port
-        self.supervisor.subscribe(self._on_event)
+        # facts, flag history, attached servers brought up, pending edits: persisted
+        self.state = ServiceState(self.state_file, self.supervisor.edits, self._spawn, log)
+        self.state.load()
+        self.feed = Broadcaster()
+        self.notifications = Notifications(
+            self.session, lambda: self.supervisor.instances, Notifier.from_session(layout.session, log=log)
+        )
+        self.hub = EventHub(
+            self.supervisor, self.feed, self.state, self.notifications, self._spawn, self._sync_scrapers
+        )
+        self.events = self.hub.history
+        self.supervisor.edits.on_change = self.hub.edits_changed  # persisted and broadcast
+        self.supervisor.subscribe(self.hub.on_event)
 
     def _write_registration(self) -> None:
         info = {
@@ -121,7 +124,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
                 (i.state.running or i.state is State.BACKOFF) and not isinstance(i, Attached)
                 for i in sup.instances.values()
             )
-            or any(isinstance(sup.instances.get(n), Attached) for n in self.attached_up)
+            or any(isinstance(sup.instances.get(n), Attached) for n in self.state.attached_up)
         )
 
     def _bring_up_attached(self, names: list[str] | None, up: bool = True) -> None:
@@ -129,10 +132,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         keep the supervisor up from now on, or no longer."""
         asked = self.supervisor.resolve(names) if names is not None else list(self.supervisor.instances)
         attached = {n for n in asked if isinstance(self.supervisor.instances.get(n), Attached)}
-        changed = attached - self.attached_up if up else attached & self.attached_up
-        if changed:
-            self.attached_up = self.attached_up | changed if up else self.attached_up - changed
-            self._save_state()
+        self.state.set_attached_up(attached, up)
 
     async def _idle_watch(self) -> None:
         while True:
@@ -148,8 +148,8 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         self._loop = asyncio.get_running_loop()
         await self.supervisor.adopt()
         for st in self.supervisor.status():  # adopted READY ones: facts persisted, else from the log
-            if st.state is State.READY and st.name not in self.facts:
-                self._spawn(self._facts_from_log(st.name))
+            if st.state is State.READY and st.name not in self.state.facts:
+                self._spawn(self.hub.facts_from_log(st.name))
         self._sync_scrapers()
         self._start_gpu()
         self.socket_file.unlink(missing_ok=True)
@@ -176,8 +176,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
             await self._stop(None, None)
         if self._server is not None:
             self._server.close()
-        for feed in list(self._feeds):
-            feed.end()
+        self.feed.end_all()
         for _, loop, task in self._scrapers.values():
             loop.stop()
             task.cancel()
@@ -188,8 +187,7 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TransportMixin):
         if self._gpu_sampler is not None:
             await asyncio.to_thread(self._gpu_sampler.stop)
         await self.supervisor.close()
-        if self.notifier is not None:
-            await asyncio.to_thread(self.notifier.close)
+        await self.notifications.close()
         with contextlib.suppress(OSError):
             info = json.loads(locations.info_path(self.session).read_text())
             if info.get("pid") == os.getpid():

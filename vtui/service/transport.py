@@ -118,7 +118,7 @@ class TransportMixin(ServiceBase):
     ) -> None:
         """The streamed feed: a hello line with the full status, then one JSON object per line."""
         feed = FeedClient(conn, writer)
-        self._feeds.add(feed)
+        self.feed.add(feed)
         headers = [*VERSION_HEADERS, ("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
         hello = {"type": "hello", **self.status()}
@@ -130,7 +130,7 @@ class TransportMixin(ServiceBase):
             await asyncio.wait({gone, ended}, return_when=asyncio.FIRST_COMPLETED)
             await asyncio.sleep(0)  # the last turn's lines leave first (an ending feed's flush)
         finally:
-            self._feeds.discard(feed)
+            self.feed.discard(feed)
             gone.cancel()
             ended.cancel()
 
