@@ -154,3 +154,34 @@ def test_a_state_change_records_its_launch_its_facts_and_syncs_the_scrapers(tmp_
     assert len(spawned) == 1
     assert [e["kind"] for e in hub.history.last(10)] == ["state"] * 4
     assert json.loads((tmp_path / "s.json").read_text())["facts"].keys() == {"a"}  # written when learnt
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_idle_watch_waits_a_whole_grace_after_the_last_activity() -> None:
+    from vtui.service.idle import IdleWatch
+
+    clock, state = _Clock(), {"busy": False, "clients": 0}
+    watch = IdleWatch(30.0, lambda: state["busy"], lambda: state["clients"], clock=clock)
+    clock.now += 29.9
+    assert not watch.due()
+    state["clients"] = 1  # a client attached: the grace starts again when it leaves
+    clock.now += 60
+    assert not watch.due()
+    state["clients"] = 0
+    clock.now += 10
+    watch.touch()  # its connection ended now
+    clock.now += 29.9
+    assert not watch.due()
+    state["busy"] = True  # an instance runs: never idle
+    clock.now += 100
+    assert not watch.due()
+    state["busy"] = False
+    clock.now += 30
+    assert watch.due()
