@@ -160,3 +160,63 @@ def test_the_dashboard_and_the_cli_reach_the_socket_through_the_client() -> None
     for module in ("vtui/service/remote_feed.py", "vtui/service/remote.py", "vtui/commands/_runs.py"):
         assert "vtui.service.client" in _imported_names(ROOT / module), module
     assert not (ROOT / "vtui/service/remote_http.py").exists()
+
+
+# -- no god classes: small parts, composed ---------------------------------------------------------------
+MAX_METHODS = 30
+MAX_CLASS_LINES = 400
+# Packages held to the limits (issue 26: the supervisor and the session service as composition).
+SIZED_PACKAGES = ["vtui/service"]
+# Over the limits still, each with why; the list may only shrink.
+OVERSIZED_ALLOWED = {
+    "vtui/service/fleet.py:Fleet": "the dashboard's SupervisorApi + HostFeed over several hosts: not cut yet",
+}
+
+
+def _class_problems(path: Path) -> list[str]:
+    """Each class of the module over MAX_METHODS methods (its own, nested functions not counted) or
+    MAX_CLASS_LINES lines, or with a base class named *Mixin."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    problems: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{node.name}"
+        methods = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in node.body)
+        lines = (node.end_lineno or node.lineno) - node.lineno + 1
+        if methods > MAX_METHODS:
+            problems.append(f"{where}: {methods} methods (at most {MAX_METHODS})")
+        if lines > MAX_CLASS_LINES:
+            problems.append(f"{where}: {lines} lines (at most {MAX_CLASS_LINES})")
+        mixins = [ast.unparse(b) for b in node.bases if ast.unparse(b).split(".")[-1].endswith("Mixin")]
+        if mixins:
+            problems.append(f"{where}: built from mixins ({', '.join(mixins)}): compose parts instead")
+    return problems
+
+
+@pytest.mark.parametrize("package", SIZED_PACKAGES)
+def test_no_class_is_over_the_limits_or_built_from_mixins(package: str) -> None:
+    files = sorted((ROOT / package).rglob("*.py"))
+    assert files, f"no modules in {package}: the check would pass vacuously"
+    problems = [
+        p for path in files for p in _class_problems(path) if p.split(": ")[0] not in OVERSIZED_ALLOWED
+    ]
+    assert problems == []
+
+
+def test_the_class_check_catches_each_excess(tmp_path: Path) -> None:
+    def methods(n: int) -> str:
+        return "".join(f"    def m{i}(self):\n        pass\n" for i in range(n))
+
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        f"class Many:\n{methods(MAX_METHODS + 1)}\n"
+        + "class Long:\n"
+        + "    x = 1\n" * MAX_CLASS_LINES  # the class line and these: one line over
+        + "\n"
+        "class Mixed(base.FeedMixin, object):\n    pass\n\n"
+        f"class Fine:\n{methods(MAX_METHODS)}"
+    )
+    found = " ".join(_class_problems(bad))
+    assert f"Many: {MAX_METHODS + 1} methods" in found and f"Long: {MAX_CLASS_LINES + 1} lines" in found
+    assert "Mixed: built from mixins (base.FeedMixin)" in found and "Fine" not in found
