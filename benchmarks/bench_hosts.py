@@ -165,17 +165,21 @@ def measure(hosts: int, n: int, window: float, tmp: Path, access_log: bool = Tru
         run([py, "-m", "vtui", "down", str(local)], env)
 
 
-def _cmdline(proc) -> list[str]:  # noqa: ANN001
+def _cmdline(proc) -> list[str]:
+    import psutil
+
     try:
         return proc.cmdline()
-    except Exception:  # noqa: BLE001
+    except psutil.Error:  # gone, or another user's
         return []
 
 
-def _environ(proc) -> dict:  # noqa: ANN001
+def _environ(proc) -> dict:
+    import psutil
+
     try:
         return proc.environ()
-    except Exception:  # noqa: BLE001
+    except psutil.Error:  # gone, or another user's
         return {}
 
 

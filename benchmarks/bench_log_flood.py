@@ -109,7 +109,7 @@ def main() -> int:
     os.environ.update(env)
     path = tmp / "layout.toml"
     path.write_text(layout_text(session, args.rate, count_file))
-    from vtui.service.client import ServiceClient
+    from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
 
     result: dict[str, Any] = {"rate": args.rate, "window_s": args.window, "code": str(args.code)}
     received = {"lines": 0, "omitted": 0, "bytes": 0}
@@ -148,7 +148,7 @@ def main() -> int:
         vtui("down", str(path), env=env)
         try:
             ServiceClient(session).post("/shutdown", {})
-        except Exception:  # noqa: BLE001
+        except (ServiceUnavailable, ServiceError, OSError):  # gone already, or refusing: `down` stopped it
             pass
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result, indent=2))

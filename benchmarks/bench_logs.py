@@ -42,7 +42,7 @@ def trace_loop(path: str, slow_ms: float = 15.0) -> None:
     import asyncio.events
     import gc
 
-    out = open(path, "w", buffering=1)  # noqa: SIM115 (open for the process's life)
+    out = open(path, "w", buffering=1)  # open for the process's life
     run = asyncio.events.Handle._run
     gc_start = [0.0]
 

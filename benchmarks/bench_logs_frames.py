@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _smoke  # noqa: E402
+import _smoke
 
 SETTLE_S = 0.5 if _smoke.on() else 2.0  # before the log view, and in it before the clock starts
 
@@ -96,7 +96,7 @@ def measure(rate: int, presses: int) -> dict:
 
     try:
         asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 — an app that fails at teardown still measured what it did
+    except Exception as exc:
         if "cpu_percent_of_one_core" not in out:
             raise
         out["teardown_error"] = repr(exc)[:200]

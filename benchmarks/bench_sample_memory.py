@@ -59,7 +59,7 @@ def measure(instances: int, kind: str, per_instance: int) -> dict[str, float]:
         for line in lines:
             data = loads(line)["sample"]
             data["instance"] = spec.name
-            store.add_sample(decode_sample(data), diagnose=False)
+            store.add_sample(decode_sample(data))
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()

@@ -104,7 +104,7 @@ def main() -> int:
     os.environ.update(env)
     path = tmp / "layout.toml"
     path.write_text(layout_text(session, args.instances))
-    from vtui.service.client import ServiceClient
+    from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
 
     result: dict[str, object] = {
         "instances": args.instances,
@@ -196,7 +196,7 @@ def main() -> int:
         vtui("down", str(path), env=env)
         try:
             ServiceClient(session).post("/shutdown", {})
-        except Exception:
+        except (ServiceUnavailable, ServiceError, OSError):  # gone already, or refusing: `down` stopped it
             pass
     print(json.dumps(result, indent=2))
     if args.out:

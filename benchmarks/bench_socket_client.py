@@ -28,11 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import _smoke  # noqa: E402
-import httpx  # noqa: E402
+import _smoke
+import httpx
 
-from vtui.service import client as vtui_client  # noqa: E402
-from vtui.service import locations  # noqa: E402
+from vtui.service import client as vtui_client
+from vtui.service import locations
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_socket_client.json"
 

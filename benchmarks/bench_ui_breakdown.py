@@ -24,22 +24,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import _smoke  # noqa: E402
-import bench_ui  # noqa: E402
-import h11  # noqa: E402
-import psutil  # noqa: E402
-from textual._compositor import Compositor  # noqa: E402
-from textual._styles_cache import StylesCache  # noqa: E402
-from textual.app import App  # noqa: E402
-from textual.message_pump import MessagePump  # noqa: E402
-from textual.screen import Screen  # noqa: E402
+import _smoke
+import bench_ui
+import h11
+import psutil
+from textual._compositor import Compositor
+from textual._styles_cache import StylesCache
+from textual.app import App
+from textual.message_pump import MessagePump
+from textual.screen import Screen
 
-from vtui.service.remote import RemoteSupervisor  # noqa: E402
-from vtui.ui.app import VtuiApp, run_tui  # noqa: E402
-from vtui.ui.widgets.fleet import FleetTable  # noqa: E402
-from vtui.ui.widgets.gpu_panel import GpuPanel  # noqa: E402
-from vtui.ui.widgets.instance_pane import InstancePane  # noqa: E402
-from vtui.ui.widgets.titlebar import TitleBar  # noqa: E402
+from vtui.service.remote import RemoteSupervisor
+from vtui.ui.app import VtuiApp, run_tui
+from vtui.ui.widgets.fleet import FleetTable
+from vtui.ui.widgets.gpu_panel import GpuPanel
+from vtui.ui.widgets.instance_pane import InstancePane
+from vtui.ui.widgets.titlebar import TitleBar
 
 WARMUP_S = 1.0 if _smoke.on() else 5.0
 totals: dict[str, float] = {}
@@ -107,7 +107,7 @@ def wrap_render_widget() -> None:
     """The styles cache's renders by widget class (which widgets a refresh re-renders, and their cost)."""
     original = StylesCache.render_widget
 
-    def timed(self, widget, crop):  # noqa: ANN001
+    def timed(self, widget, crop):
         start = time.thread_time()
         try:
             return original(self, widget, crop)

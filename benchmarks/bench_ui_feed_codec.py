@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import _smoke  # noqa: E402
+import _smoke
 
-from vtui.service import locations  # noqa: E402
-from vtui.service.wire import feed_line, loads  # noqa: E402
+from vtui.service import locations
+from vtui.service.wire import feed_line, loads
 
 
 def read_feed(session: str, seconds: float) -> list[bytes]:
@@ -48,7 +48,7 @@ def read_feed(session: str, seconds: float) -> list[bytes]:
     return lines[1:]
 
 
-def per_line_us(fn, items: list, repeat: int) -> float:  # noqa: ANN001
+def per_line_us(fn, items: list, repeat: int) -> float:
     best = []
     for _ in range(5):
         t0 = time.perf_counter()

@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _smoke  # noqa: E402
-from bench_ui import Tmux  # noqa: E402
+import _smoke
+from bench_ui import Tmux
 
 LAYOUT = """[session]
 name = "vs-htop"

@@ -31,7 +31,7 @@ from typing import Any
 import _smoke
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import ROOT, layout_text, vtui  # noqa: E402
+from bench_service import ROOT, layout_text, vtui
 
 
 def _label(handle: asyncio.Handle) -> str:
@@ -211,10 +211,10 @@ def main() -> int:
     path.write_text(layout_text(session, args.instances))
     prof = args.out or tmp / "supervisor.prof"
     from vtui.service import locations
-    from vtui.service.client import ServiceClient
+    from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
 
     (tmp / "state").mkdir(parents=True, exist_ok=True)
-    log = open(locations.log_path(session), "ab")  # noqa: SIM115 — the supervisor's stdio, as ensure_supervisor's
+    log = open(locations.log_path(session), "ab")  # the supervisor's stdio, as ensure_supervisor's
     sup = subprocess.Popen(
         [
             sys.executable,
@@ -268,7 +268,7 @@ def main() -> int:
         vtui("down", str(path), env=env)
         try:
             client.post("/shutdown", {})
-        except Exception:
+        except (ServiceUnavailable, ServiceError, OSError):  # gone already, or refusing: `down` stopped it
             pass
         sup.wait(60)
         log.close()

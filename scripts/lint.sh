@@ -9,4 +9,4 @@ say() { printf '[lint.sh] %s\n' "$*" >&2; }
 say "ruff check";          "$BIN/ruff" check vtui tests benchmarks scripts
 say "ruff format --check"; "$BIN/ruff" format --check --quiet vtui tests benchmarks scripts
 say "import-linter";       "$BIN/lint-imports" --no-cache >/dev/null
-say "mypy";                "$BIN/mypy"
+say "mypy (--strict for the packages of [tool.mypy.overrides])"; "$BIN/mypy"

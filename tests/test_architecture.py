@@ -162,14 +162,35 @@ def test_the_dashboard_and_the_cli_reach_the_socket_through_the_client() -> None
     assert not (ROOT / "vtui/service/remote_http.py").exists()
 
 
+def test_the_architecture_doc_is_short_and_names_only_modules_that_exist() -> None:
+    """docs/ARCHITECTURE.md stays under 1,500 words, and every `package.module` it names is there."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "ARCHITECTURE.md").read_text()
+    assert len(text.split()) < 1500
+    packages = {p.name for p in (root / "vtui").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    named = set(re.findall(r"`(?:vtui\.)?([a-z]+)\.([a-z_]+)", text))
+    missing = [
+        f"{pkg}.{mod}"
+        for pkg, mod in named
+        if pkg in packages
+        and not (root / "vtui" / pkg / f"{mod}.py").exists()
+        and not (root / "vtui" / pkg / mod).is_dir()
+    ]
+    assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {sorted(missing)}"
+
+
 # -- no god classes: small parts, composed ---------------------------------------------------------------
 MAX_METHODS = 30
 MAX_CLASS_LINES = 400
 # Packages held to the limits (issue 26: the supervisor and the session service as composition).
-SIZED_PACKAGES = ["vtui/service"]
-# Over the limits still, each with why; the list may only shrink.
+SIZED_PACKAGES = ["vtui/service", "vtui/supervisor"]
+# Over the limits still, each with why; the list may only shrink (an entry over nothing fails).
 OVERSIZED_ALLOWED = {
     "vtui/service/fleet.py:Fleet": "the dashboard's SupervisorApi + HostFeed over several hosts: not cut yet",
+    "vtui/supervisor/supervisor.py:Supervisor": "still five mixins over SupervisorBase: its cut into parts "
+    "is the supervisor's half of issue 26, not done yet",
 }
 
 
@@ -202,6 +223,17 @@ def test_no_class_is_over_the_limits_or_built_from_mixins(package: str) -> None:
         p for path in files for p in _class_problems(path) if p.split(": ")[0] not in OVERSIZED_ALLOWED
     ]
     assert problems == []
+
+
+def test_each_allowed_excess_is_still_there() -> None:
+    """A class cut down to the limits leaves the allow-list."""
+    found = {
+        p.split(": ")[0]
+        for package in SIZED_PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        for p in _class_problems(path)
+    }
+    assert sorted(set(OVERSIZED_ALLOWED) - found) == []
 
 
 def test_the_class_check_catches_each_excess(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def _usage() -> str:
     for name, module in COMMANDS.items():
         try:
             help_text = importlib.import_module(module).HELP
-        except Exception:  # a subcommand that cannot load still gets listed
+        except Exception:  # noqa: BLE001 — a subcommand that cannot load (any import-time error) still gets listed
             help_text = "(unavailable)"
         lines.append(f"  {name:<10} {help_text}")
     from vtui.layouts import builtin_names

@@ -114,3 +114,58 @@ def make_vllm_033(root: Path, version: str = "0.33.0") -> Path:
         "import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n"
     )
     return _bin(root, site)
+
+
+# vLLM 0.34's new flags as its parser declares them (vllm/config/cache.py CacheConfig: the extensible
+# KV cache switch, gpu_memory_utilization now None by default) beside a few 0.32 ones.
+PARSER_034 = PARSER_033.replace(
+    '    group.add_argument("--watchdog-config", type=str, default=None, help="New in 0.33.")\n',
+    '    group.add_argument("--max-model-len", type=int, default=None, help="Model context length.")\n'
+    '    group.add_argument("--gpu-memory-utilization", type=float, default=None, help="Fraction.")\n'
+    '    switch = group.add_argument("--enable-extensible-kv-cache", action=EnableDisable, default=None,\n'
+    '                                help="New in 0.34.")\n'
+    '    switch.option_strings = ["--enable-extensible-kv-cache", "--disable-extensible-kv-cache"]\n'
+    '    group.add_argument("--cache-aware-admission-window", type=int, default=None, help="New in 0.34.")\n',
+)
+
+# `vllm serve` of the fake 0.34: records its command line, then serves with vtui's simulated engine
+# (which parses 0.32's flags: the 0.34-only ones are dropped after being recorded).
+SERVE_034 = """
+import os, sys
+args = sys.argv[1:]
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "argv.log"), "a") as log:
+    log.write(" ".join(args) + "\\n")
+if args[:1] != ["serve"]:
+    raise SystemExit("the fake vLLM 0.34 only serves")
+new = ("--enable-extensible-kv-cache", "--disable-extensible-kv-cache", "--no-enable-extensible-kv-cache",
+       "--cache-aware-admission-window")
+rest, skip = [], False
+for arg in args[1:]:
+    if skip:
+        skip = False
+        continue
+    if arg in new:
+        skip = arg == "--cache-aware-admission-window"
+        continue
+    rest.append(arg)
+os.execv(@PYTHON@, [@PYTHON@, "-m", "vtui.sim", *rest, "--sim-startup-scale", "0"])
+"""
+
+
+def make_vllm_034(root: Path, version: str = "0.34.0") -> Path:
+    """A vLLM 0.34 as far as vtui can tell (0.33's layout, the parser with 0.34's new flags) whose
+    `vllm serve` runs vtui's simulated engine; root/bin/argv.log gets each command line it was given."""
+    site = root / "site"
+    (site / "vllm" / "entrypoints" / "common").mkdir(parents=True)
+    (site / "vllm" / "utils").mkdir(parents=True)
+    for package in ("vllm", "vllm/entrypoints", "vllm/entrypoints/common", "vllm/utils"):
+        (site / package / "__init__.py").write_text("")
+    (site / "vllm" / "_version.py").write_text(f'__version__ = version = "{version}"\n')
+    (site / "vllm" / "entrypoints" / "common" / "cli_args.py").write_text(PARSER_034)
+    (site / "vllm" / "utils" / "argparse_utils.py").write_text(
+        "import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n"
+    )
+    vllm = _bin(root, site)
+    python = vllm.parent / "python"
+    vllm.write_text(f"#!{python}\n" + SERVE_034.replace("@PYTHON@", repr(sys.executable)))
+    return vllm

@@ -50,7 +50,7 @@ def session_name():
     kill_all(marked(name + "/"))
 
 
-async def until(predicate, timeout: float = 10.0) -> bool:  # noqa: ANN001
+async def until(predicate, timeout: float = 10.0) -> bool:
     """True once `predicate()` is, False after `timeout` seconds (the caller says what it waited for)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -89,3 +89,33 @@ def test_the_run_store_sweeps_its_folder_when_listing(tmp_path: Path) -> None:
     stale.write_text("{")
     assert store.all() == []
     assert not stale.exists()
+
+
+def test_reading_a_layout_removes_what_a_killed_save_of_it_left(tmp_path: Path) -> None:
+    """No save has to come first: the next command that reads the layout sweeps its temp files."""
+    from vtui.layouts import load_layout
+
+    target = tmp_path / "layout.toml"
+    target.write_text('[[instance]]\nname = "a"\nmodel = "org/m"\nport = 8001\n')
+    interrupted_save(target)
+    other = tmp_path / ".other.toml.999999999-abc.tmp"  # another file's: left for its own reads
+    other.write_text("x")
+    assert len(temps(tmp_path)) == 2
+    assert load_layout(target).instances[0].name == "a"
+    assert temps(tmp_path) == [other]
+
+
+def test_a_supervisors_start_sweeps_the_state_dir(tmp_path: Path) -> None:
+    """What the session supervisor runs at its start: every folder of the state dir, a few levels deep."""
+    from vtui.core.atomic import sweep_stale_temps_under
+
+    deep = tmp_path / "runs" / "outcomes"
+    deep.mkdir(parents=True)
+    left = [folder / f".x.json.999999999-abc{i}.tmp" for i, folder in enumerate((tmp_path, deep))]
+    too_deep = tmp_path / "a" / "b" / "c" / "d"
+    too_deep.mkdir(parents=True)
+    kept = too_deep / ".x.json.999999999-abc.tmp"
+    for path in [*left, kept]:
+        path.write_text("{")
+    assert sorted(sweep_stale_temps_under(tmp_path)) == sorted(left)
+    assert kept.exists()

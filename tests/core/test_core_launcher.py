@@ -166,7 +166,7 @@ def test_async_health_keeps_one_client_per_event_loop():
     class Health(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self):  # noqa: N802 (the stdlib's name)
+        def do_GET(self):
             self.send_response(200 if self.path == "/health" else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -228,7 +228,7 @@ class _InFlightServer:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (the stdlib's name)
+            def do_GET(self):
                 n = outer.counts[min(outer.asked, len(outer.counts) - 1)]
                 outer.asked += 1
                 if outer.asked in slow:  # this look answers after the drain's timeout

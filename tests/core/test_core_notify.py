@@ -96,7 +96,7 @@ def test_webhook_posts_the_json_to_a_local_server(tmp_path):
     received: list[tuple[str, str, dict]] = []
 
     class Hook(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
+        def do_POST(self):
             body = self.rfile.read(int(self.headers["content-length"]))
             received.append((self.path, self.headers["content-type"], json.loads(body)))
             self.send_response(204 if self.path == "/ok" else 500)

@@ -9,17 +9,30 @@ from .conftest import free_port
 
 
 class FakeNvml:
+    """pynvml's count, and nothing known of each GPU (NVMLError: unsupported)."""
+
+    NVMLError = RuntimeError
+
     def __init__(self, count: int | None) -> None:
         self.count = count
 
-    def nvmlInit(self) -> None:  # noqa: N802
+    def __getattr__(self, name: str):
+        def unsupported(*_a, **_kw):
+            raise RuntimeError(f"{name}: not supported")
+
+        return unsupported
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlInit(self) -> None:
         if self.count is None:
             raise RuntimeError("NVML Shared Library Not Found")
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return self.count
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         pass
 
 

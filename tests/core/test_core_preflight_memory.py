@@ -87,26 +87,27 @@ def test_a_sim_instance_is_refused_on_a_simulated_gpu_another_sim_holds(tmp_path
 
 
 def test_the_supervisor_checks_a_sim_on_real_cuda_against_nvml_not_the_simulated_registry(monkeypatch):
+    from vtui.core.gpu import GpuSources
     from vtui.core.model import Layout, SessionSpec
-    from vtui.sim.gpuview import SIMULATED
+    from vtui.sim.gpuview import SIMULATED, SimulatedSource
     from vtui.supervisor import supervisor as supervision
 
     asked: list[str] = []
     nvml = GpuSample(True, None, (GpuInfo(0, "H200", 0, 140 * GIB, None, None, None, None),), (), 0.0)
 
-    class FakeSampler:
-        def __init__(self, *_a, **_kw) -> None:
-            asked.append("nvml")
+    class FakeMachine:
+        name = "nvml"
 
-        def sample_once(self) -> GpuSample:
+        def sample(self) -> GpuSample:
+            asked.append("nvml")
             return nvml
 
-        def stop(self) -> None:
+        def close(self) -> None:
             pass
 
-    monkeypatch.setattr("vtui.telemetry.gpu.GpuSampler", FakeSampler)
     cuda = spec(name="cuda", engine="sim", gpus=(0,), flags={"sim-device": "cuda"})
     simulated = spec(name="simulated", engine="sim", gpus=(0,), port=8001)
-    sup = supervision.Supervisor(Layout(SessionSpec("pick"), (cuda, simulated)))
+    layout = Layout(SessionSpec("pick"), (cuda, simulated))
+    sup = supervision.Supervisor(layout, gpus=GpuSources(FakeMachine(), SimulatedSource(lambda: layout)))
     assert sup._sample_gpus(cuda) is nvml and asked == ["nvml"]
     assert sup._sample_gpus(simulated).reason == SIMULATED and asked == ["nvml"]

@@ -130,12 +130,12 @@ def test_the_router_should_route_to_ready_replicas_not_one_being_stopped() -> No
     assert set(hub.wanted("chat").values()) == {"chat-0", "chat-1"}
 
 
-def test_check_says_when_vllm_router_is_missing(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+def test_check_says_when_vllm_router_is_missing(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     from vtui.cli import main
 
     path = tmp_path / "l.toml"
     path.write_text(
-        '[session]\nname = "s"\n[[instance]]\nname = "chat"\nmodel = "m"\nengine = "sim"\nport = 8100\n'
+        '[session]\nname = "s"\n[[instance]]\nname = "chat"\nmodel = "org/m"\nengine = "sim"\nport = 8100\n'
         "replicas = 2\nrouter_port = 9000\n"
     )
     monkeypatch.setattr(replicas, "router_installed", lambda: False)
@@ -167,7 +167,7 @@ flags.tensor-parallel-size = 2
 """
 
 
-def test_check_offers_data_parallel_for_a_vllm_replica_group(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_check_offers_data_parallel_for_a_vllm_replica_group(tmp_path, capsys) -> None:
     """A vLLM replica group gets the one-process alternative (its GPUs and the flag to write) and what
     each way gives up; a layout already using --data-parallel-size is accepted (tensor × data parallel =
     its GPUs) and gets no note, nor does a sim group (the sim runs no data-parallel ranks)."""

@@ -10,7 +10,7 @@ import socket
 import psutil
 import pytest
 
-from vtui.core.model import Layout, RestartPolicy, SessionSpec
+from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.core.refusals import OperationConflict, OperationSuperseded, PreflightError, RestartReverted
 from vtui.core.runstate import PendingOperation, RunStore
 from vtui.core.state import State
@@ -20,7 +20,7 @@ from vtui.supervisor.supervisor import Supervisor
 from .conftest import fake_spec
 
 
-def supervisor(session: str, *specs) -> Supervisor:  # noqa: ANN002
+def supervisor(session: str, *specs) -> Supervisor:
     return Supervisor(
         Layout(SessionSpec(name=session), tuple(specs)),
         launcher=OsLauncher(grace=3),
@@ -29,7 +29,15 @@ def supervisor(session: str, *specs) -> Supervisor:  # noqa: ANN002
     )
 
 
-def setting(key: str, value: object):  # noqa: ANN201
+async def ready(session: str, spec: InstanceSpec) -> Supervisor:
+    """A supervisor of `spec` alone, started and READY."""
+    sup = supervisor(session, spec)
+    await sup.start()
+    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    return sup
+
+
+def setting(key: str, value: object):
     return lambda s: s.with_flags({key: value})
 
 
@@ -38,16 +46,14 @@ def running_flags(pid: int) -> dict[str, str]:
     return {a[2:]: argv[i + 1] for i, a in enumerate(argv) if a.startswith("--max-num")}
 
 
-async def later(delay: float, coro):  # noqa: ANN001, ANN201
+async def later(delay: float, coro):
     await asyncio.sleep(delay)
     return await coro
 
 
 async def test_restarts_asked_together_run_one_flag_set_and_report_it(session_name):
     spec = fake_spec("a")
-    sup = supervisor(session_name, spec)
-    await sup.start()
-    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    sup = await ready(session_name, spec)
     for round_, gap in enumerate((0.0, 0.01, 0.05)):
         answers = await asyncio.gather(
             sup.restart("a", change=setting("max-num-seqs", 10 + round_)),
@@ -71,9 +77,7 @@ async def test_restarts_asked_together_run_one_flag_set_and_report_it(session_na
 
 async def test_a_stop_during_a_restart_wins_and_the_waiting_restart_is_told(session_name):
     spec = fake_spec("a", startup_delay=0.3)
-    sup = supervisor(session_name, spec)
-    await sup.start()
-    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    sup = await ready(session_name, spec)
     first = asyncio.ensure_future(sup.restart("a", change=setting("max-num-seqs", 8)))
     await asyncio.sleep(0)
     second = asyncio.ensure_future(sup.restart("a", change=setting("max-num-seqs", 9)))
@@ -91,9 +95,7 @@ async def test_a_stop_during_a_restart_wins_and_the_waiting_restart_is_told(sess
 
 async def test_status_shows_what_runs_and_what_waits_and_a_stop_refuses_a_start(session_name):
     spec = fake_spec("a", startup_delay=0.2)
-    sup = supervisor(session_name, spec)
-    await sup.start()
-    await sup.wait_settled(timeout=15)
+    sup = await ready(session_name, spec)
     restart = asyncio.ensure_future(sup.restart("a"))
     await asyncio.sleep(0)
     sleep_ = asyncio.ensure_future(sup.restart("a", label="rollback"))
@@ -120,9 +122,7 @@ def test_the_restart_change_is_applied_to_the_flags_found_when_it_runs():
 
 async def test_new_flags_that_do_not_reach_ready_go_back_to_the_flags_before(session_name):
     spec = fake_spec("a", max_num_seqs=4)
-    sup = supervisor(session_name, dataclasses.replace(spec, restart=RestartPolicy("never")))
-    await sup.start()
-    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    sup = await ready(session_name, dataclasses.replace(spec, restart=RestartPolicy("never")))
     with pytest.raises(RestartReverted, match="did not reach READY") as caught:
         await sup.restart("a", change=setting("fail-startup", "no KV memory"), fallback=True)
     assert caught.value.flags == {"max-num-seqs": 4}
@@ -134,9 +134,7 @@ async def test_new_flags_that_do_not_reach_ready_go_back_to_the_flags_before(ses
 
 async def test_new_flags_on_a_taken_port_are_refused_before_anything_stops(session_name):
     spec = fake_spec("a")
-    sup = supervisor(session_name, spec)
-    await sup.start()
-    assert (await sup.wait_settled(timeout=15)) == {"a": State.READY}
+    sup = await ready(session_name, spec)
     pid = sup.status()[0].pid
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -151,9 +149,7 @@ async def test_new_flags_on_a_taken_port_are_refused_before_anything_stops(sessi
 
 async def test_a_restart_a_killed_supervisor_left_half_done_is_finished_by_the_next(session_name):
     spec = fake_spec("a", max_num_seqs=4)
-    first = supervisor(session_name, spec)
-    await first.start()
-    assert (await first.wait_settled(timeout=15)) == {"a": State.READY}
+    first = await ready(session_name, spec)
     # what a supervisor killed between the stop and the start of a restart leaves: the intent, no process
     await first.stop(["a"])
     await first.close()

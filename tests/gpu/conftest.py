@@ -39,11 +39,11 @@ def _nvml_count() -> int:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no library, no driver: no GPUs
+    except Exception:  # noqa: BLE001 — no library, no driver: no GPUs
         return 0
     try:
         return int(pynvml.nvmlDeviceGetCount())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 — pynvml.NVMLError or a ctypes error: no GPUs
         return 0
     finally:
         with contextlib.suppress(Exception):
@@ -155,7 +155,7 @@ def owners(*sups: Supervisor) -> dict[int, str]:
 
 
 def sample(*sups: Supervisor) -> GpuSample:
-    sampler = GpuSampler(lambda s: None, pid_owner=lambda: owners(*sups))
+    sampler = GpuSampler(lambda s: None, owners=lambda pids: owners(*sups))
     try:
         got = sampler.sample_once()
     finally:

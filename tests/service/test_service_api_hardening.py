@@ -162,6 +162,7 @@ WRONG: dict[str, st.SearchStrategy[Any]] = {
     "base": st.lists(JSON) | st.text(max_size=5) | st.integers() | st.just({"x": None}),
     "fallback": st.integers() | st.text(max_size=5) | st.lists(st.booleans(), max_size=2),
     "label": NOT_STR | st.just("") | st.just("x" * 33) | st.just("a\nb"),
+    "plan": st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.lists(JSON, max_size=3),
 }
 
 

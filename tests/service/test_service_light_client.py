@@ -40,7 +40,7 @@ def test_a_found_supervisor_answers_a_command_in_one_request(monkeypatch) -> Non
 
     asked: list[tuple[str, str]] = []
 
-    def request(self, method, target, body=None, *, timeout=30.0):  # noqa: ANN001
+    def request(self, method, target, body=None, *, timeout=30.0):
         asked.append((method, target))
         return {"session": self.session, "instances": [{"name": "a"}]}
 

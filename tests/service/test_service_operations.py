@@ -86,7 +86,7 @@ def test_a_supervisor_killed_mid_restart_is_finished_by_the_next(tmp_path: Path,
     assert vtui("down", str(path)).returncode == 0
 
 
-def _quietly(call) -> None:  # noqa: ANN001
+def _quietly(call) -> None:
     try:
         call()
     except Exception:  # noqa: BLE001 — the supervisor is killed under this request: any error will do

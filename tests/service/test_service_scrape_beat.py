@@ -1,10 +1,14 @@
 """The supervisor's scrape loops share one grid: after its first scrape (at once), every loop of an
-interval scrapes on the same ticks, one interval apart, and a cancelled loop does not disturb the others."""
+interval scrapes on the same ticks, one interval apart, and a cancelled loop does not disturb the others.
+Time is a virtual clock's: the ticks are checked exactly, with no real waiting."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+
+import pytest
+from _support.clock import VirtualClock
 
 from vtui.bench.lean_http import Response
 from vtui.service.probes import LeanScrapeLoop
@@ -13,66 +17,82 @@ PAYLOAD = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_idle.
 
 
 class FakePool:
-    def __init__(self, times: dict[str, list[float]]) -> None:
-        self.times = times
+    def __init__(self, clock: VirtualClock, times: dict[str, list[float]]) -> None:
+        self.clock, self.times = clock, times
 
     async def request(self, method: str, url: str, **_: object) -> Response:
-        self.times.setdefault(url, []).append(asyncio.get_running_loop().time())
+        self.times.setdefault(url, []).append(self.clock.time())
         return Response(200, {}, PAYLOAD)
 
 
-def test_scrape_loops_share_one_grid() -> None:
-    async def main() -> dict[str, list[float]]:
+def _on_grid(t: float, interval: float) -> bool:
+    return abs(t / interval - round(t / interval)) < 1e-9
+
+
+def _scrape_times(interval: float, starts: list[float], cancel_first_after: float, then: float) -> dict:
+    """Scrape times per URL of one loop per entry of `starts` (virtual seconds after the previous
+    one started); the first loop is cancelled `cancel_first_after` s after the last started, the rest
+    `then` s later."""
+
+    async def main() -> tuple[dict[str, list[float]], list[float], float]:
+        clock = VirtualClock(1000.0)
         times: dict[str, list[float]] = {}
-        pool = FakePool(times)
-        samples: list[object] = []
-        loops = [
-            LeanScrapeLoop(
-                f"i{i}", f"http://127.0.0.1:{9000 + i}", samples.append, lambda: pool, interval=0.2
-            )  # type: ignore[arg-type,return-value]
-            for i in range(3)
-        ]
+        pool = FakePool(clock, times)
+        samples: list = []
         tasks = []
-        for loop in loops:
+        for i, start in enumerate(starts):
+            await clock.advance(start)
+            loop = LeanScrapeLoop(
+                f"i{i}",
+                f"http://127.0.0.1:{9000 + i}",
+                samples.append,
+                lambda: pool,  # type: ignore[arg-type,return-value]
+                interval=interval,
+                clock=clock,
+            )
             tasks.append(asyncio.ensure_future(loop.run()))
-            await asyncio.sleep(0.07)  # started out of phase
-        await asyncio.sleep(0.5)
-        tasks[0].cancel()  # one loop ends: the others keep their ticks
-        await asyncio.sleep(0.6)
+        await clock.advance(cancel_first_after)
+        tasks[0].cancel()
+        cancelled_at = clock.time()
+        await clock.advance(then)
         for task in tasks[1:]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         assert len(samples) == sum(len(t) for t in times.values())
-        return times
+        return times, [s.at for s in samples], cancelled_at
 
-    times = asyncio.run(main())
-    later = {url: t[1:] for url, t in times.items()}  # after each loop's first scrape
+    times, stamps, cancelled_at = asyncio.run(main())
+    assert sorted(stamps) == sorted(t for ts in times.values() for t in ts)  # stamped by the clock
+    assert max(times["http://127.0.0.1:9000/metrics"]) <= cancelled_at
+    return times
+
+
+def test_scrape_loops_share_one_grid() -> None:
+    times = _scrape_times(0.2, [0.0, 0.07, 0.07], cancel_first_after=0.5, then=0.6)
+    assert [t[0] for t in times.values()] == pytest.approx([1000.0, 1000.07, 1000.14])  # at once
+    later = {url: t[1:] for url, t in times.items()}
     for url, stamps in later.items():
         gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-        assert all(0.15 < g < 0.3 for g in gaps), (url, gaps)  # one interval apart (a loaded box: slack)
+        assert all(abs(g - 0.2) < 1e-9 for g in gaps), (url, gaps)  # one interval apart
+        assert all(_on_grid(t, 0.2) for t in stamps), (url, stamps)  # on the clock's multiples
     a, b = later["http://127.0.0.1:9001/metrics"], later["http://127.0.0.1:9002/metrics"]
-    shared = min(len(a), len(b))
-    assert shared >= 4
-    assert all(abs(x - y) < 0.05 for x, y in zip(a[-shared:], b[-shared:], strict=True))  # the same ticks
+    assert a[0] == pytest.approx(
+        b[0] - 0.2
+    )  # 1000.07 + 0.2 is due at 1000.2; 1000.14 + 0.2 is past half way to 1000.4
+    assert b == a[1:]  # then the same ticks, the first loop's end notwithstanding
+    assert len(b) >= 4
 
 
 def test_scrapes_and_health_probes_fall_on_the_same_whole_seconds() -> None:
-    """The scrape grid sits on the wall clock's multiples of its interval, and the supervisor's health
+    """The scrape grid sits on the clock's multiples of its interval, and the supervisor's health
     loop sleeps to the next of them (at least half an interval on): an instance's two requests, answers
     and access-log lines come in the same wake-ups."""
-    import time
     from types import SimpleNamespace
 
-    from vtui.service.probes import _Beat
     from vtui.supervisor.supervisor_loops import LoopMixin
 
-    async def origin_offset() -> float:
-        loop = asyncio.get_running_loop()
-        beat = _Beat(loop, 1.0)
-        return (time.time() + (beat.origin + 5 - loop.time())) % 1.0
-
-    offset = asyncio.run(origin_offset())
-    assert min(offset, 1.0 - offset) < 0.01
+    times = _scrape_times(1.0, [0.3], cancel_first_after=4.0, then=0.0)
+    assert times["http://127.0.0.1:9000/metrics"] == pytest.approx([1000.3, 1001.0, 1002.0, 1003.0, 1004.0])
     for now, delay in ((10.3, 0.7), (10.0, 1.0), (10.6, 1.4), (10.45, 0.55)):
         stub = SimpleNamespace(clock=SimpleNamespace(time=lambda now=now: now))
         assert abs(LoopMixin._to_grid(stub, 1.0) - delay) < 1e-9  # type: ignore[arg-type]

@@ -117,3 +117,21 @@ def test_both_supervisors_satisfy_the_seam() -> None:
     layout = Layout(SessionSpec("s"), (InstanceSpec("a", "m", 8000),), path=Path("/nowhere.toml"))
     assert isinstance(Supervisor(layout), SupervisorApi)
     assert isinstance(RemoteSupervisor(layout), SupervisorApi)
+
+
+def test_a_followed_supervisors_gpus_are_a_gpu_source() -> None:
+    """The feed's GPU samples make the follower's `gpus` (core.gpu.FedSource): another host's GPUs for
+    `instance_gpus`, the same rule as the local ones."""
+    from vtui.core.gpu import GpuInfo, GpuSample, instance_gpus
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.service.remote import RemoteSupervisor
+    from vtui.service.wire import encode_gpu
+
+    spec = InstanceSpec(name="q", model="m", port=1, gpus=(1,))
+    remote = RemoteSupervisor(Layout(SessionSpec(name="far"), (spec,)))
+    assert not instance_gpus(spec, remote.gpus).available
+    gib = 1 << 30
+    gpus = tuple(GpuInfo(i, "H100", (10 + i) * gib, 80 * gib, None, None, None, None) for i in range(2))
+    remote._on_message({"type": "gpu", "sample": encode_gpu(GpuSample(True, None, gpus, (), 5.0, "nvml"))})
+    view = instance_gpus(spec, remote.gpus)
+    assert view.available and view.free == {1: 69 * gib}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -266,3 +267,21 @@ def test_sleep_routes_need_dev_mode(start_sim, tmp_path):
     sim = start_sim("Qwen/Qwen3-8B", "--max-model-len", "4096", env={"VTUI_SIM_GPU_DIR": str(tmp_path)})
     assert sim.post("/sleep?level=1", b"")[0] == 404
     assert sim.get("/is_sleeping")[0] == 404
+
+
+def test_a_standalone_sim_refuses_a_simulated_gpu_that_is_already_full(start_sim, tmp_path):
+    """As vLLM 0.32 refuses at startup when the GPU's free memory is below what gpu-memory-utilization asks:
+    GPU 0 is held (75 of its 80 GiB) by another live process in the registry; the sim exits 1 with
+    vLLM's error and claims nothing."""
+    reg_dir = tmp_path / "reg"
+    reg = GpuRegistry(reg_dir)
+    reg.claim(os.getpid(), [0], 75 * 2**30)  # this test's process: alive, so the entry counts
+    sim = start_sim(
+        "Qwen/Qwen3-0.6B", "--max-model-len", "4096", env={"VTUI_SIM_GPU_DIR": str(reg_dir)}, healthy=False
+    )
+    assert sim.proc.wait(timeout=30) == 1
+    assert (
+        "ValueError: Free memory on device cuda:0 (5.00/80.00 GiB) on startup is less than desired"
+        in sim.text()
+    )
+    assert set(reg.holders()) == {os.getpid()}

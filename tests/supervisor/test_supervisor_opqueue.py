@@ -20,7 +20,7 @@ class Gate:
         self.ran: list[str] = []
         self.release = asyncio.Event()
 
-    def runner(self, what: str):  # noqa: ANN201
+    def runner(self, what: str):
         async def run(op: Operation) -> str:
             self.ran.append(what)
             await self.release.wait()
@@ -33,7 +33,7 @@ def spec(**flags: object) -> InstanceSpec:
     return InstanceSpec(name="a", model="m", port=8000, flags=dict(flags))  # type: ignore[arg-type]
 
 
-def set_flag(key: str, value: object):  # noqa: ANN201
+def set_flag(key: str, value: object):
     return lambda s: dataclasses.replace(s, flags={**s.flags, key: value})
 
 

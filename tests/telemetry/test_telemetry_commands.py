@@ -103,7 +103,7 @@ def test_metrics_url(capsys) -> None:
     body = (FIXTURES / "metrics_idle.txt").read_bytes()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             ok = self.path == "/metrics"
             self.send_response(200 if ok else 404)
             self.send_header("Content-Length", str(len(body) if ok else 0))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vtui.telemetry.diagnosis import diagnose, diagnose_runtime
+from vtui.telemetry.diagnosis import KvShortWatch, diagnose, diagnose_runtime
 from vtui.telemetry.gpu import GpuProcess, GpuSample
 from vtui.telemetry.metrics import MetricsSample
 
@@ -267,3 +267,86 @@ def test_runtime_quiet_when_not_short(now) -> None:
 def test_runtime_rising_from_history_without_rate() -> None:
     history = [_sample(0.0, 1.0, 2.0, 3.0), _sample(1.0, 1.0, 2.0, 3.0)]
     assert diagnose_runtime(_sample(2.0, 0.99, 2.0, 5.0), history)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fix"),
+    [
+        # vLLM sizes the cache from --kv-cache-memory-bytes alone: raise it, not the utilization
+        ({"kv-cache-memory-bytes": 8 * 1024**3}, {"kv-cache-memory-bytes": 10 * 1024**3}),
+        (
+            {"kv-cache-memory-bytes": "4G", "gpu-memory-utilization": 0.5},
+            {"kv-cache-memory-bytes": 5 * 1024**3},
+        ),
+        ({"kv-cache-memory-bytes": 1000, "max-model-len": 32768}, {"max-model-len": 16384}),
+    ],
+)
+def test_runtime_fix_raises_an_explicit_kv_size(flags, fix) -> None:
+    [p] = diagnose_runtime(_sample(2.0, 0.97, 3.0, 9.0, preempt_rate=1.0), [], flags=flags)
+    assert dict(p.fix or {}) == fix
+
+
+def _run(watch: KvShortWatch, points, flags=None) -> list[bool]:
+    """Whether the watch shows "KV cache short" after each (at, kv, waiting, preemptions total)."""
+    return [bool(watch.observe(_sample(at, kv, w, total), flags)) for at, kv, w, total in points]
+
+
+def test_kv_watch_enters_only_after_the_pressure_lasted() -> None:
+    watch = KvShortWatch(enter_s=10.0, leave_s=30.0)
+    pressure = [(float(t), 0.98, 5.0, float(t)) for t in range(0, 12)]  # preempting every second
+    shown = _run(watch, pressure, {"gpu-memory-utilization": 0.9})
+    assert shown == [False] * 10 + [True, True]  # 10 s after the first sample of pressure
+    [p] = watch.shown
+    assert p.message == "KV cache 98% full, 5 waiting" and dict(p.fix or {}) == {
+        "gpu-memory-utilization": 0.92
+    }
+
+
+def test_kv_watch_needs_preemptions_rising() -> None:
+    watch = KvShortWatch(enter_s=10.0)
+    assert not any(_run(watch, [(float(t), 1.0, 5.0, 3.0) for t in range(30)]))  # full, but flat counter
+
+
+def test_kv_watch_relief_during_entry_starts_the_wait_over() -> None:
+    watch = KvShortWatch(enter_s=10.0)
+    points = [(float(t), 0.98, 5.0, float(t)) for t in range(8)]
+    points += [(8.0, 0.98, 0.0, 8.0)]  # the queue empties for one scrape: relief
+    points += [(float(t), 0.98, 5.0, float(t)) for t in range(9, 20)]
+    shown = _run(watch, points)
+    assert shown.index(True) == 19  # ten seconds after the pressure came back at t=9
+
+
+def test_kv_watch_does_not_flicker_around_the_thresholds() -> None:
+    """The flicker seen on a loaded server: usage hovering 93-97 %, the queue emptying for a scrape now
+    and then. One diagnosis per sample went on and off; the watch stays on."""
+    watch = KvShortWatch(enter_s=10.0, leave_s=30.0)
+    points = [(float(t), 0.98, 5.0, float(t)) for t in range(11)]
+    for t in range(11, 60):  # hovering: 93 % (between the thresholds) or 97 %, an empty queue every 7 s
+        points.append((float(t), 0.93 if t % 2 else 0.97, 0.0 if t % 7 == 0 else 3.0, float(t)))
+    shown = _run(watch, points)
+    assert shown[10:] == [True] * (len(points) - 10)
+    per_sample = [
+        bool(diagnose_runtime(_sample(at, kv, w, total, preempt_rate=1.0), []))
+        for at, kv, w, total in points[11:]
+    ]
+    assert True in per_sample and False in per_sample  # what it was before: on, off, on…
+
+
+def test_kv_watch_leaves_after_lasting_relief_only() -> None:
+    watch = KvShortWatch(enter_s=5.0, leave_s=30.0)
+    points = [(float(t), 1.0, 5.0, float(t)) for t in range(6)]
+    points += [(float(t), 0.5, 0.0, 6.0) for t in range(6, 20)]  # relief for 14 s
+    points += [(20.0, 0.90, 2.0, 6.0)]  # between the thresholds with a queue: the relief breaks
+    points += [(float(t), 0.5, 0.0, 6.0) for t in range(21, 52)]  # relief again, 30 s from t=21
+    shown = _run(watch, points)
+    assert shown[5] and all(shown[5:51]) and not shown[51]
+    assert watch.shown == [] and not any(_run(watch, [(52.0, 0.99, 3.0, 6.0)]))  # over: starts afresh
+
+
+def test_kv_watch_starts_over_on_a_new_run_and_ignores_old_samples() -> None:
+    watch = KvShortWatch(enter_s=2.0)
+    assert _run(watch, [(0.0, 1.0, 3.0, 50.0), (1.0, 1.0, 3.0, 51.0), (2.0, 1.0, 3.0, 52.0)])[-1]
+    assert watch.observe(_sample(1.5, 0.1, 0.0, 52.0)) == watch.shown  # older than the last: ignored
+    assert not _run(watch, [(3.0, 1.0, 3.0, 1.0)])[-1]  # the counter went down: another run
+    with pytest.raises(ValueError, match="above the enter"):
+        KvShortWatch(enter=0.8, leave=0.9)

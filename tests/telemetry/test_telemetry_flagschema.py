@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from vtui.core import flagspec
 from vtui.core.flagspec import BUILTIN_FLAGS
 from vtui.telemetry.flagschema import FlagSchema, installed_schema, python_of, vllm_version_of
 
@@ -86,22 +87,40 @@ def test_reads_and_caches_per_version(tmp_path: Path) -> None:
     assert installed_schema([str(python)], refresh=True).source == "installed"
 
 
-def test_no_vllm_falls_back_to_builtin(tmp_path: Path) -> None:
+def _newest_guess(schema: FlagSchema) -> bool:
+    """The resolver's last resort: the newest bundled table, standing in for an unknown vLLM's."""
+    newest = flagspec.newest_bundled()
+    return (
+        schema.source == "newest"
+        and schema.guessed
+        and schema.vllm_version == newest
+        and dict(schema.flags) == dict(flagspec.bundled_flags(newest))
+    )
+
+
+def test_no_vllm_falls_back_to_the_newest_bundled_schema(tmp_path: Path) -> None:
     python, _ = _fake_python(tmp_path, None)
     schema = installed_schema([str(python)])
-    assert schema.source == "builtin" and schema.flags is BUILTIN_FLAGS
-    assert "not installed" in (schema.error or "")
+    assert _newest_guess(schema) and "not installed" in (schema.error or "")
 
 
-def test_broken_vllm_falls_back_to_builtin(tmp_path: Path) -> None:
+def test_a_broken_vllm_of_a_release_vtui_does_not_bundle_falls_back_to_the_newest(tmp_path: Path) -> None:
     python, _ = _fake_python(tmp_path, "0.5.0", dump=None)
     schema = installed_schema([str(python)])
-    assert schema.source == "builtin" and "ImportError: boom" in (schema.error or "")
+    assert _newest_guess(schema) and "ImportError: boom" in (schema.error or "")
+    assert "vLLM 0.5.0 is installed" in (schema.error or "")
+
+
+def test_a_broken_vllm_of_a_bundled_release_takes_that_release(tmp_path: Path) -> None:
+    python, _ = _fake_python(tmp_path, "0.33.1", dump=None)
+    schema = installed_schema([str(python)])
+    assert (schema.source, schema.vllm_version, schema.guessed) == ("bundled", "0.33.0", False)
+    assert schema.flags is flagspec.bundled_flags("0.33.0")
 
 
 def test_missing_interpreter_falls_back(tmp_path: Path) -> None:
     schema = installed_schema([str(tmp_path / "nope" / "python")])
-    assert schema.source == "builtin" and schema.error
+    assert _newest_guess(schema) and schema.error
 
 
 def test_python_of(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
+    class NVMLError_NotSupported(NVMLError):
         pass
 
     NVML_TEMPERATURE_GPU = 0
@@ -120,19 +120,17 @@ def test_unsupported_fields_are_none() -> None:
 def test_processes_are_mapped_to_instances_or_other() -> None:
     nvml = FakeNvml(2, processes={0: [(100, 20 * GiB), (555, 1 * GiB)], 1: [(101, None)]})
     owners = {100: "qwen", 101: "qwen", 200: "llama"}
-    sample = GpuSampler(lambda s: None, nvml=nvml, pid_owner=lambda: owners).sample_once()
+    sample = GpuSampler(lambda s: None, nvml=nvml, owners=lambda pids: owners).sample_once()
     got = {(p.gpu_index, p.pid): (p.instance, p.used_memory) for p in sample.processes}
     assert got == {(0, 100): ("qwen", 20 * GiB), (0, 555): (None, 1 * GiB), (1, 101): ("qwen", None)}
     assert [p.pid for p in sample.processes_on(0)] == [100, 555]
 
 
 def test_broken_pid_owner_still_samples() -> None:
-    def boom() -> dict[int, str]:
+    def boom(pids) -> dict[int, str]:
         raise RuntimeError("supervisor gone")
 
-    sample = GpuSampler(
-        lambda s: None, nvml=FakeNvml(1, processes={0: [(7, 1)]}), pid_owner=boom
-    ).sample_once()
+    sample = GpuSampler(lambda s: None, nvml=FakeNvml(1, processes={0: [(7, 1)]}), owners=boom).sample_once()
     assert sample.processes[0].instance is None
 
 
@@ -200,7 +198,7 @@ def test_processes_carry_their_command_line_read_once() -> None:
     import sys
     from unittest import mock
 
-    import vtui.telemetry.gpu as gpu_mod
+    import vtui.telemetry.gpuprocs as gpu_mod
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "vtui-gpu-cmd"])
     try:
@@ -223,3 +221,24 @@ def test_processes_carry_their_command_line_read_once() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_an_unwanted_sampler_rests_until_poked() -> None:
+    """Nobody reads the samples (`wanted` False): after the first, none until `poke()`."""
+    got: list[object] = []
+    wanted = [False]
+    arrived = threading.Event()
+
+    def on_sample(sample) -> None:
+        got.append(sample)
+        arrived.set()
+
+    sampler = GpuSampler(on_sample, nvml=FakeNvml(1), interval=0.01, wanted=lambda: wanted[0])
+    sampler.start()
+    assert arrived.wait(2.0)
+    arrived.clear()
+    assert not arrived.wait(0.2) and len(got) == 1  # twenty ticks, no sample
+    wanted[0] = True
+    sampler.poke()
+    assert arrived.wait(2.0)
+    sampler.stop()

@@ -1,5 +1,6 @@
 """ScrapeLoop against real local HTTP servers: samples flow; a hung server never gets a pile of requests;
-an instance that is down is polled slowly; stop() ends the loop promptly."""
+an instance that is down is polled slowly; stop() ends the loop promptly. The pauses between scrapes are
+a virtual clock's: counted exactly, never waited for."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import socket
 
 import httpx
 import pytest
+from _support.clock import VirtualClock
 
 from vtui.telemetry.scrape import ScrapeLoop
 
@@ -61,53 +63,76 @@ class _Server:
             await server.wait_closed()
 
 
-async def _run_for(loop: ScrapeLoop, seconds: float) -> None:
+async def _run_until(loop: ScrapeLoop, clock: VirtualClock, scrapes: int) -> None:
+    """Run `loop` on `clock` until it has started `scrapes` scrapes and the last one has ended."""
     task = asyncio.create_task(loop.run())
-    await asyncio.sleep(seconds)
+    await clock.run_until(lambda: loop.scrapes == scrapes and loop.in_flight == 0)
     loop.stop()
-    await asyncio.wait_for(task, 2.0)
+    await asyncio.wait_for(task, 2.0)  # stop() cuts the pause short
 
 
 async def test_samples_are_posted(fixture_text) -> None:
     server = _Server(fixture_text("metrics_busy.txt"))
     samples = []
+    clock = VirtualClock(1000.0)
     async with server.serve() as url:
-        loop = ScrapeLoop("a", url + "/", samples.append, interval=0.05, timeout=1.0, api_key="sk-test")
-        await _run_for(loop, 0.4)
-    assert samples and samples[0].instance == "a" and samples[0].running == 8.0
+        loop = ScrapeLoop(
+            "a", url + "/", samples.append, interval=0.25, timeout=1.0, api_key="sk-test", clock=clock
+        )
+        await _run_until(loop, clock, scrapes=4)
+    assert samples[0].instance == "a" and samples[0].running == 8.0
     assert server.paths[0] == "/metrics"
     assert server.auth[0] == "Bearer sk-test"
-    assert len(samples) >= 2 and samples[-1].prompt_tps == 0.0  # same payload: a rate of 0, not None
+    assert [s.at for s in samples] == [1000.0, 1000.25, 1000.5, 1000.75]  # every interval, clock time
+    assert samples[-1].prompt_tps == 0.0  # same payload: a rate of 0, not None
 
 
 async def test_hung_server_gets_one_request_at_a_time() -> None:
     server = _Server(None)
     errors: list[str] = []
     samples = []
+    clock = VirtualClock()
     async with server.serve() as url:
         loop = ScrapeLoop(
-            "a", url, samples.append, interval=0.01, timeout=0.15, down_interval=0.3, on_error=errors.append
+            "a",
+            url,
+            samples.append,
+            interval=0.01,
+            timeout=0.05,
+            down_interval=0.3,
+            on_error=errors.append,
+            clock=clock,
         )
-        await _run_for(loop, 1.0)
-        await asyncio.sleep(0.05)  # let the server see the last close
+        await _run_until(loop, clock, scrapes=4)
+        while server.open:  # the server sees the last close
+            await asyncio.sleep(0)
     assert not samples
     assert server.max_open == 1  # never a pile of requests behind the hung one
-    # 2 quick attempts (0.15 s each), then one every 0.15 + 0.3 s: about 4, far from 1 s / 10 ms
-    assert 2 <= server.requests <= 5
-    assert loop.down and "within 0.15 s" in errors[0]
+    assert server.requests == 4
+    # each attempt gives up after the timeout; 2 quick ones, then one per down interval
+    assert clock.slept[:3] == [0.01, 0.3, 0.3]
+    assert loop.down and errors == ["no answer from " + url + "/metrics within 0.05 s"] * 4
     assert loop.in_flight == 0
 
 
 async def test_refused_connection_counts_as_down() -> None:
     samples = []
+    clock = VirtualClock()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connection refused
         loop = ScrapeLoop(
-            "a", f"http://127.0.0.1:{port}", samples.append, interval=0.01, timeout=0.5, down_interval=10.0
+            "a",
+            f"http://127.0.0.1:{port}",
+            samples.append,
+            interval=0.01,
+            timeout=0.5,
+            down_interval=10.0,
+            clock=clock,
         )
-        await _run_for(loop, 0.3)
-    assert loop.scrapes == 2  # then waiting the 10 s down interval
+        await _run_until(loop, clock, scrapes=3)
+    assert clock.slept[:2] == [0.01, 10.0]  # down after 2 failures: then the 10 s down interval
+    assert clock.time() == pytest.approx(1010.01)
     assert loop.down and "ConnectError" in (loop.last_error or "")
 
 

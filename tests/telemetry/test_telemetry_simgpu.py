@@ -6,9 +6,10 @@ import os
 import subprocess
 import sys
 
+from vtui.core.gpu import GpuSources
 from vtui.sim.gpus import GpuRegistry
 from vtui.sim.gpuview import GIB, SimulatedGpus
-from vtui.telemetry.gpu import NO_DRIVER, GpuSampler
+from vtui.telemetry.gpu import NO_DRIVER, GpuSampler, NvmlSource
 
 
 class NoDriver:
@@ -47,11 +48,21 @@ def test_sampler_without_a_driver_uses_the_fallback_and_keeps_sampling(tmp_path)
     registry.claim(os.getpid(), [0], 12 * GIB)
     plain = GpuSampler(lambda s: None, nvml=NoDriver())
     assert plain.sample_once().reason == NO_DRIVER and not plain.sample_once().available
+    box = SimulatedGpus(1, 24, registry=registry)
+
+    class Simulated:
+        name = "simulated"
+
+        def sample(self):
+            return box()
+
+        def close(self):
+            pass
+
     sampler = GpuSampler(
         lambda s: None,
-        nvml=NoDriver(),
-        pid_owner=lambda: {os.getpid(): "a"},
-        fallback=SimulatedGpus(1, 24, registry=registry),
+        owners=lambda pids: {os.getpid(): "a"},
+        source=GpuSources(NvmlSource(NoDriver()), Simulated()),
     )
     sample = sampler.sample_once()
     assert sample.available and sample.gpus[0].memory_used == 12 * GIB

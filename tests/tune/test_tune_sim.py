@@ -1,6 +1,7 @@
 """`vtui tune` end to end on the sim: it finds flags meeting a TTFT SLO that beat the starting ones (and
 saves them, comments kept); the planner rules out a region without a restart; a configuration that
-fails to start is recorded with its diagnosis; Ctrl-C puts the original flags back."""
+fails to start is recorded with its diagnosis; Ctrl-C leaves the tune running in the supervisor, or
+cancels it (original flags back) with --cancel-on-interrupt."""
 
 from __future__ import annotations
 
@@ -147,34 +148,45 @@ def test_a_failed_start_is_recorded_with_its_diagnosis(tmp_path: Path) -> None:
     assert running_flags(session.client, "a") == flags
 
 
-def test_ctrl_c_puts_the_original_flags_back(tmp_path: Path) -> None:
+def test_ctrl_c_leaves_the_tune_running_or_cancels_it_with_the_flag(tmp_path: Path) -> None:
     layout = write_layout(tmp_path, [("a", {"max-num-seqs": 2})])
     up(layout)
     original = flags_of(layout, "a")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vtui", "tune", str(layout), "a", "--concurrency", "8", *QUICK],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-        # as a terminal's Ctrl-C finds it: a suite started in the background (`cmd &`) inherits SIGINT
-        # ignored, and Python then installs no KeyboardInterrupt handler in the child
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    seen = []
-    deadline = time.monotonic() + 200
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        seen.append(line)
-        if line.startswith("trial 2 "):  # two restarts done: the instance runs other flags now
-            break
-        assert line or proc.poll() is None, "".join(seen)
-    assert flags_of(layout, "a") != original
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, "".join(seen) + err
-    assert "putting the original flags back" in err and "original flags again" in err
-    assert flags_of(layout, "a") == original
+
+    def interrupted(*extra: str) -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vtui", "tune", str(layout), "a", "--concurrency", "8", *QUICK, *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+            # as a terminal's Ctrl-C finds it: a suite started in the background (`cmd &`) inherits
+            # SIGINT ignored, and Python then installs no KeyboardInterrupt handler in the child
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        seen = []
+        deadline = time.monotonic() + 200
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            seen.append(line)
+            if line.startswith("trial 1 "):  # a restart done: the instance runs other flags now
+                break
+            assert line or proc.poll() is None, "".join(seen)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        return proc.returncode, "".join(seen) + err
+
+    code, err = interrupted()  # Ctrl-C: the client goes, the tune runs on in the supervisor
+    assert code == 130 and "runs on in the session supervisor" in err, err
+    attach = vtui("tune", str(layout), "a", "--attach", "--json", timeout=400)
+    assert attach.returncode == 0, attach.stdout + attach.stderr
+    assert "verdict" in json.loads(attach.stdout)
+    code, err = interrupted("--cancel-on-interrupt", "--max-trials", "12", "--num-requests", "96")
+    assert code == 130 and "cancelling the tune" in err, err
+    now = flags_of(layout, "a")
+    applied = json.loads(attach.stdout)
+    expected = applied["final_flags"] if applied["applied"] else original
+    assert now == expected  # the cancelled tune put back the flags it started from
 
 
 def test_bad_input_exits_2_with_a_clear_line(tmp_path: Path) -> None:

@@ -142,6 +142,9 @@ async def test_rollback_restores_last_good_flags(fake, app_factory, layout):
         assert view.state == State.READY and view.spec.flags["max-num-seqs"] == 128
         outcomes = [(r.flags.get("max-num-seqs"), r.outcome, r.note) for r in view.flag_history]
         assert outcomes[-2:] == [(4096, "failed", None), (128, "ready", "rollback")]
+        # through the supervisor's queue as a "rollback"; FAILED: no flags it serves with to go back to
+        assert fake.restarts[-1] == ("llama", "rollback", False)
+        assert "llama: rolled back to the flags before the last change" in screen_text(app)
 
 
 async def test_rollback_undoes_a_change_that_worked(fake, app_factory, layout):
@@ -172,6 +175,7 @@ async def test_rollback_undoes_a_change_that_worked(fake, app_factory, layout):
         await settle(pilot, 5)
         assert view.state == State.READY and dict(view.spec.flags) == before
         assert view.flag_history[-1].note == "rollback"
+        assert fake.restarts[-1] == ("qwen", "rollback", True)  # serving: back to 8 if `before` fails
 
 
 async def test_save_layout_writes_current_flags(fake, app_factory, tmp_path):

@@ -229,3 +229,30 @@ async def test_refiltering_resizes_the_scroll_range_without_a_layout_pass(fake, 
             assert view.vertical_scrollbar.window_virtual_size == lines
             assert view.scroll_y == view.max_scroll_y == lines - view.scrollable_content_region.height
             assert ("GET /metrics" in screen_text(app)) == shown and last_number(app) == 398
+
+
+EIGHTHS = set("▁▂▃▄▅▆▇▏▎▍▌▋▊▉")
+
+
+async def test_scroll_bars_leave_no_block_glyphs_at_the_right_edge(fake, app_factory, h):
+    """The log view's and the detail screen's scroll thumbs are whole cells: Textual's eighth-block ends
+    read as stray characters at the screen's edge (and in any text capture of it)."""
+    from vtui.ui.messages import MetricsArrived
+
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        fake.emit_logs("qwen", [f"line {i} " + "x" * (60 + i % 90) for i in range(997)])
+        for i in range(300):
+            app.on_metrics_arrived(MetricsArrived(h.metrics("qwen", at=h.NOW - 300 + i)))
+        await settle(pilot)
+        for key, scroll in (("l", "pageup"), ("enter", "pagedown")):
+            await pilot.press(key)
+            await settle(pilot)
+            await pilot.press(scroll)  # a thumb between two cells
+            await settle(pilot)
+            rows = screen_text(app).splitlines()
+            edge = {ch for row in rows for ch in row.rstrip("\n")[-3:]} | {ch for ch in rows[-3]}
+            assert not edge & EIGHTHS, (key, sorted(edge & EIGHTHS))
+            await pilot.press("escape")
+            await settle(pilot)

@@ -108,7 +108,7 @@ def test_a_replica_scaled_away_leaves_no_row() -> None:
 
 
 @pytest.mark.slow
-async def test_the_dashboard_follows_replicas_changed_while_the_group_runs(tmp_path) -> None:  # noqa: ANN001
+async def test_the_dashboard_follows_replicas_changed_while_the_group_runs(tmp_path) -> None:
     """The dashboard as a client of the session supervisor: `replicas` raised in the layout file and
     handed over (POST /layout) gives NAME-2 a row once it starts; lowered, the row goes once the
     supervisor forgot it (the feed's snapshot no longer lists it)."""
@@ -145,7 +145,7 @@ async def test_the_dashboard_follows_replicas_changed_while_the_group_runs(tmp_p
     write(2)
     app = make_app(path, gpu_sampler=False)
 
-    async def until(predicate, what: str) -> None:  # noqa: ANN001
+    async def until(predicate, what: str) -> None:
         end = time.monotonic() + 30
         while not predicate():
             seen = {n: v.state.value for n, v in app.store.views.items()}

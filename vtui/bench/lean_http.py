@@ -175,7 +175,7 @@ class _Exchange:
     )
 
     def __init__(
-        self, future: asyncio.Future, sink: Callable[[bytes], None] | None, watchdog: _Watchdog
+        self, future: asyncio.Future[Response], sink: Callable[[bytes], None] | None, watchdog: _Watchdog
     ) -> None:
         self.future, self.sink, self.watchdog = future, sink, watchdog
         self.buf = b""
@@ -221,7 +221,7 @@ class _Exchange:
                     self._finish()
             else:
                 self._emit(data)
-        except Exception as exc:  # a protocol error, or the sink's own (bad JSON in the stream)
+        except Exception as exc:  # noqa: BLE001 — a protocol error, or the sink's own (any: bad JSON in the stream)
             self._fail(exc)
 
     def _head(self, data: bytes) -> bytes:
@@ -472,7 +472,7 @@ class LeanPool:
         hard: float | None = None,
     ) -> Response:
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[Response] = loop.create_future()
         watchdog = _Watchdog(loop, timeout, conn, hard)
         exchange = _Exchange(future, sink, watchdog)
         conn.exchange = exchange

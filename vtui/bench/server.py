@@ -49,7 +49,7 @@ class ServerWatch:
         self._client = client
         self._url = f"{base_url}/metrics"
         self._interval = interval
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._first: MetricsSnapshot | None = None
         self._last: MetricsSnapshot | None = None
         self._first_sample: MetricsSample | None = None

@@ -93,7 +93,8 @@ class Dist:
     p99: float | None = None
 
     def get(self, key: str) -> float | None:
-        return getattr(self, key)
+        value: float | None = getattr(self, key)  # one of the fields above
+        return value
 
 
 @dataclass(frozen=True)

@@ -60,18 +60,18 @@ def load_session(words: Iterable[str], *, starts: bool = True) -> tuple[Layout, 
     """`[LAYOUT] NAME…` -> (layout, names); prints the problems and raises CommandError(2) when unusable.
     `starts=False` (down, ps, logs: stopping and listing never need a secret): an unset `${VAR}` is no
     problem; `up`, `restart` and `check` still report it."""
-    from vtui.layouts import LayoutError, NoLayoutError, load_layout, remember_last, split_layout_args
+    from vtui.layouts import LayoutError, NoLayoutError, remember_last, split_layout_args
     from vtui.telemetry import flagschema
 
     try:
         path, names = split_layout_args(words)
-        # what starts is checked against the flags of the vLLM it runs (read once per version, cached)
-        flags = (
-            flagschema.layout_flags(path, lambda line: print(f"vtui: {line}", file=sys.stderr))
-            if starts
-            else None
+        # checked against the flags of the vLLM each instance runs (read once per version, cached), so
+        # what `up` accepted, ps, down and logs read too
+        layout, warnings = flagschema.load_resolved(
+            path, unset_ok=not starts, notify=lambda line: print(f"vtui: {line}", file=sys.stderr)
         )
-        layout = load_layout(path, unset_ok=not starts, flags=flags)
+        for warning in warnings if starts else ():
+            print(f"vtui: warning: {warning}", file=sys.stderr)
     except NoLayoutError as exc:
         print(f"vtui: {exc.message}", file=sys.stderr)
         raise CommandError(2) from exc

@@ -10,7 +10,20 @@ from vtui.tune import progress
 
 DEFAULT_LOAD_CAP = 256  # the starting load is the instance's max concurrency, at most this
 # what a resume does not take from the recorded tune
-NOT_RESUMED = {"words", "json", "save", "detach", "resume", "restore", "dry_run", "func", "command"}
+NOT_RESUMED = {
+    "words",
+    "json",
+    "save",
+    "detach",
+    "resume",
+    "restore",
+    "dry_run",
+    "func",
+    "command",
+    "attach",
+    "cancel",
+    "cancel_on_interrupt",
+}
 
 
 class TuneSetup:
@@ -51,6 +64,8 @@ class TuneSetup:
         )
         self.base_url = base_url_of(spec)
         gpu_gib = self._gpu_gib(spec, self.original)
+        self.gpu_gib = gpu_gib
+        self.sim_params = _str(self.original.get("sim-params"))
         device = "cuda"
         model_max = facts.get("max_model_len")
         self.defaults: dict[str, Any] = {
@@ -98,13 +113,14 @@ class TuneSetup:
         self.predictor = planner_predictor(cfg, gpu_gib, self.workload_tokens, calibration=calibration)
         self.gpus = len(spec.get("gpus") or []) or 1
         self.gpu_hour_price = None
-        try:
-            from vtui.layouts import load_layout
+        from vtui.layouts import LayoutError
+        from vtui.telemetry.flagschema import load_resolved
 
+        try:
             self.gpu_hour_price = (
-                load_layout(self.layout_path).session.gpu_hour_price if self.layout_path else None
+                load_resolved(self.layout_path)[0].session.gpu_hour_price if self.layout_path else None
             )
-        except Exception:  # the report goes without a price; the tune does not need the file
+        except LayoutError:  # the report goes without a price; the tune does not need the file
             self.gpu_hour_price = None
 
     def _resumed(self, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -113,8 +129,8 @@ class TuneSetup:
         state = progress.live_state(self.previous)
         if state == progress.LIVE:
             raise ValueError(
-                f"a tune of {self.name} is running (pid {self.previous['pid']}); "  # type: ignore[index]
-                f"abort it first (T in the dashboard, or kill -TERM {self.previous['pid']})"  # type: ignore[index]
+                f"a tune of {self.name} is running in the session supervisor: `--attach` follows it, "
+                "`--cancel` stops it"
             )
         if args.restore:
             if state != "interrupted":
@@ -138,11 +154,14 @@ class TuneSetup:
         sim = flags.get("sim-gpu-memory-gib")
         if isinstance(sim, (int, float)) and not isinstance(sim, bool):
             return float(sim)
-        try:
-            from vtui.layouts import load_layout
+        from vtui.layouts import LayoutError
+        from vtui.telemetry.flagschema import load_resolved
 
-            session_gib = load_layout(self.layout_path).session.gpu_memory_gib if self.layout_path else None
-        except Exception:
+        try:
+            session_gib = (
+                load_resolved(self.layout_path)[0].session.gpu_memory_gib if self.layout_path else None
+            )
+        except LayoutError:  # no usable layout file: the sim's flag or NVML says
             session_gib = None
         if session_gib:
             return float(session_gib)
@@ -180,15 +199,16 @@ def _api_key(setup: TuneSetup) -> str | None:
     """The instance's api-key from its layout (the supervisor shows it masked), else VLLM_API_KEY."""
     import os
 
-    try:
-        from vtui.layouts import load_layout
+    from vtui.layouts import LayoutError
+    from vtui.telemetry.flagschema import load_resolved
 
+    try:
         key = (
-            load_layout(setup.layout_path).instance(setup.name).flags.get("api-key")
+            load_resolved(setup.layout_path)[0].instance(setup.name).flags.get("api-key")
             if setup.layout_path
             else None
         )
-    except Exception:  # no usable layout file: the environment's key, if any
+    except (LayoutError, KeyError):  # no usable layout file, or not in it: the environment's key, if any
         key = None
     key = key[0] if isinstance(key, list) and key else key
     return str(key) if isinstance(key, str) and key else os.environ.get("VLLM_API_KEY")

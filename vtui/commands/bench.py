@@ -152,9 +152,10 @@ def resolve_target(target: str, layout_arg: str | None = None) -> Target:
     if target.startswith(("http://", "https://")):
         return Target(base_url=target.rstrip("/"), api_key=os.environ.get("VLLM_API_KEY"))
     from vtui.core.runstate import RunStore, merge_flags
-    from vtui.layouts import load_layout, resolve_layout_arg
+    from vtui.layouts import resolve_layout_arg
+    from vtui.telemetry.flagschema import load_resolved
 
-    layout = load_layout(resolve_layout_arg(layout_arg))
+    layout = load_resolved(resolve_layout_arg(layout_arg))[0]
     try:
         spec = layout.instance(target)
     except KeyError:
@@ -278,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         )
         config.step_levels()
         baseline = load_baseline(args.compare) if args.compare else None
-    except Exception as exc:  # layout, arguments, baseline file: one clear line, no traceback
+    except Exception as exc:  # noqa: BLE001 — layout, arguments, baseline file: one clear line, no traceback
         print(f"vtui bench: {exc}", file=sys.stderr)
         return 2
 
@@ -292,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = asyncio.run(run_bench(config, on_progress))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — server down, bad answer: one clear line, no traceback
         print(f"vtui bench: {target.base_url}: {exc}", file=sys.stderr)
         return 2
     price = args.gpu_hour_price if args.gpu_hour_price is not None else target.gpu_hour_price

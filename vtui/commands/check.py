@@ -14,6 +14,7 @@ from pathlib import Path
 
 from vtui.core.advice import flag_advice
 from vtui.core.model import InstanceSpec
+from vtui.core.vllm_memory import memory_rule
 from vtui.layouts import LayoutError, LayoutProblem, load_layout_with_warnings, resolve_layout_arg
 from vtui.layouts.text import LineIndex
 from vtui.supervisor.killers import warnings as killer_warnings
@@ -50,8 +51,14 @@ def run(args: argparse.Namespace) -> int:
     wrong: list[LayoutProblem] = []
     lines = LineIndex(Path(path).read_text(encoding="utf-8", errors="replace"))
     for index, spec in enumerate(layout.instances):
+        refused = _sim_refusal(spec)
+        if refused:
+            key = f"instance[{index}].model"
+            wrong.append(LayoutProblem(str(path), lines.line_of(key), key, refused))
         schema = schemas.get(spec.name) or flagschema.schema_for(spec.engine, spec.command)
-        if schema.source != "builtin":  # the bundled schema is the default: said only when it is not
+        # the bundled schema is the default: said only when it is not; a guess (the newest bundled one)
+        # is said in the loader's warning on each flag it does not know
+        if schema.source != "builtin" and not schema.guessed:
             print(f"{spec.name}: {schema.label()}")
         for name, why in flagschema.unknown_flags(spec.flags, schema):
             key = f"instance[{index}].flags.{name}"
@@ -66,7 +73,20 @@ def run(args: argparse.Namespace) -> int:
             warnings.append(too_long)
             print(f"warning: {too_long}")
     for spec in layout.instances:
-        for line in flag_advice(spec.flags):
+        schema = schemas.get(spec.name) or flagschema.schema_for(spec.engine, spec.command)
+        rule = (  # the target vLLM's reading of a utilization; a guessed schema's release is no target
+            None
+            if schema.guessed
+            else memory_rule(
+                spec.flags,
+                schema.vllm_version,
+                "cuda",  # the backend vLLM's GPU defaults are written for
+                default_utilization=schema.flags["gpu-memory-utilization"].default
+                if "gpu-memory-utilization" in schema.flags
+                else None,
+            )
+        )
+        for line in flag_advice(spec.flags, rule):
             print(f"advice: {spec.name}: {line}")
     instances = ", ".join(_summary(s) for s in layout.instances)
     for spec in layout.instances:
@@ -92,6 +112,16 @@ def run(args: argparse.Namespace) -> int:
         f"{instances}" + (f"; {len(warnings)} warning(s)" if warnings else "")
     )
     return 0
+
+
+def _sim_refusal(spec: InstanceSpec) -> str | None:
+    """A sim instance whose model its start would refuse (vtui.sim.models.start_refusal)."""
+    if spec.engine != "sim" or spec.command:
+        return None
+    from vtui.sim.models import start_refusal
+
+    params = spec.flags.get("sim-params")
+    return start_refusal(spec.model, params if isinstance(params, str) else None)
 
 
 def _summary(spec: InstanceSpec) -> str:

@@ -10,7 +10,7 @@ import sys
 from vtui.commands._input import read_text_input
 from vtui.telemetry.diagnosis import Problem, diagnose
 from vtui.telemetry.facts import memory_text
-from vtui.telemetry.gpu import GpuSample, GpuSampler
+from vtui.telemetry.gpu import GpuSample, machine_source
 from vtui.telemetry.startup_log import FACT_KEYS, StartupFacts, parse_startup
 
 HELP = "read a vLLM log: startup facts, problems and the flags that fix them"
@@ -26,6 +26,7 @@ _LABELS = {
     "non_torch_gib": "non-torch memory",
     "activation_peak_gib": "activation peak",
     "available_kv_gib": "KV cache memory",
+    "extended_kv_gib": "KV cache extended to",
     "kv_cache_tokens": "KV cache tokens",
     "num_gpu_blocks": "GPU blocks",
     "num_cpu_blocks": "CPU blocks",
@@ -86,7 +87,11 @@ def render(facts: StartupFacts, problems: list[Problem]) -> str:
 
 def _gpus_now() -> GpuSample | None:
     """This machine's GPUs right now, so a memory problem can name the processes holding them."""
-    sample = GpuSampler(lambda s: None).sample_once()
+    source = machine_source()
+    try:
+        sample = source.sample()
+    finally:
+        source.close()
     return sample if sample.available else None
 
 

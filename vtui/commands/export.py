@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from vtui.core.atomic import atomic_write_text
-from vtui.layouts import LayoutError, NoLayoutError, load_layout, resolve_layout_arg
+from vtui.layouts import LayoutError, NoLayoutError, resolve_layout_arg
 
 HELP = "write the layout as vllm serve configs, docker compose, systemd units, Kubernetes or Helm values"
 
@@ -32,11 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vtui.export import ExportError, export_layout
+    from vtui.telemetry import flagschema
 
     try:
         path = resolve_layout_arg(args.layout)
-        # nothing is started and no secret is written: an unset `${VAR}` stays a reference
-        layout = load_layout(path, unset_ok=True)
+        # nothing is started and no secret is written: an unset `${VAR}` stays a reference; the flags
+        # are those of the vLLM each instance runs here (else the newest bundled: unknown ones warned)
+        layout, warnings = flagschema.load_resolved(
+            path, unset_ok=True, notify=lambda line: print(f"vtui export: {line}", file=sys.stderr)
+        )
     except NoLayoutError as exc:
         print(f"vtui export: {exc.message}", file=sys.stderr)
         return EXIT_INVALID
@@ -49,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     except ExportError as exc:
         print(f"vtui export: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    for warning in result.warnings:
+    for warning in [*warnings, *result.warnings]:
         print(f"vtui export: warning: {warning}", file=sys.stderr)
     files = result.files
     if not args.output:

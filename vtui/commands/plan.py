@@ -74,7 +74,7 @@ def _nvml_gib() -> float | None:
             return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total / 1024**3
         finally:
             pynvml.nvmlShutdown()
-    except Exception:
+    except Exception:  # noqa: BLE001 — no pynvml, or pynvml.NVMLError / ctypes errors: no GPU size known
         return None
 
 

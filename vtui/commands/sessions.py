@@ -1,6 +1,9 @@
 """`vtui sessions [--json]`: the session supervisors running on this machine (for this user's state
 dir): session, pid, socket, layout file. `vtui --host user@gpu2` runs `vtui sessions --json` over
-ssh to find the sockets it forwards. Stdlib only, and never starts a supervisor."""
+ssh to find the sockets it forwards. Stdlib only, and never starts a supervisor.
+
+`vtui sessions install-unit [LAYOUT]` / `remove-unit [LAYOUT]`: a systemd user unit that keeps the
+session's supervisor itself running (vtui.commands._unit, imported only for them)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,10 @@ HELP = "list the session supervisors running on this machine (--json: with their
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list of objects")
+    sub = parser.add_subparsers(dest="action", metavar="{install-unit,remove-unit}")
+    from vtui.commands import _unit
+
+    _unit.add_arguments(sub)
 
 
 def live_sessions() -> list[dict]:
@@ -38,6 +45,10 @@ def live_sessions() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None):
+        from vtui.commands import _unit
+
+        return _unit.run(args)
     sessions = live_sessions()
     if args.json:
         print(json.dumps(sessions, indent=2))

@@ -1,22 +1,24 @@
 """`vtui tune [LAYOUT] NAME`: find the flags that give the most goodput under the SLOs for this box and
 this workload, unattended: a structured search in the seeds' order (vtui.tune), each trial a restart
-through the session supervisor, a warm-up and one bench step. The planner rules out what cannot work
-before a restart is spent; a start that fails is recorded with its diagnosis. Ctrl-C or an error puts the
-original flags back; at the end the best flags run (`--save`: written into the layout, comments kept), a
-baseline is saved with their bench result, and a report (JSON + table) goes to the state dir."""
+through the instance's operation queue, a warm-up and 2-3 bench runs (the noise rule). The tune runs in
+the session supervisor (`vtui.tune.job`): this command plans it, starts it (`POST /tune`) and follows
+it on the feed; Ctrl-C only stops following (`--attach` follows again, `--cancel` stops it and puts
+the original flags back; `--cancel-on-interrupt` makes Ctrl-C cancel). At the end the best flags run
+if they beat the baseline beyond noise (`--save`: written into the layout, comments kept), else the
+original flags stay; a report (JSON + table) goes to the state dir."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any
 
 from vtui.commands._input import Value, bounded
-from vtui.commands._tune_control import abort_on_signals, detach, options_of, restore, restore_only, tune_lock
-from vtui.commands._tune_output import dry_run, fmt, print_dry, render_table, summary, write_outputs
+from vtui.commands._tune_control import options_of, restore_only
+from vtui.commands._tune_output import dry_run, fmt, print_dry
 from vtui.commands._tune_setup import TuneSetup, bench_config
 from vtui.tune import progress
+from vtui.tune.report import render_table
 
 HELP = "find the best flags for a workload under TTFT/ITL SLOs (restarts the instance per trial)"
 trial_json = progress.trial_json
@@ -66,8 +68,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--detach",
         action="store_true",
-        help="run the tune in the background, detached from the terminal (it survives the dashboard "
-        "closing and an SSH drop); follow it in the dashboard (T) or its progress file",
+        help="start the tune (it runs in the session supervisor) and return without following it",
+    )
+    parser.add_argument(
+        "--attach", action="store_true", help="follow the instance's running (or last) tune again"
+    )
+    parser.add_argument(
+        "--cancel",
+        action="store_true",
+        help="stop the instance's running tune: it puts the original flags back (then follows that)",
+    )
+    parser.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="Ctrl-C cancels the tune (default: Ctrl-C only stops following; the tune runs on)",
+    )
+    parser.add_argument(
+        "--min-runs",
+        type=bounded(1, 20, integer=True),
+        action=Value,
+        default=None,
+        help="bench runs of each configuration (default 3; 2 when the difference is clear by then)",
     )
     parser.add_argument(
         "--resume",
@@ -85,10 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     from vtui.commands._runs import CommandError, ServiceError, ServiceUnavailable, print_json
 
+    if args.attach or args.cancel:
+        return control(args)
     try:
         setup = TuneSetup(args)
     except CommandError as exc:
@@ -102,157 +123,191 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.restore:
         return restore_only(setup, args)
+    client = setup.session.client
+    try:
+        answer = client.post("/tune", {"name": setup.name, "plan": plan_of(setup, args)})
+    except ServiceError as exc:
+        print(f"vtui tune: {exc}", file=sys.stderr)
+        return 2 if exc.status in (400, 409) else 1
+    except ServiceUnavailable as exc:
+        print(f"vtui tune: {exc}", file=sys.stderr)
+        return 1
     if args.detach:
-        return detach(setup, args)
-    from vtui.tune import Search, StartFailed
-    from vtui.tune.runner import SupervisorRunner
+        info = {"instance": setup.name, "session": setup.session.name, "progress": str(setup.progress_file)}
+        if args.json:
+            print_json(info)
+        else:
+            print(f"tune of {setup.name} running in session {setup.session.name}'s supervisor")
+            print(f"follow: vtui tune {' '.join(args.words)} --attach   stop: … --cancel")
+        return 0
+    return follow(client, setup.name, args, answer.get("tune"), layout=setup.layout_path)
 
-    lock = tune_lock(setup)
-    if lock is None:
-        print(f"vtui tune: a tune of {setup.name} is running already", file=sys.stderr)
+
+def control(args: argparse.Namespace) -> int:
+    """--attach (follow the tune the supervisor runs) and --cancel (stop it: it restores, then ends)."""
+    from vtui.commands._runs import CommandError, ServiceError, ServiceUnavailable, connect
+
+    try:
+        session = connect(args.words, command="tune")
+    except CommandError as exc:
+        return exc.code
+    if len(session.names) != 1:
+        print("vtui tune: name exactly one instance", file=sys.stderr)
         return 2
-    abort_on_signals(detached=os.getsid(0) == os.getpid())
-    live = SupervisorRunner(
-        setup.session.client,
-        setup.name,
-        bench_config(setup, args),
-        defaults=setup.defaults,
-        warmup_requests=args.warmup,
-    )
-    recorded = setup.resume or {}
-    runner = progress.ReplayRunner(
-        live, progress.recorded_outcomes(recorded.get("trials") or []), int(recorded.get("restarts") or 0)
-    )
-    state = progress.new_doc(
-        session=setup.session.name,
-        instance=setup.name,
-        layout=setup.layout_path,
-        options=options_of(args),
+    name = session.names[0]
+    try:
+        if args.cancel:
+            doc = session.client.post("/tune/cancel", {"name": name})["tune"]
+            print(f"{name}: tune cancelled; it puts the original flags back", file=sys.stderr)
+            if args.detach:
+                return 0
+        else:
+            answer = session.client.get(f"/tune?name={name}")
+            doc = answer.get("tune")
+            if doc is None:
+                print(f"vtui tune: no tune of {name} recorded", file=sys.stderr)
+                return 2
+    except ServiceError as exc:
+        print(f"vtui tune: {exc}", file=sys.stderr)
+        return 2 if exc.status in (400, 404, 409) else 1
+    except ServiceUnavailable as exc:
+        print(f"vtui tune: {exc}", file=sys.stderr)
+        return 1
+    layout = (session.status() or {}).get("layout_path") if args.save else None
+    return follow(session.client, name, args, doc, layout=layout)
+
+
+def follow(
+    client, name: str, args: argparse.Namespace, doc: dict[str, Any] | None, layout: str | None
+) -> int:
+    """Print the tune's trials as the supervisor's feed brings them, then its end (table or JSON; with
+    --save the applied flags go into the layout). Ctrl-C leaves the tune running (it is the
+    supervisor's); with --cancel-on-interrupt it cancels it and follows its restore."""
+    from vtui.commands._runs import ServiceError, ServiceUnavailable
+
+    shown = 0
+    cancelled = False
+
+    def show(doc: dict[str, Any]) -> bool:
+        nonlocal shown
+        trials = doc.get("trials") or []
+        if not args.json:
+            for t in trials[shown:]:
+                print(trial_line(t), file=sys.stderr, flush=True)
+        shown = max(shown, len(trials))
+        return doc.get("state") != progress.LIVE
+
+    while True:
+        try:
+            if doc is not None and show(doc):
+                return ended(doc, name, args, layout)
+            for message in client.feed():
+                if message.get("type") == "hello":  # the feed is up: what happened before it, then on
+                    doc = client.get(f"/tune?name={name}").get("tune") or doc
+                elif message.get("type") == "tune" and message.get("instance") == name:
+                    doc = message["tune"]
+                else:
+                    continue
+                if doc is not None and show(doc):
+                    return ended(doc, name, args, layout)
+            print(f"vtui tune: the supervisor went away; its tune of {name} did not end", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            if args.cancel_on_interrupt and not cancelled:
+                cancelled = True
+                print(f"\n{name}: cancelling the tune; it puts the original flags back", file=sys.stderr)
+                try:
+                    client.post("/tune/cancel", {"name": name})
+                except ServiceError:
+                    pass  # it ended meanwhile
+                continue
+            print(
+                f"\nthe tune of {name} runs on in the session supervisor: `vtui tune {' '.join(args.words)} "
+                "--attach` follows it again, `--cancel` stops it",
+                file=sys.stderr,
+            )
+            return 130
+        except (ServiceUnavailable, OSError) as exc:
+            print(f"vtui tune: {exc}", file=sys.stderr)
+            return 1
+
+
+def trial_line(t: dict[str, Any]) -> str:
+    m = t.get("measurement")
+    sp = t.get("spread") or {}
+    if m:
+        what = f"{m['req_per_s']:.2f} req/s"
+        if sp.get("n", 0) > 1:
+            what += f" ± {sp['stdev']:.2f} (n={sp['n']})"
+        what += f", TTFT p95 {fmt(m.get('ttft_p95_ms'), '.0f')} ms"
+    else:
+        what = t.get("infeasible") or "--"
+    change = ", ".join(f"{k}={v}" for k, v in (t.get("changed") or {}).items()) or "start"
+    return f"trial {t['index']} [{t['stage']}] {change}: {what}"
+
+
+def ended(doc: dict[str, Any], name: str, args: argparse.Namespace, layout: str | None) -> int:
+    from vtui.commands._runs import print_json
+
+    state = doc.get("state")
+    result = doc.get("result")
+    if state == "done" and result is not None:
+        print_json(result) if args.json else print(doc.get("table") or render_table(result))
+        if result.get("report"):
+            print(f"report: {result['report']} (+ .txt)", file=sys.stderr)
+        if args.save and result.get("applied"):
+            from pathlib import Path
+
+            from vtui.commands.restart import save_flags
+
+            code, saved = save_flags(Path(layout) if layout else None, name, result["final_flags"])
+            if saved is not None:
+                print(f"{name}: flags saved to {saved}", file=sys.stderr)
+            return code
+        if args.save:
+            print(f"{name}: nothing saved (the best was not applied)", file=sys.stderr)
+        return 0
+    print(f"vtui tune: {name}: {state}: {doc.get('message')}", file=sys.stderr)
+    if args.json:
+        print_json({"instance": name, "state": state, "message": doc.get("message")})
+    return 130 if state == "aborted" else 1
+
+
+def plan_of(setup: TuneSetup, args: argparse.Namespace) -> dict[str, Any]:
+    from vtui.tune.job import plan_json
+
+    b = bench_config(setup, args)
+    return plan_json(
         original=setup.original,
         start=setup.start,
+        space=setup.space,
+        defaults=setup.defaults,
         objective=setup.objective,
+        bench={
+            "mode": b.mode,
+            "concurrency": b.concurrency,
+            "request_rate": b.request_rate,
+            "num_requests": b.num_requests,
+            "input_len": b.input_len,
+            "output_len": b.output_len,
+        },
+        warmup=args.warmup,
+        max_trials=args.max_trials,
+        min_runs=args.min_runs,
+        workload_tokens=setup.workload_tokens,
+        model={
+            "engine": setup.engine,
+            "model": setup.model,
+            "sim_params": setup.sim_params,
+            "gpu_gib": setup.gpu_gib,
+            "calibration": setup.calibration,
+        },
+        options=options_of(args),
         resolved={
             "concurrency": setup.concurrency,
             "context": setup.context,
             "calibration": setup.calibration,
         },
+        layout=setup.layout_path,
+        resume={k: v for k, v in setup.resume.items() if k != "plan"} if setup.resume else None,
     )
-    if setup.resume:
-        state["started_at"] = recorded.get("started_at", state["started_at"])
-        state["resumed"] = int(recorded.get("resumed") or 0) + 1
-
-    def save(**changes: Any) -> None:
-        state.update(changes, updated_at=time.time(), restarts=runner.restarts, replayed=runner.replayed)
-        try:
-            progress.write(setup.progress_file, state)
-        except OSError as exc:  # the tune goes on; the screen shows the last file
-            print(f"vtui tune: could not write {setup.progress_file}: {exc}", file=sys.stderr)
-
-    def starting(config, stage: str, index: int) -> None:
-        save(
-            current={
-                "index": index,
-                "stage": stage,
-                "changed": config.changed(setup.start),
-                "phase": "starting",
-                "since": time.time(),
-            }
-        )
-
-    def phase(name: str) -> None:
-        if state.get("current"):
-            save(current={**state["current"], "phase": name})
-
-    def progress_line(trial) -> None:
-        save(
-            trials=[*state["trials"], trial_json(trial, setup.start, setup.objective)],
-            current=None,
-        )
-        if args.json:
-            return
-        m = trial.result
-        what = f"{m.req_per_s:.2f} req/s, TTFT p95 {fmt(m.ttft_p95_ms, '.0f')} ms" if m else trial.infeasible
-        change = ", ".join(f"{k}={v}" for k, v in trial.config.changed(setup.start).items()) or "start"
-        print(f"trial {trial.index} [{trial.stage}] {change}: {what}", file=sys.stderr, flush=True)
-
-    live.on_phase = phase
-    save()
-    search = Search(
-        setup.space,
-        setup.start,
-        runner,
-        setup.objective,
-        setup.predictor,
-        max_trials=args.max_trials,
-        workload_tokens=setup.workload_tokens,
-        on_trial=progress_line,
-        on_start=starting,
-    )
-    try:
-        result = search.run()
-        save(
-            trials=[trial_json(t, setup.start, setup.objective) for t in result.trials],
-            current={
-                "index": None,
-                "stage": "apply",
-                "changed": result.best.config.changed(setup.start),
-                "phase": "applying the best flags",
-                "since": time.time(),
-            },
-        )
-        if result.best.config == setup.start:
-            live.apply(setup.original, exact=True)
-        else:
-            live.apply(result.best.config.flags)
-        result.restarts = runner.restarts  # the final apply included
-    except BaseException as exc:  # Ctrl-C, SIGTERM, a failed start of the final flags, the supervisor gone
-        save(
-            current={
-                "index": None,
-                "stage": "abort",
-                "changed": {},
-                "phase": "putting the original flags back",
-                "since": time.time(),
-            }
-        )
-        restored = restore(live, setup, exc)
-        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-        save(
-            state="aborted" if isinstance(exc, KeyboardInterrupt) else "failed",
-            message=why
-            + ("; original flags restored" if restored else "; could not restore the original flags"),
-            current=None,
-        )
-        if isinstance(exc, KeyboardInterrupt):
-            return 130
-        if isinstance(exc, (StartFailed, ServiceError, ServiceUnavailable, OSError, RuntimeError)):
-            return 1
-        raise
-    effective = live.effective
-    doc = {
-        "instance": setup.name,
-        "baseline": summary(result.baseline, setup, effective),
-        "trials": [trial_json(t, setup.start, setup.objective) for t in result.trials],
-        "best": summary(result.best, setup, effective),
-        "restarts": result.restarts,
-        "launched": result.launched,
-        "replayed": runner.replayed,
-        "stopped": result.stopped,
-        "objective": {
-            "ttft_p95_ms": args.ttft_p95_ms,
-            "itl_p95_ms": args.itl_p95_ms,
-            "metric": args.objective,
-        },
-    }
-    code = write_outputs(doc, result, live, setup, args)
-    save(
-        state="done",
-        current=None,
-        baseline=doc["baseline"],
-        best=doc["best"],
-        report=doc.get("report"),
-        trials=doc["trials"],
-        message=result.stopped,
-    )
-    print_json(doc) if args.json else print(render_table(doc))
-    return code

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 
+from vtui.commands._input import Value, seconds
 from vtui.commands._runs import (
     CommandError,
     FeedFollower,
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch", action="store_true", help="follow the supervisor's events until Ctrl-C")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
+        action=Value,
         default=None,
         help="give up waiting after this many seconds (instances keep starting)",
     )

@@ -45,8 +45,12 @@ class SupervisorApi(Protocol):
 
     async def stop(self, names: Iterable[str] | None = None) -> None: ...
 
-    async def restart(  # the flags the instance started with, where the supervisor says
-        self, name: str, spec: InstanceSpec | None = None
+    # The flags the instance started with, where the supervisor says. `label`: what the operation is
+    # called while it runs and waits ("fix", "rollback"); `fallback`: wait for READY and, when the new
+    # flags do not get there, go back to the flags before (core.refusals.RestartReverted says so). New
+    # flags that cannot start are refused before anything is stopped (core.refusals.PreflightError).
+    async def restart(
+        self, name: str, spec: InstanceSpec | None = None, *, label: str = "restart", fallback: bool = False
     ) -> Mapping[str, FlagValue] | None: ...
 
     async def sleep(self, name: str, level: int = 1) -> None: ...  # vLLM sleep mode: READY -> ASLEEP

@@ -4,7 +4,9 @@ old file whole.
 A save killed before its `os.replace` (SIGKILL, power loss) leaves its temp file behind, up to the full
 size of the file. Temp files are named `.NAME.PID-RANDOM.tmp`, so the next save of NAME removes the ones
 whose writer is gone (another process's save in progress is left alone), and `sweep_stale_temps` does
-the same for a whole folder (the run-records folder at start).
+the same for a whole folder (the run-records folder at start). Not only the next save: reading a layout
+sweeps that file's, and a session supervisor at its start sweeps the whole state dir
+(`sweep_stale_temps_under`), so a killed writer's temp file does not wait for a save that may never come.
 """
 
 from __future__ import annotations
@@ -61,6 +63,18 @@ def sweep_stale_temps(folder: str | os.PathLike[str], name: str | None = None) -
             removed.append(path)
         except OSError:
             pass
+    return removed
+
+
+def sweep_stale_temps_under(root: str | os.PathLike[str], depth: int = 3) -> list[Path]:
+    """`sweep_stale_temps` in `root` and its folders down to `depth` levels (symlinks not followed);
+    returns what was removed. Never raises."""
+    removed: list[Path] = []
+    base = Path(root)
+    for folder, dirs, _files in os.walk(base, onerror=lambda exc: None):
+        if len(Path(folder).relative_to(base).parts) >= depth:
+            dirs.clear()
+        removed += sweep_stale_temps(folder)
     return removed
 
 

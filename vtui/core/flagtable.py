@@ -1,5 +1,5 @@
 """The flag tables: `FlagSpec`, the bundled `vllm serve` tables (`BUILTIN_FLAGS`: 0.32's, from
-`vllm_serve_flags.json`; `bundled_flags(version)`: each bundled release's), the simulated engine's
+`vllm_serve_flags.json`; `bundled_flags(version)`: each bundled release's, 0.32 to 0.34), the simulated engine's
 `sim-…` options, and the lookups (`flag_spec`, `canonical_name`, `suggest`). Import them through
 `core.flagspec`.
 """
@@ -9,10 +9,11 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 # `FlagSpec` and `inverse_switch` live in `core.flagdef` (the help parser builds on them too); kept here
 # as names of this module.
@@ -28,17 +29,20 @@ DATA_FILE = Path(__file__).with_name("vllm_serve_flags.json")
 HELP_FILE = Path(__file__).with_name("data") / "serve_help_0_32.txt"
 
 
-def _load_data() -> dict:
+def _load_data() -> dict[str, Any]:
     """The generated table; before it exists (first run of the generator) the bundled help, parsed."""
+    data: dict[str, Any]  # JSON
     if DATA_FILE.exists():
-        return json.loads(DATA_FILE.read_text(encoding="utf-8"))
+        data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+        return data
     from vtui.core.servehelp import parse_serve_help  # only on this path (no cycle: it builds on flagdef)
 
     specs = parse_serve_help(HELP_FILE.read_text(encoding="utf-8")) if HELP_FILE.exists() else {}
-    return json.loads(specs_to_json(specs, "0.32.0", HELP_FILE.name))
+    data = json.loads(specs_to_json(specs, "0.32.0", HELP_FILE.name))
+    return data
 
 
-def _load_builtin(data: dict) -> Mapping[str, FlagSpec]:
+def _load_builtin(data: dict[str, Any]) -> Mapping[str, FlagSpec]:
     specs = {}
     for item in data["flags"]:
         item = dict(item)
@@ -69,6 +73,7 @@ BUNDLED: Mapping[str, tuple[str, str]] = MappingProxyType(
     {
         "0.32.0": ("serve_help_0_32.txt", "vllm_serve_flags.json"),
         "0.33.0": ("serve_help_0_33.txt", "vllm_serve_flags_0_33.json"),
+        "0.34.0": ("serve_help_0_34.txt", "vllm_serve_flags_0_34.json"),
     }
 )
 _BUNDLED_TABLES: dict[str, Mapping[str, FlagSpec]] = {VLLM_VERSION: BUILTIN_FLAGS}
@@ -88,6 +93,38 @@ def bundled_version(version: str | None) -> str:
     wanted = _release(version)
     older = [v for v in BUNDLED if _release(v) <= wanted]
     return max(older, key=_release) if older else VLLM_VERSION
+
+
+def newest_bundled() -> str:
+    """The newest vLLM release whose schema vtui bundles ("0.34.0")."""
+    return max(BUNDLED, key=_release)
+
+
+def bundles(version: str | None) -> bool:
+    """Whether vtui bundles the schema of this vLLM's own minor release (`0.34.2` -> 0.34.0's)."""
+    if not version or not re.match(r"\d", version):
+        return False
+    return any(_release(v) == _release(version) for v in BUNDLED)
+
+
+class GuessedFlags(Mapping[str, FlagSpec]):
+    """A flag table that stands in for one vtui cannot know: the newest bundled release's, for a vLLM
+    whose own parser was not read and whose release vtui does not bundle (or no vLLM at all). The layout
+    loader warns about a flag outside it instead of refusing it: the target vLLM may have it. `why`:
+    which vLLM it stands in for, and why its own table was not read."""
+
+    def __init__(self, flags: Mapping[str, FlagSpec], why: str) -> None:
+        self._flags = flags
+        self.why = why
+
+    def __getitem__(self, name: str) -> FlagSpec:
+        return self._flags[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flags)
+
+    def __len__(self) -> int:
+        return len(self._flags)
 
 
 def bundled_flags(version: str | None = None) -> Mapping[str, FlagSpec]:
@@ -149,6 +186,11 @@ PLAN_FLAGS: tuple[str, ...] = (
     "kv-cache-memory-bytes",
     "enforce-eager",
     "disable-hybrid-kv-cache-manager",
+    # what decides 0.34's extensible KV cache (core.vllm_memory.memory_rule)
+    "enable-extensible-kv-cache",
+    "num-gpu-blocks-override",
+    "enable-elastic-ep",
+    "kv-transfer-config",
 )
 
 FlagTable = Mapping[str, FlagSpec]  # canonical name -> spec: BUILTIN_FLAGS or an installed vLLM's

@@ -137,6 +137,20 @@ def _check_int(spec: FlagSpec, value: object) -> tuple[float | None, str | None]
     return None, f"expected an integer, got {_q(value)}"
 
 
+# control characters a string flag may not hold: none in a name that vLLM serves, logs and labels
+# metrics with; elsewhere tab and newline pass (an inline chat template is text)
+_NAME_FLAGS = frozenset({"served-model-name"})
+_CONTROL_ANY = re.compile("[\u0000-\u001f\u007f-\u009f\u2028\u2029]")
+_CONTROL_TEXT = re.compile("[\u0000-\u0008\u000b-\u001f\u007f-\u009f]")
+
+
+def _control_in(name: str, value: str) -> str | None:
+    m = (_CONTROL_ANY if name in _NAME_FLAGS else _CONTROL_TEXT).search(value)
+    if m is None:
+        return None
+    return f"holds a control character (U+{ord(m.group()):04X} at {m.start()}): {_q(value[:60])}"
+
+
 def _check_scalar(spec: FlagSpec, value: object) -> str | None:
     number: float | None = None
     if spec.type == "int":
@@ -154,6 +168,8 @@ def _check_scalar(spec: FlagSpec, value: object) -> str | None:
             return f"a switch with no --no-{spec.name} form; remove it to leave it off"
     elif isinstance(value, (bool, list, dict)) and not (value is True and spec.optional_value):
         return f"expected a string, got {_q(value)}"
+    elif isinstance(value, str) and (bad := _control_in(spec.name, value)):
+        return bad
     if spec.choices is not None and str(value) not in spec.choices:
         shown = ", ".join(spec.choices[:12]) + (", …" if len(spec.choices) > 12 else "")
         close = difflib.get_close_matches(str(value), spec.choices, n=1)
@@ -239,6 +255,12 @@ def _size(flags: Mapping[str, object], name: str, default: int = 1) -> int | Non
     if value is None:
         return default
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def world_size(flags: Mapping[str, object]) -> int:
+    """vLLM's world size of one engine: tensor x pipeline parallel (1 while a size is not a whole number)."""
+    tp, pp = _size(flags, "tensor-parallel-size"), _size(flags, "pipeline-parallel-size")
+    return (tp or 1) * (pp or 1)
 
 
 def gpus_needed(flags: Mapping[str, object]) -> tuple[int, str] | None:

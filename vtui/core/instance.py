@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 from vtui.core.clock import Clock
 from vtui.core.events import Event, PhaseChanged, StateChanged
@@ -19,6 +19,10 @@ from vtui.core.linering import LineRing
 from vtui.core.model import InstanceSpec
 from vtui.core.phases import phase_of, root_cause
 from vtui.core.state import Phase, State, check_edge
+
+# Counters that move when an instance gets work done (prompt and generation tokens; None: not reported):
+# the stuck watchdog compares one metrics sample's with the last.
+Progress = tuple[float | None, ...]
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -43,8 +47,20 @@ class SpawnError(RuntimeError):
     """The process could not be started at all (executable missing, log folder unwritable…)."""
 
 
-class Instance:
-    """State, phase, restart bookkeeping and the recent log lines of one instance."""
+class Handle(Protocol):
+    """A launcher's handle of a running process, as far as the model reads it (the supervisor's launcher
+    makes the handles and reads the rest)."""
+
+    @property
+    def pid(self) -> int: ...
+
+
+H = TypeVar("H", bound=Handle)
+
+
+class Instance(Generic[H]):
+    """State, phase, restart bookkeeping and the recent log lines of one instance. `H`: the type of the
+    launcher's process handles."""
 
     def __init__(
         self,
@@ -67,7 +83,7 @@ class Instance:
         self.stable_after = stable_after  # READY this long before a crash resets the backoff exponent
         self.state = State.STOPPED
         self.phase: Phase | None = None
-        self.handle: Any = None  # the launcher's process handle while a process may be alive
+        self.handle: H | None = None  # the launcher's process handle while a process may be alive
         self.restarts = 0  # restarts made by the policy (shown in `vtui ps`)
         self.attempt = 0  # consecutive failed runs; the backoff exponent
         self.last_error: str | None = None
@@ -84,7 +100,7 @@ class Instance:
         self.unhealthy_since: float | None = None  # when READY -> UNHEALTHY happened (liveness clock)
         self.sleep_level: int | None = None  # while ASLEEP / WAKING
         self._policy_stop: str | None = None  # why the policy is stopping it (liveness / stuck watchdog)
-        self._progress: tuple | None = None  # the last metrics counters seen (stuck watchdog)
+        self._progress: Progress | None = None  # the last metrics counters seen (stuck watchdog)
         self._progress_at: float | None = None  # when they last moved, or the instance was last idle
         self._busy = False  # requests running or waiting at the last metrics sample
         self._idle_since: float | None = None  # no request running or waiting since (idle sleep)
@@ -127,7 +143,7 @@ class Instance:
         self._set_state(State.STARTING)  # STOPPED/CRASHED/BACKOFF/FAILED -> STARTING
         return True
 
-    def attach(self, handle: Any) -> None:
+    def attach(self, handle: H) -> None:
         """The spawn begun by `begin_launch` succeeded: from now on exits and probes concern `handle`."""
         if self.state is State.STARTING and self.handle is None:
             self.handle = handle
@@ -139,7 +155,7 @@ class Instance:
         if self.state is State.STARTING:
             self._set_state(State.FAILED, self.last_error)  # STARTING -> FAILED
 
-    def adopt(self, handle: Any, *, healthy: bool, started_at: float | None = None) -> None:
+    def adopt(self, handle: H, *, healthy: bool, started_at: float | None = None) -> None:
         """Take over a live process a previous vtui started (pid + create time already verified)."""
         if self.state is not State.STOPPED:
             return
@@ -176,7 +192,7 @@ class Instance:
         if state in (State.FAILED, State.CRASHED):
             self._set_state(state, last_error)  # STOPPED -> FAILED / CRASHED (restored)
 
-    def begin_stop(self) -> Any:
+    def begin_stop(self) -> H | None:
         """Enter STOPPING and hand back the process to stop (None: nothing alive, already STOPPED)."""
         if self.state.running and self.state is not State.STOPPING:
             self._set_state(State.STOPPING)  # STARTING/READY/UNHEALTHY/ASLEEP/WAKING -> STOPPING
@@ -186,7 +202,7 @@ class Instance:
             self._set_state(State.STOPPED)  # CRASHED/BACKOFF/FAILED -> STOPPED
         return self.handle if self.state is State.STOPPING else None
 
-    def begin_policy_stop(self, reason: str) -> Any:
+    def begin_policy_stop(self, reason: str) -> H | None:
         """The liveness or stuck watchdog ends this run (`policy_stop_due` gave `reason`): STOPPING,
         and the process to stop like a user stop; `finish_stop` then makes it a failed run (CRASHED and
         the restart policy, counting toward max_restarts). None: not READY/UNHEALTHY any more."""
@@ -292,7 +308,7 @@ class Instance:
         self._busy = False
         self._idle_since = None
 
-    def on_load(self, *, busy: bool, progress: tuple) -> None:
+    def on_load(self, *, busy: bool, progress: Progress) -> None:
         """One metrics sample of a READY instance: whether requests run or wait (`busy`), and counters
         that move when work gets done (`progress`: prompt/generation tokens, finished requests)."""
         if self.state is not State.READY:
@@ -376,7 +392,7 @@ class Instance:
             and self.clock.time() - self.started_at >= limit
         )
 
-    def on_start_timeout(self) -> Any:
+    def on_start_timeout(self) -> H | None:
         """No /health answer within `start_timeout`: CRASHED (why: the limit, the startup phase reached,
         the last log line), then the restart policy as for a crash. Returns the process for the caller
         to end like a stop; from now on it no longer belongs to this instance."""

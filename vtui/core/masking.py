@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TypeVar
 
 __all__ = ["MASK", "SECRET_FLAGS", "masked"]
 
@@ -14,6 +14,9 @@ SECRET_FLAGS: Mapping[str, str] = MappingProxyType({"api-key": "VLLM_API_KEY"})
 MASK = "***"
 
 
-def masked(flags: Mapping[str, Any]) -> dict[str, Any]:
+V = TypeVar("V")
+
+
+def masked(flags: Mapping[str, V]) -> dict[str, V | str]:
     """The flags with every secret value (api-key) replaced by MASK: what may be written or shown."""
     return {k: (MASK if k in SECRET_FLAGS else v) for k, v in flags.items()}

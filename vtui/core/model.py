@@ -12,21 +12,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeVar
 
+from vtui.core.backends import DEFAULT_BACKEND, pinning_env
 from vtui.core.masking import SECRET_FLAGS as SECRET_FLAGS
 from vtui.core.selfrun import module_argv
 
-FlagValue = bool | int | float | str | list  # list: a flag taking several values (`--api-key a b`)
+FlagValue = (
+    bool | int | float | str | list[str | int | float]
+)  # list: a flag taking several values (`--api-key a b`)
 RestartMode = Literal["never", "on-failure", "always"]
 # external: a server vtui did not start (url); router: the vllm-router a `replicas = N` entry is fronted by
 # (made by `supervisor.replicas`, never written in a layout)
 Engine = Literal["vllm", "sim", "external", "router"]
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
 # SECRET_FLAGS (flags whose value must never appear on a command line) lives in core.masking.
 
 
-def _frozen(mapping: Mapping | None) -> Mapping:
+def _frozen(mapping: Mapping[_K, _V] | None) -> Mapping[_K, _V]:
     return MappingProxyType(dict(mapping or {}))
 
 
@@ -48,7 +54,7 @@ class RestartPolicy:
 
     def delay(self, attempt: int) -> float:
         """Delay before restart number `attempt` (1-based): initial * 2**(attempt-1), capped."""
-        return min(self.backoff_max, self.backoff_initial * (2 ** max(0, attempt - 1)))
+        return min(self.backoff_max, self.backoff_initial * (2.0 ** max(0, attempt - 1)))
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,9 @@ class InstanceSpec:
     sleep_mode: bool = False  # vLLM sleep mode: VLLM_SERVER_DEV_MODE=1 (+ --enable-sleep-mode on GPUs)
     idle_sleep_after: float = 0.0  # no request running or waiting this long -> sleep level 1; 0: never
     force_start: bool = False  # start even when the GPUs' free memory is short (preflight warns only)
+    backend: str = (
+        DEFAULT_BACKEND  # which variables pin `gpus` (core.backends: cuda, rocm, xpu, tpu, ascend, cpu)
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", _frozen(self.env))
@@ -183,20 +192,16 @@ class InstanceSpec:
         """The child's environment: base + layout env + GPU pinning + secrets moved off the argv."""
         env = dict(os.environ if base is None else base)
         env.update(self.env)
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        if self.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        env.update(pinning_env(self.backend, self.gpus))
         for flag, var in SECRET_FLAGS.items():
             if flag in self.flags:
                 value = self.flags[flag]
-                env[var] = value[0] if isinstance(value, list) else str(value)
+                env[var] = str(value[0]) if isinstance(value, list) else str(value)
         return env
 
     def command_line(self) -> str:
         """The exact command, shell-quoted, with the environment vtui adds (copyable)."""
-        prefix = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
-        if self.gpus:
-            prefix.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(g) for g in self.gpus))
+        prefix = [f"{k}={v}" for k, v in pinning_env(self.backend, self.gpus).items()]
         prefix += [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
         if any(f in self.flags for f in SECRET_FLAGS):
             prefix.append("VLLM_API_KEY=***")
@@ -229,9 +234,12 @@ class SessionSpec:
     metrics_host: str = "127.0.0.1"  # where that endpoint binds
 
 
-# Where a layout value came from a `${VAR}` reference: (instance name, or "" for [defaults], key path such
-# as ("flags", "api-key")) -> (the expanded value, the text as written, e.g. "${VLLM_API_KEY}").
-Templates = Mapping[tuple[str, tuple], tuple[str, str]]
+# A value's place inside an instance or [defaults]: ("flags", "api-key"), or ("flags", "api-key", 1) for
+# the second item of a list.
+KeyPath = tuple[str | int, ...]
+# Where a layout value came from a `${VAR}` reference: (instance name, or "" for [defaults], key path)
+# -> (the expanded value, the text as written, e.g. "${VLLM_API_KEY}").
+Templates = Mapping[tuple[str, KeyPath], tuple[str, str]]
 
 
 @dataclass(frozen=True)

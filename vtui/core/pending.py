@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 from vtui.core.masking import masked
 from vtui.core.model import FlagValue
@@ -27,7 +27,7 @@ MAX_INSTANCES = 1000  # a bound on what a client may make the supervisor hold (a
 MAX_FLAGS = 500
 
 
-def check_edits(flags: Any, what: str = "flags") -> dict[str, FlagValue]:
+def check_edits(flags: object, what: str = "flags") -> dict[str, FlagValue]:
     """`flags` as an instance's edits (name -> value), or ValueError naming what is wrong."""
     if not isinstance(flags, Mapping):
         raise ValueError(f"{what}: expected an object of flag names to values, got {type(flags).__name__}")
@@ -43,7 +43,7 @@ def check_edits(flags: Any, what: str = "flags") -> dict[str, FlagValue]:
     return out
 
 
-def _is_value(value: Any) -> bool:
+def _is_value(value: object) -> TypeGuard[FlagValue]:
     return isinstance(value, bool | int | float | str) or (
         isinstance(value, list) and all(isinstance(v, bool | int | float | str) for v in value)
     )
@@ -70,11 +70,11 @@ class FlagConflict:
             f"{show(self.theirs)} (both changed it from {show(self.was)})"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"flag": self.flag, "mine": self.mine, "theirs": self.theirs, "was": self.was}
 
     @staticmethod
-    def from_dict(data: Any) -> FlagConflict:
+    def from_dict(data: object) -> FlagConflict:
         if not isinstance(data, Mapping) or not isinstance(data.get("flag"), str):
             raise ValueError(f"a flag conflict: expected an object with a flag, got {data!r}")
         values = [data.get(k) for k in ("mine", "theirs", "was")]
@@ -83,7 +83,7 @@ class FlagConflict:
         return FlagConflict(data["flag"], *values)
 
 
-def decode_conflicts(data: Any) -> tuple[FlagConflict, ...]:
+def decode_conflicts(data: object) -> tuple[FlagConflict, ...]:
     """Conflicts as sent on the wire (`FlagConflict.to_dict`'s); what does not read as one is left out."""
     out = []
     for item in data if isinstance(data, list) else ():
@@ -210,7 +210,7 @@ class PendingEdits:
         """instance -> the conflicts of its edits' rebases (only instances that have some)."""
         return {name: kept.conflicts for name, kept in self._edits.items() if kept.conflicts}
 
-    def state(self) -> dict[str, dict[str, Any]]:
+    def state(self) -> dict[str, dict[str, object]]:
         """What a successor takes back (`load`): instance -> its edits, their base and conflicts."""
         return {
             name: {
@@ -221,7 +221,7 @@ class PendingEdits:
             for name, kept in self._edits.items()
         }
 
-    def load(self, data: Any) -> list[str]:
+    def load(self, data: object) -> list[str]:
         """Take what a predecessor persisted (`state()`'s shape, or `snapshot()`'s of an older vtui:
         edits with no base); returns the problems of what was left out (a state file edited by hand, or
         from another version). `on_change` is not called."""
@@ -239,7 +239,7 @@ class PendingEdits:
             self.on_change = on_change
         return problems
 
-    def _load_one(self, name: Any, entry: Any) -> None:
+    def _load_one(self, name: object, entry: object) -> None:
         if not isinstance(name, str):
             raise ValueError(f"pending edits: {name!r} is not an instance name")
         if isinstance(entry, Mapping) and isinstance(entry.get("flags"), Mapping):

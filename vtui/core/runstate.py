@@ -51,6 +51,7 @@ def spec_to_dict(spec: InstanceSpec) -> dict[str, Any]:
         "sleep_mode": spec.sleep_mode,
         "idle_sleep_after": spec.idle_sleep_after,
         "force_start": spec.force_start,
+        "backend": spec.backend,
         **({"url": spec.url} if spec.url else {}),  # an attached server's (its api_key stays home)
         "group": spec.group,
     }
@@ -72,6 +73,7 @@ def spec_from_dict(data: dict[str, Any]) -> InstanceSpec:
         sleep_mode=bool(data.get("sleep_mode", False)),
         idle_sleep_after=float(data.get("idle_sleep_after", 0.0)),
         force_start=bool(data.get("force_start", False)),
+        backend=str(data.get("backend", "cuda")),
         url=data.get("url"),
         group=data.get("group"),
     )
@@ -196,42 +198,53 @@ class RunStore:
     def remove(self, session: str, name: str) -> None:
         self.path(session, name).unlink(missing_ok=True)
 
-    def outcome_path(self, session: str, name: str) -> Path:
-        folder = self.folder / "outcomes"
+    # -- what outlives a run, one JSON file per instance in a subfolder: outcomes/, operations/ -------
+    def _kept_path(self, kind: str, session: str, name: str) -> Path:
+        folder = self.folder / kind
         folder.mkdir(exist_ok=True, mode=0o700)
         return folder / f"{_safe(session)}.{_safe(name)}.json"
 
+    def _keep(self, kind: str, session: str, name: str, data: dict[str, Any]) -> None:
+        atomic_write_text(self._kept_path(kind, session, name), json.dumps(data, indent=2), mode=0o600)
+
+    def _kept(self, kind: str, session: str, name: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self._kept_path(kind, session, name).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def outcome_path(self, session: str, name: str) -> Path:
+        return self._kept_path("outcomes", session, name)
+
     def save_outcome(self, outcome: Outcome) -> None:
-        data = asdict(outcome) | {"flags": masked(outcome.flags)}
-        path = self.outcome_path(outcome.session, outcome.name)
-        atomic_write_text(path, json.dumps(data, indent=2), mode=0o600)
+        self._keep(
+            "outcomes", outcome.session, outcome.name, asdict(outcome) | {"flags": masked(outcome.flags)}
+        )
 
     def load_outcome(self, session: str, name: str) -> Outcome | None:
+        data = self._kept("outcomes", session, name)
         try:
-            return Outcome.from_dict(json.loads(self.outcome_path(session, name).read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
+            return Outcome.from_dict(data) if data is not None else None
+        except (TypeError, KeyError):
             return None
 
     def clear_outcome(self, session: str, name: str) -> None:
         self.outcome_path(session, name).unlink(missing_ok=True)
 
-    def operation_path(self, session: str, name: str) -> Path:
-        folder = self.folder / "operations"
-        folder.mkdir(exist_ok=True, mode=0o700)
-        return folder / f"{_safe(session)}.{_safe(name)}.json"
-
     def save_operation(self, op: PendingOperation) -> None:
         data = asdict(op) | {"flags": masked(op.flags), "before": masked(op.before)}
-        atomic_write_text(self.operation_path(op.session, op.name), json.dumps(data, indent=2), mode=0o600)
+        self._keep("operations", op.session, op.name, data)
 
     def load_operation(self, session: str, name: str) -> PendingOperation | None:
+        data = self._kept("operations", session, name)
         try:
-            return PendingOperation.from_dict(json.loads(self.operation_path(session, name).read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
+            return PendingOperation.from_dict(data) if data is not None else None
+        except (TypeError, KeyError):
             return None
 
     def clear_operation(self, session: str, name: str) -> None:
-        self.operation_path(session, name).unlink(missing_ok=True)
+        self._kept_path("operations", session, name).unlink(missing_ok=True)
 
     def all(self, session: str | None = None) -> list[RunRecord]:
         sweep_stale_temps(self.folder)  # what interrupted saves of records left

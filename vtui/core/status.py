@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vtui.core.instance import Instance
+from vtui.core.instance import H, Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.state import Phase, State
 
@@ -54,7 +54,7 @@ class HostState:
         return self.state == "connected"
 
 
-def status_of(inst: Instance) -> InstanceStatus:
+def status_of(inst: Instance[H]) -> InstanceStatus:
     """The snapshot of one instance: phase only while STARTING, start time only while running, next
     restart only in BACKOFF."""
     return InstanceStatus(

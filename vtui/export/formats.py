@@ -10,6 +10,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterable
 
+from vtui.core.backends import pinning_env
 from vtui.core.model import Layout
 from vtui.export.common import (
     IMAGE,
@@ -24,7 +25,7 @@ from vtui.export.common import (
 )
 from vtui.export.yamltext import dump_documents, dump_yaml
 
-__all__ = ["FORMATS", "export_layout"]
+__all__ = ["FORMATS", "export_layout", "supervisor_unit"]
 
 
 def _header(layout: Layout, what: str) -> list[str]:
@@ -67,11 +68,8 @@ def vllm_config(layout: Layout, items: list[Exported]) -> list[ExportFile]:
 
 
 def _env_line(item: Exported, gpus: Iterable[int]) -> str:
-    parts = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
-    gpus = list(gpus)
-    if gpus:
-        parts.append("CUDA_VISIBLE_DEVICES=" + ",".join(map(str, gpus)))
-    return " ".join(parts) + " "
+    parts = [f"{k}={v}" for k, v in pinning_env(item.spec.backend, list(gpus)).items()]
+    return " ".join(parts) + " " if parts else ""
 
 
 # -- docker compose ----------------------------------------------------------------------------------
@@ -182,10 +180,9 @@ def systemd(layout: Layout, items: list[Exported]) -> list[ExportFile]:
                 "",
                 "[Service]",
                 "Type=exec",
-                "Environment=CUDA_DEVICE_ORDER=PCI_BUS_ID",
             ]
-            if replica.gpus:
-                lines.append("Environment=CUDA_VISIBLE_DEVICES=" + ",".join(map(str, replica.gpus)))
+            pins = pinning_env(item.spec.backend, replica.gpus)
+            lines += [f"Environment={k}={v}" for k, v in pins.items()]
             lines += [f"Environment={_unit_word(f'{k}={v}')}" for k, v in item.env.items()]
             if item.secrets:
                 lines.append(
@@ -213,6 +210,54 @@ def systemd(layout: Layout, items: list[Exported]) -> list[ExportFile]:
             ]
             files.append(ExportFile(f"{unit}.service", "\n".join(lines) + "\n"))
     return files
+
+
+def supervisor_unit(
+    layout: Layout,
+    unit: str,
+    argv: list[str],
+    env: dict[str, str],
+    env_file: str,
+    log_file: str,
+    variables: Iterable[str] = (),
+) -> ExportFile:
+    """A systemd *user* unit that keeps the session's supervisor itself running (`vtui sessions
+    install-unit`): the supervisor's own command line (`argv`, which waits for the session's lock and
+    never exits idle), the environment it needs (`env`: PATH and vtui's folders, never a secret), the
+    layout's `${VAR}`s (`variables`, named in a comment) from `env_file` (optional: a leading `-`), its output appended to its usual log.
+    KillMode=process: a stop or a restart of the unit ends the supervisor alone; the instances run on in
+    their own sessions and the next supervisor re-adopts them, as after a `kill -9`."""
+    lines = [f"# {line}" for line in _header(layout, f"systemd user unit {unit}")]
+    lines += [
+        "# Keeps the session supervisor running: restarted when it dies (kill -9, a crash), started at",
+        "# login (at boot too, with `loginctl enable-linger`). Remove it with `vtui sessions remove-unit`.",
+        "[Unit]",
+        f"Description=vtui session supervisor of {layout.session.name}",
+        "After=default.target",
+        "StartLimitIntervalSec=300",
+        "StartLimitBurst=10",
+        "",
+        "[Service]",
+        "Type=exec",
+    ]
+    lines += [f"Environment={_unit_word(f'{k}={v}')}" for k, v in sorted(env.items())]
+    names = sorted(set(variables))
+    if names:
+        lines.append(f"# the layout's ${{VAR}}s ({', '.join(names)}): one NAME=value line each (mode 0600)")
+    lines += [
+        f"EnvironmentFile=-{_unit_word(env_file)}",
+        "ExecStart=" + " ".join(_unit_word(a) for a in argv),
+        "Restart=on-failure",
+        "RestartSec=2",
+        "KillMode=process",
+        "TimeoutStopSec=30",
+        f"StandardOutput=append:{_unit_word(log_file)}",
+        f"StandardError=append:{_unit_word(log_file)}",
+        "",
+        "[Install]",
+        "WantedBy=default.target",
+    ]
+    return ExportFile(unit, "\n".join(lines) + "\n")
 
 
 # -- Kubernetes -------------------------------------------------------------------------------------

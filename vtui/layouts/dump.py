@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import tomli_w
 
-from vtui.core.model import InstanceSpec, Layout, RestartPolicy, Templates
+from vtui.core.model import InstanceSpec, KeyPath, Layout, RestartPolicy, Templates
 from vtui.layouts.keys import INSTANCE_KEYS
 
 __all__ = [
@@ -49,6 +49,7 @@ BUILTIN_DEFAULTS: Mapping[str, object] = {
     "sleep_mode": False,
     "idle_sleep_after": 0.0,
     "force_start": False,
+    "backend": "cuda",
 }
 
 # What an attached server's table holds (the rest is about launching one; its host and port are the url's).
@@ -82,6 +83,7 @@ def _all_values(spec: InstanceSpec) -> dict[str, object]:
         "sleep_mode": spec.sleep_mode,
         "idle_sleep_after": spec.idle_sleep_after,
         "force_start": spec.force_start,
+        "backend": spec.backend,
         "env": dict(spec.env),
         "flags": dict(spec.flags),
         "url": spec.url,
@@ -208,11 +210,11 @@ class Restorer:
 
     def __init__(self, templates: Templates) -> None:
         self.templates = templates
-        self._anywhere: dict[tuple[tuple, str], str] = {}  # (key path, value) -> raw, first instance wins
+        self._anywhere: dict[tuple[KeyPath, str], str] = {}  # (key path, value) -> raw, first instance wins
         for (_, where), (expanded, raw) in templates.items():
             self._anywhere.setdefault((where, expanded), raw)
 
-    def __call__(self, scope: str, path: tuple, value: object) -> object:
+    def __call__(self, scope: str, path: KeyPath, value: object) -> object:
         if isinstance(value, dict):
             return {k: self(scope, (*path, k), v) for k, v in value.items()}
         if isinstance(value, list):

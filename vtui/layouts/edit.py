@@ -29,7 +29,7 @@ from typing import Any
 import tomlkit
 from tomlkit.items import AoT, Comment, Table, Whitespace
 
-from vtui.core.model import Layout
+from vtui.core.model import KeyPath, Layout
 from vtui.layouts.dump import (
     BUILTIN_DEFAULTS,
     Restorer,
@@ -113,7 +113,7 @@ def edit_text(text: str, old: Layout, new: Layout) -> str:
     return out.replace("\n", "\r\n") if crlf else out
 
 
-def _scoped(restore: Restorer, name: str) -> Callable[[tuple, object], object]:
+def _scoped(restore: Restorer, name: str) -> Callable[[KeyPath, object], object]:
     """`restore` for one instance's keys."""
     return lambda path, value: restore(name, path, value)
 
@@ -312,7 +312,7 @@ def _instance(
     old: Mapping[str, object],
     new: Mapping[str, object],
     effective: Mapping[str, object],
-    restore: Callable[[tuple, object], object],
+    restore: Callable[[KeyPath, object], object],
     placer: _Placer,
 ) -> None:
     for key in INSTANCE_KEYS:
@@ -346,7 +346,7 @@ def _sub_table(
     old: dict[str, object],
     new: dict[str, object],
     inherited: dict[str, object],
-    restore: Callable[[tuple, object], object],
+    restore: Callable[[KeyPath, object], object],
     placer: _Placer,
 ) -> None:
     """One env/flags table: set what changed or is no longer inherited, delete what is gone."""

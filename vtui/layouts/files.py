@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from vtui.core.atomic import atomic_write_text
+from vtui.core.atomic import atomic_write_text, sweep_stale_temps
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import InstanceSpec, Layout, RestartPolicy, SessionSpec
 from vtui.layouts.dump import dump_layout, mapping
@@ -86,6 +86,7 @@ def load_layout_with_warnings(
         raise LayoutError([LayoutProblem(file, None, "", "no such layout file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LayoutError([LayoutProblem(file, None, "", f"cannot read: {exc}")]) from None
+    sweep_stale_temps(source.parent, source.name)  # what a save killed before its rename left beside it
     return _load_text(text, file, source, unset_ok, flags)
 
 
@@ -295,6 +296,7 @@ def _spec(fields: Mapping[str, object]) -> InstanceSpec:
         sleep_mode=bool(fields.get("sleep_mode", False)),
         idle_sleep_after=float(fields.get("idle_sleep_after", 0.0)),  # type: ignore[arg-type]
         force_start=bool(fields.get("force_start", False)),
+        backend=str(fields.get("backend", "cuda")),
     )
 
 
@@ -384,7 +386,7 @@ def _edited_in_place(layout: Layout, target: Path, flags: FlagTable | None = Non
         text = edit_text(original[len(bom) :], base, layout)
     except InPlaceError as exc:
         raise SaveRefused(target, f"cannot edit it in place: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the editor failed (a tomlkit change?): refuse, saying why
+    except Exception as exc:  # noqa: BLE001 — the editor failed (a tomlkit change?): refuse, saying why
         raise SaveRefused(target, f"the in-place editor failed: {type(exc).__name__}: {exc}") from None
     text = bom + text
     saved = _load_text(text, f"{target} (not saved)", target, flags=flags)[0]  # raises LayoutError

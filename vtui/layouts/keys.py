@@ -11,6 +11,8 @@ import re
 import urllib.parse
 from collections.abc import Iterable
 
+from vtui.core.backends import BACKENDS as PIN_VARS
+
 TOP_KEYS = ("session", "defaults", "instance")
 NOTIFY_KEYS = ("on_event", "webhook", "on_event_cooldown")  # supervisor.notify: tell someone about events
 EXPORTER_KEYS = ("metrics_port", "metrics_host")  # service.exporter: the session's Prometheus /metrics
@@ -42,12 +44,14 @@ INSTANCE_KEYS = (
     "sleep_mode",
     "idle_sleep_after",
     "force_start",
+    "backend",
 )
 POLICY_SECONDS = ("restart_unhealthy_after", "restart_stuck_after", "idle_sleep_after")  # 0: off
 SECONDS_KEYS = ("backoff", "backoff_max", "start_stagger", "start_timeout", *POLICY_SECONDS)
 PER_INSTANCE_KEYS = ("name", "port", "url", "router_port", "router_metrics_port", "replica_gpus")
 DEFAULT_KEYS = tuple(k for k in INSTANCE_KEYS if k not in PER_INSTANCE_KEYS)
 ENGINES = ("vllm", "sim", "external")
+BACKENDS = tuple(PIN_VARS)  # core.backends: which variables pin an instance's gpus
 # What an attached server (engine = "external") takes: the rest is about launching one.
 EXTERNAL_KEYS = ("name", "engine", "url", "api_key", "model")
 MAX_REPLICAS = 64

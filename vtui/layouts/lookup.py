@@ -10,6 +10,7 @@ file of that name in the current directory wins.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,9 +70,26 @@ def _named(arg: str) -> Path | None:
     path = Path(arg).expanduser()
     if path.is_file():
         return path
-    if not arg.endswith(".toml") and path.with_name(path.name + ".toml").is_file():
+    if not arg.endswith(".toml") and path.name and path.with_name(path.name + ".toml").is_file():
         return path.with_name(path.name + ".toml")
     return builtin_layout(arg)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What `path` is when it exists but is no regular file (a folder, a device, a pipe), else None."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return None
 
 
 # -- the last-used session ------------------------------------------------------------------------
@@ -113,6 +131,9 @@ def resolve_layout_arg(arg: str | os.PathLike[str] | None) -> Path:
     if arg is not None and str(arg) != "":
         found = _named(str(arg))
         if found is None:
+            not_a_file = _not_a_file(Path(arg).expanduser())
+            if not_a_file:
+                raise NoLayoutError(f"{arg}: {not_a_file}, not a layout file")
             shipped = ", ".join(builtin_names())
             raise NoLayoutError(f"{arg}: no such layout file (shipped layouts: {shipped})")
         return found

@@ -13,8 +13,10 @@ import json
 from collections.abc import Iterable, Mapping
 
 from vtui.core import flagspec
+from vtui.core.model import KeyPath
 from vtui.layouts.crosscheck import CrossCheck
 from vtui.layouts.keys import (
+    BACKENDS,
     ENGINES,
     EXTERNAL_KEYS,
     MAX_REPLICAS,
@@ -50,7 +52,7 @@ class Checker(CrossCheck):
         self.unresolved: set[str] = set()  # dotted keys left as written (unset_ok)
         self.index = LineIndex(text)
         # (instance name or "" for [defaults], key path) -> (expanded value, raw template)
-        self.templates: dict[tuple[str, tuple], tuple[str, str]] = {}
+        self.templates: dict[tuple[str, KeyPath], tuple[str, str]] = {}
         self.problems: list[tuple[int | None, str, str]] = []
         self.warnings: list[tuple[int | None, str, str]] = []
         self._bad: set[str] = set()
@@ -92,7 +94,7 @@ class Checker(CrossCheck):
                 out[key] = normalised
         return out
 
-    def _expand(self, dotted: str, scope: str, path: tuple, text: str) -> str | None:
+    def _expand(self, dotted: str, scope: str, path: KeyPath, text: str) -> str | None:
         if not has_vars(text):
             return text
         expanded, missing = expand_vars(text)
@@ -134,6 +136,13 @@ class Checker(CrossCheck):
             bad(
                 dotted,
                 f'expected "vllm", "sim" or "external", got {q(value)}' + did_you_mean(str(value), ENGINES),
+            )
+        elif key == "backend":
+            if value in BACKENDS:
+                return True, value
+            bad(
+                dotted,
+                f"expected one of {', '.join(BACKENDS)}; got {q(value)}" + did_you_mean(str(value), BACKENDS),
             )
         elif key == "restart":
             if value in RESTART_MODES:
@@ -273,6 +282,22 @@ class Checker(CrossCheck):
                 hint = flagspec.suggest(name, self.flags)
                 if hint and name.lstrip("-").startswith("no-") and hint == name.lstrip("-")[3:]:
                     self.problem(key, f"unknown flag; write {hint} = false instead")
+                elif isinstance(self.flags, flagspec.GuessedFlags) and not name.startswith("-"):
+                    # the table only stands in for the target vLLM's own, which may have the flag
+                    expanded = self._expand_flag(key, scope, name, item)
+                    if expanded is None:
+                        continue  # its `${VAR}` problem is reported
+                    kept = _passable(expanded)
+                    if kept is None:
+                        self.problem(key, f"unknown flag, with a value vllm serve cannot take: {q(item)}")
+                        continue
+                    out[name] = kept
+                    self.warn(
+                        key,
+                        "unknown flag"
+                        + (f' (did you mean "{hint}"?)' if hint else "")
+                        + f", passed on as written: {self.flags.why}",
+                    )
                 else:
                     self.problem(
                         key,
@@ -372,3 +397,17 @@ class Checker(CrossCheck):
         port = fields.get("port")
         if isinstance(port, int) and port + replicas - 1 > 65535:
             self.problem(f"{key}.replicas", f"replica ports {port}..{port + replicas - 1} go past 65535")
+
+
+def _passable(value: object) -> object:
+    """A value of a flag no schema describes as `vllm serve` can take it (`core.model.flag_to_args`): a
+    scalar, a list of scalars, or a table as JSON text; None for anything else (a date, nested lists)."""
+    plain = (bool, int, float, str)
+    if isinstance(value, dict):
+        try:
+            return json.dumps(value, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return None
+    if isinstance(value, list):
+        return value if all(isinstance(p, plain) for p in value) else None
+    return value if isinstance(value, plain) else None

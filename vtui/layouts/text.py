@@ -33,7 +33,8 @@ class LineIndex:
         self._lines: dict[str, int] = {}
         counts: dict[str, int] = {}
         prefix: list[str] = []
-        for number, line in enumerate(text.splitlines(), 1):
+        # TOML ends lines at \n only: str.splitlines would also split inside a string at \x85, \u2028 …
+        for number, line in enumerate(text.split("\n"), 1):
             stripped = line.strip()
             match = _AOT_HEADER.match(stripped)
             if match:

@@ -7,6 +7,7 @@
 Textual-free; the flag editor calls `plan` as values change.
 """
 
+from vtui.core.flagspec import int_flag
 from vtui.planner.config import (
     ModelConfig,
     ModelConfigError,
@@ -15,7 +16,7 @@ from vtui.planner.config import (
     load_model_config,
     model_config_for,
 )
-from vtui.planner.core import Plan, PlanParams, flag_default, int_flag, params_from_flags, plan
+from vtui.planner.core import Plan, PlanParams, flag_default, params_from_flags, plan
 from vtui.planner.memory import ASSUMPTIONS
 
 __all__ = [

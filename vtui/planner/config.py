@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Keys under which configs spell the same thing (first found wins).
 _LEN_KEYS = (
@@ -82,14 +83,14 @@ class ModelConfig:
         return 0 < self.sliding_layers < self.num_layers
 
 
-def _first(cfg: Mapping, *keys: str, default=None):
+def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     for key in keys:
         if cfg.get(key) is not None:
             return cfg[key]
     return default
 
 
-def _derived_max_len(cfg: Mapping) -> int:
+def _derived_max_len(cfg: Mapping[str, Any]) -> int:
     """vLLM 0.32's derived max_model_len: the position limit, times the rope-scaling factor except for
     rope types whose config already states the extended length (yarn, llama3, longrope, ...) and Gemma-3."""
     length = int(_first(cfg, *_LEN_KEYS, default=2048))
@@ -110,7 +111,7 @@ def _derived_max_len(cfg: Mapping) -> int:
     return length
 
 
-def _layer_types(cfg: Mapping, n_layers: int, window: int | None) -> tuple[str, ...]:
+def _layer_types(cfg: Mapping[str, Any], n_layers: int, window: int | None) -> tuple[str, ...]:
     """Which layers attend through a sliding window, following the conventions vLLM reads."""
     if not window:
         return ()
@@ -159,7 +160,7 @@ def from_dict(
     """Build a ModelConfig from a parsed config.json (multimodal configs: their `text_config`)."""
     outer = dict(cfg)
     text = outer.get("text_config") or outer.get("llm_config")
-    merged: dict = {**outer, **text} if isinstance(text, Mapping) else outer
+    merged: dict[str, Any] = {**outer, **text} if isinstance(text, Mapping) else outer
     if isinstance(text, Mapping) and "model_type" in text:
         merged["model_type"] = text["model_type"]
     try:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vtui.core import vllm_memory
-from vtui.core.flagspec import BUILTIN_FLAGS, int_flag
+from vtui.core.flagspec import BUILTIN_FLAGS, VLLM_VERSION, int_flag
 from vtui.planner import memory
 from vtui.planner.config import ModelConfig, over_model_limit
 from vtui.planner.kv import blocks_per_request, capacity, kv_layout
@@ -44,11 +44,13 @@ class PlanParams:
     kv_memory_bytes: int | None = None  # known KV budget per GPU: exact, skips the estimate
     kv_budget_source: str | None = None  # where kv_memory_bytes came from ("given", "log", ...)
     max_model_len: int | None = None  # None: the model's derived maximum
-    max_num_seqs: int | None = None  # None: 1024 on GPUs of >= 70 GiB, else 256
+    max_num_seqs: int | None = None  # None: 1024 on GPUs of >= 70 GiB, else 256; CPU: 128 per rank
     max_num_batched_tokens: int | None = None  # None: 8192 on GPUs of >= 70 GiB, else 2048 (and CPU)
     enforce_eager: bool = flag_default("enforce-eager")
     async_scheduling: bool | None = None  # None: on for GPUs (2 batches in flight), off on CPU
     hybrid_kv_cache_manager: bool = True  # False = --disable-hybrid-kv-cache-manager
+    # vLLM 0.34's extensible KV cache (core.vllm_memory.memory_rule): sized after warmup from what is free
+    extensible_kv: bool = False
 
     @property
     def resolved_block_size(self) -> int:
@@ -56,12 +58,16 @@ class PlanParams:
 
     @property
     def resolved_max_num_seqs(self) -> int:
-        return self.max_num_seqs or vllm_memory.default_max_num_seqs(self.gpu_memory_gib, self.device)
+        return self.max_num_seqs or vllm_memory.default_max_num_seqs(
+            self.gpu_memory_gib, self.device, self.tensor_parallel_size * self.pipeline_parallel_size
+        )
 
     @property
     def resolved_max_num_batched_tokens(self) -> int:
         return self.max_num_batched_tokens or vllm_memory.default_max_num_batched_tokens(
-            self.gpu_memory_gib, self.device
+            self.gpu_memory_gib,
+            self.device,
+            world_size=self.tensor_parallel_size * self.pipeline_parallel_size,
         )
 
     @property
@@ -81,10 +87,19 @@ def params_from_flags(
     kv_memory_bytes: int | None = None,
     kv_source: str | None = None,
     max_model_len: int | None = None,
+    vllm_version: str | None = None,
 ) -> PlanParams:
     """PlanParams from `vllm serve` flags as a layout writes them (`gpu-memory-utilization = 0.92`);
-    unset or invalid values take the engine's defaults (PlanParams'), never a planner-only guess."""
-    util = flags.get("gpu-memory-utilization")
+    unset or invalid values take the engine's defaults (PlanParams'), never a planner-only guess.
+    `vllm_version`: the target vLLM's, whose memory rule decides what an unset utilization means
+    (`core.vllm_memory.memory_rule`: 1.0 with 0.34's extensible KV cache); None: the bundled 0.32's."""
+    backend = "cpu" if device == "cpu" else "cuda"
+    rule = vllm_memory.memory_rule(
+        flags,
+        vllm_version or VLLM_VERSION,
+        backend,
+        default_utilization=flag_default("gpu-memory-utilization"),
+    )
     given_kv = int_flag(flags.get("kv-cache-memory-bytes"))
     if kv_memory_bytes is None and given_kv is not None:
         kv_memory_bytes, kv_source = given_kv, "kv-cache-memory-bytes"
@@ -107,9 +122,8 @@ def params_from_flags(
         block_size=positive("block-size"),
         device=device,
         gpu_memory_gib=gpu_memory_gib,
-        gpu_memory_utilization=float(util)
-        if isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1
-        else defaults.gpu_memory_utilization,
+        gpu_memory_utilization=rule.utilization,
+        extensible_kv=rule.extensible_kv,
         kv_memory_bytes=kv_memory_bytes,
         kv_budget_source=kv_source,
         max_model_len=max_model_len or positive("max-model-len"),
@@ -216,6 +230,12 @@ def plan(config: ModelConfig, params: PlanParams) -> Plan:
         requested = params.gpu_memory_gib * params.gpu_memory_utilization * GiB
         available = int(requested - weights - act - non_torch)
         source = "estimate"
+        if params.extensible_kv:
+            warnings.append(
+                "extensible KV cache (vLLM 0.34+): vLLM sizes it after warmup from the memory then free, "
+                f"up to utilization {params.gpu_memory_utilization:g}; CUDA-graph memory and other "
+                "processes on the GPU are not subtracted here"
+            )
         if available <= 0:
             warnings.append("weights and overheads exceed gpu-memory × utilization: no room for a KV cache")
 

@@ -6,7 +6,10 @@ assumption is listed in `ASSUMPTIONS` and repeated in `vtui plan --json`.
 from __future__ import annotations
 
 from vtui.core import vllm_memory
-from vtui.core.vllm_memory import DTYPE_BYTES, QUANT_LINEAR_BYTES, GiB, dtype_bytes  # noqa: F401 - re-exported
+from vtui.core.vllm_memory import DTYPE_BYTES as DTYPE_BYTES  # re-exported
+from vtui.core.vllm_memory import QUANT_LINEAR_BYTES as QUANT_LINEAR_BYTES
+from vtui.core.vllm_memory import GiB as GiB
+from vtui.core.vllm_memory import dtype_bytes as dtype_bytes
 from vtui.planner.config import ModelConfig
 
 ASSUMPTIONS = (

@@ -20,12 +20,13 @@ import sys
 from vtui.service import locations
 
 
-def acquire_lock(session: str) -> int | None:
-    """The session's lock, held for this process's life (None: another supervisor holds it). The fd
-    is not inherited by the instances, so a killed supervisor's lock is released with it."""
+def acquire_lock(session: str, wait: bool = False) -> int | None:
+    """The session's lock, held for this process's life (None: another supervisor holds it; `wait`:
+    block until it exits instead). The fd is not inherited by the instances, so a killed supervisor's
+    lock is released with it."""
     fd = os.open(locations.lock_path(session), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         return None
@@ -37,7 +38,14 @@ def acquire_lock(session: str) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vtui.service", description="run a session supervisor")
     parser.add_argument("--layout", required=True, help="the layout file of the session")
-    parser.add_argument("--idle", type=float, default=None, help="seconds idle before exiting (default 30)")
+    parser.add_argument(
+        "--idle", type=float, default=None, help="seconds idle before exiting (default 30; inf: never)"
+    )
+    parser.add_argument(
+        "--wait-lock",
+        action="store_true",
+        help="while another supervisor has the session, wait for it to exit and take over (a systemd unit)",
+    )
     args = parser.parse_args(argv)
 
     from vtui.layouts import LayoutError, load_layout
@@ -60,9 +68,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     session = layout.session.name
     lock = acquire_lock(session)
+    if lock is None and args.wait_lock:
+        log(f"session {session} has a supervisor: waiting for it to exit, then taking over")
+        lock = acquire_lock(session, wait=True)
     if lock is None:
         log(f"session {session} already has a supervisor; exiting")
         return 0
+    from vtui.core import paths
+    from vtui.core.atomic import sweep_stale_temps_under
+
+    for gone in sweep_stale_temps_under(paths.state_dir()):  # saves killed before their rename
+        log(f"removed {gone.name}: the temp file of a save whose writer is gone")
     idle = args.idle if args.idle is not None else float(os.environ.get("VTUI_SUPERVISOR_IDLE_S", "30"))
     gpu = os.environ.get("VTUI_SUPERVISOR_GPU", "1") != "0"
     scrape_s = float(os.environ.get("VTUI_SUPERVISOR_SCRAPE_S", "1"))  # 0: no /metrics scrapes

@@ -248,13 +248,15 @@ class Fleet:
         for fwd, own in remote.values():
             await fwd.client.stop(own)
 
-    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
+    async def restart(
+        self, name: str, spec: InstanceSpec | None = None, *, label: str = "restart", fallback: bool = False
+    ) -> Mapping[str, FlagValue] | None:
         routed = self._route(name)
         if routed is None:
-            await self.local.restart(name, spec)
-            return
+            return await self.local.restart(name, spec, label=label, fallback=fallback)
         fwd, own = routed
-        await fwd.client.restart(own, dataclasses.replace(spec, name=own) if spec is not None else None)
+        own_spec = dataclasses.replace(spec, name=own) if spec is not None else None
+        return await fwd.client.restart(own, own_spec, label=label, fallback=fallback)
 
     def pending_edits(self) -> dict[str, Mapping[str, FlagValue]]:
         edits = dict(self.local.pending_edits())

@@ -1,23 +1,36 @@
-"""The session's one GPU sampler (the dashboards show its samples: they run none of their own): NVML,
-else the simulated GPUs of the layout's sims; the last sample, sent on the feed; and the instances'
-process trees it needs to name the owner of each GPU process (also `GET /pids`)."""
+"""The session's one GPU sampler (the dashboards show its samples: they run none of their own): the
+supervisor's GPU source (NVML, AMD SMI, else the layout's simulated box), each process named by the
+supervisor's `ProcessOwners` (a `getsid` per GPU process, no process-table walk); the last sample, sent
+on the feed; and the instances' process trees (`GET /pids`). Unwatched (no feed client, no /metrics
+endpoint) it rests: a feed client's arrival pokes it, a full status asks a fresh sample (`fresh`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 from vtui.service.broadcast import Broadcaster
 from vtui.service.wire import encode_gpu
 from vtui.supervisor.supervisor import Supervisor
 
+FRESH_S = 2.0  # a full status's GPU sample is at most this old (`fresh`)
+
 
 class GpuWatch:
-    def __init__(self, supervisor: Supervisor, feed: Broadcaster, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        feed: Broadcaster,
+        enabled: bool = True,
+        exporting: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.supervisor = supervisor
         self.feed = feed
         self.enabled = enabled  # VTUI_SUPERVISOR_GPU=0: the status says so (gpu_sampling), dashboards sample
+        self._exporting = exporting  # the session's /metrics endpoint serves (it reads `last`)
         self.last: dict[str, Any] | None = None
         self._sampler: Any = None
 
@@ -28,24 +41,32 @@ class GpuWatch:
             return
         loop = asyncio.get_running_loop()
 
-        def on_sample(sample: Any) -> None:
+        def on_sample(sample: Any) -> None:  # the sampler's thread
             encoded = encode_gpu(sample)
-            loop.call_soon_threadsafe(self.on_gpu, encoded)
+            if self.feed:
+                loop.call_soon_threadsafe(self.on_gpu, encoded)
+            else:  # nobody to tell: no wake-up of the loop; its readers take the newest (one assignment)
+                self.last = encoded
 
-        def simulated(owners: Any) -> Any:  # no NVIDIA driver: the sims' GPUs, as the dashboard draws them
-            from vtui.sim.gpuview import simulated_sample
+        def wanted() -> bool:  # unwatched, the GPUs are sampled when a feed client comes (`poke`)
+            return bool(self.feed) or self._exporting()
 
-            return simulated_sample(self.supervisor.layout, owners)
-
-        def owners() -> dict[int, str]:  # no process walk each second for a driverless box with no sims
-            sampler = self._sampler
-            if sampler is not None and sampler.unusable is not None:
-                if not any(spec.engine == "sim" for spec in self.supervisor.layout.instances):
-                    return {}
-            return self.pid_owner()
-
-        self._sampler = GpuSampler(on_sample, interval=1.0, pid_owner=owners, fallback=simulated)
+        sup = self.supervisor
+        self._sampler = GpuSampler(on_sample, interval=1.0, owners=sup.owners, source=sup.gpus, wanted=wanted)
         self._sampler.start()
+
+    def poke(self) -> None:
+        """A feed client came: GPUs unsampled while nobody followed, a sample for it now."""
+        if self._sampler is not None:
+            self._sampler.poke()
+
+    async def fresh(self) -> None:
+        """`last` at most FRESH_S old (the sampler samples only while someone follows: `start`)."""
+        sampler = self._sampler
+        last = self.last
+        if sampler is None or (last is not None and time.time() - float(last.get("at") or 0) < FRESH_S):
+            return
+        self.last = encode_gpu(await asyncio.to_thread(sampler.sample_once))
 
     async def stop(self) -> None:
         if self._sampler is not None:
@@ -67,15 +88,6 @@ class GpuWatch:
                     trees[st.name] = self.supervisor.pids_of(st.name)
         return trees
 
-    def pid_owner(self) -> dict[int, str]:
-        owners: dict[int, str] = {}
-        for st in self.supervisor.status():
-            if st.state.running:
-                with contextlib.suppress(Exception):
-                    for pid in self.supervisor.pids_of(st.name):
-                        owners[pid] = st.name
-        return owners
-
     async def for_export(self) -> dict[str, Any] | None:
         """The GPU sample the session's /metrics shows: the last, else (no NVML) the simulated GPUs the
         layout's `vtui sim` instances hold memory on."""
@@ -87,7 +99,11 @@ class GpuWatch:
         return gpu
 
     def _simulated_gpus(self) -> dict[str, Any] | None:
-        from vtui.sim.gpuview import simulated_sample
+        """Without NVML: the supervisor's simulated box, its processes named by `ProcessOwners`."""
+        from vtui.core.gpu import attribute
 
-        sample = simulated_sample(self.supervisor.layout, self.pid_owner())
-        return encode_gpu(sample) if sample is not None else None
+        source = self.supervisor.gpus.simulated
+        sample = source.sample() if source is not None else None
+        if sample is None or not sample.available:
+            return None
+        return encode_gpu(attribute(sample, self.supervisor.owners({p.pid for p in sample.processes})))

@@ -79,7 +79,10 @@ class Routes:
 
     # -- the routes (`schema.ROUTES`): a GET's handler gets the query, a POST's the body ---------------
     async def _status_route(self, query: dict[str, str]) -> dict[str, Any]:
-        return self.service.status(brief=query.get("brief") == "1")
+        brief = query.get("brief") == "1"
+        if not brief:
+            await self.service.gpu_watch.fresh()  # the sampler rests unwatched: a sample of now
+        return self.service.status(brief=brief)
 
     async def _start_route(self, body: dict[str, Any]) -> dict[str, Any]:
         names = self._known(body.get("names"))
@@ -130,6 +133,15 @@ class Routes:
     async def _shutdown_route(self, body: dict[str, Any]) -> dict[str, Any]:
         self.service.spawn(self.service.shutdown(stop_instances=bool(body.get("stop"))))
         return {"ok": True}
+
+    async def _tune_start_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.service.tunes.start(self._one_name(body), body["plan"])
+
+    async def _tune_status_route(self, query: dict[str, str]) -> dict[str, Any]:
+        return await self.service.tunes.status(query["name"])
+
+    async def _tune_cancel_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.service.tunes.cancel(self._one_name(body))
 
     async def _feed_route(self, query: dict[str, str]) -> dict[str, Any]:
         raise BadRequest("GET /feed is a stream: ask it on a connection of its own")  # transport answers it

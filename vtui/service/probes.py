@@ -25,12 +25,12 @@ import os
 import select
 import subprocess
 import sys
-import time
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from vtui.bench.lean_http import ConnectTimeout, LeanHTTPError, LeanPool, ReadTimeout
+from vtui.core.clock import Clock, SystemClock
 from vtui.core.model import InstanceSpec
 from vtui.supervisor.attached import Probe, no_answer
 from vtui.supervisor.launcher import OsLauncher, ProcessHandle
@@ -243,49 +243,58 @@ class LeanLauncher(OsLauncher):
 
 class _Beat:
     """One timer for all the scrape loops of an event loop that share an interval: their scrapes fall
-    on one grid (origin + k * interval), so the instances are scraped in one wake-up of the supervisor,
-    their samples leave on the feed in one write, instead of a timer, a wake-up and a write each."""
+    on one grid (the clock's multiples of the interval, where the supervisor's health probes fall
+    too), so the instances are scraped in one wake-up of the supervisor, their samples leave on the
+    feed in one write, instead of a timer, a wake-up and a write each."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
-        self.loop, self.interval = loop, interval
-        # on the wall clock's multiples of the interval, where the supervisor's health probes fall too
-        self.origin = loop.time() - time.time() % interval
+    def __init__(self, clock: Clock, interval: float) -> None:
+        self.clock, self.interval = clock, interval
         self._waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._timers: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
 
-    def wait(self, not_before: float) -> asyncio.Future[None]:
-        """Done at the grid tick nearest after `not_before` - interval/2 (a scrape that started a
-        little after its tick is due at the next one, not the one after)."""
-        k = max(0, math.ceil((not_before - self.origin) / self.interval - 0.5))
-        future: asyncio.Future[None] = self.loop.create_future()
+    def wait(self, started: float, period: float) -> asyncio.Future[None]:
+        """Done at the grid tick nearest after `started` + `period` - interval/2 (a scrape that started
+        a little after its tick is due at the next one, not the one after)."""
+        k = math.ceil((started + period) / self.interval - 0.5)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters = self._waiters.get(k)
         if waiters is None:
             waiters = self._waiters[k] = []
-            self.loop.call_at(self.origin + k * self.interval, self._fire, k)
+            # at most the period and half an interval away: a wall clock stepped back while the
+            # scrape ran must not hold the scrapes for the length of the step
+            delay = min(k * self.interval - self.clock.time(), period + self.interval / 2)
+            timer = asyncio.ensure_future(self._fire_after(k, delay))
+            self._timers.add(timer)
+            timer.add_done_callback(self._timers.discard)
         waiters.append(future)
         return future
 
-    def _fire(self, k: int) -> None:
+    async def _fire_after(self, k: int, delay: float) -> None:
+        await self.clock.sleep(delay)
         for future in self._waiters.pop(k, ()):
             if not future.done():  # a stopped loop's wait was cancelled
                 future.set_result(None)
 
 
-_BEATS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Beat]] = weakref.WeakKeyDictionary()
+_SYSTEM_CLOCK = SystemClock()
+_BEATS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[float, Clock], _Beat]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _beat(interval: float) -> _Beat:
-    loop = asyncio.get_running_loop()
-    beats = _BEATS.setdefault(loop, {})
-    beat = beats.get(interval)
+def _beat(interval: float, clock: Clock) -> _Beat:
+    beats = _BEATS.setdefault(asyncio.get_running_loop(), {})
+    beat = beats.get((interval, clock))
     if beat is None:
-        beat = beats[interval] = _Beat(loop, interval)
+        beat = beats[interval, clock] = _Beat(clock, interval)
     return beat
 
 
 class LeanScrapeLoop:
     """Scrapes `{base_url}/metrics` every `interval` seconds (the next one is armed only after the
     previous one finished), `down_interval` after `down_after` failures in a row. The first scrape is at
-    once; the later ones fall on the interval's grid, which every loop of the process shares (`_Beat`)."""
+    once; the later ones fall on the interval's grid, which every loop of the process shares (`_Beat`).
+    `clock`: the time samples are stamped with and the grid is read on (tests pass a virtual one)."""
 
     def __init__(
         self,
@@ -299,6 +308,7 @@ class LeanScrapeLoop:
         down_interval: float = 5.0,
         down_after: int = 2,
         window_s: float = 60.0,
+        clock: Clock = _SYSTEM_CLOCK,
     ) -> None:
         self.instance = instance
         self.url = base_url.rstrip("/") + "/metrics"
@@ -306,6 +316,7 @@ class LeanScrapeLoop:
         self.timeout = timeout
         self.down_interval = down_interval
         self.down_after = down_after
+        self.clock = clock
         self.window = MetricsWindow(window_s)
         self.parser = MetricsParser()  # remembers the lines read: a scrape reads only what changed
         self.failures = 0
@@ -320,10 +331,9 @@ class LeanScrapeLoop:
         self._stopped = True
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        beat = _beat(self.interval)
+        beat = _beat(self.interval, self.clock)
         while not self._stopped:
-            started = loop.time()
+            started = self.clock.time()
             try:
                 await self.scrape()
             except Exception as exc:  # noqa: BLE001 — a bug in a payload's handling must not end the loop
@@ -331,7 +341,7 @@ class LeanScrapeLoop:
                     print(f"{self.instance}: {why}", file=sys.stderr, flush=True)  # the supervisor's log
                 self.last_error = why
             down = self.failures >= self.down_after
-            await beat.wait(started + (self.down_interval if down else self.interval))
+            await beat.wait(started, self.down_interval if down else self.interval)
 
     async def scrape(self) -> MetricsSample | None:
         try:
@@ -347,7 +357,7 @@ class LeanScrapeLoop:
             self.last_text = None
             return None
         self.last_text = response.body.decode("utf-8", "replace") if self.keep_text else None
-        sample = self.window.update(self.parser.parse_bytes(response.body), time.time(), self.instance)
+        sample = self.window.update(self.parser.parse_bytes(response.body), self.clock.time(), self.instance)
         self.failures = 0
         self.last_error = None
         if not self._stopped:

@@ -100,14 +100,25 @@ class RemoteSupervisor(FeedFollower):
     async def stop(self, names: Iterable[str] | None = None) -> None:
         await self._request("/stop", {"names": list(names) if names is not None else None})
 
-    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
+    async def restart(
+        self, name: str, spec: InstanceSpec | None = None, *, label: str = "restart", fallback: bool = False
+    ) -> dict[str, FlagValue] | None:
+        """`POST /restart` with the flags that differ from those it runs (set, unset), what the operation
+        is called (`label`) and `fallback`. Raises PreflightError (nothing was stopped), RestartReverted
+        (the new flags did not start: it runs the flags before again) or RemoteError."""
         body: dict[str, Any] = {"name": name}
+        if label != "restart":
+            body["label"] = label
+        if fallback:
+            body["fallback"] = True
         current = self._statuses.get(name)
         if spec is not None and current is not None:
             old, new = dict(current.spec.flags), dict(spec.flags)
             body["set"] = {k: v for k, v in new.items() if old.get(k) != v and v != MASK}
             body["unset"] = [k for k in old if k not in new]
-        await self._request("/restart", body)
+        answer = await self._request("/restart", body)
+        flags = answer.get("flags")
+        return dict(flags) if isinstance(flags, dict) else None
 
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:
         return {name: dict(flags) for name, flags in self._edits.items()}

@@ -17,10 +17,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from vtui.core.events import Event, LogLines
+from vtui.core.gpu import FedSource
 from vtui.core.linering import LineRing
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, decode_conflicts
-from vtui.core.refusals import PreflightError
+from vtui.core.refusals import PreflightError, RestartReverted
 from vtui.core.runstate import MASK
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
@@ -102,6 +103,8 @@ class FeedFollower:
         self._conflicts: dict[str, tuple[FlagConflict, ...]] = {}  # the flags of those another changed too
         self.supervisor_pid: int | None = None
         self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
+        # that supervisor's GPUs as a GPU source (core.gpu: another host's, for `instance_gpus`)
+        self.gpus = FedSource("no GPU sample from the session supervisor yet")
         self._feed_task: asyncio.Task | None = None
         self._attached: asyncio.Event | None = None
         self._layout_sent: asyncio.Future[dict[str, Any]] | None = None  # POST /layout, under way or done
@@ -182,6 +185,8 @@ class FeedFollower:
         status, answer = await self._http("POST", path, body)
         if status == 409 and answer.get("error") == "preflight":
             raise PreflightError(answer.get("problems") or [])
+        if status == 409 and isinstance(answer.get("flags"), dict):  # a restart that went back
+            raise RestartReverted(str(answer.get("error") or "the new flags did not start"), answer["flags"])
         if status >= 400:
             raise RemoteError("; ".join(answer.get("problems") or [answer.get("error") or f"HTTP {status}"]))
         return answer
@@ -365,7 +370,12 @@ class FeedFollower:
                 self._sampled.add(data.get("instance"))
                 if self.sample_prefix and data.get("instance"):  # named as its subscribers know it
                     data["instance"] = self.sample_prefix + data["instance"]
-            sample = decode_sample(message["sample"]) if kind == "sample" else decode_gpu(message["sample"])
+            sample: Any
+            if kind == "sample":
+                sample = decode_sample(message["sample"])
+            else:
+                sample = decode_gpu(message["sample"])
+                self.gpus.update(sample)
             for telemetry in list(self._sample_subscribers):
                 telemetry(kind, sample)
         elif kind == "facts":

@@ -108,6 +108,10 @@ def flag_map(value: Any) -> str | None:
     return None
 
 
+def obj(value: Any) -> str | None:
+    return None if isinstance(value, dict) else f"expected an object, got {_type_name(value)}"
+
+
 def optional(check: Check) -> Check:
     def maybe(value: Any) -> str | None:
         return None if value is None else check(value)
@@ -206,6 +210,12 @@ ROUTES: dict[tuple[str, str], Route] = {
             ["name", "before"], name=NAME, n=integer(0, MAX_LOG_LINES), before=strings(10_000, empty=False)
         ),
     ),
+    # a tune of one instance as a job of this supervisor (`vtui.tune.job`: the client's plan; 409: one
+    # runs already, or the instance is not READY), its progress (also on the feed: type "tune"), and
+    # its cancel (answered at once; the job puts the original flags back)
+    ("POST", "/tune"): Route("_tune_start_route", _schema(["name", "plan"], name=NAME, plan=obj)),
+    ("GET", "/tune"): Route("_tune_status_route", query=_schema(["name"], name=string)),
+    ("POST", "/tune/cancel"): Route("_tune_cancel_route", _schema(["name"], name=NAME)),
     # end supervision (the instances keep running unless stop: `vtui handover`)
     ("POST", "/shutdown"): Route("_shutdown_route", _schema(stop=optional(boolean))),
 }

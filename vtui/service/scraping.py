@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import operator
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -37,10 +38,11 @@ def _restamped(sample: Any, last: Any) -> bool:
     restamp of a steady sample leaves them; a computed sample has new ones)."""
     if type(sample) is not type(last) or not isinstance(sample, MetricsSample):
         return False
-    return all(getattr(sample, k) is getattr(last, k) for k in _RESTAMP_FIELDS)
+    return all(map(operator.is_, _restamp_fields(sample), _restamp_fields(last)))
 
 
-_RESTAMP_FIELDS = tuple(f.name for f in dataclasses.fields(MetricsSample) if f.name != "at")
+# every field but `at`, fetched in one C call (a generator of getattr()s cost 10 % of an idle supervisor)
+_restamp_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(MetricsSample) if f.name != "at"))
 
 
 class Scrapers:

@@ -22,9 +22,9 @@ runs, no attached server is up, and no client has been connected for `idle_grace
 (what a successor gets back), `broadcast.Broadcaster` (the feed's clients, telemetry batched),
 `eventhub.EventHub` (the supervisor's events: history, feed, flag history, facts), `notifications`
 (on_event / webhooks), `scraping.Scrapers` (the scrape loops and samples), `gpuwatch.GpuWatch` (the GPU
-sampler, the instances' processes), `exporter.SessionMetrics` (`metrics_port`), `handlers.Routes` (the
-API's routes), `transport.SocketServer` (h11 on the socket) and `idle.IdleWatch`. This module wires them
-and has registration, `serve` and `shutdown`.
+sampler, the instances' processes), `exporter.SessionMetrics` (`metrics_port`), `tuning.Tunes` (tune
+jobs), `handlers.Routes` (the API's routes), `transport.SocketServer` (h11 on the socket) and
+`idle.IdleWatch`. This module wires them and has registration, `serve` and `shutdown`.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from vtui.service.probes import LeanLauncher
 from vtui.service.scraping import Scrapers
 from vtui.service.service_base import Tasks, log
 from vtui.service.transport import SocketServer
+from vtui.service.tuning import Tunes
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.notify import Notifier
 from vtui.supervisor.supervisor import Supervisor
@@ -65,6 +66,8 @@ __all__ = ["SessionService"]
 
 class SessionService:
     """One session's supervision plus its socket server. `serve()` runs until `shutdown()` or idleness."""
+
+    metrics: SessionMetrics  # set after the GPU watch that asks it whether it serves
 
     def __init__(
         self,
@@ -78,7 +81,14 @@ class SessionService:
         scrape_interval: float = 1.0,
         flags: FlagTable | None = None,
     ) -> None:
-        self.supervisor = supervisor or Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
+        self.feed = Broadcaster()
+        if supervisor is None:
+            supervisor = Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
+            # quiet and unwatched: the supervisor's log drain and liveness checks once a second, with the
+            # probes, not five times (supervisor_loops._quiet); a feed client brings 5 Hz back
+            supervisor.idle_poll_interval = 1.0
+            supervisor.watched = lambda: bool(self.feed)
+        self.supervisor = supervisor
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
         self.socket_file = socket_file or locations.socket_path(self.session)
@@ -91,9 +101,11 @@ class SessionService:
         # facts, flag history, attached servers brought up, pending edits: persisted
         self.state = ServiceState(self.state_file, sup.edits, self.spawn, log)
         self.state.load()
-        self.feed = Broadcaster()
         self.scrapers = Scrapers(sup, self.feed, self.spawn, log, enabled=scrape, interval=scrape_interval)
-        self.gpu_watch = GpuWatch(sup, self.feed, enabled=gpu)
+        # unwatched (no feed client, no /metrics endpoint), the GPU sampler rests
+        self.gpu_watch = GpuWatch(
+            sup, self.feed, enabled=gpu, exporting=lambda: self.metrics.endpoint is not None
+        )
         notifier = Notifier.from_session(layout.session, log=log)
         self.notifications = Notifications(self.session, lambda: sup.instances, notifier)
         self.hub = EventHub(sup, self.feed, self.state, self.notifications, self.spawn, self.scrapers.sync)
@@ -106,10 +118,16 @@ class SessionService:
             on_event=self.hub.on_event,
             on_serving=self._exporting,
         )
+        self.tunes = Tunes(sup, self.session, self.feed, self.spawn, lambda: self.flag_table, log)
         self.routes = Routes(self)
-        self.server = SocketServer(self.socket_file, self.routes.handle, self.status, self.feed)
+        self.server = SocketServer(
+            self.socket_file, self.routes.handle, self.status, self.feed, on_feed=self._feed_came
+        )
         self.idle = IdleWatch(
-            idle_grace, lambda: busy(sup, self.state.attached_up), lambda: self.server.clients
+            idle_grace,
+            # a live tune too: between a trial's stop and its start nothing else runs
+            lambda: busy(sup, self.state.attached_up) or self.tunes.running,
+            lambda: self.server.clients,
         )
         self.server.on_close = self.idle.touch
         sup.edits.on_change = self.hub.edits_changed  # persisted and broadcast
@@ -174,6 +192,12 @@ class SessionService:
         return await self.routes.handle(method, target, body, api)
 
     # -- life ----------------------------------------------------------------------------------------
+    def _feed_came(self) -> None:
+        """A feed client: the supervisor's logs at 5 Hz again (supervisor_loops._quiet), and the GPUs,
+        unsampled while nobody followed, sampled for it now."""
+        self.supervisor.wake_tick()
+        self.gpu_watch.poke()
+
     def _exporting(self, serving: bool) -> None:
         self.scrapers.keep_text = serving  # the endpoint reads the loops' last payloads
         self.scrapers.sync()
@@ -210,6 +234,7 @@ class SessionService:
     async def shutdown(self, stop_instances: bool = False) -> None:
         if self._done.is_set():
             return
+        await self.tunes.end()  # each puts its instance's original flags back first
         if stop_instances:
             await self.routes._stop(None, None)
         self.server.close()

@@ -9,12 +9,16 @@ import os
 import sys
 import time
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import Layout
 from vtui.service.history import EventHistory
 from vtui.supervisor.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from vtui.service.gpuwatch import GpuWatch
+    from vtui.service.tuning import Tunes
 
 
 class Tasks:
@@ -40,6 +44,8 @@ class ServiceContext(Protocol):
     session: str
     events: EventHistory
     flag_table: FlagTable | None
+    gpu_watch: GpuWatch  # a full status asks it for a fresh sample
+    tunes: Tunes  # the tune routes' jobs
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 

@@ -34,7 +34,7 @@ Handler = Callable[[str, str, dict[str, Any], "int | None"], Awaitable[tuple[int
 class SocketServer:
     """The session's socket (0600): each connection's requests answered by `handle`, the feed's clients
     added to `feed` with `hello()` as their first line. `clients`: connections open now; `on_close` hears
-    each one end."""
+    each one end, `on_feed` each feed client come."""
 
     def __init__(
         self,
@@ -43,12 +43,14 @@ class SocketServer:
         hello: Callable[[], dict[str, Any]],
         feed: Broadcaster,
         on_close: Callable[[], None] = lambda: None,
+        on_feed: Callable[[], None] = lambda: None,
     ) -> None:
         self.path = path
         self.handle = handle
         self.hello = hello
         self.feed = feed
         self.on_close = on_close
+        self.on_feed = on_feed
         self.clients = 0
         self._server: asyncio.AbstractServer | None = None
 
@@ -158,6 +160,7 @@ class SocketServer:
         """The streamed feed: a hello line with the full status, then one JSON object per line."""
         feed = FeedClient(conn, writer)
         self.feed.add(feed)
+        self.on_feed()  # the supervisor's tick and the GPU sampler, resting while nobody followed, wake
         headers = [*VERSION_HEADERS, ("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
         hello = {"type": "hello", **self.hello()}

@@ -95,8 +95,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_EVENT_FIELDS: dict[type, tuple[str, ...]] = {}  # dataclasses.fields() per call costs more than the rest
+
+
 def encode_event(event: Event) -> dict[str, Any]:
-    data = {f.name: _plain(getattr(event, f.name)) for f in dataclasses.fields(event)}
+    names = _EVENT_FIELDS.get(type(event))
+    if names is None:
+        names = _EVENT_FIELDS[type(event)] = tuple(f.name for f in dataclasses.fields(event))
+    data = {name: _plain(getattr(event, name)) for name in names}
     data["kind"] = _KIND[type(event)]
     return data
 
@@ -254,7 +260,15 @@ def decode_point(data: Mapping[str, Any]) -> HistoryPoint:
 
 
 def encode_gpu(sample: GpuSample) -> dict[str, Any]:
-    return dataclasses.asdict(sample)
+    """As dataclasses.asdict, without its deep copies (once a second per session)."""
+    return {
+        "available": sample.available,
+        "reason": sample.reason,
+        "gpus": [dict(g.__dict__) for g in sample.gpus],
+        "processes": [dict(p.__dict__) for p in sample.processes],
+        "at": sample.at,
+        "source": sample.source,
+    }
 
 
 def decode_gpu(data: dict[str, Any]) -> GpuSample:
@@ -264,6 +278,7 @@ def decode_gpu(data: dict[str, Any]) -> GpuSample:
         gpus=tuple(GpuInfo(**g) for g in data.get("gpus", ())),
         processes=tuple(GpuProcess(**p) for p in data.get("processes", ())),
         at=data["at"],
+        source=data.get("source"),
     )
 
 

@@ -16,6 +16,7 @@ from vtui.core import vllm_memory
 from vtui.sim import args as simargs
 from vtui.sim import device, logfmt, models
 from vtui.sim.gpus import RegistrySleep
+from vtui.sim.gpuview import registry_free
 from vtui.sim.memory import GIB, GpuRegistry, KvPlan, physical_gpus, plan_kv, weight_dtype
 
 HELP = "run the simulated vLLM engine (same flags as `vllm serve`, plus --sim-…)"
@@ -96,7 +97,7 @@ def start(
     log.api("api_utils.py:286", f"non-default args: {simargs.non_default(a)}")
     shape = models.resolve(a.model, a.sim_params)
     if shape is None:
-        if a.model.startswith(("/", ".", "~")) or a.model.count("/") != 1:
+        if models.start_refusal(a.model, a.sim_params):
             log.raw(logfmt.HF_TRACE.format(model=a.model), sys.stderr)
             raise StartFailed("HFValidationError")
         shape = models.shape_for_params(a.model, 8e9)
@@ -203,8 +204,7 @@ def start(
     )
     owner = holder[0] if holder else os.getpid()
     with registry.locked():
-        used = max((registry.used(g, exclude_pid=owner) for g in gpus), default=0) if dev is None else 0
-        free = plan.total_bytes - used if dev is None else dev.free
+        free = registry_free(registry, gpus, plan.total_bytes, owner) if dev is None else dev.free
         if free < plan.requested_bytes:
             msg = (
                 f"ValueError: Free memory on device cuda:{dev_index} ({free / GIB:.2f}/{plan.total_bytes / GIB:.2f} GiB) "

@@ -310,7 +310,7 @@ def main() -> int:
             reply: dict[str, Any] = {"result": _serve(mem, json.loads(line))}
         except CudaOutOfMemory as exc:
             reply = {"error": str(exc), "kind": "oom"}
-        except Exception as exc:  # noqa: BLE001 - every failure goes back to the parent in words
+        except Exception as exc:  # noqa: BLE001 — every failure goes back to the parent in words
             reply = {"error": str(exc), "kind": "unavailable"}
         try:
             out.write(json.dumps(reply) + "\n")

@@ -36,8 +36,9 @@ def _start_time(pid: int) -> str | None:
     gone: it holds no GPU memory, even while an init that never reaps it keeps its pid. "?" when
     /proc cannot tell but the pid exists."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else fields[19]
+        with open(f"/proc/{pid}/stat", "rb") as fh:  # not pathlib: a GPU panel asks every second per holder
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] in (b"Z", b"X") else fields[19].decode()
     except (OSError, IndexError):
         try:
             os.kill(pid, 0)
@@ -54,6 +55,7 @@ class GpuRegistry:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or registry_dir()
+        self._parsed: dict[Path, tuple[tuple[int, int], dict]] = {}  # path -> ((mtime_ns, size), its JSON)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -68,12 +70,17 @@ class GpuRegistry:
     def holders(self) -> dict[int, dict[int, int]]:
         """pid -> {gpu: bytes} of every live holder; entries of dead or recycled pids are removed."""
         found: dict[int, dict[int, int]] = {}
+        parsed: dict[Path, tuple[tuple[int, int], dict]] = {}
         for path in self.root.glob("*.json") if self.root.exists() else ():
             try:
                 pid = int(path.stem)
-                entry = json.loads(path.read_text())
+                st = path.stat()
+                stamp = (st.st_mtime_ns, st.st_size)
+                known = self._parsed.get(path)
+                entry = known[1] if known is not None and known[0] == stamp else json.loads(path.read_text())
             except (ValueError, OSError):
                 continue
+            parsed[path] = (stamp, entry)  # read again only once rewritten (a GPU panel asks every second)
             start = _start_time(pid)
             if start is None or (start != "?" and entry.get("start") not in (None, start)):
                 path.unlink(missing_ok=True)
@@ -82,6 +89,7 @@ class GpuRegistry:
                 found[pid] = {int(g): int(n) for g, n in entry.get("gpus", {}).items()}
             except (TypeError, ValueError):
                 continue
+        self._parsed = parsed
         return found
 
     def used(self, gpu: int, exclude_pid: int | None = None) -> int:

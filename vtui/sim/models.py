@@ -195,6 +195,21 @@ def lookup_builtin(model: str) -> ModelShape | None:
     return None
 
 
+def start_refusal(model: str, sim_params: str | None = None) -> str | None:
+    """Why `vtui sim MODEL` fails at once (vLLM's hub lookup refuses the name: a path that is no folder
+    with config.json, or a bare word), None when it starts: a known or sized model, or any `org/name`
+    (simulated at 8B parameters). `vtui check` and the sim's start share it."""
+    if resolve(model, sim_params) is not None:
+        return None
+    if model.startswith(("/", ".", "~")) or model.count("/") != 1:
+        return (
+            f"the sim knows no model {model!r}, and it is neither a folder with config.json nor a "
+            "Hugging Face id like org/name: the start would fail (HFValidationError); use a known "
+            "name or give its size with the sim-params flag"
+        )
+    return None
+
+
 def resolve(model: str, sim_params: str | None = None) -> ModelShape | None:
     """The shape of `model`; None when it is neither a folder with config.json, a known name, nor sized."""
     folder = Path(model).expanduser()

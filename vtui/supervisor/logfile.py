@@ -347,7 +347,7 @@ def _audit_killers(child_pid: int) -> tuple[dict, ...]:
         spec.loader.exec_module(module)
         found = module.audit(target_pids={child_pid, os.getpid()})
         return tuple(k.to_dict() for k in found)
-    except Exception:  # noqa: BLE001 - the audit is a bonus: the exit record must be written regardless
+    except Exception:  # noqa: BLE001 — the audit is a bonus: the exit record must be written regardless
         return ()
 
 

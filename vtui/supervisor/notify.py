@@ -157,7 +157,7 @@ class Notifier:
                 return
             try:
                 deliver(body)
-            except Exception as exc:  # noqa: BLE001 - a delivery failure is logged, never raised
+            except Exception as exc:  # noqa: BLE001 — a delivery failure is logged, never raised
                 self.log(f"notify: {exc}")
 
     def _run_command(self, body: bytes) -> None:
@@ -199,7 +199,7 @@ class Notifier:
             self.webhook, data=body, method="POST", headers={"content-type": "application/json"}
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - http(s) only
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 resp.read(1 << 16)
         except OSError as exc:
             self.log(f"notify: webhook {self.webhook} failed: {exc}")

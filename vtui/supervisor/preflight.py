@@ -16,14 +16,16 @@ import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vtui.core import flagspec
+from vtui.core.backends import pin_vars, pinned_by_env
 from vtui.core.flagvalues import dp_ports
+from vtui.core.gpu import GpuSample, GpuSources, instance_gpu_indices, instance_gpus
 from vtui.core.model import InstanceSpec, Layout
+from vtui.core.vllm_memory import MemoryRule, memory_rule
 
-if TYPE_CHECKING:
-    from vtui.telemetry.gpu import GpuSample
+__all__ = ["PreflightResult", "gpu_memory_check", "instance_gpu_indices", "preflight"]
 
 GIB = 1 << 30
 
@@ -68,26 +70,17 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def _gpu_count(nvml: Any) -> tuple[int | None, str | None]:
-    """Number of NVIDIA GPUs, or (None, why not) when NVML is absent."""
-    if nvml is None:
-        try:
-            import pynvml as nvml  # type: ignore[no-redef]
-        except ImportError:
-            return None, "pynvml is not installed"
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, …
-        return None, f"no NVIDIA driver ({exc.__class__.__name__})"
-    try:
-        return int(nvml.nvmlDeviceGetCount()), None
-    except Exception as exc:
-        return None, f"NVML error ({exc})"
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:
-            pass
+def layout_gpus(layout: Layout, nvml: Any = None) -> GpuSources:
+    """The GPU sources a layout's instances run on (`sim.gpuview.gpu_sources`); `nvml`: a stand-in
+    for pynvml (tests)."""
+    from vtui.sim.gpuview import gpu_sources
+
+    machine = None
+    if nvml is not None:
+        from vtui.telemetry.gpu import NvmlSource
+
+        machine = NvmlSource(nvml)
+    return gpu_sources(lambda: layout, machine)
 
 
 def _cpu_count() -> int:
@@ -104,9 +97,11 @@ def preflight(
     running: Iterable[str] = (),
     nvml: Any = None,
     cpu_count: int | None = None,
+    gpus: GpuSources | None = None,
     ports_freed: Iterable[int] = (),
 ) -> PreflightResult:
     """Check starting `names` (default: all) while `running` instances of the layout keep running.
+    GPUs: as `gpus` shows them (default: `layout_gpus`), each instance on the source it runs on.
     `ports_freed`: ports held now by what a restart stops first (not "in use" for its new start)."""
     freed = set(ports_freed)
     wanted = list(names) if names is not None else layout.names()
@@ -145,8 +140,9 @@ def preflight(
         if spec.gpus and spec.flags.get("device-ids") is not None:
             # vLLM 0.32 (engine/arg_utils.py, _resolve_device_ids): with CUDA_VISIBLE_DEVICES set, the
             # --device-ids values are indices into the visible set, not physical GPUs
+            pin = pin_vars(spec.backend)[0] if pin_vars(spec.backend) else "its backend's variable"
             result.problems.append(
-                f'instance "{spec.name}": sets both gpus (vtui pins them with CUDA_VISIBLE_DEVICES) and '
+                f'instance "{spec.name}": sets both gpus (vtui pins them with {pin}) and '
                 "device-ids, which vLLM then reads as indices into those GPUs; keep one of the two"
             )
         if spec.host in ("0.0.0.0", "::", ""):
@@ -154,36 +150,43 @@ def preflight(
                 f'instance "{spec.name}": binds {spec.host or "all addresses"}, reachable '
                 'from other machines (use host = "127.0.0.1" to keep it local)'
             )
-    asked: list[tuple[int | None, str | None]] = []  # NVML asked at most once
+    sources = gpus if gpus is not None else layout_gpus(layout, nvml)
+    samples: dict[int, GpuSample] = {}  # each source asked at most once
 
-    def count_gpus() -> tuple[int | None, str | None]:
-        if not asked:
-            asked.append(_gpu_count(nvml))
-        return asked[0]
+    def sample_for(spec: InstanceSpec) -> GpuSample:
+        source = sources.for_instance(spec)
+        if id(source) not in samples:
+            samples[id(source)] = source.sample()
+        return samples[id(source)]
 
-    if any(s.gpus for s in to_start):
-        count, why = count_gpus()
-        if count is None:
-            result.notes.append(f"GPU checks skipped: {why}")
-        else:
-            for spec in to_start:
-                missing = [g for g in spec.gpus if g < 0 or g >= count]
-                if missing:
-                    have = f"GPUs 0-{count - 1}" if count else "no GPUs"
-                    result.problems.append(
-                        f'instance "{spec.name}": GPU {", ".join(map(str, missing))} '
-                        f"not present (this machine has {have})"
-                    )
+    skipped: set[str] = set()
+    for spec in to_start:
+        if not spec.gpus:
+            continue
+        sample = sample_for(spec)
+        if not sample.available:
+            skipped.add(sample.reason or "no GPUs")
+            continue
+        count = len(sample.gpus)
+        missing = [g for g in spec.gpus if g < 0 or g >= count]
+        if missing:
+            have = f"GPUs 0-{count - 1}" if count else "no GPUs"
+            kind = "the simulated box" if sample.simulated else "this machine"
+            result.problems.append(
+                f'instance "{spec.name}": GPU {", ".join(map(str, missing))} not present ({kind} has {have})'
+            )
+    for why in sorted(skipped):
+        result.notes.append(f"GPU checks skipped: {why}")
     active = [s for s in launched if s.name in live] + to_start
     if not layout.session.allow_gpu_sharing:
         result.problems.extend(_overlaps(active, {s.name for s in to_start}))
     unpinned = [
-        s for s in active if not s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env and s.engine != "router"
+        s for s in active if not s.gpus and pinned_by_env(s.backend, s.env) is None and s.engine != "router"
     ]
     if (
         len(unpinned) >= 2
         and any(s in to_start for s in unpinned)
-        and (any(s.engine == "sim" for s in unpinned) or (count_gpus()[0] or 0) > 0)
+        and (any(s.engine == "sim" for s in unpinned) or len(sources.machine.sample().gpus) > 0)
     ):
         names = ", ".join(f'"{s.name}"' for s in unpinned)
         result.warnings.append(
@@ -246,22 +249,17 @@ def _overlaps(specs: list[InstanceSpec], new: set[str]) -> list[str]:
 # -- free GPU memory before a start -----------------------------------------------------------------
 
 
-def _flag_int(spec: InstanceSpec, name: str) -> int:
-    value = spec.flags.get(name, 1)
-    try:
-        return max(1, int(value))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 1
+def target_memory_rule(spec: InstanceSpec, backend: str = "cuda") -> MemoryRule:
+    """The memory rule of the vLLM an instance runs (`core.vllm_memory.memory_rule`): the release of the
+    flag schema its layout was loaded with (`flagschema.known_schema`, no I/O; the sim plays 0.32),
+    with that parser's default utilization; an unread schema: the bundled 0.32 default's rule."""
+    from vtui.telemetry.flagschema import known_schema
 
-
-def instance_gpu_indices(spec: InstanceSpec) -> list[int]:
-    """The GPUs an instance's ranks land on: its `gpus` (first TP × PP × DP of them), else 0..N-1."""
-    ranks = (
-        _flag_int(spec, "tensor-parallel-size")
-        * _flag_int(spec, "pipeline-parallel-size")
-        * _flag_int(spec, "data-parallel-size")
-    )
-    return list(spec.gpus[:ranks]) if spec.gpus else list(range(ranks))
+    schema = known_schema(spec.engine, spec.command)
+    table = schema.flags if schema is not None else flagspec.BUILTIN_FLAGS
+    default = table["gpu-memory-utilization"].default if "gpu-memory-utilization" in table else None
+    version = schema.vllm_version if schema is not None else flagspec.VLLM_VERSION
+    return memory_rule(spec.flags, version, backend, default_utilization=default)
 
 
 def gpu_memory_check(
@@ -270,6 +268,7 @@ def gpu_memory_check(
     *,
     force: bool = False,
     ignore_pids: Iterable[int] = (),
+    rule: MemoryRule | None = None,
 ) -> PreflightResult:
     """Whether the GPUs `spec` will use have the memory its --gpu-memory-utilization asks, by vLLM 0.32's
     own start check (`request_memory` in v1/worker/utils.py: free memory on the device at startup must be
@@ -279,27 +278,31 @@ def gpu_memory_check(
     (sim.gpuview.SimulatedGpus) for `vtui sim`. A shortfall is a problem naming the holders by pid and
     vtui instance (a warning instead when `force`). `ignore_pids`: processes about to go (the instance's
     own previous tree). No usable sample: a note, nothing refused. Call it just before each launch (after
-    a shared GPU's stagger), when the other instances' memory is what the new one will find."""
+    a shared GPU's stagger), when the other instances' memory is what the new one will find.
+    `rule`: the target vLLM's (default `target_memory_rule`): from 0.34 an extensible KV cache (CUDA,
+    ROCm) is sized from what is free after warmup and vLLM skips this check (`request_memory` in
+    v1/worker/utils.py), so vtui skips it too."""
     result = PreflightResult()
     if sample is None or not sample.available:
         why = sample.reason if sample is not None else "no GPU sample"
         result.notes.append(f'instance "{spec.name}": GPU memory not checked ({why})')
         return result
-    value = spec.flags.get("gpu-memory-utilization", flagspec.BUILTIN_FLAGS["gpu-memory-utilization"].default)
-    try:
-        utilization = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return result  # the layout check names a bad value
+    rule = rule or target_memory_rule(spec)
+    if not rule.checks_free_memory:
+        result.notes.append(f'instance "{spec.name}": GPU memory not checked: {rule.describe()}')
+        return result
+    utilization = rule.utilization
     gone = set(ignore_pids)
-    by_index = {g.index: g for g in sample.gpus}
-    for index in instance_gpu_indices(spec):
-        info = by_index.get(index)
-        if info is None or info.memory_total is None or info.memory_used is None:
+    view = instance_gpus(spec, sample, leaving=gone)
+    if not view.available:
+        result.notes.append(f'instance "{spec.name}": GPU memory not checked ({view.reason})')
+        return result
+    for index in view.indices:
+        free, total = view.free[index], view.total[index]
+        if free is None or total is None:
             result.notes.append(f'instance "{spec.name}": GPU {index} memory not known: not checked')
             continue
-        leaving = sum(p.used_memory or 0 for p in sample.processes_on(index) if p.pid in gone)
-        free = info.memory_total - max(0, info.memory_used - leaving)
-        requested = math.ceil(info.memory_total * utilization)
+        requested = math.ceil(total * utilization)
         if free >= requested:
             continue
         holders = [p for p in sample.processes_on(index) if p.pid not in gone]
@@ -311,7 +314,7 @@ def gpu_memory_check(
         )
         line = (
             f'instance "{spec.name}": GPU {index} has {free / GIB:.2f} GiB free of '
-            f"{info.memory_total / GIB:.2f} GiB, less than gpu-memory-utilization {utilization:g} asks "
+            f"{total / GIB:.2f} GiB, less than gpu-memory-utilization {utilization:g} asks "
             f"({requested / GIB:.2f} GiB); held by {named or 'processes NVML does not list'}"
         )
         if force:

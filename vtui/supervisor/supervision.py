@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vtui.core import paths
+from vtui.core.backends import pinned_by_env
 from vtui.core.clock import Clock
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
@@ -95,15 +96,16 @@ async def asleep_level(base_url: str, timeout: float = 3.0) -> int | None:
 
 
 def gpus_used(spec: InstanceSpec) -> set[str]:
-    """The GPUs an instance lands on, for start ordering: its `gpus`, else the CUDA_VISIBLE_DEVICES its
-    env sets, else GPU 0 — vLLM and the sim both take the first visible GPU when nothing pins them. A
-    router holds none."""
+    """The GPUs an instance lands on, for start ordering: its `gpus`, else what its env pins with its
+    backend's variable (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, …: core.backends), else GPU 0 —
+    vLLM and the sim both take the first visible GPU when nothing pins them. A router holds none."""
     if spec.engine == "router":
         return set()
     if spec.gpus:
         return {str(g) for g in spec.gpus}
-    if "CUDA_VISIBLE_DEVICES" in spec.env:
-        return {g.strip() for g in spec.env["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()}
+    pinned = pinned_by_env(spec.backend, spec.env)
+    if pinned is not None:
+        return set(pinned)
     return {"0"}
 
 

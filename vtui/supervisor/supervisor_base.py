@@ -10,6 +10,7 @@ calls on another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable, Iterable
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from vtui.core.clock import Clock
 from vtui.core.events import Event, LogLines, Notice, OperationChanged, StateChanged, subscribe_to
+from vtui.core.gpu import GpuSources
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
@@ -27,6 +29,7 @@ from vtui.supervisor.attached import Attached, AttachedProber, is_attached
 from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logfile import LogTailer
 from vtui.supervisor.opqueue import OperationQueue
+from vtui.supervisor.owners import ProcessOwners
 from vtui.supervisor.replicas import RouterHub, members
 from vtui.supervisor.startgate import StartGate, Sweeper
 from vtui.supervisor.supervision import log_path_for
@@ -43,7 +46,15 @@ class SupervisorBase:
     check_preflight: bool
     adopt_unlisted: bool
     instances: dict[str, Instance]
-    gpu_sample: Callable[[InstanceSpec], Any] | None
+    gpus: GpuSources  # the machine's GPUs and the sims' simulated box (core.gpu.instance_gpus asks them)
+    owners: ProcessOwners  # pid -> instance, by session id (no process-table walk)
+    # Quiet (every instance settled, nothing under way, nobody following: `watched` False) the tick's
+    # per-instance work runs every `idle_poll_interval` s instead of every `poll_interval` (0: always
+    # every poll_interval). The session service sets both: 1 s, and "a feed client is attached".
+    idle_poll_interval: float = 0.0
+    watched: Callable[[], bool] | None = None
+    _last_full_tick: float = float("-inf")
+    _tick_wake: asyncio.Event | None = None  # ends a quiet tick's rest (a state change, `wake_tick`)
     routers: RouterHub
     prober: AttachedProber
     edits: PendingEdits
@@ -63,6 +74,7 @@ class SupervisorBase:
     _restored_layout: dict[str, InstanceSpec]  # the layout's spec of an instance restored with other flags
     _policy_stops: dict[str, asyncio.Task]
     _sleeps: dict[str, asyncio.Task]
+    _rescales: set[asyncio.Task]
     _refusals: dict[str, list[str]]
     _ops: dict[str, OperationQueue]  # each instance's operations, one at a time (`supervisor.opqueue`)
 
@@ -169,6 +181,7 @@ class SupervisorBase:
             self._record_state(event)
             if self._changed is not None:
                 self._changed.set()
+            self.wake_tick()
             inst = self.instances.get(event.instance)
             if inst is not None and inst.spec.group is not None:
                 if event.new is State.STARTING:
@@ -177,7 +190,7 @@ class SupervisorBase:
         for callback in list(self._subscribers):
             try:
                 callback(event)
-            except Exception as exc:  # a broken consumer must not stop supervision
+            except Exception as exc:  # noqa: BLE001 — a broken consumer must not stop supervision
                 print(f"vtui: event subscriber failed: {exc!r}", file=sys.stderr)
 
     def _notice(self, instance: str | None, level: str, text: str) -> None:
@@ -201,6 +214,37 @@ class SupervisorBase:
             return inst.local_pids(self.clock.time()) if inst.state is not State.UNREACHABLE else set()
         handle = inst.handle
         return set(self.launcher.tree(handle, thorough=False)) if handle is not None else set()
+
+    def wake_tick(self) -> None:
+        """End a quiet tick's rest now (a client came to follow, a state changed)."""
+        if self._tick_wake is not None:
+            self._tick_wake.set()
+
+    def _owner_sessions(self) -> dict[int, str]:
+        """Session id -> name of each running launched instance (its log pump leads that session)."""
+        out: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            handle = inst.handle
+            if (
+                handle is not None
+                and not isinstance(inst, Attached)
+                and inst.state.running
+                and handle.sid > 0
+            ):
+                out[handle.sid] = name
+        return out
+
+    def _owner_pids(self) -> dict[int, str]:
+        """Pids named otherwise: attached servers' local listeners, leaders recorded without a session."""
+        out: dict[int, str] = {}
+        for name, inst in self.instances.items():
+            if isinstance(inst, Attached):
+                if inst.state is not State.UNREACHABLE:
+                    with contextlib.suppress(Exception):
+                        out.update(dict.fromkeys(inst.local_pids(self.clock.time()), name))
+            elif inst.handle is not None and inst.state.running and inst.handle.sid <= 0:
+                out[inst.handle.pid] = name
+        return out
 
     def recent_lines(self, name: str) -> list[str]:
         return list(self.instances[name].lines)

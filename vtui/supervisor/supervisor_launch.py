@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
+from vtui.core.gpu import attribute
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.model import InstanceSpec
 from vtui.core.refusals import PreflightError
@@ -149,31 +150,11 @@ class LaunchMixin(SupervisorBase):
         return False
 
     def _sample_gpus(self, spec: InstanceSpec) -> Any:
-        """The GPUs as the launch will find them: the simulated registry for a sim, else NVML (also for
-        a sim on `--sim-device cuda`, which holds real CUDA memory and finds what NVML shows)."""
-        if self.gpu_sample is not None:
-            return self.gpu_sample(spec)
-        owners = self._pid_owners()
-        if spec.engine == "sim" and spec.flags.get("sim-device") != "cuda":
-            from vtui.sim.gpuview import simulated_sample
-
-            return simulated_sample(self._layout, owners)
-        from vtui.telemetry.gpu import GpuSampler
-
-        sampler = GpuSampler(lambda _s: None, interval=1.0, pid_owner=lambda: owners)
-        try:
-            return sampler.sample_once()
-        finally:
-            with contextlib.suppress(Exception):
-                sampler.stop()
-
-    def _pid_owners(self) -> dict[int, str]:
-        owners: dict[int, str] = {}
-        for name, inst in self.instances.items():
-            if inst.handle is not None or isinstance(inst, Attached):
-                with contextlib.suppress(Exception):
-                    owners.update(dict.fromkeys(self.pids_of(name), name))
-        return owners
+        """The GPUs as the launch will find them, from the source the instance runs on
+        (`core.gpu.GpuSources.for_instance`: the simulated box for a sim, else NVML / AMD SMI), each
+        process named by its instance."""
+        sample = self.gpus.for_instance(spec).sample()
+        return attribute(sample, self.owners({p.pid for p in sample.processes}))
 
     async def _launch_now(self, inst: Instance) -> None:
         """STARTING, then the blocking spawn (up to a few 100 ms: fork, exec, the pump's handshake) in a
@@ -210,7 +191,7 @@ class LaunchMixin(SupervisorBase):
                 self.store.remove(self.session, name)
                 inst.spawn_failed(fut.exception())  # type: ignore[arg-type]
             raise
-        except Exception as exc:  # SpawnError/OSError: no executable, no log folder…
+        except Exception as exc:  # noqa: BLE001 — SpawnError/OSError expected; any other is said, not raised
             if not isinstance(exc, (SpawnError, OSError)):
                 self._notice(name, "error", f"{name}: spawn failed unexpectedly: {exc!r}")
             self.store.remove(self.session, name)

@@ -4,6 +4,7 @@ starts, due restarts, router reconciliation), the health probes, and the attache
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
@@ -32,6 +33,8 @@ def _pump_alive(handle: Any) -> bool:
 
 
 WATCHED = (State.STARTING, State.READY, State.UNHEALTHY, State.ASLEEP, State.WAKING)  # exits are crashes
+# states that wait for nothing timed finer than a second (a crash is seen by the next tick)
+SETTLED = (State.READY, State.UNHEALTHY, State.ASLEEP, State.STOPPED, State.FAILED, State.UNREACHABLE)
 
 
 class LoopMixin(SupervisorBase):
@@ -40,6 +43,7 @@ class LoopMixin(SupervisorBase):
             return
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
+        self._tick_wake = asyncio.Event()
         self._loops = [
             asyncio.create_task(self._tick_loop()),
             asyncio.create_task(self._health_loop()),
@@ -52,9 +56,31 @@ class LoopMixin(SupervisorBase):
                 await self._tick()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep supervising; say what went wrong
+            except Exception as exc:  # noqa: BLE001 — keep supervising; say what went wrong
                 self._notice(None, "error", f"supervisor tick failed: {exc!r}")
-            await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
+            if self._quiet():  # the next whole second, or at once when a state changes or a client comes
+                await self._rest(self._to_grid(self.idle_poll_interval))
+            else:
+                await self.clock.sleep(self._to_grid(self.poll_interval))  # each whole second with the probes
+
+    async def _rest(self, seconds: float) -> None:
+        wake = self._tick_wake
+        if wake is None:
+            await self.clock.sleep(seconds)
+            return
+        wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(wake.wait(), seconds)
+
+    def _quiet(self) -> bool:
+        """Nothing under way and nobody following the logs live: the tick may go at its idle pace."""
+        if self.idle_poll_interval <= self.poll_interval or self.watched is None or self.watched():
+            return False
+        if self._pending or self._policy_stops or self._sleeps or self._sweeper.tasks or self._rescales:
+            return False
+        if any(not queue.idle for queue in self._ops.values()):  # an operation runs or waits
+            return False
+        return all(inst.state in SETTLED for inst in self.instances.values())
 
     async def _tick(self) -> None:
         now = self.clock.time()
@@ -62,6 +88,11 @@ class LoopMixin(SupervisorBase):
             self._reconciled_at = now
             for group in self.routers.groups():
                 self._reconcile_soon(group)
+        # quiet: the per-instance work (log drain, liveness, policies) on the whole seconds only, with the
+        # probes (benchmarks/bench_supervisor_cost.py); a state change or a client makes it 5 Hz again
+        if self._quiet() and now - self._last_full_tick < self.idle_poll_interval - self.poll_interval / 2:
+            return
+        self._last_full_tick = now
         for name, inst in list(self.instances.items()):
             self._drain(name)
             handle = inst.handle
@@ -169,7 +200,7 @@ class LoopMixin(SupervisorBase):
                 await self._probe_attached([i for i in self.instances.values() if isinstance(i, Attached)])
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep watching; say what went wrong
+            except Exception as exc:  # noqa: BLE001 — keep watching; say what went wrong
                 self._notice(None, "error", f"attached servers' probe failed: {exc!r}")
             await self.clock.sleep(self._to_grid(self.health_interval))  # in the health probes' wake-up
 

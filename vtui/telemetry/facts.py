@@ -25,6 +25,7 @@ FACT_KEYS: tuple[str, ...] = (
     "non_torch_gib",
     "activation_peak_gib",
     "available_kv_gib",
+    "extended_kv_gib",
     "kv_cache_tokens",
     "num_gpu_blocks",
     "num_cpu_blocks",
@@ -66,6 +67,8 @@ class StartupFacts:
     non_torch_gib: float | None = None
     activation_peak_gib: float | None = None
     available_kv_gib: float | None = None
+    # vLLM 0.34's extensible KV cache, grown after warmup: "Extended KV cache to N blocks (X GiB)"
+    extended_kv_gib: float | None = None
     kv_cache_tokens: int | None = None
     num_gpu_blocks: int | None = None
     num_cpu_blocks: int | None = None

@@ -1,7 +1,13 @@
-"""The installed vLLM's own `vllm serve` flag schema, read from its argparse parser by a small script run
-in the instance's Python (name, type, choices, default, help per option), cached per vLLM version in
-`paths.cache_dir()`. Without vLLM it falls back to `vtui.core.flagspec.BUILTIN_FLAGS` (0.32's help); with
-a vLLM whose parser cannot be read, to the bundled table of its release (`flagspec.bundled_flags`: 0.33).
+"""The one resolver of which `vllm serve` flag schema applies to an instance (`schema_for`), and so to a
+layout (`layout_flags`, `load_resolved`: what every command that reads a layout loads it with):
+
+1. the installed vLLM's own parser, read by a small script run in the instance's Python (name, type,
+   choices, default, help per option), cached per vLLM version in `paths.cache_dir()`;
+2. else the bundled schema of that vLLM's release (`flagspec.bundled_flags`: 0.32, 0.33, 0.34);
+3. else (a release vtui does not bundle, or no vLLM found) the newest bundled one, as a
+   `flagspec.GuessedFlags`: a flag outside it is a warning, not a refusal, since the target may have it.
+
+The simulated engine takes the bundled 0.32 schema it parses (`BUILTIN_FLAGS`).
 """
 
 from __future__ import annotations
@@ -17,15 +23,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from vtui.core import paths
-from vtui.core.flagspec import BUILTIN_FLAGS, VLLM_VERSION, FlagSpec, bundled_flags, bundled_version
+from vtui.core.flagspec import (
+    BUILTIN_FLAGS,
+    VLLM_VERSION,
+    FlagSpec,
+    GuessedFlags,
+    bundled_flags,
+    bundled_version,
+    bundles,
+    newest_bundled,
+)
 from vtui.core.model import Layout
 
 __all__ = [
     "FlagSchema",
     "SaveCheck",
     "installed_schema",
+    "load_resolved",
     "save_check",
     "python_of",
     "layout_schemas",
@@ -194,16 +211,27 @@ sys.stdout.write("\n@MARK@" + json.dumps(out) + "\n")
 @dataclass(frozen=True)
 class FlagSchema:
     """Flags by canonical name, with where they came from: "installed" (read now), "cache" (read
-    earlier from the same vLLM version), "bundled" (vtui's table of the installed release, 0.33: its
-    parser unreadable) or "builtin" (vtui's default 0.32 table: no vLLM, the sim, or an older release)."""
+    earlier from the same vLLM version), "bundled" (vtui's table of the installed release: its parser
+    unreadable), "builtin" (vtui's 0.32 table: the simulated engine's, or a server vtui does not start)
+    or "newest" (the newest bundled table standing in for a vLLM vtui cannot know: `guessed`)."""
 
     flags: Mapping[str, FlagSpec]
     vllm_version: str | None
     source: str
-    error: str | None = None  # why the installed parser could not be read, when source == "builtin"
+    error: str | None = None  # why the installed parser could not be read (not "installed"/"cache")
+
+    @property
+    def guessed(self) -> bool:
+        """The table only stands in for the target vLLM's: its unknown flags are warnings."""
+        return isinstance(self.flags, GuessedFlags)
 
     def label(self) -> str:
         """One line for the editor and `vtui check`: which schema validates the flags."""
+        if self.guessed:
+            return (
+                f"flags: vtui's bundled vLLM {self.vllm_version} schema, the newest it knows: {self.error}; "
+                "a flag it does not know is warned about, not refused"
+            )
         if self.source in ("builtin", "bundled"):
             why = f": {self.error}" if self.error else ""
             return f"flags: vtui's bundled vLLM {self.vllm_version} schema{why}"
@@ -256,7 +284,8 @@ def python_of(executable: Sequence[str] | None) -> list[str]:
     return python_of([found]) if found else [sys.executable]
 
 
-def _run(python: Sequence[str], script: str, timeout: float) -> dict | list:
+def _run(python: Sequence[str], script: str, timeout: float) -> object:
+    """The JSON the child printed after the marker (its callers check the shape)."""
     env = dict(
         os.environ, VLLM_LOGGING_LEVEL="ERROR", TOKENIZERS_PARALLELISM="false", VLLM_NO_USAGE_STATS="1"
     )
@@ -292,7 +321,7 @@ def _cache_file(version: str) -> Path:
     return paths.cache_dir() / f"flagschema-v2-vllm-{safe}.json"
 
 
-def _specs(items: list[dict]) -> Mapping[str, FlagSpec]:
+def _specs(items: list[dict[str, Any]]) -> Mapping[str, FlagSpec]:
     specs: dict[str, FlagSpec] = {}
     for item in items:
         item = dict(item)
@@ -303,13 +332,22 @@ def _specs(items: list[dict]) -> Mapping[str, FlagSpec]:
     return MappingProxyType(specs)
 
 
-def _builtin(error: str | None, version: str | None = None) -> FlagSchema:
-    """The bundled schema for an instance whose own parser was not read: its release's table when vtui
-    bundles one other than the default (`version`: the installed vLLM's), else the default 0.32 one."""
-    release = bundled_version(version)
-    if release == VLLM_VERSION:
-        return FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin", error)
-    return FlagSchema(bundled_flags(release), release, "bundled", f"vLLM {version} is installed; {error}")
+def _builtin(error: str | None) -> FlagSchema:
+    """The simulated engine's schema (0.32's, which it parses), also a non-vLLM server's."""
+    return FlagSchema(BUILTIN_FLAGS, VLLM_VERSION, "builtin", error)
+
+
+def _fallback(error: str, version: str | None = None) -> FlagSchema:
+    """The schema of a vLLM instance whose own parser was not read: the bundled table of its release
+    (`version`: the installed vLLM's), else the newest bundled one as a guess (a release vtui does not
+    bundle, or no vLLM found: `error` says which)."""
+    if version is not None and bundles(version):
+        release = bundled_version(version)
+        table = BUILTIN_FLAGS if release == VLLM_VERSION else bundled_flags(release)
+        return FlagSchema(table, release, "bundled", f"vLLM {version} is installed; {error}")
+    newest = newest_bundled()
+    why = f"vLLM {version} is installed, a release vtui bundles no schema of; {error}" if version else error
+    return FlagSchema(GuessedFlags(bundled_flags(newest), why), newest, "newest", why)
 
 
 def installed_schema(
@@ -326,13 +364,13 @@ def installed_schema(
     try:
         python = python_of(executable)
     except ValueError as exc:
-        return _builtin(str(exc))
+        return _fallback(str(exc))
     try:
         version = vllm_version_of(python)
     except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
-        return _builtin(f"cannot run {python[0]}: {exc}")
+        return _fallback(f"cannot run {python[0]}: {exc}")
     if version is None:
-        return _builtin("vLLM is not installed for " + python[0])
+        return _fallback("vLLM is not installed for " + python[0])
     cache = _cache_file(version)
     if not refresh and cache.exists():
         try:
@@ -345,9 +383,9 @@ def installed_schema(
     try:
         items = _run(python, _DUMP_SCRIPT.replace("@MARK@", _MARK), timeout)
     except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
-        return _builtin(f"cannot read vLLM {version}'s serve parser: {exc}", version)
+        return _fallback(f"cannot read vLLM {version}'s serve parser: {exc}", version)
     if not isinstance(items, list) or not items:
-        return _builtin(f"vLLM {version}'s serve parser has no options", version)
+        return _fallback(f"vLLM {version}'s serve parser has no options", version)
     specs = _specs(items)
     atomic_write_text(
         cache,
@@ -375,7 +413,7 @@ def schema_for(
     if engine != "vllm":
         return _builtin(f"a {engine} server is not started by vtui")
     if not command and shutil.which("vllm") is None:
-        return _builtin("no vllm on PATH")
+        return _fallback("no vllm on PATH")
     key = tuple(command or ())
     hit = _MEMO.get(key)
     now = time.monotonic()
@@ -398,7 +436,8 @@ def known_schema(engine: str, command: Sequence[str] | None) -> FlagSchema | Non
 def unknown_flags(flags: Mapping[str, object], schema: FlagSchema) -> list[tuple[str, str]]:
     """(flag, reason) for each flag the schema's vLLM would reject (unknown there, or a value it does not
     take), checked with the same rules as the bundled schema; nothing for the default bundled schema
-    itself (the layout loader already checked against it)."""
+    itself (the layout loader already checked against it), nor for a flag a guessed schema does not
+    know (the target may have it: the loader warned)."""
     if schema.flags is BUILTIN_FLAGS:
         return []
     from vtui.core import flagspec
@@ -408,7 +447,8 @@ def unknown_flags(flags: Mapping[str, object], schema: FlagSchema) -> list[tuple
         if name in flagspec.SIM_FLAGS:
             continue
         if name not in schema.flags:
-            out.append((name, f"not a flag of vLLM {schema.vllm_version}"))
+            if not schema.guessed:  # a guessed table's unknown flags are the loader's warnings
+                out.append((name, f"not a flag of vLLM {schema.vllm_version}"))
             continue
         problem = flagspec.validate_flag(name, value, schema.flags)
         if problem:
@@ -430,7 +470,7 @@ def layout_schemas(
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}
     found = data.get("defaults")
-    defaults: dict = found if isinstance(found, dict) else {}
+    defaults: dict[str, object] = found if isinstance(found, dict) else {}
     out: dict[str, FlagSchema] = {}
     instances = data.get("instance")
     for i, raw in enumerate(instances if isinstance(instances, list) else []):
@@ -447,13 +487,16 @@ def layout_schemas(
 def union_table(schemas: Iterable[FlagSchema]) -> Mapping[str, FlagSpec] | None:
     """Every flag any of the schemas knows (the bundled ones first, an installed vLLM's spec winning):
     what the layout loader accepts before each instance is checked against its own vLLM. None when
-    every schema is the default bundled one."""
+    every schema is the default bundled one; a `GuessedFlags` when one of them is a guess."""
     installed = [s for s in schemas if s.flags is not BUILTIN_FLAGS]
     if not installed:
         return None
     merged: dict[str, FlagSpec] = dict(BUILTIN_FLAGS)
     for schema in installed:
         merged.update(schema.flags)
+    guesses = list(dict.fromkeys(s.error or "" for s in installed if s.guessed))
+    if guesses:  # one instance's vLLM is unknown: a flag outside the union may be its
+        return GuessedFlags(MappingProxyType(merged), "; ".join(guesses))
     return MappingProxyType(merged)
 
 
@@ -463,6 +506,17 @@ def layout_flags(
     """The flag table to load a layout with: every flag its instances' vLLMs know (None: the bundled
     schema). What loads a layout to start it (up, restart, the session supervisor) passes it on."""
     return union_table(layout_schemas(path, notify).values())
+
+
+def load_resolved(
+    path: str | os.PathLike[str], *, unset_ok: bool = False, notify: Callable[[str], None] | None = None
+) -> tuple[Layout, list[str]]:
+    """(layout, warnings) of a layout file loaded with the flags of the vLLMs its instances run
+    (`layout_flags`): what every command that reads a layout loads it with, so a flag an instance's
+    vLLM has is never refused. Raises `layouts.LayoutError` as `load_layout` does."""
+    from vtui.layouts import load_layout_with_warnings
+
+    return load_layout_with_warnings(path, unset_ok=unset_ok, flags=layout_flags(path, notify))
 
 
 @dataclass(frozen=True)
@@ -491,6 +545,6 @@ def save_check(layout: Layout, notify: Callable[[str], None] | None = None) -> S
     notes = tuple(
         f"{spec.name}: {schemas[spec.name].label()}"
         for spec in layout.instances
-        if spec.engine == "vllm" and schemas[spec.name].source in ("builtin", "bundled")
+        if spec.engine == "vllm" and schemas[spec.name].source in ("builtin", "bundled", "newest")
     )
     return SaveCheck(union_table(schemas.values()), problems, notes)

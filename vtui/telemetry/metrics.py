@@ -12,7 +12,6 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
 from vtui.telemetry.promtext import (
     HISTOGRAM_ROLES,
@@ -387,6 +386,20 @@ def _finished_rates(new: _Point, old: _Point | None) -> tuple[float | None, floa
     return delta(None, ("abort", "error")), delta({"abort"}), delta({"error"})
 
 
+# What a sample takes from its snapshot alone (kept while the parser hands back the same snapshot): KV
+# capacity and block size, waiting by reason, engines, running, waiting, KV usage, metric names, sleep.
+_Derived = tuple[
+    tuple[int | None, int | None],
+    Mapping[str, float],
+    int | None,
+    float | None,
+    float | None,
+    float | None,
+    str | None,
+    tuple[str | None, int | None],
+]
+
+
 class MetricsWindow:
     """Turns successive snapshots of one instance into samples: counter rates between consecutive
     scrapes, percentiles and the prefix hit rate over the last `window_s` seconds. A counter that goes
@@ -397,11 +410,11 @@ class MetricsWindow:
         self._points: deque[_Point] = deque(maxlen=max_points)
         # what the last snapshot gave that depends on it alone: a MetricsParser hands back the same
         # snapshot object while the payload's vtui lines stay the same (a steady server)
-        self._last: tuple[MetricsSnapshot, _Point, tuple[Any, ...]] | None = None
+        self._last: tuple[MetricsSnapshot, _Point, _Derived] | None = None
         # the last sample of a steady server (see update), for the next one of the same snapshot and base
         self._steady: tuple[MetricsSnapshot, str | None, _Point, MetricsSample] | None = None
 
-    def _of(self, snap: MetricsSnapshot, at: float) -> tuple[_Point, tuple[Any, ...]]:
+    def _of(self, snap: MetricsSnapshot, at: float) -> tuple[_Point, _Derived]:
         last = self._last
         if last is not None and last[0] is snap:
             p = last[1]
@@ -409,7 +422,7 @@ class MetricsWindow:
         point = _point(snap, at)
         by_reason = snap.by_label("vllm:num_requests_waiting_by_reason", "reason")
         engines = _engines(snap)
-        derived = (
+        derived: _Derived = (
             _kv_capacity(snap),
             MappingProxyType(by_reason) if by_reason else _EMPTY,
             len(engines) if engines else None,
@@ -462,7 +475,7 @@ class MetricsWindow:
         self,
         snap: MetricsSnapshot,
         point: _Point,
-        derived: tuple[Any, ...],
+        derived: _Derived,
         prev: _Point | None,
         base: _Point | None,
         reset: bool,

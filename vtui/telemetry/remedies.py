@@ -7,6 +7,7 @@ import math
 import socket
 from collections.abc import Collection, Iterable, Sequence
 
+from vtui.core.vllm_memory import MemoryRule
 from vtui.telemetry.gpu import GpuProcess, GpuSample
 
 GiB = 1024**3
@@ -110,3 +111,29 @@ KV_SHORT_REMEDIES: tuple[tuple[str, str], ...] = (
         "quantize the weights, raise --tensor-parallel-size, or add a replica: more memory left for KV",
     ),
 )
+
+
+# With vLLM 0.34's extensible KV cache (core.vllm_memory.memory_rule) an unset utilization is already 1.0
+# and the cache takes what is free after warmup: raising it is no remedy, what else holds memory is.
+_EXTENSIBLE_FULL = (
+    "gpu-memory-utilization",
+    "the extensible KV cache already takes all memory left after the model, warmup and CUDA graphs "
+    "(an unset --gpu-memory-utilization is 1.0 there): fewer or smaller CUDA-graph capture sizes, or fewer "
+    "other processes on the GPU, leave it more",
+)
+_EXTENSIBLE_CAPPED = (
+    "gpu-memory-utilization",
+    "raise --gpu-memory-utilization, or leave it unset (1.0 with the extensible KV cache), unless other "
+    "processes share the GPU: the cache gets what is left below it after warmup",
+)
+
+
+def kv_short_remedies(rule: MemoryRule | None = None) -> tuple[tuple[str, str], ...]:
+    """The seeds' KV-short remedies as the target vLLM's memory rule reads them: with the extensible
+    KV cache the utilization step says what raising it can still do (nothing when it is 1.0)."""
+    if rule is None or not rule.extensible_kv:
+        return KV_SHORT_REMEDIES
+    step = _EXTENSIBLE_FULL if rule.utilization >= 1.0 else _EXTENSIBLE_CAPPED
+    return tuple(
+        step if flag == "gpu-memory-utilization" else (flag, text) for flag, text in KV_SHORT_REMEDIES
+    )

@@ -6,11 +6,11 @@ failing is polled at the slower `down_interval`. Samples go out through a callba
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 import httpx
 
+from vtui.core.clock import Clock, SystemClock
 from vtui.telemetry.metrics import MetricsSample, MetricsWindow
 from vtui.telemetry.promtext import MetricsParser
 
@@ -20,7 +20,8 @@ __all__ = ["ScrapeLoop"]
 class ScrapeLoop:
     """Scrapes `{base_url}/metrics` every `interval` seconds (counted from the start of the previous
     scrape), with a hard `timeout` on each; after `down_after` consecutive failures it waits
-    `down_interval` between attempts until the instance answers again."""
+    `down_interval` between attempts until the instance answers again. `clock`: the time samples are
+    stamped with and the pauses are counted on (tests pass a virtual one)."""
 
     def __init__(
         self,
@@ -36,7 +37,7 @@ class ScrapeLoop:
         down_after: int = 2,
         on_error: Callable[[str], None] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | None = None,
     ) -> None:
         self.instance = instance
         self.url = base_url.rstrip("/") + "/metrics"
@@ -48,7 +49,7 @@ class ScrapeLoop:
         self._on_error = on_error
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._transport = transport
-        self._clock = clock
+        self._clock: Clock = clock or SystemClock()
         self.window = MetricsWindow(window_s)
         self.parser = MetricsParser()  # remembers the lines read: a scrape reads only what changed
         self.failures = 0  # consecutive
@@ -88,19 +89,25 @@ class ScrapeLoop:
             timeout=self.timeout, headers=self._headers, transport=self._transport
         ) as client:
             while not self._stopped:
-                started = self._loop.time()
+                started = self._clock.time()
                 await self._scrape(client)
+                took = self._clock.time() - started  # within [0, interval]: the wall clock may step
                 pause = (
-                    self.down_interval
-                    if self.down
-                    else max(0.0, self.interval - (self._loop.time() - started))
+                    self.down_interval if self.down else self.interval - min(max(took, 0.0), self.interval)
                 )
                 if self._stopped:
                     break
-                try:
-                    await asyncio.wait_for(self._stop.wait(), pause)
-                except asyncio.TimeoutError:
-                    pass
+                await self._pause(pause, self._stop)
+
+    async def _pause(self, seconds: float, stop: asyncio.Event) -> None:
+        """The clock's sleep of `seconds`, cut short by stop()."""
+        sleeping = asyncio.ensure_future(self._clock.sleep(seconds))
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait((sleeping, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            stopping.cancel()
 
     async def scrape_once(self) -> MetricsSample | None:
         """One scrape outside the loop (e.g. `vtui metrics URL`)."""
@@ -128,7 +135,7 @@ class ScrapeLoop:
             return None
         finally:
             self.in_flight -= 1
-        sample = self.window.update(self.parser.parse(text), self._clock(), self.instance)
+        sample = self.window.update(self.parser.parse(text), self._clock.time(), self.instance)
         self.failures = 0
         self.last_error = None
         self._on_sample(sample)

@@ -146,6 +146,7 @@ _RULES: tuple[_Rule, ...] = tuple(
             r"Extended KV cache to (\d+) blocks \(" + _N + r"\s*GiB\)",
             (("num_gpu_blocks", _int, 4), ("available_kv_gib", _num, 4)),
         ),
+        (r"Extended KV cache to \d+ blocks \(" + _N + r"\s*GiB\)", (("extended_kv_gib", _num, 4),)),
         (r"Actual usage(?: is|:) " + _N + r"\s*GiB for weights?", (("model_weights_gib", _num, 2),)),
         (r"\b" + _N + r"\s*GiB for peak activation", (("activation_peak_gib", _num, 2),)),
         (r"\b" + _N + r"\s*GiB for non-torch memory", (("non_torch_gib", _num, 2),)),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vtui.core.events import Event, LogLines, PhaseChanged, StateChanged, subscribe_to
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
-from vtui.core.refusals import PreflightError
+from vtui.core.refusals import PreflightError, RestartReverted
 from vtui.core.state import Phase, State
 from vtui.core.status import InstanceStatus
 
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from vtui.core.api import SupervisorApi
 
 RECENT_LINES = 200  # log lines kept per instance for recent_lines()
+# A fallback's pause between the failed start and the way back: the real supervisor's takes seconds (a
+# stop, a start), so a dashboard sees the failure; without it the two snapshots meet in one UI turn.
+FALLBACK_PAUSE_S = 0.02
 FailRule = Callable[[InstanceSpec], "list[str] | None"]  # log lines of a failed start, or None: it starts
 
 
@@ -51,6 +54,7 @@ class FakeSupervisor:
         }
         self._recent: dict[str, deque[str]] = {s.name: deque(maxlen=RECENT_LINES) for s in layout.instances}
         self.calls: list[tuple[object, ...]] = []
+        self.restarts: list[tuple[str, str, bool]] = []  # each restart's (name, label, fallback)
         self.edits = PendingEdits()  # pending flag edits, as the session supervisor keeps them
         self.closed_with: bool | None = None
 
@@ -105,14 +109,40 @@ class FakeSupervisor:
             elif st.state in (State.CRASHED, State.BACKOFF, State.FAILED):
                 self._set(name, State.STOPPED, pid=None, started_at=None)
 
-    async def restart(self, name: str, spec: InstanceSpec | None = None) -> None:
+    async def restart(
+        self, name: str, spec: InstanceSpec | None = None, *, label: str = "restart", fallback: bool = False
+    ) -> dict[str, FlagValue]:
+        """As the supervisor restarts: new flags are checked (the `preflight` rule) before anything is
+        stopped; with `fallback`, new flags that fail to start go back to the flags before
+        (RestartReverted). `restarts` records each call's (name, label, fallback)."""
         self.calls.append(("restart", name, dict(spec.flags) if spec else None))
+        self.restarts.append((name, label, fallback))
+        before = self._status[name].spec
+        changed = spec is not None and spec != before
+        if spec is not None and changed and self._preflight:
+            if problems := self._preflight(self._layout.replace_instance(spec)):
+                raise PreflightError(problems)
         await self.stop([name])
         if spec is not None:
-            self._layout = self._layout.replace_instance(spec)
-            self._status[name] = replace(self._status[name], spec=spec)
-            self.edits.rebase(name, spec.flags)  # a kept edit keeps its own changes only (core.pending)
+            self._apply(name, spec)
         await self._launch(name)
+        if fallback and changed and self._status[name].state is State.FAILED:
+            why = self._status[name].last_error or "it failed"
+            await asyncio.sleep(FALLBACK_PAUSE_S)  # the failure is seen before the way back, as it is live
+            self._apply(name, before)
+            await self.stop([name])
+            await self._launch(name)
+            raise RestartReverted(
+                f"{name}: the new flags did not reach READY ({why}); it went back to the flags before "
+                f"and is {self._status[name].state.value} again",
+                dict(before.flags),
+            )
+        return dict(self._status[name].spec.flags)
+
+    def _apply(self, name: str, spec: InstanceSpec) -> None:
+        self._layout = self._layout.replace_instance(spec)
+        self._status[name] = replace(self._status[name], spec=spec)
+        self.edits.rebase(name, spec.flags)  # a kept edit keeps its own changes only (core.pending)
 
     async def sleep(self, name: str, level: int = 1) -> None:
         self.calls.append(("sleep", name, level))

@@ -94,8 +94,8 @@ def live_state(doc: Mapping[str, Any] | None) -> str | None:
 def abort(doc: Mapping[str, Any]) -> bool:
     """Ask the tune the document names to stop (SIGTERM: it puts the original flags back, then exits).
     False when no such tune runs."""
-    if live_state(doc) != LIVE:
-        return False
+    if live_state(doc) != LIVE or doc.get("job") == "supervisor":
+        return False  # a supervisor's job: its pid is the supervisor's (`vtui tune NAME --cancel`)
     try:
         os.kill(int(doc["pid"]), signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
@@ -137,6 +137,7 @@ def trial_json(trial: Trial, start: Config, objective: Objective) -> dict[str, A
         "measurement": trial.result.to_json() if trial.result else None,
         "measurements": len(runs),
         "runs": [m.to_json() for m in runs if m is not None],
+        "spread": spread.to_json() if (spread := trial.spread(objective)) is not None else None,
         "infeasible": trial.infeasible,
         "diagnosis": list(trial.diagnosis),
         "meets_slo": meets_slo(trial.result, objective),

@@ -1,21 +1,46 @@
-"""The live side of a tune: `SupervisorRunner` puts a configuration in place through the session
-supervisor (`/restart` with the flags that differ, then `/wait`, as `vtui restart` does), reads the
-diagnosis of a start that failed from the instance's log, and measures it with one bench step after a
-warm-up; `planner_predictor` scores a configuration from the plan before a restart is spent."""
+"""The live side of a tune: `TrialRunner` puts a configuration in place through an `InstanceOps` (the
+session supervisor's own `Supervisor.restart`, with fallback, in a tune job: `service.tuning`; or its
+socket, `ClientOps`, for benchmarks that drive a supervisor from outside), reads the diagnosis of a
+start that failed, and measures it with one bench step after a warm-up; `planner_predictor` scores a
+configuration from the plan before a restart is spent."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from vtui.bench import BenchConfig, BenchResult, run_bench
-from vtui.service.client import ServiceError
-from vtui.tune.search import Measurement, Prediction, StartFailed
+from vtui.tune.search import Measurement, Prediction, Predictor, StartFailed
 from vtui.tune.space import Config
 
-MASK = "***"  # how the supervisor shows a secret: never set, never unset by the tuner
+if TYPE_CHECKING:
+    from vtui.planner import ModelConfig  # imported when a tune asks the planner
+
+from vtui.core.masking import MASK  # how the supervisor shows a secret: never set, never unset by the tuner
+
+
+class TuneCancelled(Exception):
+    """The tune was asked to stop (`POST /tune/cancel`): its restore runs next."""
+
+
+class InstanceStopped(Exception):
+    """Someone stopped the instance during the tune: it is not started again by the tuner."""
+
+
+class InstanceOps(Protocol):
+    """What a tune asks of the instance it tunes (one instance, only that one)."""
+
+    def running(self) -> tuple[dict[str, object], str]:
+        """Its flags (secrets left out) and its state's word ("ready", "stopped", …)."""
+        ...
+
+    def restart(self, changes: Mapping[str, object], unset: list[str], label: str) -> None:
+        """Restart with these flags set and unset, through the instance's operation queue, and wait
+        for READY. StartFailed (with the diagnosis) when the flags did not get there (the instance is
+        back on the flags before where it could), InstanceStopped when a stop came first."""
+        ...
 
 
 class Client(Protocol):
@@ -24,33 +49,73 @@ class Client(Protocol):
     def post(self, target: str, body: dict[str, Any], *, timeout: float | None = ...) -> dict[str, Any]: ...
 
 
+class ClientOps:
+    """`InstanceOps` through the session supervisor's socket (`/restart` with fallback, `/wait`), for a
+    search driven from outside the supervisor (benchmarks/bench_tune.py)."""
+
+    def __init__(self, client: Client, name: str, ready_timeout_s: float = 600.0) -> None:
+        self.client, self.name, self.ready_timeout_s = client, name, ready_timeout_s
+
+    def _status(self) -> dict[str, Any]:
+        return next(i for i in self.client.get("/status")["instances"] if i["name"] == self.name)
+
+    def running(self) -> tuple[dict[str, object], str]:
+        inst = self._status()
+        flags = {k: v for k, v in (inst["spec"].get("flags") or {}).items() if v != MASK}
+        return flags, str(inst["state"])
+
+    def restart(self, changes: Mapping[str, object], unset: list[str], label: str) -> None:
+        body = {"name": self.name, "set": dict(changes), "unset": unset, "label": label, "fallback": True}
+        try:
+            self.client.post("/restart", body, timeout=None)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 409:
+                raise
+            problems = [str(p) for p in getattr(exc, "problems", None) or [str(exc)]]
+            raise StartFailed(problems[0], self._diagnosis(problems[0])) from exc
+        states = self.client.post(
+            "/wait", {"names": [self.name], "timeout": self.ready_timeout_s}, timeout=None
+        )
+        if states["states"].get(self.name) != "ready":
+            inst = self._status()
+            message = str(inst.get("last_error") or inst["state"])
+            raise StartFailed(message, self._diagnosis(message))
+
+    def _diagnosis(self, message: str) -> list[dict[str, object]]:
+        from vtui.telemetry.diagnosis import diagnose
+
+        try:
+            lines = self.client.get(f"/logs?name={self.name}&n=400").get("lines") or []
+        except Exception:  # noqa: BLE001 — the client's errors (see restart): no log to read, the message alone
+            lines = []
+        found = [p.to_json() for p in diagnose(lines, instance=self.name)]
+        return found or [{"kind": "start_failed", "message": message, "fix": None}]
+
+
 def running_flags(client: Client, name: str) -> dict[str, object]:
-    """The flags `name` runs with, as the supervisor knows them (secrets left out)."""
-    inst = next(i for i in client.get("/status")["instances"] if i["name"] == name)
-    return {k: v for k, v in (inst["spec"].get("flags") or {}).items() if v != MASK}
+    """The flags `name` runs with, as the supervisor shows them (secrets left out)."""
+    return ClientOps(client, name).running()[0]
 
 
-class SupervisorRunner:
+class TrialRunner:
     """Restarts one instance (only that one) with a configuration and load-tests it. `defaults` are the
     values vLLM takes for a flag left unset, so a configuration that only spells out a default is not
-    restarted for."""
+    restarted for. `cancelled`: asked before each restart and bench step (TuneCancelled)."""
 
     def __init__(
         self,
-        client: Client,
-        name: str,
+        ops: InstanceOps,
         bench: BenchConfig,
         *,
         defaults: Mapping[str, object],
         warmup_requests: int = 4,
-        ready_timeout_s: float = 600.0,
+        cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
-        self.client = client
-        self.name = name
+        self.ops = ops
         self.bench = bench
         self.defaults = dict(defaults)
         self.warmup_requests = warmup_requests
-        self.ready_timeout_s = ready_timeout_s
+        self.cancelled = cancelled
         self.restarts = 0
         self.on_phase: Callable[[str], None] | None = None  # "restarting", "benchmarking"
         self.results: dict[Config, BenchResult] = {}  # the last bench of each configuration
@@ -58,20 +123,14 @@ class SupervisorRunner:
     def effective(self, flags: Mapping[str, object]) -> dict[str, object]:
         return {**self.defaults, **{k: v for k, v in flags.items() if v != MASK}}
 
-    def apply(self, flags: Mapping[str, object], *, exact: bool = False) -> None:
+    def apply(self, flags: Mapping[str, object], *, exact: bool = False, label: str = "tune trial") -> None:
         """Make the instance run `flags` (a restart unless it already does). `exact`: also unset every
-        flag not in `flags` (putting the original flags back). StartFailed when it does not get READY.
-        The change is a delta on what runs: a restart still in flight when it was computed (Ctrl-C in the
-        middle of a trial's) can land after it, so an exact apply looks again, and again, until it holds."""
+        flag not in `flags` (putting the original flags back). StartFailed when it does not get READY,
+        InstanceStopped when it was stopped by someone else (never started again here)."""
         want = {k: v for k, v in flags.items() if v != MASK}
-        for _ in range(3 if exact else 1):
-            self._apply_once(want, exact)
-            if not exact or running_flags(self.client, self.name) == want:
-                return
-
-    def _apply_once(self, want: dict[str, object], exact: bool) -> None:
-        running = running_flags(self.client, self.name)
-        state = next(i for i in self.client.get("/status")["instances"] if i["name"] == self.name)["state"]
+        running, state = self.ops.running()
+        if state in ("stopped", "stopping"):
+            raise InstanceStopped(f"{state} during the tune")
         same = running == want if exact else self.effective(running) == self.effective(want)
         if same and state == "ready":
             return
@@ -79,42 +138,30 @@ class SupervisorRunner:
         unset = [k for k in running if k not in want] if exact else []
         self.restarts += 1
         self._phase("restarting")
-        try:
-            self.client.post("/restart", {"name": self.name, "set": changes, "unset": unset}, timeout=None)
-        except ServiceError as exc:
-            if exc.status != 409:  # 409: refused before launch (the GPUs' free memory, a port): infeasible
-                raise
-            problems = [{"kind": "refused_before_launch", "message": p, "fix": None} for p in exc.problems]
-            raise StartFailed(exc.problems[0], problems) from exc
-        states = self.client.post(
-            "/wait", {"names": [self.name], "timeout": self.ready_timeout_s}, timeout=None
-        )
-        if states["states"].get(self.name) != "ready":
-            raise self._failure()
-
-    def _failure(self) -> StartFailed:
-        from vtui.telemetry.diagnosis import diagnose
-
-        inst = next(i for i in self.client.get("/status")["instances"] if i["name"] == self.name)
-        try:
-            lines = self.client.get(f"/logs?name={self.name}&n=400").get("lines") or []
-        except Exception:
-            lines = []
-        problems = [p.to_json() for p in diagnose(lines, instance=self.name)]
-        message = inst.get("last_error") or (problems[0]["message"] if problems else inst["state"])
-        return StartFailed(str(message), problems)
+        self.ops.restart(changes, unset, label)
 
     def _phase(self, phase: str) -> None:
         if self.on_phase is not None:
             self.on_phase(phase)
 
     def measure(self, config: Config) -> Measurement:
+        if self.cancelled():
+            raise TuneCancelled("cancelled")
         self.apply(config.flags)
+        if self.cancelled():
+            raise TuneCancelled("cancelled")
         self._phase("benchmarking")
         bench = replace(self.bench, warmup_requests=self.warmup_requests)
         result = asyncio.run(run_bench(bench))
         self.results[config] = result
         return measurement_of(result)
+
+
+class SupervisorRunner(TrialRunner):
+    """A TrialRunner through the supervisor's socket (benchmarks)."""
+
+    def __init__(self, client: Client, name: str, bench: BenchConfig, **kw: Any) -> None:
+        super().__init__(ClientOps(client, name), bench, **kw)
 
 
 def measurement_of(result: BenchResult) -> Measurement:
@@ -136,7 +183,7 @@ def measurement_of(result: BenchResult) -> Measurement:
     )
 
 
-def model_config(engine: str, model: str, sim_params: str | None = None):
+def model_config(engine: str, model: str, sim_params: str | None = None) -> ModelConfig | None:
     """The model's shape for the planner: config.json on disk, else (sim engine) the sim's table."""
     from vtui.planner import model_config_for
 
@@ -144,8 +191,13 @@ def model_config(engine: str, model: str, sim_params: str | None = None):
 
 
 def planner_predictor(
-    model_cfg, gpu_memory_gib: float | None, workload_tokens: int, *, device: str = "cuda", calibration=1.0
-):
+    model_cfg: ModelConfig | None,
+    gpu_memory_gib: float | None,
+    workload_tokens: int,
+    *,
+    device: str = "cuda",
+    calibration: float = 1.0,
+) -> Predictor:
     """A Predictor from the planner: whether one request at max-model-len fits, and how many of the
     workload's requests the KV cache holds (× `calibration`: the running instance's logged KV tokens
     over the plan's for its flags, so the estimate of memory overheads does not decide alone)."""

@@ -2,7 +2,13 @@
 concurrency (max-num-seqs) -> latency (max-num-batched-tokens, chunked prefill) -> refine (one step
 either side of the leader on every flag, prefix caching), then the two leaders measured again so noise
 cannot pick the winner. Each dimension is a hill climb from the leader; a move is taken only when it
-gains more than the noise margin.
+gains more than the noise margin and beyond the runs' noise.
+
+The noise rule: each launched configuration is measured `min_runs` times (3), or only twice when the
+difference from the incumbent is already clear; a challenger beats the incumbent only when Welch's 95 %
+confidence interval of the difference of their per-run scores lies above 0 (`bench.stats.welch`) and
+the mean gain passes NOISE_MARGIN. At the end the best is compared so with the baseline: a best within
+noise of it is not applied (`TuneResult.verdict` says so, with the interval).
 
 Before a restart is spent the planner rules a configuration out (`Predictor`): one whose KV cache
 cannot hold one request at max-model-len, or holds far fewer of the workload's requests than
@@ -24,10 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
+from vtui.bench.stats import Difference, Spread, spread, welch
 from vtui.tune.space import MONOTONE_FAILING_UP, Config, Space
 
 Metric = Literal["rps", "tok"]
 NOISE_MARGIN = 0.05  # a move must gain more than this (relative goodput) to be taken
+MIN_RUNS = 3  # bench runs of each launched configuration (2 when the difference is clear by then)
 KV_FULL = 0.9  # a KV peak from here on counts as the cache running short
 PATIENCE = 2  # launched trials in a row without a gain before a direction is given up
 FAR_BELOW = 0.25  # KV holding fewer than this × max-num-seqs of the workload's requests: not launched
@@ -150,6 +158,15 @@ class Trial:
     def result(self) -> Measurement | None:
         return merge((self.measurement, *self.repeats)) if self.measurement is not None else None
 
+    @property
+    def runs(self) -> tuple[Measurement, ...]:
+        return (self.measurement, *self.repeats) if self.measurement is not None else ()
+
+    def spread(self, objective: Objective) -> Spread | None:
+        """The goodput of its runs: mean, standard deviation, range."""
+        runs = self.runs
+        return spread([goodput(m, objective) for m in runs]) if runs else None
+
 
 def goodput(m: Measurement, objective: Objective) -> float:
     return m.req_per_s if objective.metric == "rps" else m.output_tok_per_s
@@ -180,6 +197,11 @@ def score(m: Measurement | None, objective: Objective) -> float:
     return -excess
 
 
+def run_scores(trial: Trial, objective: Objective) -> list[float]:
+    """The score of each of a trial's runs (the noise rule's samples)."""
+    return [score(m, objective) for m in trial.runs]
+
+
 @dataclass
 class TuneResult:
     baseline: Trial
@@ -187,6 +209,9 @@ class TuneResult:
     trials: list[Trial]
     restarts: int
     stopped: str | None = None  # why the search ended early (trial budget)
+    apply: bool = True  # False: the best is within noise of the baseline (or is the baseline)
+    verdict: str = ""  # one line: what was found and whether it is applied, and why
+    difference: Difference | None = None  # best minus baseline, per-run scores (Welch, 95 %)
 
     @property
     def launched(self) -> int:
@@ -200,7 +225,8 @@ class Search:
     runner: TrialRunner
     objective: Objective
     predictor: Predictor = field(default=lambda c: Prediction())
-    max_trials: int = 24  # launched trials, the baseline and the re-measurements included
+    max_trials: int = 24  # launched configurations (restarts), the baseline included
+    min_runs: int = MIN_RUNS  # bench runs of each launched configuration (noise rule)
     workload_tokens: int = 0  # input + output of one request (the planner's unit for workload concurrency)
     on_trial: Callable[[Trial], None] | None = None
     on_start: Callable[[Config, str, int], None] | None = (
@@ -220,7 +246,7 @@ class Search:
         return trial
 
     def _launched(self) -> int:
-        return sum(1 + len(t.repeats) for t in self.trials if t.launched)
+        return sum(1 for t in self.trials if t.launched)
 
     def ruled_out_by_failure(self, config: Config) -> Config | None:
         """A failed configuration that `config` lies beyond in the failing direction: equal on every
@@ -255,9 +281,10 @@ class Search:
             )
         return None
 
-    def evaluate(self, config: Config, stage: str) -> Trial | None:
-        """The trial of `config`: cached, ruled out, scored from the plan, or launched. None when the
-        trial budget is spent."""
+    def evaluate(self, config: Config, stage: str, against: Trial | None = None) -> Trial | None:
+        """The trial of `config`: cached, ruled out, scored from the plan, or launched and measured
+        `min_runs` times (two when its difference from `against`, the incumbent, is clear by then).
+        None when the trial budget is spent."""
         if config in self._by_config:
             return self._by_config[config]
         index = len(self.trials)
@@ -289,18 +316,40 @@ class Search:
                     diagnosis=tuple(exc.problems),
                 )
             )
-        return self._record(Trial(index, config, stage, True, prediction=pred, measurement=measured))
+        trial = Trial(index, config, stage, True, prediction=pred, measurement=measured)
+        while len(trial.runs) < self.min_runs:
+            if against is not None and len(trial.runs) >= 2:
+                diff = self.difference(trial, against)
+                if diff is not None and diff.clear:
+                    break  # clearly better or clearly worse already: the third run decides nothing
+            try:
+                again = self.runner.measure(config)
+            except StartFailed:  # it went down between runs: judged on the runs it gave
+                break
+            trial = replace(trial, repeats=(*trial.repeats, again))
+        return self._record(trial)
 
     def value(self, trial: Trial | None) -> float:
         return score(trial.result, self.objective) if trial is not None else -math.inf
 
+    def difference(self, a: Trial, b: Trial) -> Difference | None:
+        """Welch's interval of a's per-run scores minus b's (None: either has fewer than 2 runs)."""
+        return welch(run_scores(a, self.objective), run_scores(b, self.objective))
+
     def better(self, challenger: Trial | None, leader: Trial) -> bool:
+        """The challenger gains more than NOISE_MARGIN on the merged figures and, where both have runs
+        enough to show their spread, beyond it (the interval of the difference lies above 0)."""
         a, b = self.value(challenger), self.value(leader)
-        if a == -math.inf:
+        if a == -math.inf or challenger is None:
             return False
         if a > 0 and b > 0:
-            return a > b * (1 + NOISE_MARGIN)
-        return a > b + (NOISE_MARGIN if b <= 0 < a or a <= 0 else 0)
+            gains = a > b * (1 + NOISE_MARGIN)
+        else:
+            gains = a > b + (NOISE_MARGIN if b <= 0 < a or a <= 0 else 0)
+        if not gains:
+            return False
+        diff = self.difference(challenger, leader)
+        return diff is None or diff.low > 0
 
     # -- the method ----------------------------------------------------------------------------------
     def climb(self, leader: Trial, dim: str, stage: str) -> Trial:
@@ -316,7 +365,7 @@ class Search:
             for step in (1, -1):
                 stale, i = 0, ladder.index(current) + step
                 while 0 <= i < len(ladder) and stale < PATIENCE:
-                    trial = self.evaluate(leader.config.with_(**{dim: ladder[i]}), stage)
+                    trial = self.evaluate(leader.config.with_(**{dim: ladder[i]}), stage, against=best)
                     if trial is None:
                         return best
                     if self.better(trial, best):
@@ -353,13 +402,41 @@ class Search:
             if leader is before or self._stopped:
                 break
         best = self._remeasure(leader)
-        return TuneResult(
-            baseline=self._by_config[self.start],
+        baseline = self._by_config[self.start]
+        result = TuneResult(
+            baseline=baseline,
             best=best,
             trials=self.trials,
             restarts=self.runner.restarts,
             stopped=self._stopped,
         )
+        self._judge(result)
+        return result
+
+    def _judge(self, result: TuneResult) -> None:
+        """Whether the best is worth applying: it must beat the baseline by the noise rule (`better`)."""
+        best, baseline = result.best, result.baseline
+        result.difference = self.difference(best, baseline) if best is not baseline else None
+        sb, sl = baseline.spread(self.objective), best.spread(self.objective)
+        unit = "req/s" if self.objective.metric == "rps" else "tok/s"
+
+        def shown(s: Spread | None) -> str:
+            return "--" if s is None else f"{s.mean:.2f} ± {s.stdev:.2f} {unit} (n={s.n})"
+
+        if best.config == baseline.config:
+            result.apply = False
+            result.verdict = f"no configuration beat the starting flags ({shown(sb)}): they stay"
+            return
+        d = result.difference
+        interval = f"; difference {d.delta:+.2f}, 95 % CI [{d.low:+.2f}, {d.high:+.2f}]" if d else ""
+        if self.better(best, baseline):
+            result.verdict = f"best {shown(sl)} beats the baseline {shown(sb)}{interval}: applied"
+        else:
+            result.apply = False
+            result.verdict = (
+                f"best {shown(sl)} is within noise of the baseline {shown(sb)}{interval}: "
+                "not applied, the starting flags stay"
+            )
 
     def _kv_short(self, leader: Trial) -> bool:
         """The seeds' fit step matters when the KV cache is what limits: preemptions or a nearly full
@@ -380,8 +457,6 @@ class Search:
         running = next((t.config for t in reversed(self.trials) if t.launched), None)
         top.sort(key=lambda t: t.config != running)
         for trial in top:
-            if self._launched() >= self.max_trials + 2:  # the re-measurements may exceed the budget by 2
-                break
             if self.on_start is not None:
                 self.on_start(trial.config, "re-measure", trial.index)
             try:

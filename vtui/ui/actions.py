@@ -87,6 +87,13 @@ SCREENS = (
 )  # the actions that open a screen on the instance
 
 
+def serving(view: InstanceView) -> bool:
+    """It serves (or did, and sleeps): a fix or rollback of its flags goes back to the flags it serves
+    with when the new ones do not start (the supervisor's `fallback`). A failed instance's flags are
+    known not to start: there is nothing to go back to."""
+    return view.state in (State.READY, State.UNHEALTHY, State.ASLEEP)
+
+
 def applies(action: str, view: InstanceView | None) -> bool:
     """Whether `action` can be done on the instance shown by `view` now (False without an instance)."""
     entry = BY_ACTION.get(action)

@@ -30,7 +30,7 @@ from textual.timer import Timer
 
 from vtui.core.api import SupervisorApi, TelemetryFeed
 from vtui.core.model import InstanceSpec, Layout
-from vtui.layouts import LayoutError, NoLayoutError, default_layout, last_layout, load_layout, remember_last
+from vtui.layouts import LayoutError, NoLayoutError, default_layout, last_layout, remember_last
 from vtui.layouts.lookup import BUILTIN_DIR
 from vtui.ui import history
 from vtui.ui.bridge import Bridge, GpuSamplerFactory
@@ -258,7 +258,7 @@ class VtuiApp(ControlMixin):
     async def _diagnose(self, name: str, lines: list[str], gpus: tuple[int, ...]) -> None:
         try:
             own = self.supervisor.pids_of(name)
-        except Exception:
+        except KeyError:  # gone from the layout since it was selected
             own = set()
         facts, problems = await asyncio.to_thread(run_diagnosis, lines, self.store.gpu, gpus, name, own)
         self.post_message(DiagnosisReady(name, facts, problems))
@@ -366,7 +366,7 @@ class VtuiApp(ControlMixin):
 
         try:
             config, reason = await asyncio.to_thread(planning.load_config, key)
-        except Exception as exc:  # a config the planner cannot read: shown as the reason
+        except Exception as exc:  # noqa: BLE001 — a config the planner cannot read (any error): shown as the reason
             config, reason = None, f"{key[1]}: {exc}"
         self.post_message(ConfigLoaded(key, config, reason))
 
@@ -533,7 +533,9 @@ def resolve_layout(layout: str | Path | Layout | None) -> Layout:
         layout = default_layout()  # the last session (one record with the CLI's), else the demo
         if layout is None:
             raise NoLayoutError("no layout given, none used before and no shipped demo: pass a layout file")
-    return load_layout(Path(layout))
+    from vtui.telemetry.flagschema import load_resolved  # here: not on the first frame's import path
+
+    return load_resolved(Path(layout))[0]  # its instances' vLLMs' flags, as `vtui up` reads them
 
 
 def default_supervisor_factory(layout: Layout) -> SupervisorApi:

@@ -21,7 +21,7 @@ from vtui.core.api import HostFeed, SupervisorApi, TelemetryFeed
 from vtui.core.events import Event, LogLines, Notice, gone
 from vtui.core.model import Layout
 from vtui.core.refusals import PreflightError
-from vtui.sim.gpuview import simulated_sample
+from vtui.sim.gpuview import gpu_sources
 from vtui.telemetry.gpu import GpuSample, GpuSampler
 from vtui.telemetry.metrics import MetricsSample
 from vtui.ui.logfeed import LogCoalescer
@@ -51,15 +51,9 @@ def default_gpu_sampler(
     pid_owner: Callable[[], Mapping[int, str]],
     layout: Callable[[], Layout] | None = None,
 ) -> Sampler | None:
-    """NVML's GPUs; without a driver, the simulated GPUs of the layout's `vtui sim` instances."""
-    fallback: Callable[[Mapping[int, str]], GpuSample | None] | None = None
-    if layout is not None:
-        get_layout = layout
-
-        def fallback(owners: Mapping[int, str]) -> GpuSample | None:
-            return simulated_sample(get_layout(), owners)
-
-    return GpuSampler(on_sample, interval=1.0, pid_owner=pid_owner, fallback=fallback)
+    """The machine's GPUs (NVML, AMD SMI); without them, the simulated GPUs of the layout's sims."""
+    source = gpu_sources(layout) if layout is not None else None
+    return GpuSampler(on_sample, interval=1.0, owners=lambda _pids: pid_owner(), source=source)
 
 
 class Bridge:
@@ -141,7 +135,7 @@ class Bridge:
                     self.app.post_message(NoticeArrived(Notice(None, "error", f"preflight: {problem}")))
             self._post_statuses()
             await self.supervisor.run()
-        except Exception as exc:  # the supervisor is gone: say so, never swallow it in a worker
+        except Exception as exc:  # noqa: BLE001 — the supervisor is gone: say so, never swallow it in a worker
             self.app.post_message(SupervisorFailed(f"{type(exc).__name__}: {exc}"))
 
     def stop_sources(self) -> None:
@@ -252,6 +246,6 @@ class Bridge:
                 try:
                     for pid in self.supervisor.pids_of(st.name):
                         owners[pid] = st.name
-                except Exception:  # a process that vanished mid-walk: attribute it next time
+                except KeyError:  # gone from the layout since status(): attribute the rest
                     continue
         return owners

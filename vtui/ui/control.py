@@ -19,9 +19,9 @@ from textual.screen import Screen
 from vtui.core.api import SupervisorApi
 from vtui.core.masking import masked
 from vtui.core.model import FlagValue, InstanceSpec
-from vtui.core.refusals import PreflightError
-from vtui.layouts import LayoutError, load_layout, save_layout
-from vtui.ui.actions import why_not
+from vtui.core.refusals import PreflightError, RestartReverted
+from vtui.layouts import LayoutError, save_layout
+from vtui.ui.actions import serving, why_not
 from vtui.ui.messages import LayoutOpened, LayoutSaved
 from vtui.ui.settings import UiSettings
 from vtui.ui.store import Store
@@ -47,7 +47,7 @@ class ControlMixin(NoticeRoutingApp[int]):
         except PreflightError as exc:
             for problem in exc.problems:
                 self.notify(f"{label}: {problem}", severity="error", timeout=10)
-        except Exception as exc:  # shown to the user; the worker must not take the app down
+        except Exception as exc:  # noqa: BLE001 — shown to the user; the worker must not take the app down
             self.notify(f"{label} failed: {exc}", severity="error", timeout=10)
 
     _why_not_said: tuple[str, float] | None = None  # the last "why nothing happened" notice, and when
@@ -93,11 +93,57 @@ class ControlMixin(NoticeRoutingApp[int]):
             f"Restart {name}? Requests in flight are cut off.", lambda: self.restart_instance(name)
         )
 
-    def restart_instance(self, name: str, spec: InstanceSpec | None = None, note: str | None = None) -> None:
+    def restart_instance(
+        self,
+        name: str,
+        spec: InstanceSpec | None = None,
+        note: str | None = None,
+        *,
+        label: str = "restart",
+        fallback: bool = False,
+    ) -> None:
+        """Restart through the supervisor's queue for `name` (`label`: what the operation is called there
+        and in the notices; `fallback`: new flags that do not reach READY go back to the flags before)."""
         view = self.store.views.get(name)
         if view is not None and note:
             view.pending_note = note
-        self._call(f"restart {name}", lambda: self.supervisor.restart(name, spec))
+        self._call(f"{label} {name}", lambda: self._restart_told(name, spec, label, fallback))
+
+    async def _restart_told(
+        self,
+        name: str,
+        spec: InstanceSpec | None,
+        label: str,
+        fallback: bool,
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        """The restart, and its outcome said: a fix that reached READY is "applied"; flags the supervisor
+        went back from are named (RestartReverted); flags refused before anything stopped, too."""
+        try:
+            await self.supervisor.restart(name, spec, label=label, fallback=fallback)
+        except RestartReverted as exc:
+            self.notify(
+                f"{label} {name}: the new flags did not start; back on the old flags. {exc}",
+                severity="error",
+                timeout=15,
+            )
+            return
+        except PreflightError as exc:
+            for problem in exc.problems:
+                self.notify(
+                    f"{label} {name}: not applied, nothing was stopped: {problem}",
+                    severity="error",
+                    timeout=10,
+                )
+            return
+        if then is not None:
+            then()
+        if label == "fix":  # with fallback the supervisor answers once it is READY; else once launched
+            self.notify(
+                f"{name}: fix applied, {'READY' if fallback else 'starting'} with the new flags", timeout=6
+            )
+        elif label == "rollback":
+            self.notify(f"{name}: rolled back to the flags before the last change", timeout=6)
 
     def rollback_instance(self, name: str) -> None:
         """Back to the flags before the last change (whatever that change produced), once the user has
@@ -108,7 +154,8 @@ class ControlMixin(NoticeRoutingApp[int]):
             self.say_why_not(why_not("rollback", view))
             return
         spec = view.spec.with_flags(flags, unset=[k for k in view.spec.flags if k not in flags])
-        self.review_and_restart(name, spec, note="rollback")
+        # while it serves, rollback flags that do not start go back to the ones it serves with
+        self.review_and_restart(name, spec, note="rollback", label="rollback", fallback=serving(view))
 
     def keep_edits(
         self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
@@ -135,16 +182,22 @@ class ControlMixin(NoticeRoutingApp[int]):
         note: str | None = None,
         pop: Screen[Any] | None = None,
         clears_edits: bool = False,
+        *,
+        label: str = "restart",
+        fallback: bool = False,
     ) -> None:
         """Show old vs new flags; restart with the new ones only when the user confirms (then close `pop`,
         the screen the change was made on). `clears_edits`: the flags are the flag editor's pending edits,
-        dropped once the restart was asked for (kept when it is refused)."""
+        dropped once the restart was asked for (kept when it is refused). `label`, `fallback`: as
+        `restart_instance`."""
         view = self.store.views[name]
         old = dict(view.spec.flags) if view.spec else {}
 
+        def clear() -> None:  # the store is the App's: cleared by call_later, not from the worker
+            self.call_later(self.keep_edits, name, None)
+
         async def restart_then_clear() -> None:
-            await self.supervisor.restart(name, spec)
-            self.call_later(self.keep_edits, name, None)  # (the store is the App's: not from a worker)
+            await self._restart_told(name, spec, label, fallback, then=clear)
 
         def answered(ok: bool | None) -> None:
             if not ok:
@@ -157,9 +210,9 @@ class ControlMixin(NoticeRoutingApp[int]):
             if clears_edits:
                 if note and name in self.store.views:
                     self.store.views[name].pending_note = note
-                self._call(f"restart {name}", restart_then_clear)
+                self._call(f"{label} {name}", restart_then_clear)
             else:
-                self.restart_instance(name, spec, note=note)
+                self.restart_instance(name, spec, note=note, label=label, fallback=fallback)
 
         from vtui.ui.screens.dialogs import DiffScreen, spec_changes
 
@@ -279,7 +332,9 @@ class ControlMixin(NoticeRoutingApp[int]):
     @work(exit_on_error=False, group="layout")
     async def _open(self, path: Path) -> None:
         try:
-            layout = await asyncio.to_thread(load_layout, path)
+            from vtui.telemetry.flagschema import load_resolved
+
+            layout = (await asyncio.to_thread(load_resolved, path))[0]
         except (OSError, LayoutError) as exc:
             self.notify(f"could not open {path}: {exc}", severity="error", timeout=15)
             return

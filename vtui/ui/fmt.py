@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 DASH = "--"
@@ -140,3 +141,14 @@ def path(value: object, limit: int = 48) -> str:
             break
         tail = part + os.sep + tail
     return "…" + os.sep + tail
+
+
+_LINE_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": " ", "\v": "\\v", "\f": "\\f"})
+_CONTROL = re.compile("[\u0000-\u001f\u007f\u0085\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """Text for one row of a table: line breaks as `\\n` (a command line of `python -c '...'` keeps
+    its shape), a tab as a space, any other control character as `?` (none reaches the terminal)."""
+    text = text.translate(_LINE_BREAKS)
+    return _CONTROL.sub("?", text) if _CONTROL.search(text) else text

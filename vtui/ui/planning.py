@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from vtui.core.gpu import instance_gpus
 from vtui.core.model import InstanceSpec, SessionSpec
 from vtui.telemetry.gpu import GpuSample
 from vtui.ui import fmt
@@ -34,12 +35,12 @@ def load_config(key: tuple[str, str, str | None]) -> tuple[ModelConfig | None, s
 
 
 def gpu_memory_gib(spec: InstanceSpec, session: SessionSpec, gpu_sample: GpuSample | None) -> float | None:
-    """Memory per GPU: the smallest of the instance's GPUs from NVML, else the session's override."""
-    if gpu_sample is not None and gpu_sample.available and spec.engine != "sim":
-        wanted = set(spec.gpus) or {0}
-        totals = [g.memory_total for g in gpu_sample.gpus if g.index in wanted and g.memory_total]
-        if totals:
-            return min(totals) / GIB
+    """Memory per GPU: the smallest of the instance's GPUs as its GPU source shows them (`core.gpu
+    .instance_gpus`: NVML / AMD SMI for vLLM, the simulated box for a sim), else the session's override."""
+    if gpu_sample is not None:
+        smallest = instance_gpus(spec, gpu_sample).smallest_total
+        if smallest:
+            return smallest / GIB
     if session.gpu_memory_gib:
         return float(session.gpu_memory_gib)
     if spec.engine == "sim":
@@ -55,8 +56,10 @@ def plan_params(
     kv_memory_bytes: int | None = None,
     kv_source: str | None = None,
     max_model_len: int | None = None,
+    vllm_version: str | None = None,
 ) -> PlanParams:
-    """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults)."""
+    """PlanParams from `vllm serve` flags (invalid or unset values fall back to vLLM's defaults);
+    `vllm_version`: the target vLLM's (its memory rule), None: the bundled 0.32's."""
     from vtui.planner import params_from_flags
 
     return params_from_flags(
@@ -66,6 +69,7 @@ def plan_params(
         kv_memory_bytes=kv_memory_bytes,
         kv_source=kv_source,
         max_model_len=max_model_len,
+        vllm_version=vllm_version,
     )
 
 
@@ -131,15 +135,13 @@ def plan_text(result: Plan | None, reason: str | None, max_num_seqs: object = No
 
 
 def planned_for_run(
-    config: ModelConfig | None, spec: InstanceSpec, lines: list[str], gpu_gib: float | None, device: str
-) -> tuple[Plan | None, str | None, object | None]:
+    config: ModelConfig | None, spec: InstanceSpec, facts: StartupFacts, gpu_gib: float | None, device: str
+) -> tuple[Plan | None, str | None]:
     """What the planner predicts for a run's flags with the KV budget vLLM logged (exact when
-    --kv-cache-memory-bytes was given). Returns (plan, reason when none, StartupFacts)."""
-    from vtui.telemetry.startup_log import parse_startup
-
-    facts = parse_startup(lines)
+    --kv-cache-memory-bytes was given), from the run's startup facts (the store's: it read them once, so
+    opening the detail screen does not read the run's log again). Returns (plan, reason when none)."""
     if config is None:
-        return None, None, facts
+        return None, None
     kv, source = facts.kv_memory_bytes, None
     if kv is not None:
         source = "log (exact)" if facts.kv_memory_exact else "log (0.01 GiB)"
@@ -150,9 +152,9 @@ def planned_for_run(
         kv_memory_bytes=kv,
         kv_source=source,
         max_model_len=facts.max_model_len,
+        vllm_version=facts.vllm_version,  # the run's own vLLM: its memory rule
     )
-    result, reason = try_plan(config, params)
-    return result, reason, facts
+    return try_plan(config, params)
 
 
 def _delta(planned: float | None, reported: float | None) -> str:

@@ -21,7 +21,7 @@ from vtui.telemetry.metrics import HistoryBackfill, HistoryPoint, MetricsSample
 
 if TYPE_CHECKING:  # the readers are imported on first use (not before the first frame)
     from vtui.planner import ModelConfig
-    from vtui.telemetry.diagnosis import Problem
+    from vtui.telemetry.diagnosis import KvShortWatch, Problem
     from vtui.telemetry.startup_log import StartupFacts
 
 HISTORY_SAMPLES = 600  # 10 minutes at 1 Hz
@@ -57,7 +57,8 @@ class InstanceView:
     run_lines: deque[str] = field(default_factory=lambda: deque(maxlen=RUN_LINES))
     facts: StartupFacts | None = None
     problems: list[Problem] = field(default_factory=list)  # of the startup log (a failed run)
-    runtime_problems: list[Problem] = field(default_factory=list)  # of the latest metrics sample
+    runtime_problems: list[Problem] = field(default_factory=list)  # "KV cache short", from kv_watch
+    kv_watch: KvShortWatch | None = None  # made at the first sample (the diagnosis is imported then)
     flag_history: deque[FlagRecord] = field(default_factory=lambda: deque(maxlen=FLAG_HISTORY))
     pending_note: str | None = None
     history_rev: int = 0  # bumped on every flag_history change (the App persists it when it moves)
@@ -222,6 +223,8 @@ class Store:
     ) -> None:
         if new.state not in (State.READY, State.UNHEALTHY):
             view.runtime_problems = []  # no longer serving: the live diagnosis no longer holds
+            if view.kv_watch is not None:
+                view.kv_watch.reset()
         if new.state == State.STARTING and (old is None or old.state != State.STARTING):
             view.run_lines.clear()
             view.problems = []
@@ -273,21 +276,27 @@ class Store:
         view.facts, view.problems = facts, list(problems)
         return True
 
-    def add_sample(self, sample: MetricsSample, *, diagnose: bool = True) -> str | None:
-        """`diagnose=False`: not the last of a batch (the live diagnosis is of the newest sample only)."""
+    def add_sample(self, sample: MetricsSample) -> str | None:
         view = self.views.get(sample.instance or "")
         if view is None:
             return None
         view.sample = sample
         self._keep(view, HistoryPoint.of(sample))
-        if diagnose and view.state in (State.READY, State.UNHEALTHY):
-            # "KV cache short": full, requests waiting, preemptions rising (cheap; per sample)
-            from vtui.telemetry.diagnosis import diagnose_runtime
-
-            view.runtime_problems = diagnose_runtime(
-                sample, view.history, view.spec.flags if view.spec else None
-            )
+        if view.state in (State.READY, State.UNHEALTHY):
+            # "KV cache short": full, requests waiting, preemptions rising, for a while (cheap; per sample)
+            view.runtime_problems = self._watch_kv(view, sample, sample.preemptions_per_s)
         return view.name
+
+    @staticmethod
+    def _watch_kv(
+        view: InstanceView, point: HistoryPoint | MetricsSample, rate: float | None = None
+    ) -> list[Problem]:
+        from vtui.telemetry.diagnosis import KvShortWatch, run_memory_rule
+
+        if view.kv_watch is None:
+            view.kv_watch = KvShortWatch()
+        flags = view.spec.flags if view.spec else None
+        return view.kv_watch.observe(point, flags, rate, run_memory_rule(view.facts, flags))
 
     def add_backfill(self, backfill: HistoryBackfill) -> str | None:
         """A newly attached dashboard's history of one instance: its points, then its newest sample."""
@@ -296,6 +305,8 @@ class Store:
             return None
         for point in backfill.points:
             self._keep(view, point)
+            if view.state in (State.READY, State.UNHEALTHY):
+                self._watch_kv(view, point)  # the warning as a dashboard attached all along shows it
         return self.add_sample(backfill.latest)
 
     @staticmethod

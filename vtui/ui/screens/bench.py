@@ -289,7 +289,7 @@ class BenchScreen(StoreScreen):
             self.post_message(BenchDone(result, paths, None))
         except asyncio.CancelledError:
             self.post_message(BenchDone(None, None, "cancelled"))
-        except Exception as exc:  # server down, bad answer: shown, never raised into the app
+        except Exception as exc:  # noqa: BLE001 — server down, bad answer: shown, never raised into the app
             self.post_message(BenchDone(None, None, f"{type(exc).__name__}: {exc}"))
         finally:
             self._loop = self._run_task = None

@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from vtui.telemetry.metrics import HistoryPoint
 from vtui.ui import fmt, planning
+from vtui.ui.actions import serving
 from vtui.ui.keymap import DETAIL_BINDINGS, INSTANCE_BINDINGS
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import InstanceView, Store
@@ -20,6 +21,7 @@ from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.instance_pane import head_lines
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.palette import palette_of
+from vtui.ui.widgets.scrollbars import whole_cell_scrollbars
 from vtui.ui.widgets.titlebar import TitleBar
 
 # The history plots (textual-plotext): title, y label, and the series (label, value of a sample).
@@ -31,6 +33,16 @@ PLOTS = (
 )
 WINDOWS = ((300.0, "5 min"), (3600.0, "1 h"))  # `w` switches; 1 h reads the 10 s history
 PLOT_EVERY_S = 2.0  # plotext redraws a whole plot: at most every 2 s
+
+
+def operation_text(view: InstanceView) -> str | None:
+    """The instance's operation queue in the supervisor: the operation that runs and the one that waits
+    behind it (None: nothing runs)."""
+    st = view.status
+    if st is None or (st.operation is None and st.waiting is None):
+        return None
+    running = f"operation: {st.operation} running" if st.operation else "operation: none running"
+    return running + (f"; {st.waiting} waits its turn" if st.waiting else "")
 
 
 def facts_text(view: InstanceView) -> Text:
@@ -171,6 +183,7 @@ class DetailScreen(InstanceScreen):
         yield LeanFooter(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
+        whole_cell_scrollbars(self.query_one("#detail", VerticalScroll))
         self.refresh_view(self.app.store)
 
     def refresh_view(self, store: Store, names: Iterable[str] | None = None) -> None:
@@ -182,7 +195,12 @@ class DetailScreen(InstanceScreen):
             return
         width = max(40, self.size.width - 4)
         now = self.app.clock()
-        head = head_lines(view, store, now, width, palette_of(self.app))[:1]
+        pal = palette_of(self.app)
+        head = head_lines(view, store, now, width, pal)[:1]
+        queue = operation_text(view)
+        if queue is not None:
+            head.append(Text(queue, style=pal.accent2))
+            head[-1].truncate(width)
         self.query_one("#detail-head", Static).update(Text("\n").join(head))
         self._refresh_plots(view, now)
         self.query_one("#detail-diagnosis", Static).update(diagnosis_text(view))
@@ -266,8 +284,8 @@ class DetailScreen(InstanceScreen):
             return
         config, reason = loaded if loaded is not None else (None, None)
         gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
-        result, why, _ = planning.planned_for_run(
-            config, spec, list(view.run_lines), gpu_gib, planning.device_of(spec, store.gpu)
+        result, why = planning.planned_for_run(
+            config, spec, view.facts, gpu_gib, planning.device_of(spec, store.gpu)
         )
         widget.update(planning.planned_vs_reported_text(result, why or reason, view.facts))
 
@@ -279,6 +297,25 @@ class DetailScreen(InstanceScreen):
                 return False  # no such problem: no "Fix N" key in the footer at all
             return True if view.all_problems[index].fix else None
         return super().check_action(action, parameters)
+
+    def say_why_not(self, action: str) -> None:
+        """A fix key that does nothing says why: no such problem, or no flag change fixes it."""
+        if not action.startswith("fix("):
+            super().say_why_not(action)
+            return
+        view = self._view()
+        try:
+            index = int(action[4:-1])
+        except ValueError:
+            return
+        problems = view.all_problems if view is not None else []
+        if index >= len(problems):
+            self.app.say_why_not(f"{self.instance}: no problem {index + 1} diagnosed")
+        else:
+            self.app.say_why_not(
+                f"{self.instance}: no flag change fixes problem {index + 1} ({problems[index].kind}); "
+                "its remedies are listed under it"
+            )
 
     def action_back(self) -> None:
         self.app.pop_screen()
@@ -304,4 +341,6 @@ class DetailScreen(InstanceScreen):
             spec = dataclasses.replace(spec, port=port)
         if isinstance(host, str):
             spec = dataclasses.replace(spec, host=host)
-        self.app.review_and_restart(self.instance, spec, note=f"fix: {problems[index].kind}")
+        self.app.review_and_restart(
+            self.instance, spec, note=f"fix: {problems[index].kind}", label="fix", fallback=serving(view)
+        )

@@ -118,6 +118,9 @@ class FlagRow(Horizontal):
 
 class FlagEditorScreen(StoreScreen):
     BINDINGS = [*FLAG_BINDINGS]
+    # the first value box takes the focus at once (Textual's default, the first focusable widget, is the
+    # flag list, whose focus and blur restyled its ~70 widgets twice on every opening: ~40 ms)
+    AUTO_FOCUS = ".flag-value"
 
     def __init__(self, name: str) -> None:
         super().__init__()
@@ -244,7 +247,14 @@ class FlagEditorScreen(StoreScreen):
         else:
             config, reason = loaded
             kv, source = self._logged_budget(flags)
-            params = planning.plan_params(flags, gpu_gib, device=device, kv_memory_bytes=kv, kv_source=source)
+            params = planning.plan_params(
+                flags,
+                gpu_gib,
+                device=device,
+                kv_memory_bytes=kv,
+                kv_source=source,
+                vllm_version=None if self.schema.guessed else self.schema.vllm_version,  # its memory rule
+            )
             result, why = planning.try_plan(config, params)
             text = planning.plan_text(result, why or reason, flags.get("max-num-seqs"))
         self.query_one("#flag-plan", Static).update(text)
@@ -342,7 +352,16 @@ class FlagEditorScreen(StoreScreen):
             flags = self.edited_flags()
             if problem := consistency_problem(self.spec, flags):
                 lines.append(problem)
-            advice = flag_advice(flags)
+            from vtui.core.vllm_memory import memory_rule
+
+            table = self.schema.flags
+            default = table["gpu-memory-utilization"].default if "gpu-memory-utilization" in table else None
+            rule = (  # a guessed schema's release is not the target's
+                None
+                if self.schema.guessed
+                else memory_rule(flags, self.schema.vllm_version, default_utilization=default)
+            )
+            advice = flag_advice(flags, rule)  # as the target vLLM reads a utilization
         self.query_one("#flag-errors", Static).update("\n".join(lines))
         self.query_one("#flag-advice", Static).update("\n".join(advice))
 

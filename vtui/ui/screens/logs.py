@@ -37,6 +37,7 @@ from vtui.ui.store import LOG_LINES, Store, is_marker, skipped_marker
 from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.ordered_input import OrderedInput
+from vtui.ui.widgets.scrollbars import whole_cell_scrollbars
 from vtui.ui.widgets.titlebar import TitleBar
 
 ERROR = re.compile(r"\b(ERROR|CRITICAL|Traceback|\w+Error)\b")
@@ -273,6 +274,7 @@ class LogScreen(StoreScreen):
         self.query_one("#log-filter", Input).display = False
         self.query_one(TitleBar).refresh_from(self.app.store)
         view = self._view = self.query_one(LogView)
+        whole_cell_scrollbars(view)
         self._status = self.query_one(StatusLine)
         view.on_top = self._scrolled_to_top
         view.on_user_scroll = self._pause

@@ -348,7 +348,10 @@ class TuneScreen(StoreScreen):
 
     def action_abort(self) -> None:
         if self.state == "running" and self.doc is not None:
-            if progress.abort(self.doc):
+            if self.doc.get("job") == "supervisor":  # the supervisor runs it: cancel through its socket
+                if (words := self._layout_words()) is not None:
+                    self._launch("cancel", [*words, "--cancel", "--detach"])
+            elif progress.abort(self.doc):
                 self.notify("aborting: the tune puts the original flags back, then stops")
             return
         if self.state == "interrupted" and (words := self._layout_words()) is not None:

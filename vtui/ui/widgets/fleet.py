@@ -172,7 +172,7 @@ class FleetTable(Widget, can_focus=False):
             self.selected = names[0] if names else None
         self.refresh(layout=True)
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # noqa: ANN001
+    def get_content_height(self, container, viewport, width: int) -> int:
         return self._count + 2
 
     def update_from(self, store: Store, now: float) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from vtui.core.flagvalues import world_size
 from vtui.core.state import Phase, State
 from vtui.core.vllm_memory import default_max_num_seqs
 from vtui.telemetry.fleet import imbalance, merged_percentiles
@@ -111,7 +112,7 @@ def max_seqs(view: InstanceView, store: Store) -> tuple[int | None, bool]:
     if isinstance(value, int) and not isinstance(value, bool):
         return value, False
     gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
-    return default_max_num_seqs(gib, planning.device_of(spec, store.gpu)), True
+    return default_max_num_seqs(gib, planning.device_of(spec, store.gpu), world_size(spec.flags)), True
 
 
 @dataclass

@@ -94,7 +94,7 @@ def gpu_text(
         owner = p.instance or "other"
         line.append(f"{owner[:name_w]:<{name_w}} ", style=pal.accent if p.instance else pal.muted)
         line.append(f"{fmt.gib(p.used_memory):>5} GiB  ")
-        line.append(p.command or commands.get(p.instance or "", fmt.DASH), style=pal.muted)
+        line.append(fmt.one_line(p.command or commands.get(p.instance or "", fmt.DASH)), style=pal.muted)
         line.truncate(width)
         lines.append(line)
     if len(procs) > process_rows:

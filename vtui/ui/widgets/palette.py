@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass
 
 from rich.style import Style
-from textual.color import Color
+from textual.color import Color, ColorParseError
 
 from vtui.core.state import State
 
@@ -69,7 +69,7 @@ def _rich(variables: dict[str, str], key: str, fallback: str) -> Style:
     background = Color.parse(variables.get("background", "#000000"))
     try:
         color = Color.parse(variables.get(key, fallback))
-    except Exception:
+    except ColorParseError:
         color = Color.parse(fallback)
     return Style(color=background.blend(color, color.a).with_alpha(1.0).rich_color)
 
@@ -79,7 +79,7 @@ def _background(variables: dict[str, str], key: str, amount: float) -> Style:
     background = Color.parse(variables.get("background", "#000000"))
     try:
         color = Color.parse(variables.get(key, "#808080")).with_alpha(1.0)
-    except Exception:
+    except ColorParseError:
         color = Color.parse("#808080")
     return Style(bgcolor=background.blend(color, amount).rich_color)
 
@@ -102,7 +102,7 @@ PLAIN = Palette(
 )
 
 
-def palette_of(app) -> Palette:  # noqa: ANN001 - any Textual App
+def palette_of(app) -> Palette:
     """The palette of `app`'s current theme (cached per theme name); PLAIN without an app."""
     if app is None:
         return PLAIN

@@ -9,7 +9,16 @@ from rich.text import Text
 from textual.widgets import Static
 
 from vtui.ui import fmt
-from vtui.ui.store import Store
+from vtui.ui.store import InstanceView, Store
+
+
+def state_word(store: Store, view: InstanceView) -> str:
+    """What the title counts a row as: its state, or `host lost` while its host's link is down (the
+    state is only the last one known then, as its row says)."""
+    link = store.host_of(view) if store.hosts else None
+    if link is not None and not link.connected:
+        return "host lost"
+    return view.state.name.lower()
 
 
 def title_text(store: Store, screen_title: str = "") -> Text:
@@ -23,7 +32,7 @@ def title_text(store: Store, screen_title: str = "") -> Text:
         out.append(" [+] unsaved", style="bold yellow")
         if store.pending:  # flag edits not applied yet (the session supervisor keeps them)
             out.append(f" edits: {', '.join(sorted(store.pending))}", style="yellow")
-    counts = Counter(v.state.name.lower() for v in store.views.values())
+    counts = Counter(state_word(store, v) for v in store.views.values())
     if counts:
         known = "  last known: " if store.supervisor_error else "  "  # no longer watched
         out.append(known + " ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="cyan")
@@ -57,6 +66,7 @@ class TitleBar(Static):
             store.dirty,
             tuple(sorted(store.pending)),
             tuple(v.state for v in store.views.values()),
+            tuple(h.connected for h in store.hosts.values()),
             self.screen_title,
             self._hint,
         )
