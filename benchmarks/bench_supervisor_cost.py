@@ -125,7 +125,7 @@ def measure(instances: int, window: float, gpu: bool = True) -> dict[str, object
         vtui("down", str(path), env=env)
         try:
             ServiceClient(session).post("/shutdown", {})
-        except Exception:  # noqa: BLE001 - gone already
+        except Exception:  # noqa: BLE001 — gone already
             pass
 
 

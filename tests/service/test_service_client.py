@@ -11,6 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from vtui.service.client import (
     handover,
     version_problem,
 )
-from vtui.service.handlers import HandlerMixin
+from vtui.service.handlers import Routes
 from vtui.service.remote import RemoteSupervisor
 
 from .conftest import sim_instance, vtui, write_layout
@@ -162,14 +163,12 @@ class _Supervisor:
         raise self.raises
 
 
-class _Handlers(HandlerMixin):
-    def __init__(self, raises: BaseException) -> None:
-        self.supervisor = _Supervisor(raises)  # type: ignore[assignment]
-        self.session = "s"
+def _handlers(raises: BaseException) -> Routes:
+    return Routes(SimpleNamespace(supervisor=_Supervisor(raises), session="s"))  # type: ignore[arg-type]
 
 
 async def test_statuses_400_404_409_500(capsys: Any) -> None:
-    conflict = _Handlers(OperationConflict("a: restart running: sleep refused (try again after them)"))
+    conflict = _handlers(OperationConflict("a: restart running: sleep refused (try again after them)"))
     status, answer = await conflict.handle("POST", "/sleep", {"name": "a"})
     assert status == 409 and "restart running" in answer["error"]
     assert (await conflict.handle("POST", "/sleep", {"name": "b"}))[0] == 404  # an unknown instance
@@ -178,7 +177,7 @@ async def test_statuses_400_404_409_500(capsys: Any) -> None:
     assert (await conflict.handle("POST", "/sleep", {"name": 3}))[0] == 400
     assert (await conflict.handle("GET", "/sleep", {}))[0] == 405
 
-    bug = _Handlers(KeyError("no such thing"))  # a KeyError of ours is a bug, not an unknown instance
+    bug = _handlers(KeyError("no such thing"))  # a KeyError of ours is a bug, not an unknown instance
     status, answer = await bug.handle("POST", "/sleep", {"name": "a"})
     logged = capsys.readouterr().err
     assert status == 500 and answer["error_id"] in answer["error"]
@@ -186,7 +185,7 @@ async def test_statuses_400_404_409_500(capsys: Any) -> None:
 
 
 async def test_a_request_of_another_api_is_refused_unless_it_looks_or_hands_over() -> None:
-    handlers = _Handlers(OperationConflict("a: restart running"))
+    handlers = _handlers(OperationConflict("a: restart running"))
     status, answer = await handlers.handle("POST", "/sleep", {"name": "a"}, api=API_VERSION + 1)
     assert status == 400 and "vtui handover s" in answer["error"]
     assert (await handlers.handle("POST", "/sleep", {"name": "a"}, api=API_VERSION))[0] == 409
@@ -217,11 +216,10 @@ def test_handover_replaces_the_supervisor_and_keeps_the_instances(tmp_path: Path
 
 def test_every_route_of_the_table_has_its_handler() -> None:
     from vtui.service.schema import ROUTES
-    from vtui.service.server import SessionService
 
     missing = [
         f"{m} {p}: {r.handler}"
         for (m, p), r in ROUTES.items()
-        if not callable(getattr(SessionService, r.handler, None))
+        if not callable(getattr(Routes, r.handler, None))
     ]
     assert ROUTES and missing == []

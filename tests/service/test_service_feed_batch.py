@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
+from types import SimpleNamespace
 
 from vtui.core.events import LogLines
-from vtui.service.broadcast import FEED_BATCH_S, BroadcastMixin
+from vtui.service.broadcast import FEED_BATCH_S, Broadcaster
+from vtui.service.eventhub import EventHub
+from vtui.service.history import EventHistory
 from vtui.service.wire import decode_event
 
 
@@ -24,11 +26,16 @@ class Writes:
         self.writes.append(data)
 
 
-class Feeds(BroadcastMixin):
+class Feeds:
+    """The feed's sending side (`Broadcaster`) behind the service's event hub, with one client."""
+
     def __init__(self) -> None:
         self.queue = Writes()
-        self._feeds = {self.queue}
-        self.events = deque(maxlen=100)
+        self.feed = Broadcaster()
+        self.feed.add(self.queue)  # type: ignore[arg-type]
+        self.events = EventHistory(maxlen=100)
+        supervisor = SimpleNamespace(layout=SimpleNamespace(names=lambda: ()), instances={})
+        self.hub = EventHub(supervisor, self.feed, None, None, spawn=None, history=self.events)  # type: ignore[arg-type]
 
 
 def drained(feed: Writes) -> list[bytes]:
@@ -42,11 +49,11 @@ def messages(writes: list[bytes]) -> list[dict]:
 
 async def test_telemetry_goes_out_together_at_most_every_batch_window() -> None:
     feeds = Feeds()
-    feeds._on_event(LogLines("a", ("a1",)))
-    feeds._broadcast({"type": "sample", "sample": {"instance": "a", "at": 1.0}})
-    feeds._on_event(LogLines("b", ("b1",)))
-    feeds._on_event(LogLines("a", ("a2", "a3")))
-    feeds._broadcast({"type": "gpu", "sample": {"available": False, "at": 1.0}})
+    feeds.hub.on_event(LogLines("a", ("a1",)))
+    feeds.feed.broadcast({"type": "sample", "sample": {"instance": "a", "at": 1.0}})
+    feeds.hub.on_event(LogLines("b", ("b1",)))
+    feeds.hub.on_event(LogLines("a", ("a2", "a3")))
+    feeds.feed.broadcast({"type": "gpu", "sample": {"available": False, "at": 1.0}})
     assert drained(feeds.queue) == []  # held
     assert len(feeds.events) == 3  # kept for GET /events one by one
     await asyncio.sleep(FEED_BATCH_S + 0.1)
@@ -62,20 +69,20 @@ async def test_telemetry_goes_out_together_at_most_every_batch_window() -> None:
 
 async def test_a_status_goes_at_once_after_what_was_held() -> None:
     feeds = Feeds()
-    feeds._on_event(LogLines("a", ("the line before the crash",)))
-    feeds._broadcast({"type": "status", "instances": []})
+    feeds.hub.on_event(LogLines("a", ("the line before the crash",)))
+    feeds.feed.broadcast({"type": "status", "instances": []})
     got = messages(drained(feeds.queue))
     assert [m["type"] for m in got] == ["event", "status"], got
     await asyncio.sleep(FEED_BATCH_S + 0.1)
     assert drained(feeds.queue) == []  # flushed early: the window's timer sends nothing twice
-    feeds._on_event(LogLines("a", ("later",)))
+    feeds.hub.on_event(LogLines("a", ("later",)))
     await asyncio.sleep(FEED_BATCH_S + 0.1)
     assert [decode_event(m["event"]).lines for m in messages(drained(feeds.queue))] == [("later",)]
 
 
 async def test_nothing_is_held_without_a_client() -> None:
     feeds = Feeds()
-    feeds._feeds = set()
-    feeds._on_event(LogLines("a", ("x",)))
-    feeds._broadcast({"type": "sample", "sample": {}})
-    assert feeds._held is None and len(feeds.events) == 1
+    feeds.feed.discard(feeds.queue)  # type: ignore[arg-type]
+    feeds.hub.on_event(LogLines("a", ("x",)))
+    feeds.feed.broadcast({"type": "sample", "sample": {}})
+    assert not feeds.feed.holding and len(feeds.events) == 1

@@ -8,10 +8,12 @@ import gc
 import json
 import tracemalloc
 from pathlib import Path
+from types import SimpleNamespace
 
 from vtui.core.events import LogLines, Notice
 from vtui.core.linering import LineRing
-from vtui.service.broadcast import FEED_BATCH_S, BroadcastMixin
+from vtui.service.broadcast import FEED_BATCH_S, Broadcaster
+from vtui.service.eventhub import EventHub
 from vtui.service.history import (
     EVENT_HISTORY_BYTES,
     HELD_LINES_BYTES,
@@ -84,17 +86,20 @@ class Writes:
         self.writes.append(data)
 
 
-class Feeds(BroadcastMixin):
+class Feeds:
     def __init__(self) -> None:
         self.queue = Writes()
-        self._feeds = {self.queue}
+        self.feed = Broadcaster()
+        self.feed.add(self.queue)  # type: ignore[arg-type]
         self.events = EventHistory()
+        supervisor = SimpleNamespace(layout=SimpleNamespace(names=lambda: ()), instances={})
+        self.hub = EventHub(supervisor, self.feed, None, None, spawn=None, history=self.events)  # type: ignore[arg-type]
 
 
 async def test_a_feed_batch_of_a_flood_is_bounded_and_says_what_it_left_out() -> None:
     feeds = Feeds()
     for i in range(10):  # 50,000 lines in one batch window
-        feeds._on_event(LogLines("a", batch(i)))
+        feeds.hub.on_event(LogLines("a", batch(i)))
     await asyncio.sleep(FEED_BATCH_S + 0.1)
     (write,) = feeds.queue.writes
     assert len(write) < HELD_LINES_BYTES + 4096

@@ -121,7 +121,7 @@ def test_a_restamped_sample_is_sent_as_a_fresh_encoding_would_be(monkeypatch) ->
     from types import SimpleNamespace
 
     from vtui.service import scraping
-    from vtui.service.scraping import ScrapeMixin
+    from vtui.service.scraping import Scrapers
     from vtui.service.wire import encode_sample
 
     encodings: list[int] = []
@@ -132,20 +132,18 @@ def test_a_restamped_sample_is_sent_as_a_fresh_encoding_would_be(monkeypatch) ->
     fixtures = Path(__file__).parents[1] / "telemetry" / "fixtures"
     busy, idle = ((fixtures / f"metrics_{n}.txt").read_bytes() for n in ("busy", "idle"))
     lines: list[bytes] = []
-    service = SimpleNamespace(
-        samples={},
-        _encoded={},
-        _feeds={"a client"},
-        supervisor=SimpleNamespace(observe_load=lambda *a, **kw: None),
-        _broadcast_line=lambda line, held=False: lines.append(line) if held else None,  # a sample is held
+    feed = SimpleNamespace(  # a client listens (truthy); a sample is held (sent with the next batch)
+        broadcast_line=lambda line, held=False: lines.append(line) if held else None,
     )
+    supervisor = SimpleNamespace(observe_load=lambda *a, **kw: None)
+    scrapers = Scrapers(supervisor, feed, spawn=None, log=print)  # type: ignore[arg-type]
     window, parser = MetricsWindow(window_s=2.5), MetricsParser()
     samples = []
     for i, body in enumerate([busy, *[idle] * 8, busy, busy, *[idle] * 6]):
         sample = window.update(parser.parse_bytes(body), 100.0 + i, "a")
         samples.append(sample)
-        ScrapeMixin._on_sample(service, "a", sample)  # type: ignore[arg-type]
-    assert list(service.samples["a"]) == [encode_sample(s) for s in samples]
+        scrapers.on_sample("a", sample)
+    assert list(scrapers.samples["a"]) == [encode_sample(s) for s in samples]
     assert lines == [  # byte for byte the line a full encoding gives (the feed's `_broadcast`)
         (json.dumps({"type": "sample", "sample": encode_sample(s)}, separators=(",", ":")) + "\n").encode()
         for s in samples

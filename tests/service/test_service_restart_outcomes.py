@@ -13,7 +13,7 @@ from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.refusals import PreflightError, RestartReverted
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
-from vtui.service.handlers import HandlerMixin
+from vtui.service.handlers import Routes
 from vtui.service.remote import RemoteSupervisor
 
 SPEC = InstanceSpec("a", "m", 8000, engine="sim", flags={"gpu-memory-utilization": 0.9, "max-num-seqs": 8})
@@ -38,11 +38,18 @@ class _Supervisor:
         return dict(new.flags)
 
 
-class _Handlers(HandlerMixin):
-    def __init__(self, raises: BaseException | None = None) -> None:
-        self.supervisor = _Supervisor(raises)  # type: ignore[assignment]
+class _Service:
+    """What the route handlers ask of the session service, for /restart."""
+
+    def __init__(self, raises: BaseException | None) -> None:
+        self.supervisor = _Supervisor(raises)
         self.session = "s"
         self.flag_table = None
+
+
+class _Handlers(Routes):
+    def __init__(self, raises: BaseException | None = None) -> None:
+        super().__init__(_Service(raises))  # type: ignore[arg-type]
 
 
 async def test_the_handler_passes_label_and_fallback_and_answers_a_way_back_with_the_flags() -> None:

@@ -12,8 +12,9 @@ from typing import Any
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
+from vtui.service.broadcast import Broadcaster
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
-from vtui.service.scraping import ScrapeMixin
+from vtui.service.scraping import Scrapers
 from vtui.supervisor.replicas import supervised
 from vtui.telemetry.scrape import ScrapeLoop
 
@@ -35,45 +36,38 @@ class _Supervisor:
         )
 
 
-class _Service(ScrapeMixin):
-    def __init__(self, supervisor: _Supervisor) -> None:
-        self.supervisor = supervisor  # type: ignore[assignment]
-        self.scrape, self.scrape_interval = True, 1.0
-        self._scrapers = {}
-        self._exporter = None
-        self.tasks: list[asyncio.Task[Any]] = []
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+def _scrapers(supervisor: _Supervisor) -> Scrapers:
+    def spawn(coro: Any) -> asyncio.Task[Any]:
         coro.close()  # the loop is not run here: only which one, on which URL
-        task = asyncio.get_running_loop().create_future()
-        self.tasks.append(task)  # type: ignore[arg-type]
-        return task  # type: ignore[return-value]
+        return asyncio.get_running_loop().create_future()  # type: ignore[return-value]
+
+    return Scrapers(supervisor, Broadcaster(), spawn, print)  # type: ignore[arg-type]
 
 
 async def test_one_scrape_loop_per_instance_on_the_url_of_its_state() -> None:
     layout = Layout(SessionSpec(name="s"), (ENTRY, SOLO, ATTACHED))
     sup = _Supervisor(supervised(layout, port_for_metrics=lambda: 9555).instances)
     sup.states["solo"] = State.STARTING
-    service = _Service(sup)
-    service._sync_scrapers()
-    loops = {name: (url, type(loop)) for name, (url, loop, _) in service._scrapers.items()}
+    scrapers = _scrapers(sup)
+    scrapers.sync()
+    loops = {name: (url, type(loop)) for name, (url, loop, _) in scrapers.loops.items()}
     assert loops == {
         "chat-0": ("http://127.0.0.1:8100", LeanScrapeLoop),
         "chat-1": ("http://127.0.0.1:8101", LeanScrapeLoop),
         "chat-router": ("http://127.0.0.1:9555", LeanScrapeLoop),  # its Prometheus port, not a replica's
         "ext": ("http://10.0.0.9:8000", ScrapeLoop),  # a key to send: httpx
     }
-    assert service._scrapers["ext"][1]._headers == {"Authorization": "Bearer k3y"}  # sent as a bearer
-    first = service._scrapers["chat-0"][1]
+    assert scrapers.loops["ext"][1]._headers == {"Authorization": "Bearer k3y"}  # sent as a bearer
+    first = scrapers.loops["chat-0"][1]
     sup.states["solo"] = State.READY
     sup.states["chat-0"] = State.ASLEEP  # a sleeping vLLM answers /metrics: scraped still
-    service._sync_scrapers()
-    assert service._scrapers["chat-0"][1] is first and "solo" in service._scrapers
+    scrapers.sync()
+    assert scrapers.loops["chat-0"][1] is first and "solo" in scrapers.loops
     sup.states["chat-0"] = State.STOPPED
     sup.specs["chat-router"] = dataclasses.replace(
         sup.specs["chat-router"], flags={**sup.specs["chat-router"].flags, "prometheus-port": 9556}
     )
-    service._sync_scrapers()
-    assert "chat-0" not in service._scrapers and first._stopped
-    assert service._scrapers["chat-router"][0] == "http://127.0.0.1:9556"  # a new URL: a new loop
+    scrapers.sync()
+    assert "chat-0" not in scrapers.loops and first._stopped
+    assert scrapers.loops["chat-router"][0] == "http://127.0.0.1:9556"  # a new URL: a new loop
     await sup.launcher.aclose()

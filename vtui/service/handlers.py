@@ -30,16 +30,22 @@ from vtui.service.schema import (
     check_request,
     query_int,
 )
-from vtui.service.service_base import ServiceBase, log
+from vtui.service.service_base import ServiceContext, log
 from vtui.service.wire import point_of
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import read_older, read_tail
-from vtui.supervisor.notify import Notifier
 from vtui.supervisor.replicas import members
 from vtui.supervisor.supervision import SleepRefused, kill_marked
 
 
-class HandlerMixin(ServiceBase):
+class Routes:
+    """The handlers of the socket API's routes, on the service that holds them (`ServiceContext`)."""
+
+    def __init__(self, service: ServiceContext) -> None:
+        self.service = service
+        self.supervisor = service.supervisor
+        self.session = service.session
+
     async def handle(
         self, method: str, target: str, body: dict[str, Any], api: int | None = None
     ) -> tuple[int, dict[str, Any]]:
@@ -75,13 +81,13 @@ class HandlerMixin(ServiceBase):
     async def _status_route(self, query: dict[str, str]) -> dict[str, Any]:
         brief = query.get("brief") == "1"
         if not brief:
-            await self._fresh_gpu()  # unwatched, the sampler rests: the answer gets a sample of now
-        return self.status(brief=brief)
+            await self.service.gpu_watch.fresh()  # the sampler rests unwatched: a sample of now
+        return self.service.status(brief=brief)
 
     async def _start_route(self, body: dict[str, Any]) -> dict[str, Any]:
         names = self._known(body.get("names"))
         self._refuse_unresolved(names if names is not None else self.supervisor.layout.names())
-        self._bring_up_attached(names)  # watched until `down`, keeping the supervisor up
+        self.service.bring_up_attached(names)  # watched until `down`, keeping the supervisor up
         await self.supervisor.start(names, force=bool(body.get("force")))
         return {"ok": True}
 
@@ -111,13 +117,13 @@ class HandlerMixin(ServiceBase):
         return await self._logs(body["name"], body.get("n", 50), body["before"])
 
     async def _events_route(self, query: dict[str, str]) -> dict[str, Any]:
-        return {"events": self.events.last(query_int(query, "n", 200, 1 << 30))}
+        return {"events": self.service.events.last(query_int(query, "n", 200, 1 << 30))}
 
     async def _pids_route(self, query: dict[str, str]) -> dict[str, Any]:
-        return {"pids": await asyncio.to_thread(self._pids)}
+        return {"pids": await asyncio.to_thread(self.service.pids)}
 
     async def _history_route(self, query: dict[str, str]) -> dict[str, Any]:
-        samples = list(self.samples.get(query.get("name", ""), ()))
+        samples = self.service.samples_of(query.get("name", ""))
         n = query_int(query, "n", len(samples), 1 << 30)
         samples = samples[-n:] if n > 0 else []
         if query.get("fields") == "points" and samples:  # a dashboard's backfill: plots' figures
@@ -125,32 +131,20 @@ class HandlerMixin(ServiceBase):
         return {"samples": samples}
 
     async def _shutdown_route(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._spawn(self.shutdown(stop_instances=bool(body.get("stop"))))
+        self.service.spawn(self.service.shutdown(stop_instances=bool(body.get("stop"))))
         return {"ok": True}
+
+    async def _tune_start_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.service.tunes.start(self._one_name(body), body["plan"])
+
+    async def _tune_status_route(self, query: dict[str, str]) -> dict[str, Any]:
+        return await self.service.tunes.status(query["name"])
+
+    async def _tune_cancel_route(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.service.tunes.cancel(self._one_name(body))
 
     async def _feed_route(self, query: dict[str, str]) -> dict[str, Any]:
         raise BadRequest("GET /feed is a stream: ask it on a connection of its own")  # transport answers it
-
-    def status(self, brief: bool = False) -> dict[str, Any]:
-        answer: dict[str, Any] = {
-            "session": self.session,
-            "supervisor_pid": os.getpid(),
-            "layout_path": self.layout_path,
-            "started_at": self.started_at,
-            "api_version": API_VERSION,
-            "vtui_version": VTUI_VERSION,
-        }
-        if not brief:
-            answer["instances"] = self._statuses()
-            answer["flag_history"] = self.flag_history
-            answer["gpu"] = self.last_gpu
-            answer["gpu_sampling"] = self.gpu  # the feed carries GPU samples (clients run no sampler)
-            answer["pending"] = self.supervisor.pending_edits()  # dashboards' unapplied flag edits
-            answer["pending_conflicts"] = {  # their flags another client changed too (core.pending)
-                name: [c.to_dict() for c in conflicts]
-                for name, conflicts in self.supervisor.pending_conflicts().items()
-            }
-        return answer
 
     def _one_name(self, body: dict[str, Any]) -> str:
         name = body.get("name")
@@ -195,17 +189,7 @@ class HandlerMixin(ServiceBase):
             raise BadRequest(f"{path}: {exc.strerror or exc}") from exc
         if layout.session.name != self.session:
             raise BadRequest(f"{path} is session {layout.session.name}, not {self.session}", 409)
-        self.supervisor.set_layout(layout)
-        self.flag_table = flags
-        if self.notifier is not None:
-            self.notifier.close(wait=0)
-        self.notifier = Notifier.from_session(layout.session, log=log)
-        self._file_names = set(self.supervisor.resolve(layout.names()))
-        self.layout_path = str(layout.path) if layout.path else path
-        self._write_registration()
-        await self._configure_exporter()
-        self._broadcast_status()
-        return {"ok": True, "layout_path": self.layout_path}
+        return {"ok": True, "layout_path": await self.service.apply_layout(layout, flags, path)}
 
     async def _stop(self, names: list[str] | None, grace: float | None) -> dict[str, Any]:
         asked = (
@@ -216,7 +200,7 @@ class HandlerMixin(ServiceBase):
         instances = self.supervisor.instances
         attached = [n for n in asked if isinstance(instances.get(n), Attached)]  # watched, never stopped
         wanted = [n for n in asked if n not in attached]
-        self._bring_up_attached(attached, up=False)  # left running; no longer keeps the supervisor up
+        self.service.bring_up_attached(attached, up=False)  # left running; no longer keeps the supervisor up
         notices: list[str] = []  # what the stop had to say (requests cut, SIGKILL needed), for the answer
 
         def collect(event: Event) -> None:
@@ -258,7 +242,7 @@ class HandlerMixin(ServiceBase):
         self._refuse_unresolved([name])
         set_flags = body.get("set") or {}
         unset = tuple(body.get("unset") or [])
-        check_flags(set_flags, self.flag_table, "set")
+        check_flags(set_flags, self.service.flag_table, "set")
         if isinstance(inst, Attached):
             raise BadRequest(attached_refusal(inst.spec, "restart"), 409)
 
@@ -280,7 +264,7 @@ class HandlerMixin(ServiceBase):
         name = self._one_name(body)
         flags = body.get("flags")
         if flags is not None:
-            check_flags(flags, self.flag_table)
+            check_flags(flags, self.service.flag_table)
         try:
             await self.supervisor.set_pending(name, flags, body.get("base"))
         except ValueError as exc:  # the edits of too many instances kept already

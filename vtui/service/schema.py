@@ -150,8 +150,8 @@ EMPTY = _schema()
 
 @dataclass(frozen=True)
 class Route:
-    """One route of the socket API: the `SessionService` method that answers it (`handlers`; called
-    with the query and the body once both fit), its body's schema and its query's."""
+    """One route of the socket API: the `handlers.Routes` method that answers it (called with the query
+    and the body once both fit), its body's schema and its query's."""
 
     handler: str
     body: Schema = EMPTY

@@ -1,25 +1,21 @@
-"""The session service's telemetry: one scrape loop per instance that serves (the lean one, or httpx for
-https and keys), the samples' bounded history, the one GPU sampler, the process trees, and the
-session's Prometheus endpoint (`[session] metrics_port`)."""
+"""The session service's scrape scheduler: one scrape loop per instance that serves (the lean one, or
+httpx for https and keys), on the URL its state says (`supervisor.replicas.scrape_url`), and the
+samples' bounded history; each sample feeds the supervisor's load watch and goes on the feed."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import operator
-import time
 from collections import deque
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from vtui.core.events import Notice
-from vtui.service.exporter import MetricsEndpoint, render
+from vtui.service.broadcast import Broadcaster
 from vtui.service.probes import LeanLauncher, LeanScrapeLoop
-from vtui.service.service_base import ServiceBase, log
-from vtui.service.wire import dumps, encode_gpu, encode_sample, feed_line
+from vtui.service.wire import dumps, encode_sample, feed_line
 from vtui.supervisor.replicas import scrape_url
+from vtui.supervisor.supervisor import Supervisor
 from vtui.telemetry.metrics import MetricsSample
 
 SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
@@ -30,8 +26,9 @@ _AT_JSON = dumps(_AT)
 
 
 def _line_template(message: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The feed line of `message` (as `_broadcast` writes it) cut around its `_AT` value: a restamped
-    sample's line is the two halves around its time, not a JSON encoding of the whole sample again."""
+    """The feed line of `message` (as `Broadcaster.broadcast` writes it) cut around its `_AT` value: a
+    restamped sample's line is the two halves around its time, not a JSON encoding of the whole sample
+    again."""
     head, _, tail = feed_line(message).partition(_AT_JSON)
     return head, tail
 
@@ -48,19 +45,44 @@ def _restamped(sample: Any, last: Any) -> bool:
 _restamp_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(MetricsSample) if f.name != "at"))
 
 
-class ScrapeMixin(ServiceBase):
-    def _sync_scrapers(self) -> None:
-        if not self.scrape:
+class Scrapers:
+    """The scrape loops (by instance: its URL, the loop, its task) and what they brought."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        feed: Broadcaster,
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        log: Callable[[str], None],
+        *,
+        enabled: bool = True,
+        interval: float = 1.0,
+    ) -> None:
+        self.supervisor = supervisor
+        self.feed = feed
+        self._spawn = spawn
+        self._log = log
+        self.enabled = enabled
+        self.interval = interval
+        self.loops: dict[str, tuple[str, Any, asyncio.Task[Any]]] = {}
+        self.samples: dict[str, deque[dict[str, Any]]] = {}
+        # the last sample of each instance, its encoding, and its feed line's halves around the time
+        self._encoded: dict[str, tuple[Any, dict[str, Any], tuple[bytes, bytes] | None]] = {}
+        self.keep_text = False  # keep each last payload (the session's /metrics endpoint reads them)
+
+    def sync(self) -> None:
+        """A loop for each instance that serves, on its URL now; none for the others."""
+        if not self.enabled:
             return
         launcher = self.supervisor.launcher
         pool = launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool
         for st in self.supervisor.status():
             url = scrape_url(st.spec, st.state)  # a router's: its Prometheus port (vllm_router_*)
-            current = self._scrapers.get(st.name)
+            current = self.loops.get(st.name)
             if current and current[0] != url:
                 current[1].stop()
                 current[2].cancel()
-                del self._scrapers[st.name]
+                del self.loops[st.name]
                 current = None
             if current is None and url is not None:
                 loop: Any
@@ -68,29 +90,39 @@ class ScrapeMixin(ServiceBase):
                     from vtui.telemetry.scrape import ScrapeLoop  # https, a key: an attached server
 
                     loop = ScrapeLoop(
-                        st.name,
-                        url,
-                        self._sample_sink(st.name),
-                        interval=self.scrape_interval,
-                        api_key=st.spec.api_key,
+                        st.name, url, self._sink(st.name), interval=self.interval, api_key=st.spec.api_key
                     )
                 else:
-                    loop = LeanScrapeLoop(
-                        st.name, url, self._sample_sink(st.name), pool, interval=self.scrape_interval
-                    )
-                self._scrapers[st.name] = (url, loop, self._spawn(loop.run()))
+                    loop = LeanScrapeLoop(st.name, url, self._sink(st.name), pool, interval=self.interval)
+                self.loops[st.name] = (url, loop, self._spawn(loop.run()))
         listed = {st.name for st in self.supervisor.status()}
-        for name in [n for n in self._scrapers if n not in listed]:  # a new layout dropped it (attached)
-            _, loop, task = self._scrapers.pop(name)
+        for name in [n for n in self.loops if n not in listed]:  # a new layout dropped it (attached)
+            _, loop, task = self.loops.pop(name)
             loop.stop()
             task.cancel()
-        for _, loop, _ in self._scrapers.values():
-            loop.keep_text = self._exporter is not None  # the exporter reads the last payload
+        for _, loop, _ in self.loops.values():
+            loop.keep_text = self.keep_text  # the exporter reads the last payload
 
-    def _sample_sink(self, name: str) -> Callable[[Any], None]:
-        return lambda sample: self._on_sample(name, sample)
+    def stop(self) -> None:
+        for _, loop, task in self.loops.values():
+            loop.stop()
+            task.cancel()
+        self.loops.clear()
 
-    def _on_sample(self, name: str, sample: Any) -> None:
+    def payloads(self) -> tuple[dict[str, str], dict[str, bool]]:
+        """Each instance's last /metrics text (where one was kept), and whether its last scrape worked."""
+        texts: dict[str, str] = {}
+        up: dict[str, bool] = {}
+        for name, (_, loop, _) in self.loops.items():
+            up[name] = loop.last_text is not None  # kept on success, dropped on a failed scrape
+            if loop.last_text:
+                texts[name] = loop.last_text
+        return texts, up
+
+    def _sink(self, name: str) -> Callable[[Any], None]:
+        return lambda sample: self.on_sample(name, sample)
+
+    def on_sample(self, name: str, sample: Any) -> None:
         last = self._encoded.get(name)
         template: tuple[bytes, bytes] | None = None
         if last is not None and _restamped(sample, last[0]):
@@ -100,115 +132,15 @@ class ScrapeMixin(ServiceBase):
             try:
                 encoded = encode_sample(sample)
             except Exception as exc:  # noqa: BLE001 — a sample that cannot be sent must not end the scrape loop
-                log(f"{name}: metrics sample not encodable: {exc!r}")
+                self._log(f"{name}: metrics sample not encodable: {exc!r}")
                 return
         self.samples.setdefault(name, deque(maxlen=SAMPLE_HISTORY)).append(encoded)
         if sample.running is not None or sample.waiting is not None:  # the stuck watchdog, idle sleep
             busy = (sample.running or 0) + (sample.waiting or 0) > 0
             progress = (sample.prompt_tokens_total, sample.generation_tokens_total)  # counters only
             self.supervisor.observe_load(name, busy=busy, progress=progress)
-        if self._feeds:
+        if self.feed:
             if template is None:
                 template = _line_template({"type": "sample", "sample": {**encoded, "at": _AT}})
-            self._broadcast_line(template[0] + dumps(sample.at) + template[1], held=True)
+            self.feed.broadcast_line(template[0] + dumps(sample.at) + template[1], held=True)
         self._encoded[name] = (sample, encoded, template)
-
-    def _start_gpu(self) -> None:
-        """The session's one GPU sampler (the dashboards show its samples: they run none of their own):
-        the supervisor's GPU source (NVML, AMD SMI, else the layout's simulated box), each process named
-        by the supervisor's `ProcessOwners` (a `getsid` per GPU process, no process-table walk)."""
-        from vtui.telemetry.gpu import GpuSampler
-
-        if not self.gpu:  # VTUI_SUPERVISOR_GPU=0: the status says so (gpu_sampling) and dashboards sample
-            return
-        loop = asyncio.get_running_loop()
-
-        def on_sample(sample: Any) -> None:  # the sampler's thread
-            encoded = encode_gpu(sample)
-            if self._feeds:
-                loop.call_soon_threadsafe(self._on_gpu, encoded)
-            else:  # nobody to tell: no wake-up of the loop; its readers take the newest (one assignment)
-                self.last_gpu = encoded
-
-        sup = self.supervisor
-
-        def wanted() -> bool:  # unwatched, the GPUs are sampled when a feed client comes (`_feed` pokes)
-            return bool(self._feeds) or self._exporter is not None
-
-        self._gpu_sampler = GpuSampler(
-            on_sample, interval=1.0, owners=sup.owners, source=sup.gpus, wanted=wanted
-        )
-        self._gpu_sampler.start()
-
-    async def _fresh_gpu(self) -> None:
-        """`last_gpu` at most 2 s old (the sampler samples only while someone follows: `_start_gpu`)."""
-        sampler = self._gpu_sampler
-        last = self.last_gpu
-        if sampler is None or (last is not None and time.time() - float(last.get("at") or 0) < 2.0):
-            return
-        self.last_gpu = encode_gpu(await asyncio.to_thread(sampler.sample_once))
-
-    def _on_gpu(self, encoded: dict[str, Any]) -> None:
-        self.last_gpu = encoded
-        self._broadcast({"type": "gpu", "sample": encoded})
-
-    def _pids(self) -> dict[str, list[int]]:
-        """Every live process of each running instance (GPU memory is held by EngineCore/Workers)."""
-        return {pid_owner: sorted(pids) for pid_owner, pids in self._trees().items()}
-
-    def _trees(self) -> dict[str, set[int]]:
-        trees: dict[str, set[int]] = {}
-        for st in self.supervisor.status():
-            if st.state.running:
-                with contextlib.suppress(Exception):
-                    trees[st.name] = self.supervisor.pids_of(st.name)
-        return trees
-
-    # -- the session's Prometheus endpoint ---------------------------------------------------------------
-    async def _configure_exporter(self) -> None:
-        """Serve `[session] metrics_port` on `metrics_host` (rebound when a new layout moves it, ended
-        when it drops it). A port that cannot be bound is said (log, a notice) and supervision goes on."""
-        session = self.supervisor.layout.session
-        where = (session.metrics_host, session.metrics_port) if session.metrics_port else None
-        current = self._exporter
-        if current is not None and (current.host, current.port) == where:
-            return
-        if current is not None:
-            await current.stop()
-            self._exporter = None
-        if where is not None:
-            endpoint = MetricsEndpoint(where[0], where[1], self._render_metrics)
-            try:
-                await endpoint.start()
-            except OSError as exc:
-                text = f"metrics_port {where[1]} on {where[0]}: cannot serve /metrics: {exc.strerror or exc}"
-                log(text)
-                self._on_event(Notice(None, "error", text))
-            else:
-                self._exporter = endpoint
-                log(f"serving the session's Prometheus metrics on http://{where[0]}:{where[1]}/metrics")
-        self._sync_scrapers()
-
-    async def _render_metrics(self) -> str:
-        statuses = self.supervisor.status()
-        texts: dict[str, str] = {}
-        up: dict[str, bool] = {}
-        for name, (_, loop, _) in self._scrapers.items():
-            up[name] = loop.last_text is not None  # kept on success, dropped on a failed scrape
-            if loop.last_text:
-                texts[name] = loop.last_text
-        gpu = self.last_gpu
-        if not (gpu and gpu.get("available")) and any(st.spec.engine == "sim" for st in statuses):
-            gpu = await asyncio.to_thread(self._simulated_gpus)
-        # ~20 ms for 8 real payloads (benchmarks/bench_exporter.py): off the loop, on frozen snapshots
-        return await asyncio.to_thread(partial(render, statuses, texts, up=up, gpu=gpu))
-
-    def _simulated_gpus(self) -> dict[str, Any] | None:
-        """Without NVML: the simulated GPUs the layout's `vtui sim` instances hold memory on."""
-        from vtui.core.gpu import attribute
-
-        source = self.supervisor.gpus.simulated
-        sample = source.sample() if source is not None else None
-        if sample is None or not sample.available:
-            return None
-        return encode_gpu(attribute(sample, self.supervisor.owners({p.pid for p in sample.processes})))

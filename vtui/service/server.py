@@ -18,8 +18,13 @@ Crash-only: everything it must not forget is on disk before it matters (run reco
 of each spawn), so `kill -9` loses nothing but the sample history. It exits by itself once no instance
 runs, no attached server is up, and no client has been connected for `idle_grace` seconds.
 
-The class is put together from mixins (`service_base`, `broadcast`, `scraping`, `handlers`,
-`tuning`, `transport`); this module has construction, registration, idleness, `serve` and `shutdown`.
+`SessionService` is a thin facade over small parts, each with its own state: `persisted.ServiceState`
+(what a successor gets back), `broadcast.Broadcaster` (the feed's clients, telemetry batched),
+`eventhub.EventHub` (the supervisor's events: history, feed, flag history, facts), `notifications`
+(on_event / webhooks), `scraping.Scrapers` (the scrape loops and samples), `gpuwatch.GpuWatch` (the GPU
+sampler, the instances' processes), `exporter.SessionMetrics` (`metrics_port`), `tuning.Tunes` (tune
+jobs), `handlers.Routes` (the API's routes), `transport.SocketServer` (h11 on the socket) and
+`idle.IdleWatch`. This module wires them and has registration, `serve` and `shutdown`.
 """
 
 from __future__ import annotations
@@ -29,21 +34,29 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from vtui.core.atomic import atomic_write_text
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import Layout
 from vtui.core.state import State
 from vtui.service import locations
-from vtui.service.broadcast import BroadcastMixin
-from vtui.service.handlers import HandlerMixin
-from vtui.service.history import EventHistory
+from vtui.service.api import API_VERSION, VTUI_VERSION
+from vtui.service.broadcast import Broadcaster
+from vtui.service.eventhub import EventHub
+from vtui.service.exporter import SessionMetrics
+from vtui.service.gpuwatch import GpuWatch
+from vtui.service.handlers import Routes
+from vtui.service.idle import IdleWatch, busy
+from vtui.service.notifications import Notifications
+from vtui.service.persisted import ServiceState
 from vtui.service.probes import LeanLauncher
-from vtui.service.scraping import ScrapeMixin
-from vtui.service.service_base import log
-from vtui.service.transport import TransportMixin
-from vtui.service.tuning import TuneMixin
+from vtui.service.scraping import Scrapers
+from vtui.service.service_base import Tasks, log
+from vtui.service.transport import SocketServer
+from vtui.service.tuning import Tunes
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.notify import Notifier
 from vtui.supervisor.supervisor import Supervisor
@@ -51,8 +64,10 @@ from vtui.supervisor.supervisor import Supervisor
 __all__ = ["SessionService"]
 
 
-class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TuneMixin, TransportMixin):
+class SessionService:
     """One session's supervision plus its socket server. `serve()` runs until `shutdown()` or idleness."""
+
+    metrics: SessionMetrics  # set after the GPU watch that asks it whether it serves
 
     def __init__(
         self,
@@ -66,49 +81,126 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TuneMixin, Trans
         scrape_interval: float = 1.0,
         flags: FlagTable | None = None,
     ) -> None:
+        self.feed = Broadcaster()
         if supervisor is None:
             supervisor = Supervisor(layout, launcher=LeanLauncher(), adopt_unlisted=True)
             # quiet and unwatched: the supervisor's log drain and liveness checks once a second, with the
             # probes, not five times (supervisor_tick.Ticker.quiet); a feed client brings 5 Hz back
             supervisor.idle_poll_interval = 1.0
-            supervisor.watched = lambda: bool(self._feeds)
+            supervisor.watched = lambda: bool(self.feed)
         self.supervisor = supervisor
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
-        # the layout file's instances, replica groups expanded (others: adopted leftovers)
-        self._file_names = set(self.supervisor.layout.names())
         self.socket_file = socket_file or locations.socket_path(self.session)
         self.state_file = locations.paths.state_dir() / f"{locations._safe(self.session)}.service.json"
-        self.idle_grace = idle_grace
-        self.scrape = scrape
-        self.gpu = gpu
-        self.scrape_interval = scrape_interval
         self.flag_table = flags  # the instances' vLLMs' flags, as the layout was loaded with
         self.started_at = time.time()
-        self.events = EventHistory()  # bounded in count and bytes
-        self.samples = {}
-        self._encoded = {}
-        self.last_gpu = None
-        self.facts = {}
-        self.flag_history = {}
-        self._feeds = set()
-        self._clients = 0
-        self._last_client = time.monotonic()
-        self._scrapers = {}
-        self._gpu_sampler = None
-        self._server = None
+        self._tasks = Tasks()
         self._done = asyncio.Event()
-        self._tasks = set()
-        self._loop = None
-        self.attached_up = set()  # attached servers brought up and not down since (persisted)
-        self.tunes = {}  # instance -> its last tune job (`tuning`)
-        self._tune_tasks = {}
-        self._load_state()
-        self.supervisor.edits.on_change = self._edits_changed  # persisted and broadcast
-        self.notifier = Notifier.from_session(layout.session, log=log)
-        self._troubled = set()  # crashed or unhealthy since their last READY (-> recovered)
-        self._exporter = None  # [session] metrics_port
-        self.supervisor.subscribe(self._on_event)
+        sup = self.supervisor
+        # facts, flag history, attached servers brought up, pending edits: persisted
+        self.state = ServiceState(self.state_file, sup.edits, self.spawn, log)
+        self.state.load()
+        self.scrapers = Scrapers(sup, self.feed, self.spawn, log, enabled=scrape, interval=scrape_interval)
+        # unwatched (no feed client, no /metrics endpoint), the GPU sampler rests
+        self.gpu_watch = GpuWatch(
+            sup, self.feed, enabled=gpu, exporting=lambda: self.metrics.endpoint is not None
+        )
+        notifier = Notifier.from_session(layout.session, log=log)
+        self.notifications = Notifications(self.session, lambda: sup.instances, notifier)
+        self.hub = EventHub(sup, self.feed, self.state, self.notifications, self.spawn, self.scrapers.sync)
+        self.events = self.hub.history
+        self.metrics = SessionMetrics(
+            sup.status,
+            self.scrapers.payloads,
+            self.gpu_watch.for_export,
+            log=log,
+            on_event=self.hub.on_event,
+            on_serving=self._exporting,
+        )
+        self.tunes = Tunes(sup, self.session, self.feed, self.spawn, lambda: self.flag_table, log)
+        self.routes = Routes(self)
+        self.server = SocketServer(
+            self.socket_file, self.routes.handle, self.status, self.feed, on_feed=self._feed_came
+        )
+        self.idle = IdleWatch(
+            idle_grace,
+            # a live tune too: between a trial's stop and its start nothing else runs
+            lambda: busy(sup, self.state.attached_up) or self.tunes.running,
+            lambda: self.server.clients,
+        )
+        self.server.on_close = self.idle.touch
+        sup.edits.on_change = self.hub.edits_changed  # persisted and broadcast
+        sup.subscribe(self.hub.on_event)
+
+    # -- what the routes ask of the service (`service_base.ServiceContext`) ----------------------------
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return self._tasks.spawn(coro)
+
+    def status(self, brief: bool = False) -> dict[str, Any]:
+        answer: dict[str, Any] = {
+            "session": self.session,
+            "supervisor_pid": os.getpid(),
+            "layout_path": self.layout_path,
+            "started_at": self.started_at,
+            "api_version": API_VERSION,
+            "vtui_version": VTUI_VERSION,
+        }
+        if not brief:
+            answer["instances"] = self.hub.statuses()
+            answer["flag_history"] = self.state.flag_history
+            answer["gpu"] = self.gpu_watch.last
+            answer["gpu_sampling"] = (
+                self.gpu_watch.enabled
+            )  # the feed carries GPU samples (clients run no sampler)
+            answer["pending"] = self.supervisor.pending_edits()  # dashboards' unapplied flag edits
+            answer["pending_conflicts"] = {  # their flags another client changed too (core.pending)
+                name: [c.to_dict() for c in conflicts]
+                for name, conflicts in self.supervisor.pending_conflicts().items()
+            }
+        return answer
+
+    def samples_of(self, name: str) -> list[dict[str, Any]]:
+        return list(self.scrapers.samples.get(name, ()))
+
+    def pids(self) -> dict[str, list[int]]:
+        return self.gpu_watch.pids()
+
+    def bring_up_attached(self, names: list[str] | None, up: bool = True) -> None:
+        """`/start` (up) or `/stop` (not) of these names (None: every instance): its attached servers
+        keep the supervisor up from now on, or no longer."""
+        asked = self.supervisor.resolve(names) if names is not None else list(self.supervisor.instances)
+        attached = {n for n in asked if isinstance(self.supervisor.instances.get(n), Attached)}
+        self.state.set_attached_up(attached, up)
+
+    async def apply_layout(self, layout: Layout, flags: FlagTable | None, path: str) -> str:
+        """A new layout of this session (checked by `/layout`): supervised from now on, its notifier,
+        registration and metrics endpoint in place, the new statuses sent. Its path as registered."""
+        self.supervisor.set_layout(layout)
+        self.flag_table = flags
+        self.notifications.replace(Notifier.from_session(layout.session, log=log))
+        self.hub.file_names = set(self.supervisor.resolve(layout.names()))
+        self.layout_path = str(layout.path) if layout.path else path
+        self._write_registration()
+        await self.metrics.configure(layout.session)
+        self.hub.broadcast_status()
+        return self.layout_path
+
+    async def handle(
+        self, method: str, target: str, body: dict[str, Any], api: int | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        return await self.routes.handle(method, target, body, api)
+
+    # -- life ----------------------------------------------------------------------------------------
+    def _feed_came(self) -> None:
+        """A feed client: the supervisor's logs at 5 Hz again (supervisor_loops._quiet), and the GPUs,
+        unsampled while nobody followed, sampled for it now."""
+        self.supervisor.wake_tick()
+        self.gpu_watch.poke()
+
+    def _exporting(self, serving: bool) -> None:
+        self.scrapers.keep_text = serving  # the endpoint reads the loops' last payloads
+        self.scrapers.sync()
 
     def _write_registration(self) -> None:
         info = {
@@ -120,59 +212,19 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TuneMixin, Trans
         }
         atomic_write_text(locations.info_path(self.session), json.dumps(info), mode=0o600)
 
-    def _busy(self) -> bool:
-        """Something of the session's own runs, or an attached server was brought up and not taken down
-        since (whatever its state: an unreachable one is watched for its return)."""
-        sup = self.supervisor
-        return (
-            bool(sup._pending)
-            or any(
-                (i.state.running or i.state is State.BACKOFF) and not isinstance(i, Attached)
-                for i in sup.instances.values()
-            )
-            or any(isinstance(sup.instances.get(n), Attached) for n in self.attached_up)
-            or any(job.live for job in self.tunes.values())  # between a trial's stop and its start
-        )
-
-    def _bring_up_attached(self, names: list[str] | None, up: bool = True) -> None:
-        """`/start` (up) or `/stop` (not) of these names (None: every instance): its attached servers
-        keep the supervisor up from now on, or no longer."""
-        asked = self.supervisor.resolve(names) if names is not None else list(self.supervisor.instances)
-        attached = {n for n in asked if isinstance(self.supervisor.instances.get(n), Attached)}
-        changed = attached - self.attached_up if up else attached & self.attached_up
-        if changed:
-            self.attached_up = self.attached_up | changed if up else self.attached_up - changed
-            self._save_state()
-
-    async def _idle_watch(self) -> None:
-        while True:
-            await asyncio.sleep(min(1.0, max(0.05, self.idle_grace / 4)))
-            if self._busy() or self._clients > 0:
-                self._last_client = time.monotonic()
-            elif time.monotonic() - self._last_client >= self.idle_grace:
-                await self.shutdown()
-                return
-
     async def serve(self) -> None:
         """Adopt what runs, bind the socket, supervise until shutdown."""
-        self._loop = asyncio.get_running_loop()
         await self.supervisor.adopt()
         for st in self.supervisor.status():  # adopted READY ones: facts persisted, else from the log
-            if st.state is State.READY and st.name not in self.facts:
-                self._spawn(self._facts_from_log(st.name))
-        self._sync_scrapers()
-        self._start_gpu()
-        self.socket_file.unlink(missing_ok=True)
-        old = os.umask(0o177)
-        try:
-            self._server = await asyncio.start_unix_server(self._connection, path=str(self.socket_file))
-        finally:
-            os.umask(old)
-        os.chmod(self.socket_file, 0o600)
+            if st.state is State.READY and st.name not in self.state.facts:
+                self.spawn(self.hub.facts_from_log(st.name))
+        self.scrapers.sync()
+        self.gpu_watch.start()
+        await self.server.start()
         self._write_registration()
-        await self._configure_exporter()
-        watch = self._spawn(self._idle_watch())
-        runner = self._spawn(self.supervisor.run())
+        await self.metrics.configure(self.supervisor.layout.session)
+        watch = self.spawn(self.idle.run(self.shutdown))
+        runner = self.spawn(self.supervisor.run())
         try:
             await self._done.wait()
         finally:
@@ -182,25 +234,16 @@ class SessionService(BroadcastMixin, ScrapeMixin, HandlerMixin, TuneMixin, Trans
     async def shutdown(self, stop_instances: bool = False) -> None:
         if self._done.is_set():
             return
-        await self._end_tunes()  # each puts its instance's original flags back first
+        await self.tunes.end()  # each puts its instance's original flags back first
         if stop_instances:
-            await self._stop(None, None)
-        if self._server is not None:
-            self._server.close()
-        for feed in list(self._feeds):
-            feed.end()
-        for _, loop, task in self._scrapers.values():
-            loop.stop()
-            task.cancel()
-        self._scrapers.clear()
-        if self._exporter is not None:
-            await self._exporter.stop()
-            self._exporter = None
-        if self._gpu_sampler is not None:
-            await asyncio.to_thread(self._gpu_sampler.stop)
+            await self.routes._stop(None, None)
+        self.server.close()
+        self.feed.end_all()
+        self.scrapers.stop()
+        await self.metrics.stop()
+        await self.gpu_watch.stop()
         await self.supervisor.close()
-        if self.notifier is not None:
-            await asyncio.to_thread(self.notifier.close)
+        await self.notifications.close()
         with contextlib.suppress(OSError):
             info = json.loads(locations.info_path(self.session).read_text())
             if info.get("pid") == os.getpid():

@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
-from collections.abc import Sequence
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import h11
 
 from vtui.service.api import API_HEADER, API_VERSION, VERSION_HEADER, VTUI_VERSION
+from vtui.service.broadcast import Broadcaster
 from vtui.service.feed import FeedClient
 from vtui.service.schema import MAX_BODY, BadRequest, parse_body
-from vtui.service.service_base import ServiceBase
 from vtui.service.wire import feed_line
 
 MAX_HEAD = 32 << 10  # bytes of a request's line and headers (431 past twice this at most)
@@ -26,9 +28,48 @@ FEED = ("GET", "/feed")  # the route of `schema.ROUTES` answered here, as a stre
 VERSION_HEADERS = [(API_HEADER, str(API_VERSION)), (VERSION_HEADER, VTUI_VERSION)]  # on every answer
 
 
-class TransportMixin(ServiceBase):
+Handler = Callable[[str, str, dict[str, Any], "int | None"], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+class SocketServer:
+    """The session's socket (0600): each connection's requests answered by `handle`, the feed's clients
+    added to `feed` with `hello()` as their first line. `clients`: connections open now; `on_close` hears
+    each one end, `on_feed` each feed client come."""
+
+    def __init__(
+        self,
+        path: Path,
+        handle: Handler,
+        hello: Callable[[], dict[str, Any]],
+        feed: Broadcaster,
+        on_close: Callable[[], None] = lambda: None,
+        on_feed: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.path = path
+        self.handle = handle
+        self.hello = hello
+        self.feed = feed
+        self.on_close = on_close
+        self.on_feed = on_feed
+        self.clients = 0
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        """Bind the socket, readable and writable by this user alone from the start."""
+        self.path.unlink(missing_ok=True)
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._connection, path=str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._clients += 1
+        self.clients += 1
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         try:
             while True:
@@ -64,8 +105,8 @@ class TransportMixin(ServiceBase):
         except (h11.RemoteProtocolError, h11.LocalProtocolError, ConnectionError):
             pass
         finally:
-            self._clients -= 1
-            self._last_client = time.monotonic()
+            self.clients -= 1
+            self.on_close()
             with contextlib.suppress(Exception):
                 writer.close()
 
@@ -118,13 +159,11 @@ class TransportMixin(ServiceBase):
     ) -> None:
         """The streamed feed: a hello line with the full status, then one JSON object per line."""
         feed = FeedClient(conn, writer)
-        self._feeds.add(feed)
-        self.supervisor.wake_tick()  # its logs at 5 Hz again (supervisor_tick.Ticker.quiet)
-        if self._gpu_sampler is not None:
-            self._gpu_sampler.poke()  # GPUs unsampled while nobody followed: a sample for this client now
+        self.feed.add(feed)
+        self.on_feed()  # the supervisor's tick and the GPU sampler, resting while nobody followed, wake
         headers = [*VERSION_HEADERS, ("content-type", "application/x-ndjson"), ("cache-control", "no-store")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
-        hello = {"type": "hello", **self.status()}
+        hello = {"type": "hello", **self.hello()}
         writer.write(conn.send(h11.Data(data=feed_line(hello))) or b"")
         await writer.drain()
         gone = asyncio.ensure_future(reader.read(1))  # EOF (or anything): the client left
@@ -133,7 +172,7 @@ class TransportMixin(ServiceBase):
             await asyncio.wait({gone, ended}, return_when=asyncio.FIRST_COMPLETED)
             await asyncio.sleep(0)  # the last turn's lines leave first (an ending feed's flush)
         finally:
-            self._feeds.discard(feed)
+            self.feed.discard(feed)
             gone.cancel()
             ended.cancel()
 

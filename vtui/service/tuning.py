@@ -4,21 +4,25 @@ every step goes to the feed as `{"type": "tune", "instance", "tune"}`. The job r
 each of its restarts is `Supervisor.restart` on the service's loop (the instance's operation queue,
 label "tune trial" / "tune restore", with fallback), each bench step runs in the worker's own loop, so
 the load it makes never slows the supervisor's. One tune per instance; a running tune keeps the
-supervisor up (`server._busy`) and a shutdown cancels it and waits for its restore."""
+supervisor up (`idle.IdleWatch`, through `Tunes.running`) and a shutdown cancels it and waits for its
+restore. `Tunes` is the session service's part that holds the jobs; `handlers.Routes` answers the routes
+through it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from vtui.core.flagspec import FlagTable
 from vtui.core.masking import MASK, masked
 from vtui.core.refusals import OperationSuperseded, PreflightError, RestartReverted, attached_refusal
 from vtui.core.state import State
-from vtui.service.schema import BadRequest, check_flags
-from vtui.service.service_base import ServiceBase, log
+from vtui.service.broadcast import Broadcaster
+from vtui.service.schema import BadRequest, NotFound, check_flags
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import read_tail
+from vtui.supervisor.supervisor import Supervisor
 
 READY_TIMEOUT_S = 1800.0  # a trial's wait for READY after its restart (a big model on a GPU box)
 SHUTDOWN_WAIT_S = 600.0  # a shutdown waits this long for running tunes' restores
@@ -27,14 +31,20 @@ SHUTDOWN_WAIT_S = 600.0  # a shutdown waits this long for running tunes' restore
 class ServiceOps:
     """`vtui.tune.job.JobOps` on the service's own supervisor, called from the job's worker thread."""
 
-    def __init__(self, service: ServiceBase, name: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.service, self.name, self.loop = service, name, loop
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        flags: Callable[[], FlagTable | None],
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.supervisor, self.flags, self.name, self.loop = supervisor, flags, name, loop
 
     def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def _inst(self) -> Any:
-        return self.service.supervisor.instances[self.name]
+        return self.supervisor.instances[self.name]
 
     def running(self) -> tuple[dict[str, object], str]:
         async def look() -> tuple[dict[str, object], str]:
@@ -54,15 +64,15 @@ class ServiceOps:
         return result
 
     def start(self) -> None:
-        self._call(self.service.supervisor.start([self.name]))
+        self._call(self.supervisor.start([self.name]))
 
     def restart(self, changes: Mapping[str, object], unset: list[str], label: str) -> None:
         from vtui.tune.runner import InstanceStopped
         from vtui.tune.search import StartFailed
 
-        sup = self.service.supervisor
+        sup = self.supervisor
         try:
-            check_flags(changes, self.service.flag_table, "set")
+            check_flags(changes, self.flags(), "set")
         except BadRequest as exc:
             raise StartFailed(str(exc), [{"kind": "bad_flag", "message": str(exc), "fix": None}]) from exc
 
@@ -100,24 +110,48 @@ class ServiceOps:
         return found or [{"kind": "start_failed", "message": message, "fix": None}]
 
 
-class TuneMixin(ServiceBase):
-    def _live_tune(self, name: str) -> Any:
-        job = self.tunes.get(name)
+class Tunes:
+    """The session's tune jobs (instance -> its last job, live or ended) and their tasks."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        session: str,
+        feed: Broadcaster,
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        flags: Callable[[], FlagTable | None],
+        log: Callable[[str], None],
+    ) -> None:
+        self.supervisor = supervisor
+        self.session = session
+        self._log = log
+        self.feed = feed
+        self._spawn = spawn
+        self._flags = flags  # the layout's flag table now (a new layout replaces it)
+        self.jobs: dict[str, Any] = {}  # instance -> its last vtui.tune.job.TuneJob
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+
+    @property
+    def running(self) -> bool:
+        """A tune runs (between a trial's stop and its start nothing else may keep the supervisor up)."""
+        return any(job.live for job in self.jobs.values())
+
+    def live(self, name: str) -> Any:
+        job = self.jobs.get(name)
         return job if job is not None and job.live else None
 
-    async def _tune_start_route(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def start(self, name: str, plan: Any) -> dict[str, Any]:
+        """`POST /tune` of a known instance (`name`, checked by the route)."""
         from vtui.tune.job import TuneJob, plan_problem
 
-        name = self._one_name(body)
         inst = self.supervisor.instances[name]
         if isinstance(inst, Attached):
             raise BadRequest(attached_refusal(inst.spec, "tune"), 409)
-        if self._live_tune(name) is not None:
+        if self.live(name) is not None:
             raise BadRequest(
                 f"a tune of {name} is running: `vtui tune {name} --attach` follows it, `--cancel` stops it",
                 409,
             )
-        plan = body["plan"]
         problem = plan_problem(plan)
         if problem:
             raise BadRequest(f"plan: {problem}")
@@ -131,61 +165,60 @@ class TuneMixin(ServiceBase):
         key = inst.spec.flags.get("api-key")
         key = key[0] if isinstance(key, list) and key else key
         job = TuneJob(
-            ServiceOps(self, name, loop),
+            ServiceOps(self.supervisor, self._flags, name, loop),
             plan,
             session=self.session,
             instance=name,
             base_url=inst.spec.base_url,
             api_key=str(key) if isinstance(key, str) and key else None,
-            publish=lambda doc: self._tune_publish(loop, name, doc),
+            publish=lambda doc: self._publish(loop, name, doc),
             engine=inst.spec.engine,
             model=inst.spec.model,
         )
-        self.tunes[name] = job
-        self._tune_tasks[name] = self._spawn(self._run_tune(name, job))
-        log(f"tune of {name} started")
+        self.jobs[name] = job
+        self._tasks[name] = self._spawn(self._run(name, job))
+        self._log(f"tune of {name} started")
         return {"ok": True, "tune": job.snapshot}
 
-    async def _run_tune(self, name: str, job: Any) -> None:
+    async def _run(self, name: str, job: Any) -> None:
         try:
             doc = await asyncio.to_thread(job.run)
-            log(f"tune of {name}: {doc.get('state')}: {doc.get('message')}")
-        except BaseException as exc:  # noqa: BLE001 (logged; the job restored what it could)
-            log(f"tune of {name} ended with {exc!r}")
+            self._log(f"tune of {name}: {doc.get('state')}: {doc.get('message')}")
+        except BaseException as exc:  # noqa: BLE001 — logged; the job restored what it could
+            self._log(f"tune of {name} ended with {exc!r}")
         finally:
-            self._tune_tasks.pop(name, None)
+            self._tasks.pop(name, None)
 
-    def _tune_publish(self, loop: asyncio.AbstractEventLoop, name: str, doc: dict[str, Any]) -> None:
+    def _publish(self, loop: asyncio.AbstractEventLoop, name: str, doc: dict[str, Any]) -> None:
         """From the job's thread: the document as it is now, to every feed."""
         message = {"type": "tune", "instance": name, "tune": doc}
-        loop.call_soon_threadsafe(self._broadcast, message)
+        loop.call_soon_threadsafe(self.feed.broadcast, message)
 
-    async def _tune_status_route(self, query: dict[str, str]) -> dict[str, Any]:
-        """The tune of `name`: this supervisor's job, else the last one recorded on disk."""
+    async def status(self, name: str) -> dict[str, Any]:
+        """`GET /tune` of `name`: this supervisor's job, else the last one recorded on disk."""
         from vtui.tune import progress
 
-        name = query["name"]
         if name not in self.supervisor.instances:
-            raise BadRequest(f"no instance named {name[:200]} in session {self.session}", 404)
-        job = self.tunes.get(name)
+            raise NotFound(f"no instance named {name[:200]} in session {self.session}")
+        job = self.jobs.get(name)
         if job is not None:
             return {"tune": job.snapshot, "live": job.live}
         doc = await asyncio.to_thread(progress.read, progress.progress_path(self.session, name))
         return {"tune": doc, "live": False}
 
-    async def _tune_cancel_route(self, body: dict[str, Any]) -> dict[str, Any]:
-        name = self._one_name(body)
-        job = self._live_tune(name)
+    def cancel(self, name: str) -> dict[str, Any]:
+        """`POST /tune/cancel`: answered at once; the job puts the original flags back."""
+        job = self.live(name)
         if job is None:
             raise BadRequest(f"no tune of {name} is running", 409)
         job.cancel()
         return {"ok": True, "tune": job.snapshot}
 
-    async def _end_tunes(self) -> None:
+    async def end(self) -> None:
         """A shutdown: every running tune is cancelled, and its restore waited for."""
-        for job in self.tunes.values():
+        for job in self.jobs.values():
             if job.live:
                 job.cancel()
-        tasks = list(self._tune_tasks.values())
+        tasks = list(self._tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_S)

@@ -63,7 +63,7 @@ class AmdSmiSource:
                 self._smi.amdsmi_init()
         except ImportError:
             self._reason = NO_AMDSMI
-        except Exception as exc:  # noqa: BLE001 - AmdSmiLibraryException, a missing libamd_smi.so (OSError)
+        except Exception as exc:  # noqa: BLE001 — AmdSmiLibraryException, a missing libamd_smi.so (OSError)
             self._reason = f"AMD SMI: {exc}"
         else:
             self._ready = True
@@ -74,7 +74,7 @@ class AmdSmiSource:
             if self._ready:
                 try:
                     self._smi.amdsmi_shut_down()
-                except Exception:  # noqa: BLE001 - shutting down a broken library must not raise
+                except Exception:  # noqa: BLE001 — shutting down a broken library must not raise
                     pass
                 self._ready = False
 
@@ -85,7 +85,7 @@ class AmdSmiSource:
             return None
         try:
             return call(*args)
-        except Exception:  # noqa: BLE001 - AmdSmiException: not supported on this GPU
+        except Exception:  # noqa: BLE001 — AmdSmiException: not supported on this GPU
             return None
 
     def sample(self) -> GpuSample:

@@ -213,7 +213,7 @@ class GpuSampler:
             sample = self.sample_once()
             try:
                 self._on_sample(sample)
-            except Exception:  # noqa: BLE001 - a consumer bug must not kill sampling
+            except Exception:  # noqa: BLE001 — a consumer bug must not kill sampling
                 pass
             if (
                 not sample.available
@@ -230,6 +230,6 @@ class GpuSampler:
             return sample
         try:
             owners = self._owners({p.pid for p in sample.processes})
-        except Exception:  # noqa: BLE001 - attribution is best effort
+        except Exception:  # noqa: BLE001 — attribution is best effort
             return sample
         return attribute(sample, owners)

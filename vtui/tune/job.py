@@ -374,7 +374,7 @@ class TuneJob:
                 )
             except InstanceStopped:
                 raise
-            except Exception as exc:  # noqa: BLE001 (each attempt's failure is reported)
+            except Exception as exc:  # noqa: BLE001 — each attempt's failure is reported
                 errors.append(f"{type(exc).__name__}: {exc}"[:300])
                 self.save(restore_errors=list(errors))
                 if attempt < RESTORE_TRIES:
@@ -389,7 +389,7 @@ class TuneJob:
                 )
             except InstanceStopped:
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 — reported, then the last resort below
                 errors.append(f"last good flags: {type(exc).__name__}: {exc}"[:300])
         _, state = self.ops.running()
         if state not in ("ready", "starting"):
