@@ -36,9 +36,9 @@ from textual.screen import Screen
 
 from vtui.service.remote import RemoteSupervisor
 from vtui.ui.app import VtuiApp, run_tui
-from vtui.ui.widgets.fleet import FleetTable
 from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_pane import InstancePane
+from vtui.ui.widgets.instance_table import FleetTable
 from vtui.ui.widgets.titlebar import TitleBar
 
 WARMUP_S = 1.0 if _smoke.on() else 5.0

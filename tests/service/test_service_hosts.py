@@ -20,10 +20,10 @@ import pytest
 from _support.procs import kill_state_dir
 
 from vtui.core.state import State
-from vtui.service.fleet import Fleet
+from vtui.service.multihost import Fleet
 from vtui.ui.app import make_app
-from vtui.ui.widgets.fleet import HOST_LOST, FleetTable
 from vtui.ui.widgets.gpu_panel import GpuPanel
+from vtui.ui.widgets.instance_table import HOST_LOST, FleetTable
 
 from .conftest import sim_instance, write_layout
 

@@ -186,7 +186,7 @@ async def test_the_dashboard_shows_each_replica_and_the_group_row(tmp_path: Path
     from vtui.core.state import State
     from vtui.ui.app import make_app
     from vtui.ui.textdump import screen_text
-    from vtui.ui.widgets.fleet import FleetTable
+    from vtui.ui.widgets.instance_table import FleetTable
 
     port = port_run(3)  # below the ephemeral range (_support.ports): the replicas', then the router's
     router_port = port + 2

@@ -42,7 +42,7 @@ async def test_attached_server_offers_only_what_applies(app_factory, layout) -> 
 
 
 def test_the_fleet_table_names_the_unreachable_state_within_its_column() -> None:
-    from vtui.ui.widgets.fleet import RowData, layout_columns, row_cells
+    from vtui.ui.widgets.instance_table import RowData, layout_columns, row_cells
     from vtui.ui.widgets.palette import PLAIN
 
     cols = layout_columns(200, 8)

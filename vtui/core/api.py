@@ -100,7 +100,7 @@ class TelemetryFeed(Protocol):
 @runtime_checkable
 class LogScrollback(Protocol):
     """A `SupervisorApi` that reads an instance's older log lines back from its log file, through the
-    supervisor that keeps it (`POST /logs`: `service.remote.RemoteSupervisor`, and `service.fleet.Fleet`
+    supervisor that keeps it (`POST /logs`: `service.remote.RemoteSupervisor`, and `service.multihost.Fleet`
     for another host's instance): the `count` lines before `anchor` (consecutive lines of the log),
     oldest first; None when the anchor is not found or there is no file. Raises OSError when that
     supervisor does not answer."""
@@ -110,7 +110,7 @@ class LogScrollback(Protocol):
 
 @runtime_checkable
 class HostFeed(Protocol):
-    """A `SupervisorApi` that also reaches other hosts' sessions (`service.fleet.Fleet`, `vtui --host`):
+    """A `SupervisorApi` that also reaches other hosts' sessions (`service.multihost.Fleet`, `vtui --host`):
     their links' states, and a callback when one changes."""
 
     def hosts(self) -> tuple[HostState, ...]: ...

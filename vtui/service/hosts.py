@@ -7,7 +7,7 @@ local end (`vtui.service.sshforward.Forward`: the same client, feed and requests
 supervisor). A forward that dies (network, sshd, a suspended laptop) marks the host disconnected and is
 started again with backoff; the feed re-attaches by itself once the socket answers again. The host's
 sessions are looked for again and again (1 s doubling to 60 s, from 1 s again after a new one): a
-session started there after the dashboard attached gets its forward and its rows. `vtui.service.fleet
+session started there after the dashboard attached gets its forward and its rows. `vtui.service.multihost
 .Fleet` puts this machine's session and the links behind one `SupervisorApi`.
 
 The ssh command is `$VTUI_SSH` (split like a shell line; default `ssh`) and the remote vtui is

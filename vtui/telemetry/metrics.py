@@ -121,7 +121,7 @@ class MetricsSample:
     # their mean): a rank that lags or fills up shows here while the sum looks fine
     ranks: tuple[RankSample, ...] = ()
     # the window's TTFT and ITL histograms (role -> finite bucket bounds, cumulative counts ending with
-    # +Inf's), so replicas' percentiles can be merged (`telemetry.fleet`) rather than averaged
+    # +Inf's), so replicas' percentiles can be merged (`telemetry.replica_group`) rather than averaged
     windowed: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(
         default_factory=lambda: _NO_WINDOWS
     )

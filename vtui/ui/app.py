@@ -549,8 +549,8 @@ def default_supervisor_factory(layout: Layout) -> SupervisorApi:
 
 def with_hosts(factory: SupervisorFactory, hosts: Sequence[str]) -> SupervisorFactory:
     """The factory's supervisor plus a link to each host's sessions (new links for each layout opened)."""
-    from vtui.service.fleet import Fleet
     from vtui.service.hosts import HostLink
+    from vtui.service.multihost import Fleet
 
     targets = tuple(hosts)
 

@@ -19,10 +19,10 @@ from vtui.ui.keymap import COMMAND_LINE_BINDINGS, DASHBOARD_BINDINGS, FILTER_BIN
 from vtui.ui.screens.base import InstanceScreen
 from vtui.ui.store import Store
 from vtui.ui.textual_private import use_compositor
-from vtui.ui.widgets.fleet import FleetTable
 from vtui.ui.widgets.footer import LeanFooter
 from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_pane import InstancePane, short_command
+from vtui.ui.widgets.instance_table import FleetTable
 from vtui.ui.widgets.notices import NoticeLine
 from vtui.ui.widgets.titlebar import TitleBar
 

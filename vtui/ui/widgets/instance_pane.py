@@ -21,7 +21,7 @@ from vtui.core.state import State
 from vtui.telemetry.metrics import HistoryPoint
 from vtui.ui import fmt
 from vtui.ui.store import InstanceView, Store
-from vtui.ui.widgets.fleet_rows import max_seqs, router_line
+from vtui.ui.widgets.instance_rows import max_seqs, router_line
 from vtui.ui.widgets.palette import Palette, palette_of, spark_rows
 
 Series = tuple[str, Callable[[HistoryPoint], float | None], Callable[[float | None], str]]

@@ -1,7 +1,7 @@
 """The fleet table: one aligned row per instance and an ALL row for the session, drawn through the Line
 API (a custom widget, not Textual's DataTable: see `benchmarks/bench_ui.py` in the README for the cost).
 A replica group's router row is the group's ALL row: its replicas' load summed, percentiles of their
-merged histograms, and in UP/PHASE the slow or hot replica (`telemetry.fleet`), else how many are up.
+merged histograms, and in UP/PHASE the slow or hot replica (`telemetry.replica_group`), else how many are up.
 
 Columns have fixed widths that depend only on the terminal width and the instance names, never on the
 values, so nothing moves between frames. The narrower the terminal, the more low-priority columns are
@@ -24,7 +24,7 @@ from textual.widget import Widget
 from vtui.core.state import State
 from vtui.ui import fmt
 from vtui.ui.store import Store
-from vtui.ui.widgets.fleet_rows import (  # noqa: F401 (the rows' names, imported from here by tests)
+from vtui.ui.widgets.instance_rows import (  # noqa: F401 (the rows' names, imported from here by tests)
     BY_KEY,
     COLUMNS,
     HOST_COLUMN,

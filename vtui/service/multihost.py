@@ -49,6 +49,79 @@ class HostGpu:
     sample: Any  # telemetry.gpu.GpuSample, its processes' instances renamed LABEL:NAME
 
 
+def qualify(fwd: Forward, name: str) -> str:
+    """A remote instance's name in the fleet: LABEL:NAME, or LABEL:SESSION/NAME on a host of several."""
+    if fwd.qualified:
+        return f"{fwd.link.label}{SEP}{fwd.session}/{name}"
+    return f"{fwd.link.label}{SEP}{name}"
+
+
+class HostNames:
+    """Which host and session a fleet name belongs to (`qualify` in reverse)."""
+
+    def __init__(self, links: list[HostLink]) -> None:
+        self.links = links
+
+    def route(self, name: str) -> tuple[Forward, str] | None:
+        """(the forward, the remote's own name) of a remote instance; None: this machine's."""
+        for link in self.links:
+            prefix = f"{link.label}{SEP}"
+            if not name.startswith(prefix):
+                continue
+            rest = name[len(prefix) :]
+            for fwd in link.forwards:
+                if fwd.qualified and rest.startswith(f"{fwd.session}/"):
+                    return fwd, rest[len(fwd.session) + 1 :]
+            for fwd in link.forwards:  # an instance name has no "/": the short-named session's
+                if not fwd.qualified and "/" not in rest:
+                    return fwd, rest
+            raise RemoteError(f"{name}: no such session on {link.label}")
+        return None
+
+    def split(
+        self, names: Iterable[str] | None
+    ) -> tuple[list[str] | None, dict[int, tuple[Forward, list[str]]]]:
+        """`names` as (this machine's, {forward: its own names}); None: every instance, here only."""
+        if names is None:
+            return None, {}
+        local: list[str] = []
+        remote: dict[int, tuple[Forward, list[str]]] = {}
+        for name in names:
+            routed = self.route(name)
+            if routed is None:
+                local.append(name)
+            else:
+                fwd, own = routed
+                remote.setdefault(id(fwd), (fwd, []))[1].append(own)
+        return local, remote
+
+
+def _relay_event(subscribers: list[Callable[[Event], None]], fwd: Forward, event: Event) -> None:
+    """A remote supervisor's event, renamed into the fleet, to the fleet's subscribers."""
+    instance = getattr(event, "instance", None)
+    if instance:
+        event = dataclasses.replace(event, instance=qualify(fwd, instance))  # type: ignore[type-var]
+    for callback in list(subscribers):
+        callback(event)
+
+
+def _relay_sample(
+    subscribers: list[Callable[[str, Any], None]], fwd: Forward, kind: str, sample: Any
+) -> None:
+    """A remote supervisor's telemetry to the fleet's subscribers; its GPU samples become `HostGpu`."""
+    if kind in ("sample", "history"):  # already named LABEL:NAME (the client's sample_prefix)
+        for callback in list(subscribers):
+            callback(kind, sample)
+    elif kind == "gpu":
+        processes = tuple(
+            dataclasses.replace(p, instance=qualify(fwd, p.instance)) if p.instance else p
+            for p in sample.processes
+        )
+        gpu = HostGpu(fwd.link.label, dataclasses.replace(sample, processes=processes))
+        for callback in list(subscribers):
+            callback("host_gpu", gpu)
+
+
 class Fleet:
     """This machine's session plus other hosts' sessions behind one `SupervisorApi` (and
     `TelemetryFeed`): what `vtui --host` hands the dashboard."""
@@ -66,46 +139,9 @@ class Fleet:
         self._host_subscribers: list[Callable[[], None]] = []
         self._wired: set[int] = set()
         self._seen: dict[str, HostState] = {}
+        self.names = HostNames(self.links)
         for link in self.links:
             link.listen(functools.partial(self._link_changed, link))
-
-    # -- names -------------------------------------------------------------------------------------
-    def _qualify(self, fwd: Forward, name: str) -> str:
-        if fwd.qualified:
-            return f"{fwd.link.label}{SEP}{fwd.session}/{name}"
-        return f"{fwd.link.label}{SEP}{name}"
-
-    def _route(self, name: str) -> tuple[Forward, str] | None:
-        """(the forward, the remote's own name) of a remote instance; None: this machine's."""
-        for link in self.links:
-            prefix = f"{link.label}{SEP}"
-            if not name.startswith(prefix):
-                continue
-            rest = name[len(prefix) :]
-            for fwd in link.forwards:
-                if fwd.qualified and rest.startswith(f"{fwd.session}/"):
-                    return fwd, rest[len(fwd.session) + 1 :]
-            for fwd in link.forwards:  # an instance name has no "/": the short-named session's
-                if not fwd.qualified and "/" not in rest:
-                    return fwd, rest
-            raise RemoteError(f"{name}: no such session on {link.label}")
-        return None
-
-    def _split(
-        self, names: Iterable[str] | None
-    ) -> tuple[list[str] | None, dict[int, tuple[Forward, list[str]]]]:
-        if names is None:
-            return None, {}
-        local: list[str] = []
-        remote: dict[int, tuple[Forward, list[str]]] = {}
-        for name in names:
-            routed = self._route(name)
-            if routed is None:
-                local.append(name)
-            else:
-                fwd, own = routed
-                remote.setdefault(id(fwd), (fwd, []))[1].append(own)
-        return local, remote
 
     # -- wiring the links' clients in --------------------------------------------------------------
     def _link_changed(self, link: HostLink) -> None:
@@ -113,35 +149,15 @@ class Fleet:
             if id(fwd) in self._wired:
                 continue
             self._wired.add(id(fwd))
-            fwd.client.sample_prefix = self._qualify(fwd, "")
-            fwd.client.subscribe(functools.partial(self._remote_event, fwd))
-            fwd.client.subscribe_telemetry(functools.partial(self._remote_sample, fwd))
+            fwd.client.sample_prefix = qualify(fwd, "")
+            fwd.client.subscribe(functools.partial(_relay_event, self._subscribers, fwd))
+            fwd.client.subscribe_telemetry(functools.partial(_relay_sample, self._sample_subscribers, fwd))
         state = link.state
         if self._seen.get(link.label) != state:
             self._seen[link.label] = state
             for callback in list(self._host_subscribers):
                 callback()
         self._notify_statuses()  # a snapshot of the host's instances (or its link changed)
-
-    def _remote_event(self, fwd: Forward, event: Event) -> None:
-        instance = getattr(event, "instance", None)
-        if instance:
-            event = dataclasses.replace(event, instance=self._qualify(fwd, instance))  # type: ignore[type-var]
-        for callback in list(self._subscribers):
-            callback(event)
-
-    def _remote_sample(self, fwd: Forward, kind: str, sample: Any) -> None:
-        if kind in ("sample", "history"):  # already named LABEL:NAME (the client's sample_prefix)
-            for callback in list(self._sample_subscribers):
-                callback(kind, sample)
-        elif kind == "gpu":
-            processes = tuple(
-                dataclasses.replace(p, instance=self._qualify(fwd, p.instance)) if p.instance else p
-                for p in sample.processes
-            )
-            gpu = HostGpu(fwd.link.label, dataclasses.replace(sample, processes=processes))
-            for callback in list(self._sample_subscribers):
-                callback("host_gpu", gpu)
 
     def _notify_statuses(self) -> None:
         for callback in list(self._status_subscribers):
@@ -178,13 +194,13 @@ class Fleet:
         for link in self.links:
             for fwd in link.forwards:
                 for st in fwd.client.status():  # its log file is on that host: no scrollback here
-                    name = self._qualify(fwd, st.name)
+                    name = qualify(fwd, st.name)
                     out.append(dataclasses.replace(st, name=name, host=link.label, log_path=None))
         return tuple(out)
 
     def pids_of(self, name: str) -> set[int]:
         # another host's pids mean nothing here (this machine's GPU processes are attributed by pid)
-        return set() if self._route(name) is not None else self.local.pids_of(name)
+        return set() if self.names.route(name) is not None else self.local.pids_of(name)
 
     def refresh_pids(self) -> None:
         refresh = getattr(self.local, "refresh_pids", None)
@@ -192,7 +208,7 @@ class Fleet:
             refresh()
 
     def recent_lines(self, name: str) -> list[str]:
-        routed = self._route(name)
+        routed = self.names.route(name)
         return self.local.recent_lines(name) if routed is None else routed[0].client.recent_lines(routed[1])
 
     async def older_lines(self, name: str, anchor: list[str], count: int) -> list[str] | None:
@@ -200,7 +216,7 @@ class Fleet:
         supervisor (`POST /logs` through the forward); this machine's by its own."""
         from vtui.service.client import ServiceClient, ServiceError, ServiceUnavailable
 
-        routed = self._route(name)
+        routed = self.names.route(name)
         if routed is None:
             local = self.local
             return await local.older_lines(name, anchor, count) if isinstance(local, LogScrollback) else None
@@ -226,7 +242,7 @@ class Fleet:
         facts = dict(getattr(self.local, "facts", {}) or {})
         for link in self.links:
             for fwd in link.forwards:
-                facts.update({self._qualify(fwd, k): v for k, v in fwd.client.facts.items()})
+                facts.update({qualify(fwd, k): v for k, v in fwd.client.facts.items()})
         return facts
 
     async def adopt(self) -> list[str]:
@@ -235,14 +251,14 @@ class Fleet:
         return await self.local.adopt()
 
     async def start(self, names: Iterable[str] | None = None) -> None:
-        local, remote = self._split(names)
+        local, remote = self.names.split(names)
         if names is None or local:
             await self.local.start(local)
         for fwd, own in remote.values():
             await fwd.client.start(own)
 
     async def stop(self, names: Iterable[str] | None = None) -> None:
-        local, remote = self._split(names)
+        local, remote = self.names.split(names)
         if names is None or local:
             await self.local.stop(local)
         for fwd, own in remote.values():
@@ -251,7 +267,7 @@ class Fleet:
     async def restart(
         self, name: str, spec: InstanceSpec | None = None, *, label: str = "restart", fallback: bool = False
     ) -> Mapping[str, FlagValue] | None:
-        routed = self._route(name)
+        routed = self.names.route(name)
         if routed is None:
             return await self.local.restart(name, spec, label=label, fallback=fallback)
         fwd, own = routed
@@ -262,45 +278,43 @@ class Fleet:
         edits = dict(self.local.pending_edits())
         for link in self.links:
             for fwd in link.forwards:
-                edits.update({self._qualify(fwd, k): v for k, v in fwd.client.pending_edits().items()})
+                edits.update({qualify(fwd, k): v for k, v in fwd.client.pending_edits().items()})
         return edits
 
     def pending_conflicts(self) -> dict[str, Sequence[FlagConflict]]:
         conflicts = dict(self.local.pending_conflicts())
         for link in self.links:
             for fwd in link.forwards:
-                conflicts.update(
-                    {self._qualify(fwd, k): v for k, v in fwd.client.pending_conflicts().items()}
-                )
+                conflicts.update({qualify(fwd, k): v for k, v in fwd.client.pending_conflicts().items()})
         return conflicts
 
     async def set_pending(
         self, name: str, flags: Mapping[str, FlagValue] | None, base: Mapping[str, FlagValue] | None = None
     ) -> None:
-        routed = self._route(name)
+        routed = self.names.route(name)
         if routed is None:
             await self.local.set_pending(name, flags, base)
         else:
             await routed[0].client.set_pending(routed[1], flags, base)
 
     async def sleep(self, name: str, level: int = 1) -> None:
-        routed = self._route(name)
+        routed = self.names.route(name)
         await (self.local.sleep(name, level) if routed is None else routed[0].client.sleep(routed[1], level))
 
     async def wake(self, name: str) -> None:
-        routed = self._route(name)
+        routed = self.names.route(name)
         await (self.local.wake(name) if routed is None else routed[0].client.wake(routed[1]))
 
     async def wait_settled(
         self, names: Iterable[str] | None = None, timeout: float | None = None
     ) -> dict[str, State]:
-        local, remote = self._split(names)
+        local, remote = self.names.split(names)
         settled: dict[str, State] = {}
         if names is None or local:
             settled.update(await self.local.wait_settled(local, timeout))
         for fwd, own in remote.values():
             done = await fwd.client.wait_settled(own, timeout)
-            settled.update({self._qualify(fwd, k): v for k, v in done.items()})
+            settled.update({qualify(fwd, k): v for k, v in done.items()})
         return settled
 
     async def run(self) -> None:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from vtui.core.flagvalues import world_size
 from vtui.core.state import Phase, State
 from vtui.core.vllm_memory import default_max_num_seqs
-from vtui.telemetry.fleet import imbalance, merged_percentiles
 from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.replica_group import imbalance, merged_percentiles
 from vtui.ui import fmt, planning
 from vtui.ui.store import InstanceView, Store
 

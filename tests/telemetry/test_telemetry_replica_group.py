@@ -1,4 +1,4 @@
-"""A replica group's numbers (telemetry.fleet): percentiles of the summed histograms (not the worst or
+"""A replica group's numbers (telemetry.replica_group): percentiles of the summed histograms (not the worst or
 the mean of the replicas' percentiles), a sample carrying its window's buckets, and the median-based
 imbalance check naming the slow or hot replica."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from vtui.telemetry.fleet import imbalance, merged_percentiles
 from vtui.telemetry.metrics import MetricsSample, MetricsWindow, Percentiles
 from vtui.telemetry.promtext import parse_metrics
+from vtui.telemetry.replica_group import imbalance, merged_percentiles
 
 BOUNDS = (0.1, 1.0)
 
