@@ -165,3 +165,21 @@ async def test_a_restart_a_killed_supervisor_left_half_done_is_finished_by_the_n
     assert running_flags(status.pid) == {"max-num-seqs": "16"}
     assert RunStore().load_operation(session_name, "a") is None
     await second.close(stop_instances=True)
+
+
+async def test_a_relaunch_after_a_crash_checks_its_port_as_a_start_does(session_name):
+    policy = RestartPolicy("on-failure", max_restarts=3, backoff_initial=1.0)
+    spec = dataclasses.replace(fake_spec("a", exit_after=0.5), restart=policy)
+    sup = supervisor(session_name, spec)
+    await sup.start()
+    deadline = asyncio.get_running_loop().time() + 15
+    while sup.status()[0].state is not State.BACKOFF:  # it ran, exited by itself, waits to relaunch
+        assert asyncio.get_running_loop().time() < deadline, sup.status()[0]
+        await asyncio.sleep(0.02)
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", spec.port))
+        taken.listen()
+        assert (await sup.wait_settled(timeout=15)) == {"a": State.FAILED}
+    assert f"port {spec.port} is already in use" in (sup.status()[0].last_error or "")
+    await sup.close(stop_instances=True)

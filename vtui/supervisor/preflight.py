@@ -90,6 +90,16 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def port_problem(spec: InstanceSpec) -> str | None:
+    """Why `spec` cannot bind its port now (it is in use, by whom), or None."""
+    host = "0.0.0.0" if spec.host in ("", "0.0.0.0") else spec.host
+    if not port_in_use(host, spec.port):
+        return None
+    holder = port_holder(spec.port)
+    who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
+    return f'instance "{spec.name}": port {spec.port} is already in use {who}'
+
+
 def preflight(
     layout: Layout,
     names: Iterable[str] | None = None,
@@ -132,10 +142,9 @@ def preflight(
             )
     for spec in to_start:
         host = "0.0.0.0" if spec.host in ("", "0.0.0.0") else spec.host
-        if spec.port not in freed and port_in_use(host, spec.port):
-            holder = port_holder(spec.port)
-            who = f"by {holder}" if holder else "(holder not visible: try as root or `ss -ltnp`)"
-            result.problems.append(f'instance "{spec.name}": port {spec.port} is already in use {who}')
+        taken = port_problem(spec) if spec.port not in freed else None
+        if taken:
+            result.problems.append(taken)
         result.problems.extend(_dp_port_problems(spec, host, layout))
         if spec.gpus and spec.flags.get("device-ids") is not None:
             # vLLM 0.32 (engine/arg_utils.py, _resolve_device_ids): with CUDA_VISIBLE_DEVICES set, the

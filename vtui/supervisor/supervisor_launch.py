@@ -19,7 +19,7 @@ from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
 from vtui.supervisor.owners import ProcessOwners
-from vtui.supervisor.preflight import gpu_memory_check, preflight
+from vtui.supervisor.preflight import gpu_memory_check, port_problem, preflight
 from vtui.supervisor.records import Records
 from vtui.supervisor.roster import Roster
 from vtui.supervisor.startgate import StartGate, Sweeper
@@ -166,6 +166,8 @@ class Launches:
                     noted = True
                 await self._clock.sleep(self.poll_interval)
             await self._sweeper.settle(name)
+            if not initial and not await self._port_ok(inst):  # a start asked for: preflight checked it
+                return
             if not await self._gpu_memory_ok(inst, force=force):
                 return
             await self._launch_now(inst)
@@ -176,6 +178,18 @@ class Launches:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it."""
         roster = self._roster
         return self.gate.blocked_by(name, roster.instances, roster.pending, roster.layout.names())
+
+    async def _port_ok(self, inst: Instance) -> bool:
+        """A policy relaunch (after a crash) finds its port free, as a start's preflight checked it: one
+        taken meanwhile by another process goes BACKOFF -> FAILED with its holder named."""
+        if not self.check_preflight or inst.state is not State.BACKOFF:
+            return True
+        taken = await asyncio.to_thread(port_problem, launch_spec(inst.spec, self._layout.session))
+        if taken is None:
+            return True
+        self._notice(inst.spec.name, "error", taken)
+        inst.refuse_restart(taken)
+        return False
 
     async def _gpu_memory_ok(self, inst: Instance, *, force: bool) -> bool:
         """`preflight.gpu_memory_check` just before the launch (after the stagger, a shared GPU's
