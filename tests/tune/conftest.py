@@ -3,12 +3,14 @@ a supervisor that skips NVML, and `vtui` run in a child process with this worktr
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +53,27 @@ def vtui(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env=os.environ.copy(),
         stdin=subprocess.DEVNULL,
     )
+
+
+# a tune on the sim that takes seconds, not minutes
+QUICK = [
+    "--concurrency",
+    "8",
+    "--num-requests",
+    "24",
+    "--input-len",
+    "128",
+    "--output-len",
+    "8",
+    "--warmup",
+    "1",
+    "--ttft-p95-ms",
+    "150",
+]
+
+
+def instance_row(layout: Path, name: str = "a") -> dict[str, Any]:
+    """`name`'s row of `vtui ps --json`."""
+    result = vtui("ps", str(layout), "--json")
+    assert result.returncode == 0, result.stderr
+    return next(r for r in json.loads(result.stdout) if r["name"] == name)

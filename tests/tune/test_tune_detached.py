@@ -15,36 +15,16 @@ import pytest
 
 from vtui.tune import progress
 
-from .conftest import vtui, write_layout
+from .conftest import QUICK, instance_row, vtui, write_layout
 
 pytestmark = pytest.mark.slow
-QUICK = [
-    "--concurrency",
-    "8",
-    "--num-requests",
-    "24",
-    "--input-len",
-    "128",
-    "--output-len",
-    "8",
-    "--warmup",
-    "1",
-    "--ttft-p95-ms",
-    "150",
-]
-
-
-def ps(layout: Path) -> dict:
-    result = vtui("ps", str(layout), "--json")
-    assert result.returncode == 0, result.stderr
-    return next(r for r in json.loads(result.stdout) if r["name"] == "a")
 
 
 def start(tmp_path: Path, *extra: str) -> tuple[Path, dict, dict]:
     layout = write_layout(tmp_path, [("a", {"max-num-seqs": 2})])
     result = vtui("up", str(layout))
     assert result.returncode == 0, result.stdout + result.stderr
-    original = ps(layout)["flags"]
+    original = instance_row(layout)["flags"]
     result = vtui("tune", str(layout), "a", "--detach", "--json", *QUICK, *extra)
     assert result.returncode == 0, result.stdout + result.stderr
     info = json.loads(result.stdout)  # {instance, session, progress}
@@ -72,7 +52,7 @@ def test_a_detached_tune_runs_on_in_the_supervisor_to_the_end(tmp_path: Path) ->
     assert second.returncode == 2 and "running" in second.stderr, second.stdout + second.stderr
     running = wait_for(info, lambda d: d["current"] is not None)
     assert running["state"] == "running" and progress.live_state(running) == "running"
-    assert running["job"] == "supervisor" and running["pid"] == ps(layout)["supervisor_pid"]
+    assert running["job"] == "supervisor" and running["pid"] == instance_row(layout)["supervisor_pid"]
     assert running["original"] == original
     assert not progress.abort(running)  # never a signal to the supervisor: --cancel asks it
     doc = wait_for(info, lambda d: d["state"] != "running")
@@ -83,18 +63,18 @@ def test_a_detached_tune_runs_on_in_the_supervisor_to_the_end(tmp_path: Path) ->
 def test_cancel_puts_the_original_flags_back(tmp_path: Path) -> None:
     layout, info, original = start(tmp_path)
     wait_for(info, lambda d: launched(d) >= 2)
-    assert ps(layout)["flags"] != original  # a trial's flags run now
+    assert instance_row(layout)["flags"] != original  # a trial's flags run now
     cancel = vtui("tune", str(layout), "a", "--cancel", "--detach")
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
     doc = wait_for(info, lambda d: d["state"] != "running", timeout=120)
     assert doc["state"] == "aborted" and "original flags restored" in doc["message"], doc
-    assert ps(layout)["flags"] == original
+    assert instance_row(layout)["flags"] == original
 
 
 def kill_supervisor_mid_tune(tmp_path: Path, *extra: str) -> tuple[Path, dict, dict]:
     layout, info, original = start(tmp_path, *extra)
     wait_for(info, lambda d: launched(d) >= 2 and (d["current"] or {}).get("phase") == "benchmarking")
-    os.kill(ps(layout)["supervisor_pid"], signal.SIGKILL)  # the tune dies with it
+    os.kill(instance_row(layout)["supervisor_pid"], signal.SIGKILL)  # the tune dies with it
     time.sleep(0.5)
     doc = progress.read(Path(info["progress"]))
     assert doc is not None and progress.live_state(doc) == "interrupted"
@@ -119,8 +99,8 @@ def test_a_tune_whose_supervisor_was_killed_resumes_from_its_recorded_trials(tmp
 
 def test_restore_puts_back_what_a_killed_supervisor_left(tmp_path: Path) -> None:
     layout, info, original = kill_supervisor_mid_tune(tmp_path)
-    assert ps(layout)["flags"] != original  # re-adopted, on the trial's flags
+    assert instance_row(layout)["flags"] != original  # re-adopted, on the trial's flags
     result = vtui("tune", str(layout), "a", "--restore")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert ps(layout)["flags"] == original
+    assert instance_row(layout)["flags"] == original
     assert progress.read(Path(info["progress"]))["state"] == "aborted"

@@ -15,29 +15,9 @@ import pytest
 
 from vtui.service.client import ServiceClient
 
-from .conftest import vtui, write_layout
+from .conftest import QUICK, instance_row, vtui, write_layout
 
 pytestmark = pytest.mark.slow
-QUICK = [
-    "--concurrency",
-    "8",
-    "--num-requests",
-    "24",
-    "--input-len",
-    "128",
-    "--output-len",
-    "8",
-    "--warmup",
-    "1",
-    "--ttft-p95-ms",
-    "150",
-]
-
-
-def running(layout: Path) -> dict:
-    result = vtui("ps", str(layout), "--json")
-    assert result.returncode == 0, result.stderr
-    return next(r for r in json.loads(result.stdout) if r["name"] == "a")
 
 
 def session_of(layout: Path) -> str:
@@ -84,7 +64,7 @@ def kill_client_after_first_trial(layout: Path, client: ServiceClient, *extra: s
 def test_the_tune_finishes_when_its_client_is_killed(tmp_path: Path) -> None:
     layout = write_layout(tmp_path, [("a", {"max-num-seqs": 2})])
     assert vtui("up", str(layout)).returncode == 0
-    original = running(layout)["flags"]
+    original = instance_row(layout)["flags"]
     client = ServiceClient(session_of(layout))
     kill_client_after_first_trial(layout, client, "--max-trials", "4")
     doc = wait(client, lambda d: d.get("state") != "running")
@@ -92,7 +72,7 @@ def test_the_tune_finishes_when_its_client_is_killed(tmp_path: Path) -> None:
     result = doc["result"]
     assert result["trials"][0]["measurements"] >= 3  # the baseline: 3 runs, its spread reported
     assert result["baseline"]["spread"]["n"] >= 3 and "verdict" in result
-    row = running(layout)
+    row = instance_row(layout)
     assert row["state"] == "ready"
     expected = result["best"]["flags"] if result["applied"] else original
     for key, value in expected.items():
@@ -105,7 +85,7 @@ def test_the_tune_finishes_when_its_client_is_killed(tmp_path: Path) -> None:
 def test_a_cancel_from_another_client_restores_the_original_flags(tmp_path: Path) -> None:
     layout = write_layout(tmp_path, [("a", {"max-num-seqs": 2})])
     assert vtui("up", str(layout)).returncode == 0
-    original = running(layout)["flags"]
+    original = instance_row(layout)["flags"]
     client = ServiceClient(session_of(layout))
     kill_client_after_first_trial(layout, client, "--max-trials", "12", "--num-requests", "120")
     assert tune_doc(client)["state"] == "running"
@@ -113,7 +93,7 @@ def test_a_cancel_from_another_client_restores_the_original_flags(tmp_path: Path
     assert cancel.returncode == 130, cancel.stdout + cancel.stderr  # it followed the restore to its end
     doc = tune_doc(client)
     assert doc["state"] == "aborted" and "original flags restored" in doc["message"], doc["message"]
-    row = running(layout)
+    row = instance_row(layout)
     assert row["state"] == "ready" and row["flags"] == original
     again = vtui("tune", str(layout), "a", "--cancel", timeout=30)
     assert again.returncode == 2 and "no tune of a is running" in again.stderr
