@@ -64,6 +64,7 @@ STRICT_PACKAGES = {
     "vtui.export.*",
     "vtui.bench.*",
     "vtui.tune.*",
+    "vtui.supervisor.*",
 }
 
 

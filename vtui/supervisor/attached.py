@@ -24,6 +24,7 @@ from typing import Any
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
+from vtui.supervisor.launcher import ProcessHandle
 
 __all__ = ["Attached", "AttachedProber", "AttachedRefused", "Probe", "is_attached"]
 
@@ -44,7 +45,7 @@ class Probe:
     error: str | None = None
 
 
-class Attached(Instance):
+class Attached(Instance[ProcessHandle]):
     """The state machine of an attached server (see the module's docstring)."""
 
     def __init__(self, spec: InstanceSpec, *, unreachable_after: int = 3, **kw: Any) -> None:

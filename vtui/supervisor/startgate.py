@@ -51,7 +51,11 @@ class StartGate:
         return self.machine_gpus == 0
 
     def blocked_by(
-        self, name: str, instances: Mapping[str, Instance], pending: Container[str], order: Sequence[str]
+        self,
+        name: str,
+        instances: Mapping[str, Instance[ProcessHandle]],
+        pending: Container[str],
+        order: Sequence[str],
     ) -> list[str]:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it
         (`pending`: launches not yet spawned; `order`: the layout's instance names)."""
@@ -78,7 +82,7 @@ class Sweeper:
         self.launcher = launcher
         self._notice = notice
         self._drain = drain
-        self.tasks: dict[str, asyncio.Task] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
 
     def after_crash(self, name: str, handle: Any) -> None:
         """Start the sweep of a dead leader's tree (children of a killed API server live on:

@@ -23,6 +23,7 @@ from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.refusals import loopback
 from vtui.core.runstate import RunRecord, spec_to_dict
+from vtui.supervisor.launcher import ProcessHandle
 
 __all__ = [
     "SLEEP_TIMEOUT",
@@ -121,7 +122,9 @@ def log_path_for(session: str, name: str) -> Path:
     return paths.logs_dir() / f"{_safe(session)}.{_safe(name)}.log"
 
 
-def run_record(inst: Instance, handle: Any, session: str, layout: Layout, clock: Clock) -> RunRecord:
+def run_record(
+    inst: Instance[ProcessHandle], handle: Any, session: str, layout: Layout, clock: Clock
+) -> RunRecord:
     """What a later vtui needs to re-adopt a spawned instance: pid + create time, argv, the flags it
     runs with and the last ones that reached READY (the clock stands in when it has no start time yet)."""
     good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
@@ -147,7 +150,7 @@ def run_record(inst: Instance, handle: Any, session: str, layout: Layout, clock:
 
 
 def intent_record(
-    inst: Instance, spec: InstanceSpec, session: str, layout: Layout, clock: Clock
+    inst: Instance[ProcessHandle], spec: InstanceSpec, session: str, layout: Layout, clock: Clock
 ) -> RunRecord:
     """The record written before a spawn (pid 0: not confirmed yet): what the launch will run, so a
     supervisor killed before the spawn returns leaves a trace the next one finds by marker."""
@@ -240,6 +243,6 @@ def _live(proc: Any) -> bool:
     import psutil
 
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False

@@ -200,7 +200,7 @@ class Adoption:
                 )
         return handle
 
-    def _note_lost_flags(self, spec: InstanceSpec, pid: int, recorded: dict) -> None:
+    def _note_lost_flags(self, spec: InstanceSpec, pid: int, recorded: dict[str, Any]) -> None:
         """A recorded instance died with no supervisor watching; the next start uses the layout. Say
         which flags of its last run the layout does not have, so a retune done in vtui is not lost unseen."""
         ran = merge_flags(spec, recorded).flags

@@ -15,6 +15,7 @@ from vtui.core.model import InstanceSpec, Layout
 from vtui.core.refusals import PreflightError
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
@@ -68,7 +69,7 @@ class Launches:
 
     # the roster as the GPU lookups below read it
     @property
-    def instances(self) -> dict[str, Instance]:
+    def instances(self) -> dict[str, Instance[ProcessHandle]]:
         return self._roster.instances
 
     @property
@@ -177,7 +178,7 @@ class Launches:
         roster = self._roster
         return self.gate.blocked_by(name, roster.instances, roster.pending, roster.layout.names())
 
-    async def _gpu_memory_ok(self, inst: Instance, *, force: bool) -> bool:
+    async def _gpu_memory_ok(self, inst: Instance[ProcessHandle], *, force: bool) -> bool:
         """`preflight.gpu_memory_check` just before the launch (after the stagger, a shared GPU's
         neighbours and the sweep): the free memory the new process will find. A refusal of a start
         asked for is kept for `start` to raise; a policy restart refused goes BACKOFF -> FAILED."""
@@ -213,7 +214,7 @@ class Launches:
         handle = inst.handle
         return set(self._launcher.tree(handle, thorough=False)) if handle is not None else set()
 
-    async def _launch_now(self, inst: Instance) -> None:
+    async def _launch_now(self, inst: Instance[ProcessHandle]) -> None:
         """STARTING, then the blocking spawn (up to a few 100 ms: fork, exec, the pump's handshake) in a
         thread, so instances launched together never hold the event loop. A stop during the spawn
         (it cancels this task, then waits for it) still gets the process: it is attached and recorded

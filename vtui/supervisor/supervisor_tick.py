@@ -19,6 +19,7 @@ from vtui.core.clock import Clock
 from vtui.core.events import Event, ProcessExited
 from vtui.core.instance import Instance
 from vtui.core.state import State
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.logfile import ExitInfo
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.membership import Membership
@@ -46,7 +47,7 @@ def _pump_alive(handle: Any) -> bool:
     try:
         import psutil
 
-        return psutil.Process(pump).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pump).status() != psutil.STATUS_ZOMBIE)
     except Exception:  # noqa: BLE001 — gone, or not ours to read
         return False
 
@@ -67,7 +68,7 @@ class Ticker:
         emit: Callable[[Event], None],
         notice: Callable[[str | None, str, str], None],
         *,
-        rescales: set[asyncio.Task],
+        rescales: set[asyncio.Task[None]],
         interval: float,
     ) -> None:
         self._roster = roster
@@ -164,7 +165,7 @@ class Ticker:
                 assert op.task is not None
                 pending[name] = op.task
 
-    async def _on_death(self, name: str, inst: Instance, handle: Any) -> None:
+    async def _on_death(self, name: str, inst: Instance[ProcessHandle], handle: Any) -> None:
         info = self._exit_info(handle)
         # The pump writes the code right after reaping: give it a moment (seconds on a loaded machine,
         # while the pump lives; without the code an outside SIGTERM could not be named).
@@ -191,7 +192,8 @@ class Ticker:
         """How the leader ended (ExitInfo), from a launcher that records it, else from its exit code."""
         exit_info = getattr(self._launcher, "exit_info", None)
         if exit_info is not None:
-            return exit_info(handle)
+            info: ExitInfo | None = exit_info(handle)
+            return info
         code = self._launcher.exit_code(handle)
         if code is None:
             return None
