@@ -65,6 +65,7 @@ STRICT_PACKAGES = {
     "vtui.bench.*",
     "vtui.tune.*",
     "vtui.supervisor.*",
+    "vtui.service.*",
 }
 
 
