@@ -23,7 +23,7 @@ from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.refusals import loopback
 from vtui.core.runstate import RunRecord, spec_to_dict
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.launcher import Launcher, ProcessHandle, StopReport
 
 __all__ = [
     "SLEEP_TIMEOUT",
@@ -110,7 +110,7 @@ def gpus_used(spec: InstanceSpec) -> set[str]:
     return {"0"}
 
 
-def orphans(handle: Any, tree: Iterable[int], report: Any) -> list[int]:
+def orphans(handle: ProcessHandle, tree: Iterable[int], report: StopReport) -> list[int]:
     """The processes a sweep ended (alive before it, or killed by it), less the leader and the log pump."""
     return sorted((set(tree) | set(report.killed)) - {handle.pid, handle.pump_pid})
 
@@ -123,7 +123,7 @@ def log_path_for(session: str, name: str) -> Path:
 
 
 def run_record(
-    inst: Instance[ProcessHandle], handle: Any, session: str, layout: Layout, clock: Clock
+    inst: Instance[ProcessHandle], handle: ProcessHandle, session: str, layout: Layout, clock: Clock
 ) -> RunRecord:
     """What a later vtui needs to re-adopt a spawned instance: pid + create time, argv, the flags it
     runs with and the last ones that reached READY (the clock stands in when it has no start time yet)."""
@@ -189,7 +189,7 @@ def marked_processes(key: str) -> list[Any]:
     return found
 
 
-def find_launched(launcher: Any, record: RunRecord) -> Any:
+def find_launched(launcher: Launcher, record: RunRecord) -> ProcessHandle | None:
     """The handle of an unconfirmed launch (record pid 0): its log pump (a session leader running
     `logfile.py`, carrying the marker) and the pump's child, verified by the launcher like any adoption.
     None when there is no such live pair."""

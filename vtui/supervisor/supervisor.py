@@ -27,11 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event
-from vtui.core.gpu import GpuSources
+from vtui.core.gpu import GpuSample, GpuSources
 from vtui.core.instance import Progress
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
@@ -225,7 +224,7 @@ class Supervisor:
     def _machine_gpus(self, count: int | None) -> None:
         self._launches.gate.machine_gpus = count
 
-    def _sample_gpus(self, spec: InstanceSpec) -> Any:
+    def _sample_gpus(self, spec: InstanceSpec) -> GpuSample:
         return self._launches._sample_gpus(spec)
 
     def _free_memory(self, layout: Layout, spec: InstanceSpec) -> dict[int, int] | None:

@@ -6,16 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 from vtui.core.clock import Clock
-from vtui.core.gpu import GpuSources, attribute
+from vtui.core.gpu import GpuSample, GpuSources, attribute
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.refusals import PreflightError
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.launcher import Launcher, ProcessHandle
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
@@ -41,7 +40,7 @@ class Launches:
         records: Records,
         tails: LogTails,
         sweeper: Sweeper,
-        launcher: Any,
+        launcher: Launcher,
         clock: Clock,
         notice: Callable[[str | None, str, str], None],
         *,
@@ -199,7 +198,7 @@ class Launches:
             self._refusals[name] = result.problems
         return False
 
-    def _sample_gpus(self, spec: InstanceSpec) -> Any:
+    def _sample_gpus(self, spec: InstanceSpec) -> GpuSample:
         """The GPUs as the launch will find them, from the source the instance runs on
         (`core.gpu.GpuSources.for_instance`: the simulated box for a sim, else NVML / AMD SMI), each
         process named by its instance."""
@@ -228,7 +227,7 @@ class Launches:
         intent = intent_record(inst, spec, self._roster.session, self._layout, self._clock)
         log_path = inst.log_path
 
-        def spawn() -> Any:
+        def spawn() -> ProcessHandle:
             self._records.store.save(
                 intent
             )  # written ahead: a launcher killed mid-spawn leaves a findable trace

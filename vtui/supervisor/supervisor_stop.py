@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.supervisor.attached import Attached
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.launcher import Launcher, ProcessHandle
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
@@ -32,7 +31,7 @@ class Stops:
         tails: LogTails,
         sweeper: Sweeper,
         sleeps: Sleeps,
-        launcher: Any,
+        launcher: Launcher,
         notice: Callable[[str | None, str, str], None],
         *,
         grace: float | None,
@@ -118,7 +117,7 @@ class Stops:
         assert op.task is not None
         self.watchdog_stops[name] = op.task
 
-    async def _policy_stop(self, name: str, inst: Instance[ProcessHandle], handle: Any) -> None:
+    async def _policy_stop(self, name: str, inst: Instance[ProcessHandle], handle: ProcessHandle) -> None:
         """The normal stop (SIGTERM, grace, SIGKILL of the group, sweep), then `finish_stop` makes the
         run a failure (CRASHED, then BACKOFF or FAILED by the restart policy)."""
         try:  # no drain: a hung or stuck server finishes nothing (handle.serves is not called)
