@@ -64,6 +64,8 @@ STRICT_PACKAGES = {
     "vtui.export.*",
     "vtui.bench.*",
     "vtui.tune.*",
+    "vtui.supervisor.*",
+    "vtui.service.*",
 }
 
 

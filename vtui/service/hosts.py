@@ -43,8 +43,8 @@ class HostLink:
         self.forwards: list[Forward] = []
         self._state = HostState(self.label, target, "connecting", since=time.time())
         self._listeners: list[Callable[[], None]] = []
-        self._task: asyncio.Task | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._detail: str | None = None
         self._found = False
 

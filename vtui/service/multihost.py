@@ -100,7 +100,7 @@ def _relay_event(subscribers: list[Callable[[Event], None]], fwd: Forward, event
     """A remote supervisor's event, renamed into the fleet, to the fleet's subscribers."""
     instance = getattr(event, "instance", None)
     if instance:
-        event = dataclasses.replace(event, instance=qualify(fwd, instance))  # type: ignore[type-var]
+        event = dataclasses.replace(event, instance=qualify(fwd, instance))
     for callback in list(subscribers):
         callback(event)
 

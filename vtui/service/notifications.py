@@ -12,13 +12,14 @@ from vtui.core.events import StateChanged
 from vtui.core.instance import Instance
 from vtui.core.state import State
 from vtui.supervisor import notify
+from vtui.supervisor.launcher import ProcessHandle
 
 
 class Notifications:
     def __init__(
         self,
         session: str,
-        instances: Callable[[], Mapping[str, Instance]],
+        instances: Callable[[], Mapping[str, Instance[ProcessHandle]]],
         notifier: notify.Notifier | None,
     ) -> None:
         self.session = session

@@ -102,7 +102,7 @@ class _Exits:
         if not self.usable or len(self._fds) >= self.limit:
             return False
         try:
-            fd = os.pidfd_open(pid)  # type: ignore[attr-defined]
+            fd = os.pidfd_open(pid)
         except OSError as exc:
             if exc.errno in (errno.ENOSYS, errno.EPERM):  # an old kernel, a sandbox: the /proc way
                 self.usable = False

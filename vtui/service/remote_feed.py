@@ -105,7 +105,7 @@ class FeedFollower:
         self.feeds_gpu: bool | None = None  # the feed carries GPU samples (known at its hello)
         # that supervisor's GPUs as a GPU source (core.gpu: another host's, for `instance_gpus`)
         self.gpus = FedSource("no GPU sample from the session supervisor yet")
-        self._feed_task: asyncio.Task | None = None
+        self._feed_task: asyncio.Task[None] | None = None
         self._attached: asyncio.Event | None = None
         self._layout_sent: asyncio.Future[dict[str, Any]] | None = None  # POST /layout, under way or done
         self._closed = False

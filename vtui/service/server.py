@@ -38,6 +38,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from vtui.core import paths
 from vtui.core.atomic import atomic_write_text
 from vtui.core.flagspec import FlagTable
 from vtui.core.model import Layout
@@ -92,7 +93,7 @@ class SessionService:
         self.session = self.supervisor.session
         self.layout_path = str(layout.path) if layout.path else None
         self.socket_file = socket_file or locations.socket_path(self.session)
-        self.state_file = locations.paths.state_dir() / f"{locations._safe(self.session)}.service.json"
+        self.state_file = paths.state_dir() / f"{locations._safe(self.session)}.service.json"
         self.flag_table = flags  # the instances' vLLMs' flags, as the layout was loaded with
         self.started_at = time.time()
         self._tasks = Tasks()

@@ -115,7 +115,7 @@ class SocketServer:
         conn: h11.Connection,
         writer: asyncio.StreamWriter,
         status: int,
-        answer: dict,
+        answer: dict[str, Any],
         close: bool = False,
     ) -> None:
         data = json.dumps(answer).encode()

@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vtui.core.flagspec import FlagTable
+from vtui.core.instance import Instance
 from vtui.core.masking import MASK, masked
 from vtui.core.refusals import OperationSuperseded, PreflightError, RestartReverted, attached_refusal
 from vtui.core.state import State
 from vtui.service.broadcast import Broadcaster
 from vtui.service.schema import BadRequest, NotFound, check_flags
 from vtui.supervisor.attached import Attached
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from vtui.tune.job import TuneJob
+
+T = TypeVar("T")
 
 READY_TIMEOUT_S = 1800.0  # a trial's wait for READY after its restart (a big model on a GPU box)
 SHUTDOWN_WAIT_S = 600.0  # a shutdown waits this long for running tunes' restores
@@ -40,16 +47,16 @@ class ServiceOps:
     ) -> None:
         self.supervisor, self.flags, self.name, self.loop = supervisor, flags, name, loop
 
-    def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def _inst(self) -> Any:
+    def _inst(self) -> Instance[ProcessHandle]:
         return self.supervisor.instances[self.name]
 
     def running(self) -> tuple[dict[str, object], str]:
         async def look() -> tuple[dict[str, object], str]:
             inst = self._inst()
-            flags = {k: v for k, v in masked(inst.spec.flags).items() if v != MASK}
+            flags: dict[str, object] = {k: v for k, v in masked(inst.spec.flags).items() if v != MASK}
             return flags, inst.state.value
 
         result: tuple[dict[str, object], str] = self._call(look())
@@ -128,7 +135,7 @@ class Tunes:
         self.feed = feed
         self._spawn = spawn
         self._flags = flags  # the layout's flag table now (a new layout replaces it)
-        self.jobs: dict[str, Any] = {}  # instance -> its last vtui.tune.job.TuneJob
+        self.jobs: dict[str, TuneJob] = {}  # instance -> its last tune job
         self._tasks: dict[str, asyncio.Task[Any]] = {}
 
     @property
@@ -136,7 +143,7 @@ class Tunes:
         """A tune runs (between a trial's stop and its start nothing else may keep the supervisor up)."""
         return any(job.live for job in self.jobs.values())
 
-    def live(self, name: str) -> Any:
+    def live(self, name: str) -> TuneJob | None:
         job = self.jobs.get(name)
         return job if job is not None and job.live else None
 

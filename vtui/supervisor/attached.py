@@ -19,11 +19,15 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
+
+if TYPE_CHECKING:
+    import httpx
+from vtui.supervisor.launcher import ProcessHandle
 
 __all__ = ["Attached", "AttachedProber", "AttachedRefused", "Probe", "is_attached"]
 
@@ -44,7 +48,7 @@ class Probe:
     error: str | None = None
 
 
-class Attached(Instance):
+class Attached(Instance[ProcessHandle]):
     """The state machine of an attached server (see the module's docstring)."""
 
     def __init__(self, spec: InstanceSpec, *, unreachable_after: int = 3, **kw: Any) -> None:
@@ -120,10 +124,10 @@ class Attached(Instance):
     def begin_launch(self, spec: InstanceSpec | None = None) -> bool:
         return False
 
-    def begin_stop(self) -> Any:
+    def begin_stop(self) -> ProcessHandle | None:
         return None
 
-    def begin_policy_stop(self, reason: str) -> Any:
+    def begin_policy_stop(self, reason: str) -> ProcessHandle | None:
         return None
 
     def policy_stop_due(self) -> str | None:
@@ -146,7 +150,7 @@ class Attached(Instance):
     ) -> None:
         return None
 
-    def adopt(self, handle: Any, *, healthy: bool, started_at: float | None = None) -> None:
+    def adopt(self, handle: ProcessHandle, *, healthy: bool, started_at: float | None = None) -> None:
         return None
 
     @property
@@ -182,10 +186,10 @@ class AttachedProber:
 
     def __init__(self, timeout: float = 2.0) -> None:
         self.timeout = timeout
-        self._client: Any = None
+        self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _http(self) -> Any:
+    def _http(self) -> httpx.AsyncClient:
         import httpx
 
         loop = asyncio.get_running_loop()

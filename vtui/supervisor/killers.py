@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -134,12 +134,14 @@ def audit(target_pids: Collection[int] = (), processes: Iterable[ProcInfo] | Non
     return find_killers(procs, target_pids, exclude={os.getpid()})
 
 
-def installed(which=shutil.which) -> list[str]:
+def installed(which: Callable[[str], str | None] = shutil.which) -> list[str]:
     """'NAME (PATH)' for each known killer command on PATH."""
     return [f"{name} ({path})" for name in KILLER_COMMANDS if (path := which(name))]
 
 
-def warnings(processes: Iterable[ProcInfo] | None = None, which=shutil.which) -> list[str]:
+def warnings(
+    processes: Iterable[ProcInfo] | None = None, which: Callable[[str], str | None] = shutil.which
+) -> list[str]:
     """`vtui check`'s lines about known killers installed or running."""
     lines = [
         f"{entry} is installed: `vllm-cli status` SIGTERMs every vLLM process on the machine when it exits"

@@ -58,7 +58,7 @@ class ProcessHandle:
     argv: tuple[str, ...]
     pump_pid: int | None = None
     exit_path: Path | None = None
-    popen: subprocess.Popen | None = field(default=None, repr=False)  # the pump, when we spawned it
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)  # the pump, when we spawned it
     base_url: str | None = None  # where to ask how many requests are in flight before stopping it
     load_endpoint: bool = False  # its /load counts requests in flight (see supervisor.drain)
 
@@ -149,7 +149,7 @@ def exit_path_for(log_path: Path) -> Path:
 
 def _alive(proc: psutil.Process) -> bool:
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
@@ -166,7 +166,8 @@ def _same_process(pid: int, create_time: float) -> psutil.Process | None:
 
 def _marker(proc: psutil.Process) -> str | None:
     try:
-        return proc.environ().get(MARKER)
+        marker: str | None = proc.environ().get(MARKER)
+        return marker
     except psutil.Error:
         return None
 
@@ -183,7 +184,7 @@ def settled_cmdline(proc: psutil.Process, tries: int = 20, pause: float = 0.005)
     """The process's command line. One caught inside execve (its parent already resumed, as after a
     vfork) shows an empty one until the kernel has set up the new arguments: wait that out briefly."""
     for _ in range(tries):
-        cmdline = proc.cmdline()
+        cmdline: list[str] = proc.cmdline()
         if cmdline:
             return cmdline
         time.sleep(pause)

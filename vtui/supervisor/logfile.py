@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_BACKUPS = 3
@@ -267,7 +268,7 @@ class ExitInfo:
     signal: int | None = None  # the signal that killed it
     core_dumped: bool = False
     at: float | None = None  # time.time() when it was reaped
-    killers: tuple[dict, ...] = ()
+    killers: tuple[dict[str, Any], ...] = ()
 
     @property
     def signal_name(self) -> str | None:
@@ -336,7 +337,7 @@ def read_exit(path: str | os.PathLike[str]) -> ExitInfo | None:
         return None
 
 
-def _audit_killers(child_pid: int) -> tuple[dict, ...]:
+def _audit_killers(child_pid: int) -> tuple[dict[str, Any], ...]:
     """The known killers running now (supervisor.killers, loaded by path); () if that cannot be done."""
     try:
         spec = importlib.util.spec_from_file_location("_vtui_killers", Path(__file__).with_name("killers.py"))

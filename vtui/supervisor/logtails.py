@@ -8,13 +8,16 @@ from pathlib import Path
 
 from vtui.core.events import Event, LogLines
 from vtui.core.instance import Instance
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.logfile import LogTailer
 
 __all__ = ["LogTails"]
 
 
 class LogTails:
-    def __init__(self, instances: Mapping[str, Instance], emit: Callable[[Event], None]) -> None:
+    def __init__(
+        self, instances: Mapping[str, Instance[ProcessHandle]], emit: Callable[[Event], None]
+    ) -> None:
         self._instances = instances
         self._emit = emit
         self._tailers: dict[str, LogTailer] = {}

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from vtui.core.events import Event, StateChanged
 from vtui.core.instance import Instance
 from vtui.core.state import State
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.replicas import RECONCILE_EVERY_S, RouterHub
 
 __all__ = ["Membership"]
@@ -19,13 +20,13 @@ class Membership:
     def __init__(
         self,
         routers: RouterHub,
-        instances: Mapping[str, Instance],
+        instances: Mapping[str, Instance[ProcessHandle]],
         notice: Callable[[str | None, str, str], None],
     ) -> None:
         self.routers = routers
         self._instances = instances
         self._notice = notice
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._at = 0.0  # when every group was last reconciled
 
@@ -69,7 +70,7 @@ class Membership:
 
         self._tasks[group] = asyncio.create_task(run())
 
-    def tasks(self) -> list[asyncio.Task]:
+    def tasks(self) -> list[asyncio.Task[None]]:
         return list(self._tasks.values())
 
     async def aclose(self) -> None:

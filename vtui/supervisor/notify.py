@@ -91,12 +91,12 @@ class Notifier:
         self._lock = threading.Lock()
         self._last: dict[tuple[str, str], float] = {}
         self._dropped: dict[tuple[str, str], int] = {}
-        self._queues: list[queue.Queue] = []
+        self._queues: list[queue.Queue[bytes | None]] = []
         self._threads: list[threading.Thread] = []
         for name, deliver in (("command", self._run_command), ("webhook", self._post)):
             if (self.command if name == "command" else self.webhook) is None:
                 continue
-            q: queue.Queue = queue.Queue(maxsize=max_pending)
+            q: queue.Queue[bytes | None] = queue.Queue(maxsize=max_pending)
             thread = threading.Thread(
                 target=self._worker, args=(q, deliver), name=f"vtui-notify-{name}", daemon=True
             )
@@ -150,7 +150,7 @@ class Notifier:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- delivery (worker threads) ----------------------------------------------------------------
-    def _worker(self, q: queue.Queue, deliver: Callable[[bytes], None]) -> None:
+    def _worker(self, q: queue.Queue[bytes | None], deliver: Callable[[bytes], None]) -> None:
         while True:
             body = q.get()
             if body is None:

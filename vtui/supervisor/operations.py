@@ -11,6 +11,7 @@ from vtui.core.clock import Clock
 from vtui.core.events import Event, OperationChanged
 from vtui.core.instance import Instance
 from vtui.core.status import InstanceStatus, status_of
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.opqueue import OperationQueue
 from vtui.supervisor.roster import Roster
 
@@ -50,7 +51,7 @@ class Operations:
         """An operation runs or waits for some instance."""
         return any(not queue.idle for queue in self._queues.values())
 
-    def status(self, inst: Instance) -> InstanceStatus:
+    def status(self, inst: Instance[ProcessHandle]) -> InstanceStatus:
         """`inst`'s snapshot, with the operation running and the one waiting."""
         status = status_of(inst)
         queue = self._queues.get(inst.spec.name)

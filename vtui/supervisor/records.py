@@ -14,6 +14,7 @@ from vtui.core.instance import Instance
 from vtui.core.runstate import Outcome, RunRecord, RunStore
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.roster import Roster
 from vtui.supervisor.supervision import run_record
@@ -32,7 +33,7 @@ class Records:
         if isinstance(event, StateChanged):
             self._record_state(event)
 
-    def save_run(self, inst: Instance) -> None:
+    def save_run(self, inst: Instance[ProcessHandle]) -> None:
         """The run record of `inst`'s process (re-adoption by a later supervisor)."""
         handle = inst.handle
         if handle is None:
@@ -63,7 +64,7 @@ class Records:
             last_good_flags=dict(good) if good else None,
         )
 
-    def _record_outcome(self, inst: Instance, event: StateChanged) -> None:
+    def _record_outcome(self, inst: Instance[ProcessHandle], event: StateChanged) -> None:
         """How a run ended, kept past this supervisor (`core.runstate.Outcome`): written at CRASHED, FAILED
         and STOPPED (the error, the diagnosis, the flags it ran with, the restart count), removed at READY."""
         name = event.instance

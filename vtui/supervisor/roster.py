@@ -16,6 +16,7 @@ from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached, is_attached
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.replicas import members
 from vtui.supervisor.supervision import log_path_for
 
@@ -28,8 +29,8 @@ class Roster:
     ) -> None:
         self.session = layout.session.name
         self.layout = layout
-        self.instances: dict[str, Instance] = {}
-        self.pending: dict[str, asyncio.Task] = {}  # launches waiting for stagger / a GPU neighbour
+        self.instances: dict[str, Instance[ProcessHandle]] = {}
+        self.pending: dict[str, asyncio.Task[None]] = {}  # launches waiting for stagger / a GPU neighbour
         self.restored: dict[
             str, InstanceSpec
         ] = {}  # the layout's spec of an instance restored with other flags
@@ -37,7 +38,7 @@ class Roster:
         self._emit = emit
         self._edits = edits
 
-    def new_instance(self, spec: InstanceSpec) -> Instance:
+    def new_instance(self, spec: InstanceSpec) -> Instance[ProcessHandle]:
         kind = Attached if is_attached(spec) else Instance
         return kind(
             spec,

@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Container, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from vtui.core.backends import pinned_by_env
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.runstate import RunRecord
 from vtui.core.state import State
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.launcher import Launcher, ProcessHandle
 from vtui.supervisor.supervision import gpus_used, orphans
 
 __all__ = ["StartGate", "Sweeper"]
@@ -51,7 +50,11 @@ class StartGate:
         return self.machine_gpus == 0
 
     def blocked_by(
-        self, name: str, instances: Mapping[str, Instance], pending: Container[str], order: Sequence[str]
+        self,
+        name: str,
+        instances: Mapping[str, Instance[ProcessHandle]],
+        pending: Container[str],
+        order: Sequence[str],
     ) -> list[str]:
         """GPU neighbours this instance must wait for: still profiling memory, or queued before it
         (`pending`: launches not yet spawned; `order`: the layout's instance names)."""
@@ -73,24 +76,24 @@ class Sweeper:
     its instance's sweep first (`settle`)."""
 
     def __init__(
-        self, launcher: Any, notice: Callable[[str | None, str, str], None], drain: Callable[[str], None]
+        self, launcher: Launcher, notice: Callable[[str | None, str, str], None], drain: Callable[[str], None]
     ) -> None:
         self.launcher = launcher
         self._notice = notice
         self._drain = drain
-        self.tasks: dict[str, asyncio.Task] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
 
-    def after_crash(self, name: str, handle: Any) -> None:
+    def after_crash(self, name: str, handle: ProcessHandle) -> None:
         """Start the sweep of a dead leader's tree (children of a killed API server live on:
         VLLM::EngineCore)."""
         self.tasks[name] = asyncio.create_task(self._sweep_after_crash(name, handle))
 
-    def end_hung(self, name: str, handle: Any, grace: float | None) -> None:
+    def end_hung(self, name: str, handle: ProcessHandle, grace: float | None) -> None:
         """Stop a process that outlived its start timeout like a `stop` (SIGTERM, grace, SIGKILL of the
         group, sweep); the instance has already moved on (CRASHED, then its restart policy)."""
         self.tasks[name] = asyncio.create_task(self._end_hung(name, handle, grace))
 
-    async def _end_hung(self, name: str, handle: Any, grace: float | None) -> None:
+    async def _end_hung(self, name: str, handle: ProcessHandle, grace: float | None) -> None:
         report = await asyncio.to_thread(self.launcher.stop, handle, grace)
         self._drain(name)
         if not report.graceful:
@@ -106,7 +109,7 @@ class Sweeper:
         if sweep is not None:
             await sweep
 
-    async def _sweep_after_crash(self, name: str, handle: Any) -> None:
+    async def _sweep_after_crash(self, name: str, handle: ProcessHandle) -> None:
         tree = await asyncio.to_thread(self.launcher.tree, handle)  # before: SIGTERM may end them quietly
         report = await asyncio.to_thread(self.launcher.stop, handle, 2.0)
         self._drain(name)

@@ -23,6 +23,7 @@ from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.refusals import loopback
 from vtui.core.runstate import RunRecord, spec_to_dict
+from vtui.supervisor.launcher import Launcher, ProcessHandle, StopReport
 
 __all__ = [
     "SLEEP_TIMEOUT",
@@ -109,7 +110,7 @@ def gpus_used(spec: InstanceSpec) -> set[str]:
     return {"0"}
 
 
-def orphans(handle: Any, tree: Iterable[int], report: Any) -> list[int]:
+def orphans(handle: ProcessHandle, tree: Iterable[int], report: StopReport) -> list[int]:
     """The processes a sweep ended (alive before it, or killed by it), less the leader and the log pump."""
     return sorted((set(tree) | set(report.killed)) - {handle.pid, handle.pump_pid})
 
@@ -121,7 +122,9 @@ def log_path_for(session: str, name: str) -> Path:
     return paths.logs_dir() / f"{_safe(session)}.{_safe(name)}.log"
 
 
-def run_record(inst: Instance, handle: Any, session: str, layout: Layout, clock: Clock) -> RunRecord:
+def run_record(
+    inst: Instance[ProcessHandle], handle: ProcessHandle, session: str, layout: Layout, clock: Clock
+) -> RunRecord:
     """What a later vtui needs to re-adopt a spawned instance: pid + create time, argv, the flags it
     runs with and the last ones that reached READY (the clock stands in when it has no start time yet)."""
     good = inst.last_good_spec.flags if inst.last_good_spec is not None else None
@@ -147,7 +150,7 @@ def run_record(inst: Instance, handle: Any, session: str, layout: Layout, clock:
 
 
 def intent_record(
-    inst: Instance, spec: InstanceSpec, session: str, layout: Layout, clock: Clock
+    inst: Instance[ProcessHandle], spec: InstanceSpec, session: str, layout: Layout, clock: Clock
 ) -> RunRecord:
     """The record written before a spawn (pid 0: not confirmed yet): what the launch will run, so a
     supervisor killed before the spawn returns leaves a trace the next one finds by marker."""
@@ -186,7 +189,7 @@ def marked_processes(key: str) -> list[Any]:
     return found
 
 
-def find_launched(launcher: Any, record: RunRecord) -> Any:
+def find_launched(launcher: Launcher, record: RunRecord) -> ProcessHandle | None:
     """The handle of an unconfirmed launch (record pid 0): its log pump (a session leader running
     `logfile.py`, carrying the marker) and the pump's child, verified by the launcher like any adoption.
     None when there is no such live pair."""
@@ -240,6 +243,6 @@ def _live(proc: Any) -> bool:
     import psutil
 
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False

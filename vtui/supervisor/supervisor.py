@@ -27,11 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from vtui.core.clock import Clock, SystemClock
 from vtui.core.events import Event
-from vtui.core.gpu import GpuSources
+from vtui.core.gpu import GpuSample, GpuSources
+from vtui.core.instance import Progress
 from vtui.core.model import FlagValue, InstanceSpec, Layout
 from vtui.core.pending import FlagConflict, PendingEdits
 from vtui.core.refusals import PreflightError
@@ -152,7 +152,7 @@ class Supervisor:
         # vllm-router membership of replica groups; the drain before a replica's stop asks it first
         self.routers = RouterHub(roster.member_states, notice)
         if hasattr(self.launcher, "router") and getattr(self.launcher, "router", None) is None:
-            self.launcher.router = self.routers  # type: ignore[attr-defined]
+            self.launcher.router = self.routers
         membership = self._membership = Membership(self.routers, self.instances, notice)
         self._layouts = LayoutKeeper(
             roster,
@@ -224,7 +224,7 @@ class Supervisor:
     def _machine_gpus(self, count: int | None) -> None:
         self._launches.gate.machine_gpus = count
 
-    def _sample_gpus(self, spec: InstanceSpec) -> Any:
+    def _sample_gpus(self, spec: InstanceSpec) -> GpuSample:
         return self._launches._sample_gpus(spec)
 
     def _free_memory(self, layout: Layout, spec: InstanceSpec) -> dict[int, int] | None:
@@ -268,7 +268,7 @@ class Supervisor:
     async def wake(self, name: str) -> None:
         await self._sleeps.wake(name)
 
-    def observe_load(self, name: str, *, busy: bool, progress: tuple) -> None:
+    def observe_load(self, name: str, *, busy: bool, progress: Progress) -> None:
         """A metrics sample of `name` (the session supervisor scrapes them): feeds the stuck watchdog and
         the idle sleep."""
         inst = self.instances.get(name)

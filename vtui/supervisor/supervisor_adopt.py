@@ -15,6 +15,7 @@ from vtui.core.model import SECRET_FLAGS, InstanceSpec
 from vtui.core.refusals import sleep_problem
 from vtui.core.runstate import MASK, RunRecord, merge_flags, spec_from_dict
 from vtui.core.state import State
+from vtui.supervisor.launcher import Launcher, ProcessHandle
 from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
@@ -38,7 +39,7 @@ class Adoption:
         tails: LogTails,
         sweeper: Sweeper,
         restarts: Restarts,
-        launcher: Any,
+        launcher: Launcher,
         clock: Clock,
         notice: Callable[[str | None, str, str], None],
         *,
@@ -185,7 +186,7 @@ class Adoption:
         if killed:
             self._notice(name, "warning", f"{name}: killed processes of a lost launch {killed}")
 
-    def _found_launched(self, record: RunRecord) -> Any:
+    def _found_launched(self, record: RunRecord) -> ProcessHandle | None:
         """The process tree of a launch recorded ahead of its spawn (the launcher died before the
         confirmation): adopted when its log pump and leader live; anything else with its marker is
         killed (a pump killed mid-handshake leaves a server no log would capture)."""
@@ -200,7 +201,7 @@ class Adoption:
                 )
         return handle
 
-    def _note_lost_flags(self, spec: InstanceSpec, pid: int, recorded: dict) -> None:
+    def _note_lost_flags(self, spec: InstanceSpec, pid: int, recorded: dict[str, Any]) -> None:
         """A recorded instance died with no supervisor watching; the next start uses the layout. Say
         which flags of its last run the layout does not have, so a retune done in vtui is not lost unseen."""
         ran = merge_flags(spec, recorded).flags

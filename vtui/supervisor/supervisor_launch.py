@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 from vtui.core.clock import Clock
-from vtui.core.gpu import GpuSources, attribute
+from vtui.core.gpu import GpuSample, GpuSources, attribute
 from vtui.core.instance import Instance, SpawnError
 from vtui.core.model import InstanceSpec, Layout
 from vtui.core.refusals import PreflightError
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
+from vtui.supervisor.launcher import Launcher, ProcessHandle
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
@@ -40,7 +40,7 @@ class Launches:
         records: Records,
         tails: LogTails,
         sweeper: Sweeper,
-        launcher: Any,
+        launcher: Launcher,
         clock: Clock,
         notice: Callable[[str | None, str, str], None],
         *,
@@ -68,7 +68,7 @@ class Launches:
 
     # the roster as the GPU lookups below read it
     @property
-    def instances(self) -> dict[str, Instance]:
+    def instances(self) -> dict[str, Instance[ProcessHandle]]:
         return self._roster.instances
 
     @property
@@ -179,7 +179,7 @@ class Launches:
         roster = self._roster
         return self.gate.blocked_by(name, roster.instances, roster.pending, roster.layout.names())
 
-    async def _port_ok(self, inst: Instance) -> bool:
+    async def _port_ok(self, inst: Instance[ProcessHandle]) -> bool:
         """A policy relaunch (after a crash) finds its port free, as a start's preflight checked it: one
         taken meanwhile by another process goes BACKOFF -> FAILED with its holder named."""
         if not self.check_preflight or inst.state is not State.BACKOFF:
@@ -191,7 +191,7 @@ class Launches:
         inst.refuse_restart(taken)
         return False
 
-    async def _gpu_memory_ok(self, inst: Instance, *, force: bool) -> bool:
+    async def _gpu_memory_ok(self, inst: Instance[ProcessHandle], *, force: bool) -> bool:
         """`preflight.gpu_memory_check` just before the launch (after the stagger, a shared GPU's
         neighbours and the sweep): the free memory the new process will find. A refusal of a start
         asked for is kept for `start` to raise; a policy restart refused goes BACKOFF -> FAILED."""
@@ -212,7 +212,7 @@ class Launches:
             self._refusals[name] = result.problems
         return False
 
-    def _sample_gpus(self, spec: InstanceSpec) -> Any:
+    def _sample_gpus(self, spec: InstanceSpec) -> GpuSample:
         """The GPUs as the launch will find them, from the source the instance runs on
         (`core.gpu.GpuSources.for_instance`: the simulated box for a sim, else NVML / AMD SMI), each
         process named by its instance."""
@@ -227,7 +227,7 @@ class Launches:
         handle = inst.handle
         return set(self._launcher.tree(handle, thorough=False)) if handle is not None else set()
 
-    async def _launch_now(self, inst: Instance) -> None:
+    async def _launch_now(self, inst: Instance[ProcessHandle]) -> None:
         """STARTING, then the blocking spawn (up to a few 100 ms: fork, exec, the pump's handshake) in a
         thread, so instances launched together never hold the event loop. A stop during the spawn
         (it cancels this task, then waits for it) still gets the process: it is attached and recorded
@@ -241,7 +241,7 @@ class Launches:
         intent = intent_record(inst, spec, self._roster.session, self._layout, self._clock)
         log_path = inst.log_path
 
-        def spawn() -> Any:
+        def spawn() -> ProcessHandle:
             self._records.store.save(
                 intent
             )  # written ahead: a launcher killed mid-spawn leaves a findable trace

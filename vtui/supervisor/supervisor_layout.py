@@ -48,7 +48,7 @@ class LayoutKeeper:
         self._notice = notice
         self._gpus = gpus  # the supervisor's GPU source: free memory for replica placement
         self._start = start  # the supervisor's own start (loops and adoption first)
-        self.rescales: set[asyncio.Task] = set()  # replica groups being scaled (`set_layout`)
+        self.rescales: set[asyncio.Task[None]] = set()  # replica groups being scaled (`set_layout`)
 
     def set_layout(self, layout: Layout) -> None:
         """Run `layout` from now on (same session): instances not running take its specs, new ones are
@@ -145,7 +145,7 @@ class LayoutKeeper:
         self.rescales.add(task)
         task.add_done_callback(self._rescaled)
 
-    def _rescaled(self, task: asyncio.Task) -> None:
+    def _rescaled(self, task: asyncio.Task[None]) -> None:
         self.rescales.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._notice(None, "error", f"rescaling a replica group failed: {exc}")

@@ -24,7 +24,7 @@ class Loops:
         self._operations = operations
         self._ticker = ticker
         self._prober = prober
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self._changed: asyncio.Event | None = None  # a state or an operation changed
         self._closed: asyncio.Event | None = None
 

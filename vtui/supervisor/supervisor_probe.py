@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
 from vtui.core.clock import Clock
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached, AttachedProber, Probe
+from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.roster import Roster
 
@@ -34,7 +34,7 @@ class Prober:
     def __init__(
         self,
         roster: Roster,
-        launcher: Any,
+        launcher: Launcher,
         clock: Clock,
         tails: LogTails,
         notice: Callable[[str | None, str, str], None],

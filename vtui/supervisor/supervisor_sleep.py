@@ -10,6 +10,7 @@ from collections.abc import Callable
 from vtui.core.instance import Instance
 from vtui.core.refusals import OperationConflict, sleep_problem
 from vtui.core.state import State
+from vtui.supervisor.launcher import ProcessHandle
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.roster import Roster
 from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post
@@ -24,9 +25,9 @@ class Sleeps:
         self._roster = roster
         self._operations = operations
         self._notice = notice
-        self.idle_sleeps: dict[str, asyncio.Task] = {}  # idle sleeps under way, by instance
+        self.idle_sleeps: dict[str, asyncio.Task[None]] = {}  # idle sleeps under way, by instance
 
-    def idle_sleep(self, name: str, inst: Instance) -> None:
+    def idle_sleep(self, name: str, inst: Instance[ProcessHandle]) -> None:
         """Put `name` to sleep: idle for `idle_sleep_after` (once at a time)."""
         if name not in self.idle_sleeps:
             self.idle_sleeps[name] = asyncio.create_task(self._idle_sleep(name, inst))
@@ -38,7 +39,7 @@ class Sleeps:
             with contextlib.suppress(Exception):
                 await task
 
-    async def _idle_sleep(self, name: str, inst: Instance) -> None:
+    async def _idle_sleep(self, name: str, inst: Instance[ProcessHandle]) -> None:
         try:
             reason = f"idle for {inst.spec.idle_sleep_after:g} s (idle_sleep_after)"
             op = self._operations.queue(name).submit(

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.supervisor.attached import Attached
+from vtui.supervisor.launcher import Launcher, ProcessHandle
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner
@@ -31,7 +31,7 @@ class Stops:
         tails: LogTails,
         sweeper: Sweeper,
         sleeps: Sleeps,
-        launcher: Any,
+        launcher: Launcher,
         notice: Callable[[str | None, str, str], None],
         *,
         grace: float | None,
@@ -45,7 +45,7 @@ class Stops:
         self._launcher = launcher
         self._notice = notice
         self.grace = grace  # seconds between SIGTERM and SIGKILL (None: the launcher's default)
-        self.watchdog_stops: dict[str, asyncio.Task] = {}  # liveness / stuck restarts under way
+        self.watchdog_stops: dict[str, asyncio.Task[None]] = {}  # liveness / stuck restarts under way
 
     async def stop(self, names: Iterable[str] | None = None, grace: float | None = None) -> None:
         """Stop each instance: SIGTERM, grace, SIGKILL of the group, sweep; STOPPED once nothing is left.
@@ -102,7 +102,7 @@ class Stops:
         inst.finish_stop()
         self._records.remove(name)
 
-    def watchdog_restart(self, name: str, inst: Instance, why: str) -> None:
+    def watchdog_restart(self, name: str, inst: Instance[ProcessHandle], why: str) -> None:
         """A watchdog's verdict (`Instance.policy_stop_due`): the run ends as a failure, through the
         instance's queue (its restart policy then decides)."""
         self._notice(name, "error", f"{name}: {why}; restarting it")
@@ -117,7 +117,7 @@ class Stops:
         assert op.task is not None
         self.watchdog_stops[name] = op.task
 
-    async def _policy_stop(self, name: str, inst: Instance, handle: Any) -> None:
+    async def _policy_stop(self, name: str, inst: Instance[ProcessHandle], handle: ProcessHandle) -> None:
         """The normal stop (SIGTERM, grace, SIGKILL of the group, sweep), then `finish_stop` makes the
         run a failure (CRASHED, then BACKOFF or FAILED by the restart policy)."""
         try:  # no drain: a hung or stuck server finishes nothing (handle.serves is not called)

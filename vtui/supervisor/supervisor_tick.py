@@ -19,6 +19,7 @@ from vtui.core.clock import Clock
 from vtui.core.events import Event, ProcessExited
 from vtui.core.instance import Instance
 from vtui.core.state import State
+from vtui.supervisor.launcher import Launcher, ProcessHandle
 from vtui.supervisor.logfile import ExitInfo
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.membership import Membership
@@ -38,7 +39,7 @@ WATCHED = (State.STARTING, State.READY, State.UNHEALTHY, State.ASLEEP, State.WAK
 SETTLED = (State.READY, State.UNHEALTHY, State.ASLEEP, State.STOPPED, State.FAILED, State.UNREACHABLE)
 
 
-def _pump_alive(handle: Any) -> bool:
+def _pump_alive(handle: ProcessHandle) -> bool:
     """The log pump of a launched instance still runs (it writes the exit code once it has reaped)."""
     pump = getattr(handle, "pump_pid", None)
     if not pump:
@@ -46,7 +47,7 @@ def _pump_alive(handle: Any) -> bool:
     try:
         import psutil
 
-        return psutil.Process(pump).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pump).status() != psutil.STATUS_ZOMBIE)
     except Exception:  # noqa: BLE001 — gone, or not ours to read
         return False
 
@@ -62,12 +63,12 @@ class Ticker:
         launches: Launches,
         stops: Stops,
         sleeps: Sleeps,
-        launcher: Any,
+        launcher: Launcher,
         clock: Clock,
         emit: Callable[[Event], None],
         notice: Callable[[str | None, str, str], None],
         *,
-        rescales: set[asyncio.Task],
+        rescales: set[asyncio.Task[None]],
         interval: float,
     ) -> None:
         self._roster = roster
@@ -153,7 +154,8 @@ class Ticker:
                 self._tails.drain(name)  # the last lines before the verdict go into its reason
                 hung = inst.on_start_timeout()
                 self._notice(name, "error", f"{name}: {inst.last_error}; stopping it")
-                self._sweeper.end_hung(name, hung, self._stops.grace)  # a relaunch or stop waits for it
+                if hung is not None:  # always: start_overdue() holds only with a handle
+                    self._sweeper.end_hung(name, hung, self._stops.grace)  # a relaunch or stop waits
             if inst.restart_due() and name not in pending and idle(name):
                 op = self._operations.queue(name).submit(
                     "start",
@@ -164,7 +166,7 @@ class Ticker:
                 assert op.task is not None
                 pending[name] = op.task
 
-    async def _on_death(self, name: str, inst: Instance, handle: Any) -> None:
+    async def _on_death(self, name: str, inst: Instance[ProcessHandle], handle: ProcessHandle) -> None:
         info = self._exit_info(handle)
         # The pump writes the code right after reaping: give it a moment (seconds on a loaded machine,
         # while the pump lives; without the code an outside SIGTERM could not be named).
@@ -187,11 +189,12 @@ class Ticker:
         # Children of a killed API server live on (VLLM::EngineCore): sweep before any relaunch.
         self._sweeper.after_crash(name, handle)
 
-    def _exit_info(self, handle: Any) -> ExitInfo | None:
+    def _exit_info(self, handle: ProcessHandle) -> ExitInfo | None:
         """How the leader ended (ExitInfo), from a launcher that records it, else from its exit code."""
         exit_info = getattr(self._launcher, "exit_info", None)
         if exit_info is not None:
-            return exit_info(handle)
+            info: ExitInfo | None = exit_info(handle)
+            return info
         code = self._launcher.exit_code(handle)
         if code is None:
             return None
