@@ -160,8 +160,10 @@ class TrialRunner:
 class SupervisorRunner(TrialRunner):
     """A TrialRunner through the supervisor's socket (benchmarks)."""
 
-    def __init__(self, client: Client, name: str, bench: BenchConfig, **kw: Any) -> None:
-        super().__init__(ClientOps(client, name), bench, **kw)
+    def __init__(
+        self, client: Client, name: str, bench: BenchConfig, *, ready_timeout_s: float = 600.0, **kw: Any
+    ) -> None:
+        super().__init__(ClientOps(client, name, ready_timeout_s), bench, **kw)
 
 
 def measurement_of(result: BenchResult) -> Measurement:
