@@ -133,7 +133,7 @@ class TokenizerCounter:
         return content + PER_MESSAGE * len(messages) + GENERATION_PROMPT + len(self.encode("", special=True))
 
 
-def _hf_hub() -> Path:
+def hf_hub() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
     if os.environ.get("HF_HOME"):
@@ -151,7 +151,7 @@ def find_tokenizer_json(model: str) -> Path | None:
         return found if found.is_file() else None
     if model.count("/") != 1:
         return None
-    repo = _hf_hub() / ("models--" + model.replace("/", "--"))
+    repo = hf_hub() / ("models--" + model.replace("/", "--"))
     try:
         ref = (repo / "refs" / "main").read_text().strip()
     except OSError:
