@@ -192,3 +192,33 @@ def test_same_answer_to_each_method(servers: dict, method: str, path: str) -> No
     assert (sim[0], sim[2]) == (real[0], real[2])
     if real[0] in (404, 405) and method != "HEAD":
         assert sim[1] == real[1]
+
+
+USAGE_CASES = {
+    "completion": ("/v1/completions", {"prompt": "The quick brown fox, vLLM serve --max-model-len 2048!"}),
+    "prompt list": ("/v1/completions", {"prompt": ["hi", "héllo wörld 日本"]}),
+    "chat": ("/v1/chat/completions", {"messages": [{"role": "system", "content": "be brief"}, *CHAT]}),
+}
+
+
+@pytest.mark.parametrize("case", list(USAGE_CASES))
+def test_same_usage_counts(servers: dict, case: str) -> None:
+    """The sim counts with the tiny model's tokenizer.json (the test extra installs `tokenizers`), so its
+    usage and /tokenize counts are vLLM's."""
+    path, body = USAGE_CASES[case]
+    body = {"model": servers["model"], "max_tokens": 5, "ignore_eos": True, **body}
+    real = _request(servers["real"] + path, body=body)
+    req = urllib.request.Request(
+        servers["sim"] + path, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        assert resp.headers.get("x-vtui-sim-token-count") == "tokenizer"
+        sim = json.loads(resp.read())
+    assert real[0] == 200, real
+    assert sim["usage"] == json.loads(real[1])["usage"]
+    if path == "/v1/completions" and isinstance(body["prompt"], str):
+        asked = {"model": servers["model"], "prompt": body["prompt"]}
+        counts = [
+            json.loads(_request(servers[side] + "/tokenize", body=asked)[1]) for side in ("real", "sim")
+        ]
+        assert counts[1]["tokens"] == counts[0]["tokens"]

@@ -2,8 +2,8 @@
 /v1/chat/completions accept (and their 400s, in vLLM's words), how `max_tokens` is capped to the context,
 prompt lists and `n`, logprobs and echo, and the JSON bodies (keys as vLLM 0.32 sends them).
 
-The sim has no tokenizer: a token is four characters of text (`count_tokens`), and generated tokens
-are words of a fixed list, chosen from a per-choice seed."""
+Prompts are counted by a `vtui.sim.tokens.Counter` (the model's tokenizer, or the estimate), and
+generated tokens are words of a fixed list (`WORDS`), chosen from a per-choice seed."""
 
 from __future__ import annotations
 
@@ -11,42 +11,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-WORDS = [
-    " the",
-    " model",
-    " token",
-    " of",
-    " a",
-    " cache",
-    " and",
-    " GPU",
-    " is",
-    " to",
-    " batch",
-    " in",
-    " vLLM",
-    " memory",
-    " fast",
-    " we",
-    " request",
-    " with",
-    " block",
-    " serve",
-    ".",
-    ",",
-    " it",
-    " for",
-]
+from vtui.sim.tokens import ESTIMATE, WORDS, Counter
+
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
-
-
-def count_tokens(text: str) -> int:
-    return max(1, (len(text) + 3) // 4)
-
-
-def prompt_pieces(text: str) -> list[str]:
-    """The sim's tokens of a prompt text: four characters each (as many as `count_tokens` counts)."""
-    return [text[i : i + 4] for i in range(0, len(text), 4)] or [""]
 
 
 def sanitize(message: str) -> str:
@@ -156,7 +123,7 @@ def _int_field(payload: dict, name: str) -> tuple[int | None, bytes | None]:
         )
 
 
-def _prompts(payload: dict, chat: bool) -> list[Prompt] | bytes:
+def _prompts(payload: dict, chat: bool, counter: Counter) -> list[Prompt] | bytes:
     if chat:
         if "messages" not in payload:
             return validation_error([missing("messages", payload)])
@@ -173,7 +140,7 @@ def _prompts(payload: dict, chat: bool) -> list[Prompt] | bytes:
                 ]
             )
         text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-        return [Prompt(text, count_tokens(text) + 4 * len(messages) + 3, text)]
+        return [Prompt(text, counter.chat(messages), text)]
     raw = payload.get("prompt")
     if raw is not None and not isinstance(raw, str | list):  # pydantic's errors over the prompt's union
         kinds = [
@@ -199,9 +166,9 @@ def _prompts(payload: dict, chat: bool) -> list[Prompt] | bytes:
     if raw is None or raw == "" or raw == []:
         return empty
     if isinstance(raw, str):
-        return [Prompt(raw, count_tokens(raw), raw)]
+        return [Prompt(raw, len(counter.encode(raw)), raw)]
     if isinstance(raw, list) and all(isinstance(t, int) for t in raw):
-        return [Prompt(",".join(map(str, raw)), len(raw), detokenize(raw))]
+        return [Prompt(",".join(map(str, raw)), len(raw), counter.decode(raw))]
     out: list[Prompt] = []
     if isinstance(raw, list) and len({type(item) for item in raw}) > 1:  # vLLM: all texts or all token lists
         return validation_error(
@@ -217,19 +184,15 @@ def _prompts(payload: dict, chat: bool) -> list[Prompt] | bytes:
     if isinstance(raw, list):
         for item in raw:
             if isinstance(item, str) and item:
-                out.append(Prompt(item, count_tokens(item), item))
+                out.append(Prompt(item, len(counter.encode(item)), item))
             elif isinstance(item, list) and item and all(isinstance(t, int) for t in item):
-                out.append(Prompt(",".join(map(str, item)), len(item), detokenize(item)))
+                out.append(Prompt(",".join(map(str, item)), len(item), counter.decode(item)))
             else:
                 return empty
     return out or empty
 
 
-def detokenize(tokens: list[int]) -> str:
-    return "".join(WORDS[t % len(WORDS)] for t in tokens)
-
-
-def parse(payload: dict, chat: bool, limit: int) -> Params | bytes:
+def parse(payload: dict, chat: bool, limit: int, counter: Counter = ESTIMATE) -> Params | bytes:
     """The request's parameters, or vLLM 0.32's 400 body for it (in the order vLLM checks)."""
     names = ("max_completion_tokens", "max_tokens") if chat else ("max_tokens",)
     requested, name = None, "max_tokens"
@@ -243,7 +206,7 @@ def parse(payload: dict, chat: bool, limit: int) -> Params | bytes:
     n, err = _int_field(payload, "n")
     if err:
         return err
-    prompts = _prompts(payload, chat)
+    prompts = _prompts(payload, chat, counter)
     if isinstance(prompts, bytes):
         return prompts
     temperature = payload.get("temperature")

@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 
-from vtui.sim import metrics
+from vtui.sim import metrics, tokens
 from vtui.sim.engine import Engine, LoadGenerator, SleepCost, SleepMemory, StepCost
 from vtui.sim.httpmetrics import HttpMetrics, python_lines
 from vtui.sim.logfmt import VllmLog
@@ -171,6 +171,7 @@ async def serve(
         access_log=not a.disable_uvicorn_access_log,
         seed=a.seed,
         dev_mode=dev_mode,
+        counter=tokens.load(a.model, getattr(a, "tokenizer", None)),
     )
     app = SimServer(cfg, engine, metrics_text, raw, http)
     if dev_mode:
@@ -179,6 +180,9 @@ async def serve(
             "SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!",
             "WARNING",
         )
+    counter = cfg.counter
+    how = f"the model's tokenizer ({counter.source})" if counter.kind == "tokenizer" else counter.source
+    log.api("serve.py:1", f"vtui sim: counting tokens with {how} [{counter.kind}]")
     log.api("entry.py:136", "Supported tasks: ['generate']")
     host = a.host or "0.0.0.0"
     log.api("entry.py:140", f"Starting vLLM server on http://{host}:{a.port}")

@@ -21,25 +21,22 @@ from dataclasses import dataclass
 from vtui.sim.engine import PAUSE_MODES, Engine, WakeFailed, prompt_hashes
 from vtui.sim.httpmetrics import HttpMetrics
 from vtui.sim.openai import (
-    WORDS,
     Params,
     body,
     chat_choice,
     chat_logprobs,
     completion_choice,
     completion_logprobs,
-    count_tokens,
-    detokenize,
     fingerprint,
     json_error,
     missing,
     model_not_found,
     parse,
-    prompt_pieces,
     usage,
     validation_error,
 )
 from vtui.sim.scheduler import Request
+from vtui.sim.tokens import ESTIMATE, WORDS, Counter
 
 _WORDS_JSON = [json.dumps(w)[1:-1] for w in WORDS]
 REASONS = {
@@ -64,6 +61,11 @@ class ServerConfig:
     access_log: bool = True
     seed: int = 0
     dev_mode: bool = False  # VLLM_SERVER_DEV_MODE: the sleep-mode routes exist
+    counter: Counter = ESTIMATE  # how prompts are counted (vtui.sim.tokens)
+
+
+# Which count the sim used, on every answer (vLLM's bodies have no room for it): "tokenizer" or "estimate"
+COUNT_HEADER = "x-vtui-sim-token-count"
 
 
 SLEEP_ROUTES = {"/sleep": "POST", "/wake_up": "POST", "/is_sleeping": "GET"}
@@ -182,6 +184,7 @@ class SimServer:
         head = writer in self._head
         self._sent[writer] = 0 if head else len(body)
         extra = f"allow: {allow}\r\n" if allow else ""
+        extra += f"{COUNT_HEADER}: {self.cfg.counter.kind}\r\n"
         extra += f"content-type: {ctype}\r\n" if ctype else ""
         writer.write(
             f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nserver: uvicorn\r\n"
@@ -303,7 +306,7 @@ class SimServer:
         if asked and asked not in self.cfg.served_names:  # vLLM: the served names only, not the model's path
             return self.respond(writer, 404, model_not_found(str(asked), self.cfg.served_names))
         name = self.cfg.served_names[0]  # vLLM answers with its first served name, whichever alias was asked
-        params = parse(payload, chat, self.cfg.max_model_len)
+        params = parse(payload, chat, self.cfg.max_model_len, self.cfg.counter)
         if isinstance(params, bytes):
             return self.respond(writer, 400, params)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -386,8 +389,8 @@ class SimServer:
                 )
         if stream:
             writer.write(
-                b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                b"transfer-encoding: chunked\r\n\r\n"
+                "HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                f"{COUNT_HEADER}: {self.cfg.counter.kind}\r\ntransfer-encoding: chunked\r\n\r\n".encode()
             )
             if chat:
                 for index in range(count):
@@ -458,7 +461,7 @@ class SimServer:
                 choices.append(chat_choice(index, "".join(tokens), lp, reason))
                 continue
             prompt = params.prompts[index // params.n]
-            echoed = prompt_pieces(prompt.text) if params.echo else []
+            echoed = self.cfg.counter.pieces(prompt.text) if params.echo else []
             lp = None
             if k is not None:
                 lp = completion_logprobs(seeds[index], 0, echoed + tokens, k, 0, prompt=len(echoed))
@@ -485,18 +488,21 @@ class SimServer:
             tokens = payload.get("tokens")
             if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
                 return 400, validation_error([missing("tokens", payload)])
-            return 200, json.dumps({"prompt": detokenize(tokens)}).encode()
+            return 200, json.dumps({"prompt": self.cfg.counter.decode(tokens)}).encode()
         if "prompt" in payload:
-            text = str(payload["prompt"])
-            count = count_tokens(text)
+            ids = self.cfg.counter.encode(str(payload["prompt"]))
         elif isinstance(payload.get("messages"), list):
-            messages = payload["messages"]
-            text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-            count = count_tokens(text) + 4 * len(messages) + 3
+            count = self.cfg.counter.chat(payload["messages"])
+            ids = (
+                self.cfg.counter.encode(
+                    "".join(str(m.get("content", "")) for m in payload["messages"] if isinstance(m, dict)),
+                    special=False,
+                )
+                + [1] * count
+            )[:count]  # the count is the template's; the ids the contents'
         else:
             return 400, validation_error([missing("prompt", payload), missing("messages", payload)])
-        ids = [sum(piece.encode()) % 32000 for piece in prompt_pieces(text)]
-        ids = (ids + [1] * count)[:count]
+        count = len(ids)
         answer = {"count": count, "max_model_len": self.cfg.max_model_len, "tokens": ids, "token_strs": None}
         return 200, json.dumps(answer).encode()
 
