@@ -23,7 +23,7 @@ PROBED = (State.STARTING, State.READY, State.UNHEALTHY)
 
 def to_grid(clock: Clock, interval: float) -> float:
     """Seconds to the next multiple of `interval` on the clock, at least half of it away: the health
-    probes fall on the whole seconds, as the session service's scrapes do (`service.probes._Beat`),
+    probes fall on the whole seconds, as the scrape loops do (`telemetry.scrape._Beat`),
     so an instance's /health and /metrics requests, their answers and their access-log lines come
     in the same wake-ups of the supervisor instead of two apart."""
     delay = interval - clock.time() % interval
