@@ -1,8 +1,9 @@
 """The supervisor's once-a-second work, made cheap: it runs for days next to the instances, so its
 per-instance cost is what matters.
 
-- `LeanLauncher`: the OS launcher with `/health` probes on the lean keep-alive HTTP/1.1 client
-  (`vtui.bench.lean_http`: ~0.1 ms of CPU per probe here, httpx ~1.7 ms), and a liveness check that
+- `LeanLauncher`: the OS launcher whose health probe (`supervisor.health.HealthProbe`, launched
+  instances and attached servers alike) GETs plain-http `/health` on the lean keep-alive HTTP/1.1
+  client (`vtui.bench.lean_http`: ~0.1 ms of CPU per probe here, httpx ~1.7 ms), and a liveness check that
   reads `/proc/PID/stat` (kept open: one pread) for the start time the first full psutil check
   verified, and the state, instead of building a psutil.Process five times a second per instance
   (~0.17 ms each).
@@ -10,9 +11,7 @@ per-instance cost is what matters.
   (`telemetry.scrape.ScrapeLoop`) uses for plain-http URLs without a key; the payload is decoded only
   when its `vllm:` lines moved (`MetricsParser.parse_bytes`). With `keep_text` the last payload stays
   for the session's exporter (`service.exporter`: nothing is scraped twice).
-- `LeanLauncher.probe`: an attached server's `/health` (plain http, no API key) on the same client.
-
-Plain-http URLs only; anything else falls back to the OS launcher's httpx probe.
+Plain-http URLs only: the one health probe (`supervisor.health.HealthProbe`) takes httpx for the rest.
 """
 
 from __future__ import annotations
@@ -26,8 +25,6 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from vtui.bench.lean_http import ConnectTimeout, LeanHTTPError, LeanPool, ReadTimeout
-from vtui.core.model import InstanceSpec
-from vtui.supervisor.attached import Probe, no_answer
 from vtui.supervisor.launcher import OsLauncher, ProcessHandle
 from vtui.telemetry.scrape import Answer, FetchFailed
 
@@ -171,6 +168,7 @@ class LeanLauncher(OsLauncher):
         self._start_ticks: dict[tuple[int, float], str] = {}  # (pid, create time) -> /proc starttime
         self._stats = _StatFiles()
         self._exits = _Exits()
+        self.health_probe.fast = LeanFetch(self.pool)  # /health on the lean client where it can
 
     def alive(self, handle: ProcessHandle) -> bool:
         key = (handle.pid, handle.create_time)
@@ -220,32 +218,6 @@ class LeanLauncher(OsLauncher):
             self._pool = LeanPool(timeout_s=self.health_timeout, connect_timeout_s=self.health_timeout)
             self._pool_loop = loop
         return self._pool
-
-    async def health(self, spec: InstanceSpec) -> bool:
-        url = spec.health_url
-        pool = self.pool()
-        if not pool.handles(url, "GET"):
-            return await super().health(spec)
-        try:
-            response = await pool.request("GET", url, deadline_s=self.health_timeout)
-        except (LeanHTTPError, OSError):
-            return False
-        return response.status == 200
-
-    async def probe(self, spec: InstanceSpec) -> Probe | None:
-        """An attached server's /health on the lean client; None where it does not apply (https, an API
-        key to send): the supervisor's httpx prober takes those."""
-        url = f"{spec.base_url}/health"
-        pool = self.pool()
-        if spec.api_key or not pool.handles(url, "GET"):
-            return None
-        try:
-            response = await pool.request("GET", url, deadline_s=self.health_timeout)
-        except (ConnectTimeout, ReadTimeout):
-            return Probe(None, f"no answer within {self.health_timeout:g} s")
-        except (LeanHTTPError, OSError) as exc:
-            return Probe(None, no_answer(exc))
-        return Probe(response.status)
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
