@@ -183,7 +183,7 @@ def test_async_health_keeps_one_client_per_event_loop():
         results, clients = [], set()
         for _ in range(3):
             results.append(await launcher.health(spec))
-            clients.add(launcher._client)
+            clients.add(launcher.health_probe.own._client)
         assert len(clients) == 1  # one client for every probe of this loop
         await launcher.aclose()
         return results, clients.pop()
@@ -196,7 +196,7 @@ def test_async_health_keeps_one_client_per_event_loop():
         server.server_close()
     assert first == second == [True] * 3
     assert client1 is not None and client2 is not None and client1 is not client2
-    assert client1.is_closed and launcher._client is None
+    assert client1.is_closed and launcher.health_probe.own._client is None
 
 
 def test_a_command_line_caught_inside_execve_is_waited_for():

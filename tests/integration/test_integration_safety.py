@@ -17,7 +17,8 @@ import pytest
 
 from vtui.cli import main
 from vtui.core.runstate import RunRecord, RunStore
-from vtui.supervisor.launcher import OsLauncher, ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import OsLauncher
 
 from .conftest import alive, marked, sim_instance, write_layout
 

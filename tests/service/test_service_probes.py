@@ -16,8 +16,9 @@ import psutil
 import pytest
 
 from vtui.core.model import InstanceSpec
-from vtui.service.probes import LeanLauncher, LeanScrapeLoop
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.service.probes import LeanFetch, LeanLauncher
+from vtui.supervisor.handle import ProcessHandle
+from vtui.telemetry.scrape import ScrapeLoop
 
 
 async def _trickler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -50,8 +51,8 @@ def test_health_and_scrape_give_up_on_a_trickling_server_at_their_timeout() -> N
                 probe is not None and probe.status is None and "no answer within 0.4 s" in (probe.error or "")
             )
             samples: list[object] = []
-            scrape = LeanScrapeLoop(
-                "a", f"http://127.0.0.1:{port}", samples.append, launcher.pool, timeout=0.4
+            scrape = ScrapeLoop(
+                "a", f"http://127.0.0.1:{port}", samples.append, fetch=LeanFetch(launcher.pool), timeout=0.4
             )
             started = loop.time()
             assert await scrape.scrape() is None
@@ -179,7 +180,9 @@ def test_a_scrape_loop_outlives_an_error_in_handling_a_sample(capsys) -> None:
             if len(taken) == 1:
                 raise TypeError("vars() argument must have __dict__ attribute")
 
-        loop = LeanScrapeLoop("a", f"http://127.0.0.1:{port}", sink, launcher.pool, interval=0.05)
+        loop = ScrapeLoop(
+            "a", f"http://127.0.0.1:{port}", sink, fetch=LeanFetch(launcher.pool), interval=0.05
+        )
         task = asyncio.create_task(loop.run())
         try:
             for _ in range(100):

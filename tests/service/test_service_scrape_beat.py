@@ -11,7 +11,8 @@ import pytest
 from _support.clock import VirtualClock
 
 from vtui.bench.lean_http import Response
-from vtui.service.probes import LeanScrapeLoop
+from vtui.service.probes import LeanFetch
+from vtui.telemetry.scrape import ScrapeLoop
 
 PAYLOAD = (Path(__file__).parents[1] / "telemetry" / "fixtures" / "metrics_idle.txt").read_bytes()
 
@@ -42,11 +43,11 @@ def _scrape_times(interval: float, starts: list[float], cancel_first_after: floa
         tasks = []
         for i, start in enumerate(starts):
             await clock.advance(start)
-            loop = LeanScrapeLoop(
+            loop = ScrapeLoop(
                 f"i{i}",
                 f"http://127.0.0.1:{9000 + i}",
                 samples.append,
-                lambda: pool,  # type: ignore[arg-type,return-value]
+                fetch=LeanFetch(lambda: pool),  # type: ignore[arg-type,return-value]
                 interval=interval,
                 clock=clock,
             )

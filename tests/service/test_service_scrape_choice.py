@@ -13,10 +13,10 @@ from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.state import State
 from vtui.core.status import InstanceStatus
 from vtui.service.broadcast import Broadcaster
-from vtui.service.probes import LeanLauncher, LeanScrapeLoop
+from vtui.service.probes import LeanFetch, LeanLauncher
 from vtui.service.scraping import Scrapers
 from vtui.supervisor.replicas import supervised
-from vtui.telemetry.scrape import ScrapeLoop
+from vtui.telemetry.scrape import HttpxFetch, ScrapeLoop
 
 ENTRY = InstanceSpec("chat", "m", 8100, engine="sim", replicas=2, router_port=9000, gpus=(0, 1))
 ATTACHED = InstanceSpec("ext", "m", 8000, engine="external", url="http://10.0.0.9:8000", api_key="k3y")
@@ -50,14 +50,15 @@ async def test_one_scrape_loop_per_instance_on_the_url_of_its_state() -> None:
     sup.states["solo"] = State.STARTING
     scrapers = _scrapers(sup)
     scrapers.sync()
-    loops = {name: (url, type(loop)) for name, (url, loop, _) in scrapers.loops.items()}
+    assert all(type(loop) is ScrapeLoop for _, loop, _ in scrapers.loops.values())  # one loop class
+    loops = {name: (url, type(loop.fetch)) for name, (url, loop, _) in scrapers.loops.items()}
     assert loops == {
-        "chat-0": ("http://127.0.0.1:8100", LeanScrapeLoop),
-        "chat-1": ("http://127.0.0.1:8101", LeanScrapeLoop),
-        "chat-router": ("http://127.0.0.1:9555", LeanScrapeLoop),  # its Prometheus port, not a replica's
-        "ext": ("http://10.0.0.9:8000", ScrapeLoop),  # a key to send: httpx
+        "chat-0": ("http://127.0.0.1:8100", LeanFetch),
+        "chat-1": ("http://127.0.0.1:8101", LeanFetch),
+        "chat-router": ("http://127.0.0.1:9555", LeanFetch),  # its Prometheus port, not a replica's
+        "ext": ("http://10.0.0.9:8000", HttpxFetch),  # a key to send: httpx
     }
-    assert scrapers.loops["ext"][1]._headers == {"Authorization": "Bearer k3y"}  # sent as a bearer
+    assert scrapers.loops["ext"][1].api_key == "k3y"  # sent as a bearer (test_telemetry_scrape)
     first = scrapers.loops["chat-0"][1]
     sup.states["solo"] = State.READY
     sup.states["chat-0"] = State.ASLEEP  # a sleeping vLLM answers /metrics: scraped still

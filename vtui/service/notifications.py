@@ -12,7 +12,7 @@ from vtui.core.events import StateChanged
 from vtui.core.instance import Instance
 from vtui.core.state import State
 from vtui.supervisor import notify
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 
 
 class Notifications:

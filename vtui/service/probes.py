@@ -1,43 +1,35 @@
 """The supervisor's once-a-second work, made cheap: it runs for days next to the instances, so its
 per-instance cost is what matters.
 
-- `LeanLauncher`: the OS launcher with `/health` probes on the lean keep-alive HTTP/1.1 client
-  (`vtui.bench.lean_http`: ~0.1 ms of CPU per probe here, httpx ~1.7 ms), and a liveness check that
+- `LeanLauncher`: the OS launcher whose health probe (`supervisor.health.HealthProbe`, launched
+  instances and attached servers alike) GETs plain-http `/health` on the lean keep-alive HTTP/1.1
+  client (`vtui.bench.lean_http`: ~0.1 ms of CPU per probe here, httpx ~1.7 ms), and a liveness check that
   reads `/proc/PID/stat` (kept open: one pread) for the start time the first full psutil check
   verified, and the state, instead of building a psutil.Process five times a second per instance
   (~0.17 ms each).
-- `LeanScrapeLoop`: one `/metrics` poller per instance on the same client; parsing and windowing are
-  telemetry's (`MetricsParser`, which reads only the lines that changed since the last scrape, and
-  `MetricsWindow`), as in `telemetry.scrape.ScrapeLoop`; the payload is decoded only when its
-  `vllm:` lines moved (`MetricsParser.parse_bytes`). With `keep_text`
-  the last payload stays for the session's exporter (`service.exporter`: nothing is scraped twice).
-- `LeanLauncher.probe`: an attached server's `/health` (plain http, no API key) on the same client.
-
-Plain-http URLs only; anything else falls back to the OS launcher's httpx probe.
+- `LeanFetch`: the same client as a `telemetry.scrape.Fetch`, which the one scrape loop
+  (`telemetry.scrape.ScrapeLoop`) uses for plain-http URLs without a key; the payload is decoded only
+  when its `vllm:` lines moved (`MetricsParser.parse_bytes`). With `keep_text` the last payload stays
+  for the session's exporter (`service.exporter`: nothing is scraped twice).
+Plain-http URLs only: the one health probe (`supervisor.health.HealthProbe`) takes httpx for the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import math
 import os
 import select
 import subprocess
-import sys
-import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from vtui.bench.lean_http import ConnectTimeout, LeanHTTPError, LeanPool, ReadTimeout
-from vtui.core.clock import Clock, SystemClock
-from vtui.core.model import InstanceSpec
-from vtui.supervisor.attached import Probe, no_answer
-from vtui.supervisor.launcher import OsLauncher, ProcessHandle
-from vtui.telemetry.metrics import MetricsSample, MetricsWindow
-from vtui.telemetry.promtext import MetricsParser
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import OsLauncher
+from vtui.telemetry.scrape import Answer, FetchFailed
 
-__all__ = ["LeanLauncher", "LeanScrapeLoop"]
+__all__ = ["LeanFetch", "LeanLauncher"]
 
 
 def _fields(data: bytes) -> tuple[str, str] | None:
@@ -147,6 +139,28 @@ class _Exits:
             self._epoll = None
 
 
+class LeanFetch:
+    """GETs of plain-http URLs (no API key to send) on the lean keep-alive client: `pool` gives the
+    running event loop's (the launcher's, so probes and scrapes share its connections)."""
+
+    def __init__(self, pool: Callable[[], LeanPool]) -> None:
+        self.pool = pool
+
+    def handles(self, url: str, api_key: str | None) -> bool:
+        return not api_key and self.pool().handles(url, "GET")
+
+    async def get(self, url: str, *, timeout: float, api_key: str | None = None) -> Answer:
+        try:
+            response = await self.pool().request("GET", url, deadline_s=timeout)
+        except (LeanHTTPError, OSError) as exc:
+            timed_out = isinstance(exc, (ConnectTimeout, ReadTimeout))
+            raise FetchFailed(f"{type(exc).__name__} from {url}", timed_out=timed_out) from exc
+        return Answer(response.status, response.body)
+
+    async def aclose(self) -> None:
+        return None  # the pool is its owner's to close
+
+
 class LeanLauncher(OsLauncher):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -155,6 +169,7 @@ class LeanLauncher(OsLauncher):
         self._start_ticks: dict[tuple[int, float], str] = {}  # (pid, create time) -> /proc starttime
         self._stats = _StatFiles()
         self._exits = _Exits()
+        self.health_probe.fast = LeanFetch(self.pool)  # /health on the lean client where it can
 
     def alive(self, handle: ProcessHandle) -> bool:
         key = (handle.pid, handle.create_time)
@@ -205,32 +220,6 @@ class LeanLauncher(OsLauncher):
             self._pool_loop = loop
         return self._pool
 
-    async def health(self, spec: InstanceSpec) -> bool:
-        url = spec.health_url
-        pool = self.pool()
-        if not pool.handles(url, "GET"):
-            return await super().health(spec)
-        try:
-            response = await pool.request("GET", url, deadline_s=self.health_timeout)
-        except (LeanHTTPError, OSError):
-            return False
-        return response.status == 200
-
-    async def probe(self, spec: InstanceSpec) -> Probe | None:
-        """An attached server's /health on the lean client; None where it does not apply (https, an API
-        key to send): the supervisor's httpx prober takes those."""
-        url = f"{spec.base_url}/health"
-        pool = self.pool()
-        if spec.api_key or not pool.handles(url, "GET"):
-            return None
-        try:
-            response = await pool.request("GET", url, deadline_s=self.health_timeout)
-        except (ConnectTimeout, ReadTimeout):
-            return Probe(None, f"no answer within {self.health_timeout:g} s")
-        except (LeanHTTPError, OSError) as exc:
-            return Probe(None, no_answer(exc))
-        return Probe(response.status)
-
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None and self._pool_loop is asyncio.get_running_loop():
@@ -239,127 +228,3 @@ class LeanLauncher(OsLauncher):
         self._stats.close()
         self._exits.close()
         await super().aclose()
-
-
-class _Beat:
-    """One timer for all the scrape loops of an event loop that share an interval: their scrapes fall
-    on one grid (the clock's multiples of the interval, where the supervisor's health probes fall
-    too), so the instances are scraped in one wake-up of the supervisor, their samples leave on the
-    feed in one write, instead of a timer, a wake-up and a write each."""
-
-    def __init__(self, clock: Clock, interval: float) -> None:
-        self.clock, self.interval = clock, interval
-        self._waiters: dict[int, list[asyncio.Future[None]]] = {}
-        self._timers: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
-
-    def wait(self, started: float, period: float) -> asyncio.Future[None]:
-        """Done at the grid tick nearest after `started` + `period` - interval/2 (a scrape that started
-        a little after its tick is due at the next one, not the one after)."""
-        k = math.ceil((started + period) / self.interval - 0.5)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._waiters.get(k)
-        if waiters is None:
-            waiters = self._waiters[k] = []
-            # at most the period and half an interval away: a wall clock stepped back while the
-            # scrape ran must not hold the scrapes for the length of the step
-            delay = min(k * self.interval - self.clock.time(), period + self.interval / 2)
-            timer = asyncio.ensure_future(self._fire_after(k, delay))
-            self._timers.add(timer)
-            timer.add_done_callback(self._timers.discard)
-        waiters.append(future)
-        return future
-
-    async def _fire_after(self, k: int, delay: float) -> None:
-        await self.clock.sleep(delay)
-        for future in self._waiters.pop(k, ()):
-            if not future.done():  # a stopped loop's wait was cancelled
-                future.set_result(None)
-
-
-_SYSTEM_CLOCK = SystemClock()
-_BEATS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[float, Clock], _Beat]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _beat(interval: float, clock: Clock) -> _Beat:
-    beats = _BEATS.setdefault(asyncio.get_running_loop(), {})
-    beat = beats.get((interval, clock))
-    if beat is None:
-        beat = beats[interval, clock] = _Beat(clock, interval)
-    return beat
-
-
-class LeanScrapeLoop:
-    """Scrapes `{base_url}/metrics` every `interval` seconds (the next one is armed only after the
-    previous one finished), `down_interval` after `down_after` failures in a row. The first scrape is at
-    once; the later ones fall on the interval's grid, which every loop of the process shares (`_Beat`).
-    `clock`: the time samples are stamped with and the grid is read on (tests pass a virtual one)."""
-
-    def __init__(
-        self,
-        instance: str,
-        base_url: str,
-        on_sample: Callable[[MetricsSample], None],
-        pool: Callable[[], LeanPool],
-        *,
-        interval: float = 1.0,
-        timeout: float = 2.0,
-        down_interval: float = 5.0,
-        down_after: int = 2,
-        window_s: float = 60.0,
-        clock: Clock = _SYSTEM_CLOCK,
-    ) -> None:
-        self.instance = instance
-        self.url = base_url.rstrip("/") + "/metrics"
-        self.interval = interval
-        self.timeout = timeout
-        self.down_interval = down_interval
-        self.down_after = down_after
-        self.clock = clock
-        self.window = MetricsWindow(window_s)
-        self.parser = MetricsParser()  # remembers the lines read: a scrape reads only what changed
-        self.failures = 0
-        self.last_error: str | None = None
-        self.keep_text = False  # keep the last payload in `last_text` (the session's exporter reads it)
-        self.last_text: str | None = None
-        self._on_sample = on_sample
-        self._pool = pool
-        self._stopped = False
-
-    def stop(self) -> None:
-        self._stopped = True
-
-    async def run(self) -> None:
-        beat = _beat(self.interval, self.clock)
-        while not self._stopped:
-            started = self.clock.time()
-            try:
-                await self.scrape()
-            except Exception as exc:  # noqa: BLE001 — a bug in a payload's handling must not end the loop
-                if self.last_error != (why := f"vtui could not read {self.url}: {exc!r}"):
-                    print(f"{self.instance}: {why}", file=sys.stderr, flush=True)  # the supervisor's log
-                self.last_error = why
-            down = self.failures >= self.down_after
-            await beat.wait(started, self.down_interval if down else self.interval)
-
-    async def scrape(self) -> MetricsSample | None:
-        try:
-            response = await self._pool().request("GET", self.url, deadline_s=self.timeout)
-        except (LeanHTTPError, OSError) as exc:
-            self.failures += 1
-            self.last_error = f"{type(exc).__name__} from {self.url}"
-            self.last_text = None
-            return None
-        if response.status != 200:
-            self.failures += 1
-            self.last_error = f"HTTP {response.status} from {self.url}"
-            self.last_text = None
-            return None
-        self.last_text = response.body.decode("utf-8", "replace") if self.keep_text else None
-        sample = self.window.update(self.parser.parse_bytes(response.body), self.clock.time(), self.instance)
-        self.failures = 0
-        self.last_error = None
-        if not self._stopped:
-            self._on_sample(sample)
-        return sample

@@ -12,11 +12,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from vtui.service.broadcast import Broadcaster
-from vtui.service.probes import LeanLauncher, LeanScrapeLoop
+from vtui.service.probes import LeanFetch, LeanLauncher
 from vtui.service.wire import dumps, encode_sample, feed_line
 from vtui.supervisor.replicas import scrape_url
 from vtui.supervisor.supervisor import Supervisor
 from vtui.telemetry.metrics import MetricsSample
+from vtui.telemetry.scrape import ScrapeLoop
 
 SAMPLE_HISTORY = 3600  # one hour of 1 Hz samples per instance
 
@@ -64,7 +65,7 @@ class Scrapers:
         self._log = log
         self.enabled = enabled
         self.interval = interval
-        self.loops: dict[str, tuple[str, Any, asyncio.Task[Any]]] = {}
+        self.loops: dict[str, tuple[str, ScrapeLoop, asyncio.Task[Any]]] = {}
         self.samples: dict[str, deque[dict[str, Any]]] = {}
         # the last sample of each instance, its encoding, and its feed line's halves around the time
         self._encoded: dict[str, tuple[Any, dict[str, Any], tuple[bytes, bytes] | None]] = {}
@@ -75,7 +76,7 @@ class Scrapers:
         if not self.enabled:
             return
         launcher = self.supervisor.launcher
-        pool = launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool
+        lean = LeanFetch(launcher.pool if isinstance(launcher, LeanLauncher) else LeanLauncher().pool)
         for st in self.supervisor.status():
             url = scrape_url(st.spec, st.state)  # a router's: its Prometheus port (vllm_router_*)
             current = self.loops.get(st.name)
@@ -85,15 +86,15 @@ class Scrapers:
                 del self.loops[st.name]
                 current = None
             if current is None and url is not None:
-                loop: Any
-                if st.spec.api_key or not pool().handles(url + "/metrics", "GET"):
-                    from vtui.telemetry.scrape import ScrapeLoop  # https, a key: an attached server
-
-                    loop = ScrapeLoop(
-                        st.name, url, self._sink(st.name), interval=self.interval, api_key=st.spec.api_key
-                    )
-                else:
-                    loop = LeanScrapeLoop(st.name, url, self._sink(st.name), pool, interval=self.interval)
+                key = st.spec.api_key
+                loop = ScrapeLoop(  # the lean client where it can; httpx for https and keys (attached)
+                    st.name,
+                    url,
+                    self._sink(st.name),
+                    fetch=lean if lean.handles(url + "/metrics", key) else None,
+                    api_key=key,
+                    interval=self.interval,
+                )
                 self.loops[st.name] = (url, loop, self._spawn(loop.run()))
         listed = {st.name for st in self.supervisor.status()}
         for name in [n for n in self.loops if n not in listed]:  # a new layout dropped it (attached)

@@ -22,7 +22,7 @@ from vtui.core.state import State
 from vtui.service.broadcast import Broadcaster
 from vtui.service.schema import BadRequest, NotFound, check_flags
 from vtui.supervisor.attached import Attached
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.supervisor import Supervisor
 

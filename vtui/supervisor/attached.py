@@ -10,26 +10,22 @@ no restart policy, no watchdog, no sleep), along the lifecycle's own edges:
     READY → UNREACHABLE / UNHEALTHY after `unreachable_after` / `unhealthy_after` misses in a row (a busy
     server may miss one probe); UNREACHABLE / UNHEALTHY → READY on the next 200.
 
-`AttachedProber` probes with httpx (TLS verified, the API key as a bearer token); the session
-supervisor's launcher offers a cheaper probe for plain-http URLs (`service.probes.LeanLauncher.probe`).
+Its probes are the one health probe's (`supervisor.health.HealthProbe`: httpx with TLS verified and the
+API key as a bearer token, or the session supervisor's lean client for plain http without a key).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.state import State
+from vtui.supervisor.handle import ProcessHandle
 
-if TYPE_CHECKING:
-    import httpx
-from vtui.supervisor.launcher import ProcessHandle
-
-__all__ = ["Attached", "AttachedProber", "AttachedRefused", "Probe", "is_attached"]
+__all__ = ["Attached", "AttachedRefused", "Probe", "is_attached", "no_answer"]
 
 
 def is_attached(spec: InstanceSpec) -> bool:
@@ -178,45 +174,6 @@ def _listener(port: int) -> Any:
             except psutil.Error:
                 return None
     return None
-
-
-class AttachedProber:
-    """`GET {url}/health` with httpx: one client per event loop, kept (keep-alive; the CA bundle is
-    loaded once). TLS is verified (a key may be sent); the proxy settings of the environment apply."""
-
-    def __init__(self, timeout: float = 2.0) -> None:
-        self.timeout = timeout
-        self._client: httpx.AsyncClient | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        import httpx
-
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop or self._client.is_closed:
-            self._client = httpx.AsyncClient(timeout=self.timeout)
-            self._loop = loop
-        return self._client
-
-    async def probe(self, spec: InstanceSpec) -> Probe:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-        try:
-            response = await asyncio.wait_for(
-                self._http().get(f"{spec.base_url}/health", headers=headers), self.timeout
-            )
-        except asyncio.TimeoutError:
-            return Probe(None, f"no answer within {self.timeout:g} s")
-        except (httpx.HTTPError, OSError) as exc:
-            return Probe(None, no_answer(exc))
-        return Probe(response.status_code)
-
-    async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and self._loop is asyncio.get_running_loop():
-            await client.aclose()
-        self._loop = None
 
 
 def no_answer(exc: BaseException) -> str:

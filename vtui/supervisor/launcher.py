@@ -17,7 +17,6 @@ with the marker. psutil re-checks each process's create time before it signals i
 
 from __future__ import annotations
 
-import asyncio
 import os
 import select
 import shutil
@@ -26,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -36,40 +35,16 @@ import psutil
 from vtui.core.instance import SpawnError
 from vtui.core.model import InstanceSpec
 from vtui.supervisor import drain, logfile
+from vtui.supervisor.attached import Probe
 from vtui.supervisor.drain import Router
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.health import HealthProbe
 
 MARKER = "VTUI_INSTANCE"  # env var every process of an instance inherits: "<session>/<name>"
 SPAWN_TIMEOUT = 10.0
 # An unmarked vLLM-titled process of a session whose leader is gone counts as the instance's only if it
 # started this soon after the API server (EngineCore and Workers start during startup).
 TITLED_START_WINDOW = 1800.0
-
-
-@dataclass
-class ProcessHandle:
-    """A running (or once running) instance: the API server pid and how to recognise its tree."""
-
-    pid: int  # the leader: the `vllm serve` API server
-    create_time: float  # psutil create time of `pid`; a recycled pid has another one
-    pgid: int
-    sid: int
-    key: str  # "<session>/<name>", the MARKER value
-    log_path: Path
-    argv: tuple[str, ...]
-    pump_pid: int | None = None
-    exit_path: Path | None = None
-    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)  # the pump, when we spawned it
-    base_url: str | None = None  # where to ask how many requests are in flight before stopping it
-    load_endpoint: bool = False  # its /load counts requests in flight (see supervisor.drain)
-
-    def serves(self, spec: InstanceSpec) -> None:
-        """Set what the drain before a stop asks (an adopted handle learns it from the layout's spec).
-        A router is not drained: its replicas are (their requests are the ones in flight)."""
-        if spec.engine == "router":
-            self.base_url = None
-            return
-        self.base_url = spec.base_url
-        self.load_endpoint = spec.engine == "sim" or spec.flags.get("enable-server-load-tracking") is True
 
 
 @dataclass(frozen=True)
@@ -222,8 +197,7 @@ class OsLauncher:
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.health_timeout = health_timeout
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self.health_probe = HealthProbe(timeout=health_timeout)  # the one /health probe (supervisor.health)
 
     # -- spawn -----------------------------------------------------------------------------------
     def spawn(self, spec: InstanceSpec, *, log_path: Path, session: str) -> ProcessHandle:
@@ -451,34 +425,16 @@ class OsLauncher:
 
     # -- health ----------------------------------------------------------------------------------
     async def health(self, spec: InstanceSpec) -> bool:
-        """GET /health answers 200 (connection refused while vLLM is still starting is normal). One
-        client per event loop, kept: a new client per probe loads the CA bundle each time (10-100 ms of
-        loop CPU per instance per second), and keep-alive spares a connect per probe."""
-        try:
-            response = await self._health_client().get(spec.health_url)
-            return response.status_code == 200
-        except (httpx.HTTPError, OSError):
-            return False
+        """GET /health answers 200 (`HealthProbe.healthy`: the one probe of any instance)."""
+        return await self.health_probe.healthy(spec)
 
-    def _health_client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop or self._client.is_closed:
-            # Plain http to our own instance (base_url is http://): no TLS state to build.
-            self._client = httpx.AsyncClient(
-                timeout=self.health_timeout,
-                trust_env=False,
-                verify=False,
-                limits=httpx.Limits(max_keepalive_connections=64),
-            )
-            self._client_loop = loop
-        return self._client
+    async def probe(self, spec: InstanceSpec) -> Probe:
+        """GET /health: its status, or why none came (an attached server's state follows it)."""
+        return await self.health_probe.probe(spec)
 
     async def aclose(self) -> None:
-        """Close the health client of the running loop (the supervisor's `close`)."""
-        client, self._client = self._client, None
-        if client is not None and self._client_loop is asyncio.get_running_loop():
-            await client.aclose()
-        self._client_loop = None
+        """Close the health probe's clients of the running loop (the supervisor's `close`)."""
+        await self.health_probe.aclose()
 
     def health_sync(self, spec: InstanceSpec) -> bool:
         try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vtui.core.events import Event, LogLines
 from vtui.core.instance import Instance
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.logfile import LogTailer
 
 __all__ = ["LogTails"]

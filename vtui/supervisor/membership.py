@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from vtui.core.events import Event, StateChanged
 from vtui.core.instance import Instance
 from vtui.core.state import State
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.replicas import RECONCILE_EVERY_S, RouterHub
 
 __all__ = ["Membership"]

@@ -11,7 +11,7 @@ from vtui.core.clock import Clock
 from vtui.core.events import Event, OperationChanged
 from vtui.core.instance import Instance
 from vtui.core.status import InstanceStatus, status_of
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.opqueue import OperationQueue
 from vtui.supervisor.roster import Roster
 

@@ -14,7 +14,7 @@ from vtui.core.instance import Instance
 from vtui.core.runstate import Outcome, RunRecord, RunStore
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.roster import Roster
 from vtui.supervisor.supervision import run_record

@@ -16,7 +16,7 @@ from vtui.core.model import InstanceSpec, Layout
 from vtui.core.pending import PendingEdits
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached, is_attached
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.replicas import members
 from vtui.supervisor.supervision import log_path_for
 

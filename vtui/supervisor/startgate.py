@@ -17,7 +17,8 @@ from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.core.runstate import RunRecord
 from vtui.core.state import State
-from vtui.supervisor.launcher import Launcher, ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.supervision import gpus_used, orphans
 
 __all__ = ["StartGate", "Sweeper"]

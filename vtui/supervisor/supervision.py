@@ -23,7 +23,8 @@ from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.core.refusals import loopback
 from vtui.core.runstate import RunRecord, spec_to_dict
-from vtui.supervisor.launcher import Launcher, ProcessHandle, StopReport
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import Launcher, StopReport
 
 __all__ = [
     "SLEEP_TIMEOUT",

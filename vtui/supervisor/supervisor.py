@@ -106,7 +106,7 @@ class Supervisor:
         ops = self._operations = Operations(roster, clock, bus.emit)
         sweeper = self._sweeper = Sweeper(self.launcher, notice, tails.drain)  # orphan sweeps after a crash
         prober = self._prober = Prober(roster, self.launcher, clock, tails, notice, interval=health_interval)
-        self.prober = prober.attached
+        self.prober = prober.health
         launches = self._launches = Launches(
             roster,
             ops,

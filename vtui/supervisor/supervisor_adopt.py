@@ -15,7 +15,8 @@ from vtui.core.model import SECRET_FLAGS, InstanceSpec
 from vtui.core.refusals import sleep_problem
 from vtui.core.runstate import MASK, RunRecord, merge_flags, spec_from_dict
 from vtui.core.state import State
-from vtui.supervisor.launcher import Launcher, ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations

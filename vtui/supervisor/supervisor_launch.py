@@ -14,7 +14,8 @@ from vtui.core.model import InstanceSpec, Layout
 from vtui.core.refusals import PreflightError
 from vtui.core.state import State
 from vtui.supervisor.attached import Attached
-from vtui.supervisor.launcher import Launcher, ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner

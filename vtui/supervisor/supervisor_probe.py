@@ -9,9 +9,9 @@ import contextlib
 from collections.abc import Callable
 
 from vtui.core.clock import Clock
-from vtui.core.model import InstanceSpec
 from vtui.core.state import State
-from vtui.supervisor.attached import Attached, AttachedProber, Probe
+from vtui.supervisor.attached import Attached, Probe
+from vtui.supervisor.health import HealthProbe
 from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.roster import Roster
@@ -23,7 +23,7 @@ PROBED = (State.STARTING, State.READY, State.UNHEALTHY)
 
 def to_grid(clock: Clock, interval: float) -> float:
     """Seconds to the next multiple of `interval` on the clock, at least half of it away: the health
-    probes fall on the whole seconds, as the session service's scrapes do (`service.probes._Beat`),
+    probes fall on the whole seconds, as the scrape loops do (`telemetry.scrape._Beat`),
     so an instance's /health and /metrics requests, their answers and their access-log lines come
     in the same wake-ups of the supervisor instead of two apart."""
     delay = interval - clock.time() % interval
@@ -47,7 +47,11 @@ class Prober:
         self._tails = tails
         self._notice = notice
         self.interval = interval
-        self.attached = AttachedProber()  # attached servers' /health (the launcher's `probe` first, if any)
+        # the one /health probe: the launcher's (the lean client in the session supervisor), else one of
+        # its own for a launcher double that has none; launched instances go through `launcher.health`
+        own = getattr(launcher, "health_probe", None)
+        self.health: HealthProbe = own if isinstance(own, HealthProbe) else HealthProbe()
+        self._owns_health = self.health is not own
 
     async def health_loop(self) -> None:
         while True:
@@ -84,7 +88,7 @@ class Prober:
         """One /health probe of each attached server, at once; its state follows (`Attached.on_probe`)."""
         if not attached:
             return
-        results = await asyncio.gather(*(self._probe(i.spec) for i in attached), return_exceptions=True)
+        results = await asyncio.gather(*(self.health.probe(i.spec) for i in attached), return_exceptions=True)
         for inst, result in zip(attached, results, strict=True):
             if self._roster.instances.get(inst.spec.name) is not inst:
                 continue  # dropped or replaced by a new layout meanwhile
@@ -92,12 +96,7 @@ class Prober:
                 result = Probe(None, f"probe failed: {result!r}")
             inst.on_probe(result)
 
-    async def _probe(self, spec: InstanceSpec) -> Probe:
-        """The launcher's cheap probe where it has one for this URL, else httpx (`AttachedProber`)."""
-        fast = getattr(self._launcher, "probe", None)
-        result = await fast(spec) if fast is not None else None
-        return result if isinstance(result, Probe) else await self.attached.probe(spec)
-
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.attached.aclose()
+        if self._owns_health:  # else the launcher's to close
+            with contextlib.suppress(Exception):
+                await self.health.aclose()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from vtui.core.instance import Instance
 from vtui.core.refusals import OperationConflict, sleep_problem
 from vtui.core.state import State
-from vtui.supervisor.launcher import ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.roster import Roster
 from vtui.supervisor.supervision import SLEEP_TIMEOUT, SleepRefused, engine_post

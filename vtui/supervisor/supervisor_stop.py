@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from vtui.core.instance import Instance
 from vtui.core.model import InstanceSpec
 from vtui.supervisor.attached import Attached
-from vtui.supervisor.launcher import Launcher, ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.operations import Operations
 from vtui.supervisor.opqueue import Operation, Runner

@@ -19,7 +19,8 @@ from vtui.core.clock import Clock
 from vtui.core.events import Event, ProcessExited
 from vtui.core.instance import Instance
 from vtui.core.state import State
-from vtui.supervisor.launcher import Launcher, ProcessHandle
+from vtui.supervisor.handle import ProcessHandle
+from vtui.supervisor.launcher import Launcher
 from vtui.supervisor.logfile import ExitInfo
 from vtui.supervisor.logtails import LogTails
 from vtui.supervisor.membership import Membership
