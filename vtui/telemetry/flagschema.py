@@ -12,6 +12,8 @@ The simulated engine takes the bundled 0.32 schema it parses (`BUILTIN_FLAGS`).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -315,6 +317,37 @@ def vllm_version_of(python: Sequence[str], timeout: float = 30.0) -> str | None:
     )
 
 
+def _script_version(executable: Sequence[str] | None, python: Sequence[str]) -> str | None:
+    """`vllm_version_of(python)`, kept on disk for a `vllm` script until the script changes (pip writes
+    it again with every install of vLLM): `ps`, `down` and `logs` read layouts with it, and a Python
+    started on a machine that vLLM keeps busy takes seconds. A `python -m vllm…` command is asked each
+    time (an upgrade in place leaves its interpreter as it was)."""
+    script = Path(os.path.expanduser(os.path.expandvars(executable[0]))) if executable else None
+    if script is None or script.name != "vllm":
+        return vllm_version_of(python)
+    try:
+        found = shutil.which(str(script)) if script.parent == Path(".") else str(script)
+        stat = Path(found or script).resolve().stat()
+    except OSError:
+        return vllm_version_of(python)
+    key = f"{Path(found or script).resolve()}|{stat.st_mtime_ns}|{stat.st_size}|{' '.join(python)}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    cache = paths.cache_dir() / f"vllm-version-{digest}.json"
+    try:
+        data = json.loads(cache.read_text(encoding="utf-8"))
+        kept = data.get("version") if isinstance(data, dict) and data.get("key") == key else "?"
+        if kept is None or (isinstance(kept, str) and kept != "?"):
+            return kept
+    except (OSError, ValueError):
+        pass
+    version = vllm_version_of(python)
+    from vtui.core.atomic import atomic_write_text
+
+    with contextlib.suppress(OSError):
+        atomic_write_text(cache, json.dumps({"key": key, "version": version}) + "\n")
+    return version
+
+
 def _cache_file(version: str) -> Path:
     safe = re.sub(r"[^\w.+-]", "_", version)
     # v2: read with the help texts (see _DUMP_SCRIPT); a v1 file held 255 empty ones for 0.32
@@ -366,7 +399,7 @@ def installed_schema(
     except ValueError as exc:
         return _fallback(str(exc))
     try:
-        version = vllm_version_of(python)
+        version = _script_version(executable, python)
     except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as exc:
         return _fallback(f"cannot run {python[0]}: {exc}")
     if version is None:
