@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import pickle
+import re
 from dataclasses import replace
 
 import pytest
+from pytest_textual_snapshot import node_to_report_path
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
@@ -160,3 +164,27 @@ class _Helpers:
 def h() -> type[_Helpers]:
     """Sample builders for tests (conftest modules are not importable under --import-mode=importlib)."""
     return _Helpers
+
+
+def _svg_parts(svg: str) -> list[str]:
+    """The SVG's elements one per item, with the per-run id prefix (`terminal-123…`) taken out."""
+    svg = re.sub(r"terminal-\d+", "terminal", svg)
+    return [part.strip() for part in re.split(r">\s*<", svg) if part.strip()]
+
+
+@pytest.fixture
+def snap_compare(snap_compare, request):
+    """pytest-textual-snapshot's fixture, printing the SVG elements that differ when a snapshot does not
+    match: CI keeps only the test output, not the HTML report, and a rare mismatch is blind without them."""
+
+    def compare(app, *args, **kwargs):
+        ok = snap_compare(app, *args, **kwargs)
+        if not ok:
+            data = pickle.loads(node_to_report_path(request.node).read_bytes())
+            expected, actual = _svg_parts(data[1]), _svg_parts(data[2])
+            lines = list(difflib.unified_diff(expected, actual, "expected", "actual", n=1, lineterm=""))
+            print(f"snapshot mismatch, {len(lines)} diff lines; the first 80:")
+            print("\n".join(lines[:80]))
+        return ok
+
+    return compare

@@ -53,14 +53,16 @@ async def _settle(pilot, n: int = 4) -> None:
         await pilot.app.workers.wait_for_complete(pending)
     for box in pilot.app.screen.query(Input):
         box.cursor_blink = False  # a blinking cursor is on or off by the clock
-    # Until two frames a moment apart are alike: what is laid out after a refresh (a modal's scrollbar) is
-    # drawn by then. Under load the fixed pauses above could end first (CI drew the help screen once
-    # without its scrollbar's thumb).
-    last = None
-    for _ in range(20):
+    # Until three frames a moment apart are alike: what is laid out after a refresh (a modal's scrollbar)
+    # is drawn by then. Under load the fixed pauses above could end first (CI drew the help screen once
+    # without its scrollbar's thumb; two alike frames were not always enough under xdist either).
+    last, alike = None, 0
+    for _ in range(40):
         await pilot.pause(0.05)
+        await pilot.pause()
         now = pilot.app.export_screenshot()
-        if now == last:
+        alike = alike + 1 if now == last else 0
+        if alike >= 2:
             break
         last = now
 
