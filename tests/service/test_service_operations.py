@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from vtui.core.runstate import RunStore
+from vtui.service import locations
 from vtui.service.client import ServiceClient, ensure_supervisor
 
 from .conftest import fake_instance, ps_rows, supervisors, vtui, wait_for, write_layout
@@ -57,6 +58,10 @@ def test_restarts_from_two_shells_at_once_leave_one_truth(tmp_path: Path, sessio
         assert flags["max-num-batched-tokens"] == str(200 + round_)  # every change ran, none was lost
         assert flags["max-num-seqs"] in (str(10 + round_), str(20 + round_))
     assert vtui("down", str(path)).returncode == 0
+    # the session log says what was asked and what ran, timed (`eventhub.journal`, `Routes.handle`)
+    log = locations.log_path(session).read_text()
+    assert log.count("POST /restart: 200 after") == 9 and "POST /stop: 200 after" in log
+    assert "a: operation restart" in log and "a: stopping -> stopped" in log
 
 
 def test_a_supervisor_killed_mid_restart_is_finished_by_the_next(tmp_path: Path, session: str) -> None:

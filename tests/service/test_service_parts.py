@@ -185,3 +185,23 @@ def test_the_idle_watch_waits_a_whole_grace_after_the_last_activity() -> None:
     state["busy"] = False
     clock.now += 30
     assert watch.due()
+
+
+def test_the_session_log_says_what_ran_and_when(capsys: Any) -> None:
+    """The hub journals state changes, the operation queues and notices (the supervisor's stderr is its
+    session log); log batches and phases stay out of it."""
+    from vtui.core.events import LogLines, Notice, OperationChanged
+    from vtui.service.eventhub import journal
+
+    journal(StateChanged("a", State.READY, State.STOPPING, 1.0))
+    journal(OperationChanged("a", "stop", "restart", 1.0))
+    journal(OperationChanged("a", None, None, 2.0))
+    journal(Notice("a", "warning", "a: 3 request(s) still in flight after 2s were cut"))
+    journal(LogLines("a", ("INFO many lines",)))
+    lines = [line.split(": ", 1)[1] for line in capsys.readouterr().err.splitlines()]
+    assert lines == [
+        "a: ready -> stopping",
+        "a: operation stop, restart waiting",
+        "a: operation none",
+        "warning: a: 3 request(s) still in flight after 2s were cut",
+    ]

@@ -16,6 +16,7 @@ names the command replacing the supervisor without stopping its instances.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 START_TIMEOUT = 20.0
+LOG_KEEP_BYTES = 4 << 20  # a supervisor log past this size (every POST, operation and state change of
+# the session's past supervisors) moves to <log>.1 when the next supervisor starts
 HANDOVER_TIMEOUT = 60.0  # the old supervisor's exit (it ends its feeds and scrapes, leaves instances)
 READ = 1 << 16
 
@@ -327,6 +330,9 @@ def ensure_supervisor(session: str, layout_path: str | os.PathLike[str]) -> tupl
     import subprocess
 
     log = locations.log_path(session)
+    with contextlib.suppress(OSError):  # the log of past supervisors: one older file kept
+        if log.stat().st_size > LOG_KEEP_BYTES:
+            os.replace(log, log.with_name(log.name + ".1"))
     with open(log, "ab") as out:
         os.chmod(log, 0o600)
         proc = subprocess.Popen(

@@ -13,6 +13,7 @@ from typing import Any
 from vtui.core.events import (
     Event,
     LogLines,
+    Notice,
     OperationChanged,
     PhaseChanged,
     ProcessExited,
@@ -24,6 +25,7 @@ from vtui.service.broadcast import Broadcaster
 from vtui.service.history import EventHistory
 from vtui.service.notifications import Notifications
 from vtui.service.persisted import ServiceState
+from vtui.service.service_base import log
 from vtui.service.wire import encode_event, encode_facts, encode_status
 from vtui.supervisor.attached import Attached
 from vtui.supervisor.logfile import read_tail
@@ -54,6 +56,7 @@ class EventHub:
 
     def on_event(self, event: Event) -> None:
         encoded = encode_event(event)
+        journal(event)
         self.history.append(encoded)  # a log batch: its last lines only (`history.EventHistory`)
         if isinstance(event, LogLines):
             self.feed.hold_lines(event.instance, event.lines)
@@ -130,3 +133,17 @@ class EventHub:
             )
             for st in self.supervisor.status()
         ]
+
+
+def journal(event: Event) -> None:
+    """What the supervisor did, one line in the session log: state changes, each instance's operation
+    queue (what runs, what waits) and notices. Enough to tell afterwards where a slow stop spent its
+    time."""
+    if isinstance(event, StateChanged):
+        why = f" ({event.reason})" if event.reason else ""
+        log(f"{event.instance}: {event.old.value} -> {event.new.value}{why}")
+    elif isinstance(event, OperationChanged):
+        waiting = f", {event.waiting} waiting" if event.waiting else ""
+        log(f"{event.instance}: operation {event.running or 'none'}{waiting}")
+    elif isinstance(event, Notice):
+        log(f"{event.level}: {event.text}")

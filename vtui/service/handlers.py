@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import time
 import traceback
 from functools import partial
 from typing import Any
@@ -52,7 +53,17 @@ class Routes:
         """One request: its answer's status and JSON object. Input that does not fit is a 4xx naming what
         is wrong (`schema`); a request of another API version (`api`, from its header; None: a client
         that names none, curl) is a 400 unless it only looks or hands the session over; anything else
-        raised is a bug of ours: a 500 whose id is logged with the traceback."""
+        raised is a bug of ours: a 500 whose id is logged with the traceback. Each POST (what acts) is
+        logged with its status and how long it took: the session log says what was asked and when."""
+        began = time.monotonic()
+        status, answer = await self._answer(method, target, body, api)
+        if method == "POST":
+            log(f"POST {target[:200]}: {status} after {time.monotonic() - began:.1f} s")
+        return status, answer
+
+    async def _answer(
+        self, method: str, target: str, body: dict[str, Any], api: int | None
+    ) -> tuple[int, dict[str, Any]]:
         try:
             url = urlsplit(target)
             query = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20).items()}
