@@ -201,3 +201,116 @@ def test_failures_the_same_flags_meet_again_are_not_retried(line: str, kind: str
 def test_a_taken_port_or_an_unknown_cause_is_worth_a_retry() -> None:
     assert not_worth_retrying(["OSError: [Errno 98] Address already in use"]) is None
     assert not_worth_retrying(["Traceback (most recent call last):", "RuntimeError: something else"]) is None
+
+
+# -- formats found growing the public corpus (tests/telemetry/corpus/logs/, issue 27) ------------------------
+
+
+def test_systemd_journal_prefix_starts_a_record() -> None:
+    """`journalctl -u vllm` puts "Aug 18 22:22:22 host unit[pid]: " before every record: each line is a record of
+    its own (not the wrapped rest of the one before), and the facts behind the prefix read as without it."""
+    from vtui.telemetry.startup_log import continues
+
+    first = (
+        "Aug 18 22:22:05 sys0 vllm[188633]: (EngineCore pid=188633) INFO 08-18 22:22:05 [core.py:121] "
+        "Initializing a V1 LLM engine (v0.27.1) with config: model='/m', max_seq_len=8192, download_dir=None"
+    )
+    loaded = (
+        "Aug 18 22:22:22 sys0 vllm[188957]: (Worker_TP0 pid=188957) INFO 08-18 22:22:22 "
+        "[gpu_model_runner.py:5405] Model loading took 37.96 GiB memory and 8.116200 seconds"
+    )
+    assert not continues(first, loaded)
+    assert continues(first, "  , tokenizer='/m'")  # a wrapped config line still joins
+    facts = parse_startup([first, "Aug 18 22:22:14 sys0 vllm[188957]: [102B blob data]", loaded])
+    assert (facts.vllm_version, facts.engine, facts.max_model_len) == ("0.27.1", "V1", 8192)
+    assert (facts.model_weights_gib, facts.model_load_secs) == (37.96, pytest.approx(8.1162))
+
+
+@pytest.mark.parametrize(
+    "colour",
+    [
+        lambda s, code: f"\x1b[{code}m{s}\x1b[0m",  # a terminal's log, as written
+        lambda s, code: f"^[[{code}m{s}^[[0m",  # a CI page's caret form
+    ],
+)
+def test_colour_codes_are_read_through(colour) -> None:
+    """vLLM colours its prefix, level and time on a terminal: the failure read from such a log is the record's
+    text, without the codes (and without the prefix they hid from the level/date pattern)."""
+
+    def record(text: str) -> str:
+        return " ".join(
+            [
+                colour("(EngineCore_DP0 pid=738)", "0;36"),
+                colour("ERROR", "31"),
+                colour("01-26 09:25:37", "90"),
+            ]
+            + [colour("[core.py:935]", "90"), text]
+        )
+
+    lines = [record("EngineCore failed to start."), record("Traceback (most recent call last):")]
+    (problem,) = diagnose(lines, holders_of_port=_no_holders)
+    assert problem.kind == "startup_failed"
+    assert "\x1b" not in problem.message and "^[" not in problem.message
+    assert problem.message.endswith("EngineCore failed to start.")
+    kv = (
+        colour("(EngineCore pid=4)", "0;36")
+        + " INFO 01-26 09:25:40 [kv_cache_utils.py:1710] GPU KV cache size: 1,024 tokens"
+    )
+    assert (parse_startup([kv]).engine, parse_startup([kv]).kv_cache_tokens) == ("V1", 1024)
+
+
+def test_a_v1_kv_error_cut_after_the_need_still_names_the_length() -> None:
+    """A paste that ends the 0.2x error at "is needed, which is larger t" keeps the length and the need; the
+    fix needs the available memory and vLLM's estimate, which were cut away."""
+    lines = [
+        "  ValueError: To serve at least one request with the model's max seq len (1048576),",
+        "  23.32 GiB KV cache is needed, which is larger t",
+    ]
+    facts = parse_startup(lines)
+    assert (facts.max_model_len, facts.kv_needed_gib, facts.available_kv_gib) == (1048576, 23.32, None)
+    (problem,) = diagnose(lines, holders_of_port=_no_holders)
+    assert problem.kind == "kv_too_small_for_max_model_len" and problem.fix is None
+    assert "1048576" in problem.explanation and "23.32 GiB" in problem.explanation
+
+
+def test_a_v1_kv_error_wrapped_mid_sentence_is_reported_once_whole() -> None:
+    """Read line by line, the first half of a wrapped error looks like a cut one; the whole message, once the
+    next line joins it, replaces it (with vLLM's estimate as the fix)."""
+    lines = [
+        "(EngineCore pid=1) ERROR 08-21 18:37:44 [core.py:1344] ValueError: To serve at least one request with the "
+        "model's max seq len (100000), (4.26 GiB KV cache is needed, which is larger than the available KV cach",
+        "e memory (4.25 GiB). Based on the available memory, the estimated maximum model length is 99632. Try "
+        "increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+    ]
+    (problem,) = diagnose(lines, holders_of_port=_no_holders)
+    assert problem.kind == "kv_too_small_for_max_model_len"
+    assert dict(problem.fix or {}) == {"max-model-len": 99632}
+
+
+def test_vllm_metal_paged_attention_budget() -> None:
+    """vllm-metal (Apple silicon) says its Metal budget in its own words, one figure group a line."""
+    lines = [
+        "ValueError: Paged attention: not enough Metal memory for KV cache.",
+        "  metal_limit=26.80GB, fraction=0.98, usable_metal=26.26GB,",
+        "  model_memory=19.74GB, overhead=2.09GB, kv_budget_before_hybrid=-11.9GB, kv_budget=-12.05GB.",
+        "  Mitigations: increase VLLM_METAL_MEMORY_FRACTION, use a smaller or more quantized model",
+    ]
+    facts = parse_startup(lines)
+    assert (facts.total_gpu_gib, facts.gpu_memory_utilization) == (26.8, 0.98)
+    assert (facts.model_weights_gib, facts.available_kv_gib) == (19.74, -12.05)
+    (problem,) = diagnose(lines, holders_of_port=_no_holders)
+    assert problem.kind == "no_kv_memory" and problem.fix is None
+    assert "VLLM_METAL_MEMORY_FRACTION" in problem.explanation and "19.74 GiB" in problem.explanation
+    assert not_worth_retrying(lines) is not None
+
+
+def test_cuda_error_out_of_memory_and_a_ranked_worker_prefix() -> None:
+    """0.8-0.9's V1 workers say "(VllmWorker rank=3 pid=…)"; a graph capture's OOM can read "CUDA error: out of
+    memory" rather than "CUDA out of memory"."""
+    lines = [
+        "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470]     super().capture_end()",
+        "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] RuntimeError: CUDA error: "
+        "out of memory",
+    ]
+    assert parse_startup(lines).engine == "V1"
+    assert [p.kind for p in diagnose(lines, holders_of_port=_no_holders)] == ["cuda_oom"]

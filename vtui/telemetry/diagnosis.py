@@ -94,7 +94,17 @@ _Detector = tuple[re.Pattern[str], Callable[[re.Match[str], _Context], Problem]]
 
 
 def _kv_v1(m: re.Match[str], ctx: _Context) -> Problem:
-    want, needed, available = int(m.group(1)), float(m.group(2)), float(m.group(3))
+    want, needed = int(m.group(1)), float(m.group(2))
+    if m.group(3) is None:  # a paste cut the message before the available memory
+        return Problem(
+            "kv_too_small_for_max_model_len",
+            m.group(0).strip(),
+            None,
+            f"One request of max_model_len={want} tokens needs {memory_text(needed)} of KV cache, more than is left "
+            "after weights and activations. Lower --max-model-len (the full message gives vLLM's estimate), or give "
+            "the KV cache more memory (higher --gpu-memory-utilization, fewer other processes on the GPU).",
+        )
+    available = float(m.group(3))
     estimate = int(m.group(4)) if m.group(4) else None
     if estimate is None and needed > 0:  # before vLLM 0.9 the message gave no estimate: scale and round down
         estimate = int(want * available / needed) // 16 * 16 or None
@@ -319,6 +329,43 @@ def _model_missing(m: re.Match[str], ctx: _Context) -> Problem:
     )
 
 
+def _metal_no_kv(m: re.Match[str], ctx: _Context) -> Problem:
+    """vllm-metal's paged attention (Apple silicon): weights and overhead fill the Metal budget."""
+    facts = ctx.facts
+    figures = ""
+    if facts.total_gpu_gib is not None and facts.gpu_memory_utilization is not None:
+        figures = (
+            f" Of the {memory_text(facts.total_gpu_gib)} Metal working set, the fraction "
+            f"{facts.gpu_memory_utilization:g} is usable"
+            + (
+                f"; the weights take {memory_text(facts.model_weights_gib)}"
+                if facts.model_weights_gib
+                else ""
+            )
+            + (
+                f", leaving {memory_text(facts.available_kv_gib)}"
+                if facts.available_kv_gib is not None
+                else ""
+            )
+            + "."
+        )
+    return Problem(
+        "no_kv_memory",
+        m.group(0),
+        None,
+        "vllm-metal found no Metal memory left for the KV cache."
+        + figures
+        + " Raise VLLM_METAL_MEMORY_FRACTION "
+        "(or --gpu-memory-utilization when it is auto), use a smaller or more quantized model, or lower "
+        "--max-num-seqs.",
+        (
+            "raise VLLM_METAL_MEMORY_FRACTION (or --gpu-memory-utilization while the variable is auto)",
+            "use a smaller or more quantized model",
+            "lower --max-num-seqs (1 for a single user)",
+        ),
+    )
+
+
 def _cpu_footprint(m: re.Match[str], ctx: _Context) -> Problem:
     """vLLM 0.33's CPU backend (v1/worker/cpu_worker.py): the worker's own memory fills its reservation."""
     used, reserved = float(m.group(1)), float(m.group(2))
@@ -377,17 +424,18 @@ _DETECTORS: tuple[_Detector, ...] = tuple(
     for p, f in (
         (
             r"To serve at least one request with the models?'s max seq len \((\d+)\),\s*\(?([\d.]+) GiB KV cache is "
-            r"needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)\.?"
-            r"(?:\s*Based on the available memory,\s*the estimated maximum model length is (\d+))?",
-            _kv_v1,
+            r"needed(?:, which is larger than the available KV cache memory \(([\d.]+) GiB\)\.?"
+            r"(?:\s*Based on the available memory,\s*the estimated maximum model length is (\d+))?|[^.]*$)",
+            _kv_v1,  # or cut short after "is needed" by a paste
         ),
+        (r"Paged attention: not enough Metal memory for KV cache", _metal_no_kv),
         (
             r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
             r"cache \((?:(\d+)\)|$)",  # a paste may end before the capacity
             _kv_v0,
         ),
         (r"No available memory for the cache blocks", _no_kv),
-        (r"(?:torch\.(?:cuda\.)?OutOfMemoryError: )?CUDA out of memory", _oom),
+        (r"(?:torch\.(?:cuda\.)?OutOfMemoryError: )?CUDA out of memory|CUDA error: out of memory", _oom),
         (
             r"(?:Free memory on device ?(?P<dev>[\w:]*)|Available memory on node (?P<node>\d+)) \((?P<free>[\d.]+)/"
             r"(?P<total>[\d.]+) GiB\) on startup is less than desired (?:GPU|CPU) memory utilization \((?P<util>[\d.]+)"
@@ -424,7 +472,9 @@ _DETECTORS: tuple[_Detector, ...] = tuple(
         ),
     )
 )
-_LOG_PID = re.compile(r"^\((?:[\w -]+) pid=(\d+)\)", re.M)
+_LOG_PID = re.compile(
+    r"^\((?:[\w =-]+) pid=(\d+)(?:, ip=[\d.]+)?\)", re.M
+)  # "(VllmWorker rank=3 pid=…)", Ray's ip
 _FAILED = re.compile(
     r"Traceback \(most recent call last\)|initialization failed|failed to start|: error: |"
     r"Worker proc \S+ died unexpectedly"
@@ -447,9 +497,9 @@ def diagnose(
     GpuSample), `gpu_indices` (the instance's GPUs), `instance` and `own_pids` let a memory problem name
     the processes holding those GPUs."""
     # here, not at import: the dashboard imports this module for diagnose_runtime at its first samples
-    from vtui.telemetry.startup_log import across_wrap, extend_record, parse_startup
+    from vtui.telemetry.startup_log import across_wrap, extend_record, parse_startup, plain
 
-    lines = list(lines)
+    lines = [plain(line) for line in lines]
     ctx = _Context(
         facts if facts is not None else parse_startup(lines),
         gpu,
@@ -480,7 +530,13 @@ def diagnose(
                 break
             seen.add(key)
             problem = build(m, ctx)
-            if not any(p.kind == problem.kind and p.message == problem.message for p in problems):
+            # a message read cut at a line's end, then whole once the next line joined it: keep the whole one
+            cut = next(
+                (i for i, p in enumerate(problems) if p.kind == problem.kind and _completes(problem, p)), None
+            )
+            if cut is not None:
+                problems[cut] = problem
+            elif not any(p.kind == problem.kind and p.message == problem.message for p in problems):
                 problems.append(problem)
             break
         record = extend_record(record, line)
@@ -490,6 +546,11 @@ def diagnose(
             Problem("startup_failed", cause, None, "vLLM failed to start; this is the root cause it logged.")
         )
     return problems
+
+
+def _completes(whole: Problem, cut: Problem) -> bool:
+    """True when `whole` is the message `cut` was read from before a paste's next line gave the rest."""
+    return len(whole.message) > len(cut.message) and whole.message.startswith(cut.message)
 
 
 def run_memory_rule(

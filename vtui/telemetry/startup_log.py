@@ -2,6 +2,7 @@
 and "# GPU blocks" lines, the V1 "Available KV cache memory" / "KV cache size" / "Maximum concurrency"
 lines, timings, max model len, non-default args and the version banner; with or without the
 `(EngineCore… pid=…)` prefixes; 0.30-0.33 wrote the same lines (tests/telemetry/test_telemetry_v033.py).
+Also read through: systemd's journal prefix, terminal colour codes, vllm-metal's Metal budget error.
 `parse_startup(lines)` reads them: the UI at READY and after a failure,
 `vtui diagnose`, and the planner's "from the log" budget (`StartupFacts.kv_memory_bytes`). The live
 STARTING phase is the supervisor's (core.phases, through core.instance), not this module's.
@@ -20,7 +21,7 @@ from vtui.core.phases import phase_of
 from vtui.core.state import Phase
 from vtui.telemetry.facts import FACT_KEYS, StartupFacts
 
-__all__ = ["FACT_KEYS", "StartupFacts", "across_wrap", "extend_record", "parse_startup"]
+__all__ = ["FACT_KEYS", "StartupFacts", "across_wrap", "extend_record", "parse_startup", "plain"]
 
 _V0_DEFAULT_BLOCK_SIZE = 16
 # Printed once per worker (tensor/pipeline parallel): the engine sizes its cache by the smallest.
@@ -28,7 +29,8 @@ _SMALLEST_WINS = frozenset({"kv_cache_tokens", "max_concurrency", "available_kv_
 # A line that starts a log record; any other line may be the rest of the one before (a wrapped paste).
 _RECORD_START = re.compile(
     r"^\s*(?:[>+*│▎-]\s*)*(?:\S+\s+\|\s*)?"  # quote / list markers, a compose service name
-    r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} )"
+    r"(?:\(|\[|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|\d{2}-\d{2} |\d{4}-\d{2}-|\d{2}:\d{2}:\d{2} "
+    r"|[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} )"  # systemd's journal / syslog: "Aug 18 22:22:05 host unit[pid]: "
 )
 _MAX_JOINED = 8192
 # uvicorn's access lines (`INFO:     127.0.0.1:40112 - "GET /metrics HTTP/1.1" 200 OK`, two a second from
@@ -36,6 +38,13 @@ _MAX_JOINED = 8192
 _ACCESS = re.compile(r'(?:^|\) )INFO:\s+\S+ - "[A-Z]+ \S* HTTP/\d')
 _BOLD_FIGURE = re.compile(r"\*\*([\d.,]+(?: ?[A-Za-z]+)?)\*\*")  # **20865**, **7.51 s**, **34.11 seconds**
 _QUOTE_MARKS = re.compile(r"^\s*(?:[>│▎]\s?)+")  # a quoted paste repeats its marker on every wrapped line
+# vLLM's coloured log levels and prefixes (a terminal's log, or a CI page's caret form "^[[0;36m")
+_ANSI = re.compile(r"(?:\x1b|\^\[)\[[0-9;]*m")
+
+
+def plain(line: str) -> str:
+    """`line` without terminal colour codes, as every rule here and in diagnosis reads it."""
+    return _ANSI.sub("", line) if "[" in line else line
 
 
 def _num(text: str) -> float:
@@ -160,11 +169,11 @@ _RULES: tuple[_Rule, ...] = tuple(
         (r"[Gg]raph capturing finished in " + _N + r"\s*secs?", (("cuda_graph_capture_secs", _num, 3),)),
         (r"torch\.compile (?:takes|took) " + _N + r"\s*s in total", (("torch_compile_secs", _num, 3),)),
         # failure messages that carry figures
-        (
-            r"max seq len \((\d+)\), \(?"
+        (  # a paste may cut it after "is needed": the length and the need, without what was available
+            r"max seq len \((\d+)\),\s*\(?"
             + _N
-            + r" GiB KV cache is needed, which is larger than the available KV "
-            r"cache memory \(" + _N + r" GiB\)",
+            + r" GiB KV cache is needed(?:, which is larger than the available KV "
+            r"cache memory \(" + _N + r" GiB\))?",
             (("max_model_len", _int, 1), ("kv_needed_gib", _num, 3), ("available_kv_gib", _num, 1)),
         ),
         (r"estimated maximum model length is (\d+)", (("estimated_max_model_len", _int, 3),)),
@@ -187,6 +196,13 @@ _RULES: tuple[_Rule, ...] = tuple(
             (("_free_gib", _num, 1), ("total_gpu_gib", _num, 1), ("gpu_memory_utilization", _num, 1)),
         ),
         (r"desired CPU memory utilization \(" + _N, (("gpu_memory_utilization", _num, 1),)),
+        # vllm-metal's paged-attention budget, in the error that says it leaves no KV cache (its own lines)
+        (
+            r"\bmetal_limit=" + _N + r"GB, fraction=" + _N,
+            (("total_gpu_gib", _num, 2), ("gpu_memory_utilization", _num, 2)),
+        ),
+        (r"\bmodel_memory=" + _N + r"GB", (("model_weights_gib", _num, 2),)),
+        (r"\bkv_budget=" + _SN + r"GB", (("available_kv_gib", _num, 3),)),
     )
 )
 _ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
@@ -196,7 +212,8 @@ _ENGINE_RULES: tuple[tuple[re.Pattern[str], str, int], ...] = tuple(
         (r"Initializing an? (?:V0 )?LLM engine", "V0", 3),
         # V1's process prefixes; V0's tensor-parallel workers say "(VllmWorkerProcess pid=…)"
         (
-            r"\((?:A[Pp][Ii]Server(?:_\d+)?|EngineCore[\w-]*|VllmWorker[ -](?:TP)?\d+|Worker(?:_\w+)?) pid=\d+\)",
+            r"\((?:A[Pp][Ii]Server(?:_\d+)?|EngineCore[\w-]*|VllmWorker(?:[ -](?:TP)?\d+| rank=\d+)|Worker(?:_\w+)?)"
+            r" pid=\d+\)",
             "V1",
             1,
         ),
@@ -297,7 +314,7 @@ class _Reader:
         if " HTTP/" in line and self._phase is not None and _ACCESS.search(line):
             self._prev = line  # the next line does not continue it
             return False
-        line = _BOLD_FIGURE.sub(r"\1", line)  # markdown bold around a figure in an issue thread
+        line = _BOLD_FIGURE.sub(r"\1", plain(line))  # markdown bold around a figure in an issue thread
         if _NEW_RUN.search(line) and "vllm_version" in self._values:
             self.reset()  # a new run appended to the same log
         changed = False
@@ -315,6 +332,8 @@ class _Reader:
             if m is None:
                 continue
             for i, (key, convert, prio) in enumerate(groups, start=1):
+                if m.group(i) is None:  # an optional part the line lacks (a message cut short)
+                    continue
                 try:
                     changed |= self._set(key, convert(m.group(i)), prio)
                 except ValueError:
