@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from vtui.sim import tokens
-from vtui.sim.openai import Params, parse
-from vtui.sim.server import ServerConfig, SimServer
+from vtui.sim.openai import Params, parse, tokenize
 
 
 def _tokenizer_json(folder: Path) -> Path:
@@ -92,14 +91,13 @@ def test_usage_checks_use_the_counter(tmp_path: Path) -> None:
 
 def test_tokenize_and_detokenize_answer_with_the_counter(tmp_path: Path) -> None:
     _tokenizer_json(tmp_path)
-    cfg = ServerConfig(["m"], "m", 100, 16, [], "0.32.0", counter=tokens.load(str(tmp_path)))
-    server = SimServer(cfg, None, lambda: "", lambda _line: None)  # type: ignore[arg-type]
-    status, body = server.tokenize(True, json.dumps({"prompt": "world hello"}).encode())
+    counter = tokens.load(str(tmp_path))
+    status, body = tokenize(True, json.dumps({"prompt": "world hello"}).encode(), counter, 100)
     assert status == 200 and json.loads(body) | {"max_model_len": 0} == {
         "count": 2,
         "max_model_len": 0,
         "tokens": [2, 1],
         "token_strs": None,
     }
-    status, body = server.tokenize(False, json.dumps({"tokens": [2, 1]}).encode())
+    status, body = tokenize(False, json.dumps({"tokens": [2, 1]}).encode(), counter, 100)
     assert (status, json.loads(body)) == (200, {"prompt": "world hello"})

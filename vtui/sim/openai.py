@@ -1,6 +1,7 @@
 """vLLM 0.32's OpenAI request checks and answer shapes, without the I/O: what /v1/completions and
 /v1/chat/completions accept (and their 400s, in vLLM's words), how `max_tokens` is capped to the context,
-prompt lists and `n`, logprobs and echo, and the JSON bodies (keys as vLLM 0.32 sends them).
+prompt lists and `n`, logprobs and echo, and the JSON bodies (keys as vLLM 0.32 sends them); /tokenize
+and /detokenize (`tokenize`).
 
 Prompts are counted by a `vtui.sim.tokens.Counter` (the model's tokenizer, or the estimate), and
 generated tokens are words of a fixed list (`WORDS`), chosen from a per-choice seed."""
@@ -395,3 +396,35 @@ def body(
     if chat:
         out |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
     return out | {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+
+
+def tokenize(encode: bool, raw: bytes, counter: Counter, limit: int) -> tuple[int, bytes]:
+    """POST /tokenize ({"prompt"} or {"messages"}) and POST /detokenize ({"tokens"}), vLLM 0.32's shapes:
+    the status and the body."""
+    try:
+        payload = json.loads(raw or b"null")
+    except json.JSONDecodeError as exc:
+        return 400, json_error(exc)
+    if not isinstance(payload, dict):
+        payload = {}
+    if not encode:
+        tokens = payload.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            return 400, validation_error([missing("tokens", payload)])
+        return 200, json.dumps({"prompt": counter.decode(tokens)}).encode()
+    if "prompt" in payload:
+        ids = counter.encode(str(payload["prompt"]))
+    elif isinstance(payload.get("messages"), list):
+        count = counter.chat(payload["messages"])
+        ids = (
+            counter.encode(
+                "".join(str(m.get("content", "")) for m in payload["messages"] if isinstance(m, dict)),
+                special=False,
+            )
+            + [1] * count
+        )[:count]  # the count is the template's; the ids the contents'
+    else:
+        return 400, validation_error([missing("prompt", payload), missing("messages", payload)])
+    count = len(ids)
+    answer = {"count": count, "max_model_len": limit, "tokens": ids, "token_strs": None}
+    return 200, json.dumps(answer).encode()

@@ -18,7 +18,8 @@ from vtui.sim.logfmt import VllmLog
 from vtui.sim.memory import KvPlan
 from vtui.sim.models import ModelShape
 from vtui.sim.scheduler import Scheduler
-from vtui.sim.server import ServerConfig, SimServer
+from vtui.sim.server import SimServer
+from vtui.sim.wire import ServerConfig
 
 ROUTES = [
     "/openapi.json",
