@@ -184,8 +184,9 @@ def test_the_architecture_doc_is_short_and_names_only_modules_that_exist() -> No
 # -- no god classes: small parts, composed ---------------------------------------------------------------
 MAX_METHODS = 30
 MAX_CLASS_LINES = 400
-# Packages held to the limits (issue 26: the supervisor and the session service as composition).
-SIZED_PACKAGES = ["vtui/service", "vtui/supervisor"]
+# Packages held to the limits (issue 26: the supervisor, the session service and the dashboard as
+# composition).
+SIZED_PACKAGES = ["vtui/service", "vtui/supervisor", "vtui/ui"]
 # Over the limits still, each with why; the list may only shrink (an entry over nothing fails).
 OVERSIZED_ALLOWED: dict[str, str] = {}
 
