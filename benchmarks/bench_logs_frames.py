@@ -43,7 +43,7 @@ def measure(rate: int, presses: int) -> dict:
     from bench_logs import feeding_supervisor
     from textual.screen import Screen
 
-    from vtui.ui import app as app_module
+    from vtui.ui import startup
     from vtui.ui.app import VtuiApp, make_app
     from vtui.ui.screens.logs import LogScreen
 
@@ -81,7 +81,7 @@ def measure(rate: int, presses: int) -> dict:
         app = make_app(supervisor=feeding_supervisor(rate), gpu_sampler=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause(SETTLE_S)
-            app_module._freeze_heap()  # what the app does on a real terminal after its first frame
+            startup.freeze_heap()  # what the app does on a real terminal after its first frame
             await pilot.press("l")
             await pilot.pause(SETTLE_S)
             recording[0] = True

@@ -198,9 +198,9 @@ async def measure(opens: int, size: tuple[int, int], history_s: int, log_lines: 
                 app.on_metrics_arrived(MetricsArrived(point))
             fake.emit_logs(name, logs[name])
         await settle(pilot, 6)
-        from vtui.ui import app as app_module
+        from vtui.ui import startup
 
-        app_module._freeze_heap()  # what the app does on a real terminal once the history is in
+        startup.freeze_heap()  # what the app does on a real terminal once the history is in
         for label, key, screen in SCREENS:
             walls: list[float] = []
             cpus: list[float] = []

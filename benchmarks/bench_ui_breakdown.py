@@ -36,6 +36,7 @@ from textual.screen import Screen
 
 from vtui.service.remote import RemoteSupervisor
 from vtui.ui.app import VtuiApp, run_tui
+from vtui.ui.stack import Screens
 from vtui.ui.widgets.gpu_panel import GpuPanel
 from vtui.ui.widgets.instance_pane import InstancePane
 from vtui.ui.widgets.instance_table import FleetTable
@@ -135,7 +136,7 @@ def main() -> int:
         (StylesCache, "render_line", "      styles cache render_line (per line)"),
         (FleetTable, "_draw_line", "        vtui fleet line -> strip"),
         (App, "_display", "  terminal write (_display)"),
-        (VtuiApp, "_refresh_screens", "refresh_screens (vtui: the 1 Hz tick)"),
+        (Screens, "refresh", "refresh_screens (vtui: the 1 Hz tick)"),
         (FleetTable, "update_from", "  vtui fleet update_from (rows + compare)"),
         (GpuPanel, "_rerender", "  vtui GPU panel text"),
         (InstancePane, "update_view", "  vtui instance pane update_view"),

@@ -184,9 +184,9 @@ def test_the_architecture_doc_is_short_and_names_only_modules_that_exist() -> No
 # -- no god classes: small parts, composed ---------------------------------------------------------------
 MAX_METHODS = 30
 MAX_CLASS_LINES = 400
-# Packages held to the limits (issue 26: the supervisor, the session service and the sim's server as
-# composition).
-SIZED_PACKAGES = ["vtui/service", "vtui/supervisor", "vtui/sim"]
+# Every package is held to the limits (issue 26: the supervisor, the session service, the dashboard and
+# the sim's server were the god classes; they are composed of parts now).
+SIZED_PACKAGES = ["vtui"]
 # Over the limits still, each with why; the list may only shrink (an entry over nothing fails).
 OVERSIZED_ALLOWED: dict[str, str] = {}
 

@@ -99,7 +99,7 @@ async def test_a_second_client_and_the_dashboard_see_each_others_restarts(
         asked = loop.time()
         await other.restart("a", other.layout.instance("a").with_flags({"max-num-seqs": 5}))
         await until(lambda: view.spec.flags.get("max-num-seqs") == 5 and view.state == State.READY)
-        app.restart_instance("a", view.spec.with_flags({"max-num-seqs": 6}))
+        app.control.restart_instance("a", view.spec.with_flags({"max-num-seqs": 6}))
         await until(lambda: starts(heard, "a") and other.status()[0].spec.flags.get("max-num-seqs") == 6)
         assert loop.time() - asked < 30
         await until(lambda: other.status()[0].state is State.READY)

@@ -134,7 +134,7 @@ async def test_flag_history_is_persisted_loaded_and_shows_what_a_change_bought(f
     async with app.run_test(size=(120, 110)) as pilot:
         for _ in range(100):
             await pilot.pause(0.01)
-            if app._history_ready and path.exists() and "65536" in path.read_text():
+            if app.history.ready and path.exists() and "65536" in path.read_text():
                 break
         entries = __import__("json").loads(path.read_text())["entries"]
         assert entries[0]["kv_tokens"] == 32768 and entries[-1]["kv_tokens"] == 65536  # the fake's 8192 x 8

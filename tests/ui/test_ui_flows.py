@@ -126,7 +126,7 @@ async def test_rollback_restores_last_good_flags(fake, app_factory, layout):
         await settle(pilot)
         dash = app.screen
         assert dash.check_action("rollback", ()) is None  # greyed: nothing to roll back
-        app.restart_instance("llama", spec.with_flags({"max-num-seqs": 4096}))
+        app.control.restart_instance("llama", spec.with_flags({"max-num-seqs": 4096}))
         await settle(pilot, 5)
         assert app.store.views["llama"].state == State.FAILED
         await pilot.press("j")  # select llama
@@ -157,7 +157,7 @@ async def test_rollback_undoes_a_change_that_worked(fake, app_factory, layout):
         await settle(pilot)
         dash = app.screen
         assert dash.selected_name() == "qwen" and dash.check_action("rollback", ()) is None
-        app.restart_instance("qwen", spec.with_flags({"max-num-seqs": 8}))
+        app.control.restart_instance("qwen", spec.with_flags({"max-num-seqs": 8}))
         await settle(pilot, 5)
         view = app.store.views["qwen"]
         assert view.state == State.READY and view.spec.flags["max-num-seqs"] == 8
@@ -183,7 +183,7 @@ async def test_save_layout_writes_current_flags(fake, app_factory, tmp_path):
     target = tmp_path / "saved.toml"
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
-        app.restart_instance("embed", fake.layout.instance("embed").with_flags({"max-num-seqs": 32}))
+        app.control.restart_instance("embed", fake.layout.instance("embed").with_flags({"max-num-seqs": 32}))
         await settle(pilot)
         await pilot.press("ctrl+s")  # no path yet: save as
         await settle(pilot)
@@ -199,7 +199,7 @@ async def test_save_layout_writes_current_flags(fake, app_factory, tmp_path):
         assert not app.store.dirty and str(target) in screen_text(app)
         # Saved again to the same file, it is edited in place: the user's comments stay.
         target.write_text("# my notes on this box\n" + target.read_text())
-        app.restart_instance("embed", fake.layout.instance("embed").with_flags({"max-num-seqs": 48}))
+        app.control.restart_instance("embed", fake.layout.instance("embed").with_flags({"max-num-seqs": 48}))
         await settle(pilot)
         await pilot.press("ctrl+s")
         await settle(pilot, 8)
@@ -401,7 +401,7 @@ async def test_ctrl_s_adds_a_flag_keeping_comments_and_a_key_added_by_hand(app_f
         by_hand = COMMENTED_LAYOUT.replace("port = 8102\n", "port = 8102\nmax_restarts = 7   # by hand\n")
         path.write_text(by_hand)
         embed = fake.layout.instance("embed")
-        app.restart_instance("embed", embed.with_flags({"max-model-len": 2048, "max-num-seqs": 24}))
+        app.control.restart_instance("embed", embed.with_flags({"max-model-len": 2048, "max-num-seqs": 24}))
         await settle(pilot)
         await pilot.press("ctrl+s")
         await settle(pilot, 8)

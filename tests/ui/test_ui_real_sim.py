@@ -55,7 +55,7 @@ sim-load = 4
         assert "READY" in text and "RUN/MAX" in text and "/64 " in text and "G tok/s" in text
         assert view.facts is not None and view.flag_history[-1].kv_tokens
         # Retune through the real supervisor: new flags, restart, new value on screen.
-        app.restart_instance("a", view.spec.with_flags({"max-num-seqs": 32}))
+        app.control.restart_instance("a", view.spec.with_flags({"max-num-seqs": 32}))
         await _until(
             lambda: (
                 view.state == State.READY

@@ -78,7 +78,7 @@ async def test_the_first_frame_turns_the_collector_back_on(fake, app_factory):
         async with app.run_test(size=(80, 24)) as pilot:
             for _ in range(3):
                 await pilot.pause()
-            assert app.first_frame_at is not None and gc.isenabled()
+            assert app.startup.first_frame_at is not None and gc.isenabled()
     finally:
         gc.enable()
 

@@ -134,20 +134,20 @@ def why_not(action: str, view: InstanceView | None) -> str:
 def perform(app: VtuiApp, action: str, name: str) -> None:
     """Do `action` on instance `name` (the key and the palette entry call this alike)."""
     if action in SCREENS:
-        app.open_screen(action, name)
+        app.screens.open(action, name)
     elif action == "start":
-        app.start_instances([name])
+        app.control.start_instances([name])
     elif action == "stop":
-        app.ask_stop(name)  # confirmed first unless settings.toml says `confirm = false`
+        app.control.ask_stop(name)  # confirmed first unless settings.toml says `confirm = false`
     elif action == "restart":
-        app.ask_restart(name)
+        app.control.ask_restart(name)
     elif action == "rollback":
-        app.rollback_instance(name)
+        app.control.rollback_instance(name)
     elif action == "sleep_toggle":
         view = app.store.views.get(name)
         asleep = view is not None and view.state == State.ASLEEP
         supervisor = app.supervisor
-        app._call(
+        app.control.call(
             f"{'wake' if asleep else 'sleep'} {name}",
             (lambda: supervisor.wake(name)) if asleep else (lambda: supervisor.sleep(name, 1)),
         )

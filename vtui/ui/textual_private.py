@@ -70,19 +70,20 @@ def screen_strips(screen: Screen) -> list[Strip]:
 
 
 class NoticeRoutingApp(App[_R]):
-    """An App whose notifications go to `route_notifications` first (toasts only when it returns False)."""
+    """An App whose notifications go to its `notice_router` first, a callable given the live ones (the
+    unexpired notifications, oldest first) that answers whether it showed them: Textual's toasts show
+    them when it did not, or when there is no router."""
+
+    notice_router: Callable[[list[Notification]], bool] | None = None
 
     def _refresh_notifications(self) -> None:
-        if not self.route_notifications(list(self._notifications)):
+        router = self.notice_router
+        if router is None or not router(list(self._notifications)):
             super()._refresh_notifications()
 
     def refresh_notifications(self) -> None:
         """Route the live notifications again (e.g. when the next one expires)."""
         self._refresh_notifications()
-
-    def route_notifications(self, live: list[Notification]) -> bool:
-        """Show `live` (the unexpired notifications, oldest first); False: Textual's toasts show them."""
-        return False
 
 
 def mark_footer_ready(footer: Footer) -> None:

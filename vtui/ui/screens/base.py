@@ -69,7 +69,7 @@ class InstanceScreen(StoreScreen):
     def say_why_not(self, action: str) -> None:
         """An instance key pressed where it is greyed out: say why it does nothing (other actions: no)."""
         if action in actions.BY_ACTION:
-            self.app.say_why_not(actions.why_not(action, self._view()))
+            self.app.notices.say_why_not(actions.why_not(action, self._view()))
 
     def _perform(self, action: str) -> None:
         if name := self.selected_name():

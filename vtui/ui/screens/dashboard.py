@@ -248,7 +248,7 @@ class DashboardScreen(InstanceScreen):
         self._after_selection()
 
     def action_start_all(self) -> None:
-        self.app.start_instances(None)
+        self.app.control.start_instances(None)
 
     # -- the `:` command line --------------------------------------------------------------------------
     async def action_command_line(self) -> None:

@@ -268,7 +268,7 @@ class DetailScreen(InstanceScreen):
         spec = view.spec
         if spec is None:
             return
-        loaded = self.app.model_config(spec)
+        loaded = self.app.model_configs.get(spec)
         key = (
             id(view.facts),
             view.facts is None,
@@ -310,9 +310,9 @@ class DetailScreen(InstanceScreen):
             return
         problems = view.all_problems if view is not None else []
         if index >= len(problems):
-            self.app.say_why_not(f"{self.instance}: no problem {index + 1} diagnosed")
+            self.app.notices.say_why_not(f"{self.instance}: no problem {index + 1} diagnosed")
         else:
-            self.app.say_why_not(
+            self.app.notices.say_why_not(
                 f"{self.instance}: no flag change fixes problem {index + 1} ({problems[index].kind}); "
                 "its remedies are listed under it"
             )
@@ -341,6 +341,6 @@ class DetailScreen(InstanceScreen):
             spec = dataclasses.replace(spec, port=port)
         if isinstance(host, str):
             spec = dataclasses.replace(spec, host=host)
-        self.app.review_and_restart(
+        self.app.control.review_and_restart(
             self.instance, spec, note=f"fix: {problems[index].kind}", label="fix", fallback=serving(view)
         )

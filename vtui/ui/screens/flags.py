@@ -228,7 +228,7 @@ class FlagEditorScreen(StoreScreen):
         """Re-plan KV tokens / concurrency / fit for the edited flags (cheap; skipped when nothing moved)."""
         store = self.app.store
         spec = self.spec
-        loaded = self.app.model_config(spec)
+        loaded = self.app.model_configs.get(spec)
         flags = self.edited_flags()
         gpu_gib = planning.gpu_memory_gib(spec, store.layout.session, store.gpu)
         device = planning.device_of(spec, store.gpu)
@@ -302,7 +302,7 @@ class FlagEditorScreen(StoreScreen):
             self._keep_timer = None
         flags = self.edited_flags()
         self._kept = flags if flags != dict(self.spec.flags) else None
-        self.app.keep_edits(self.instance, self._kept, dict(self.spec.flags))
+        self.app.control.keep_edits(self.instance, self._kept, dict(self.spec.flags))
         self._show_edits()
 
     def _show_edits(self) -> None:
@@ -424,7 +424,7 @@ class FlagEditorScreen(StoreScreen):
             value = running.get(box.name or "")
             box.value = "" if value is None else fmt.flag_value(value)
         self._kept = None
-        self.app.keep_edits(self.instance, None)
+        self.app.control.keep_edits(self.instance, None)
         self._show_edits()
         self.notify(f"{self.instance}: flag edits discarded")
 
@@ -456,4 +456,4 @@ class FlagEditorScreen(StoreScreen):
             self.notify("no changes")
             return
         new = self.spec.with_flags(flags, unset=[k for k in self.spec.flags if k not in flags])
-        self.app.review_and_restart(self.instance, new, note="edited", pop=self, clears_edits=True)
+        self.app.control.review_and_restart(self.instance, new, note="edited", pop=self, clears_edits=True)

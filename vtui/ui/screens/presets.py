@@ -33,7 +33,7 @@ class PresetScreen(ModalScreen[None]):
 
     def _model_len(self) -> int | None:
         """The model's own limit (its config's derived max_model_len), once the planner has read it."""
-        loaded = self.app.model_config(self._spec())
+        loaded = self.app.model_configs.get(self._spec())
         config = loaded[0] if loaded is not None else None
         return config.max_position_embeddings if config is not None else None
 
@@ -61,7 +61,7 @@ class PresetScreen(ModalScreen[None]):
     def action_apply(self, key: str) -> None:
         new = apply_preset(key, self._spec(), self._model_len())
         self.dismiss(None)
-        self.app.review_and_restart(self.instance, new, note=f"preset {key}")
+        self.app.control.review_and_restart(self.instance, new, note=f"preset {key}")
 
     def action_close(self) -> None:
         self.dismiss(None)

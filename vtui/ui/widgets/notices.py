@@ -1,6 +1,6 @@
 """The notice line: one reserved row above the footer where vtui's notifications show, so they never
 cover data (Textual's toasts are drawn over the bottom-right of the screen: the GPU panel, the fleet
-rows). The App routes every notification here (`VtuiApp._refresh_notifications`): the most severe live
+rows). The App routes every notification here (`vtui.ui.notices.Notices`): the most severe live
 one, newest first among equals, with its severity as a word as well as a colour, and how many more are
 live. With none it shows the screen's hint (the dashboard's: the `:` command line)."""
 

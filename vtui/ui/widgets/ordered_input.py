@@ -31,9 +31,9 @@ class OrderedInput(Input):
         if screen is None or screen is not self.app.screen or screen.focused is not self:
             event.stop()
             event.prevent_default()
-            key_again = getattr(self.app, "key_again", None)  # VtuiApp's: after the move is done
-            if key_again is not None:
-                key_again(event.key, event.character)
+            key_order = getattr(self.app, "key_order", None)  # VtuiApp's: after the move is done
+            if key_order is not None:
+                key_order.again(event.key, event.character)
             else:
                 (self.app.focused or self.app.screen).post_message(events.Key(event.key, event.character))
             return
