@@ -210,3 +210,21 @@ def test_sim_memory_uses_the_shared_vllm_tables() -> None:
         )
     awq = plan_kv(shape, tp=1, quantization="awq", **common)
     assert awq.weights_bytes < plan_kv(shape, tp=1, quantization=None, **common).weights_bytes / 2
+
+
+def test_a_stop_string_is_found_where_vllm_finds_it() -> None:
+    """`stop_point`: the first token after which the text holds a stop string (across tokens too), the
+    text kept before it (or through it), the first of the strings found winning; None when the words,
+    which repeat every len(WORDS) tokens, never hold it."""
+    from vtui.sim.completions import stop_point
+    from vtui.sim.tokens import WORDS
+
+    text = "".join(WORDS[(5 + i) % len(WORDS)] for i in range(6))
+    span = WORDS[(5 + 2) % len(WORDS)][-2:] + WORDS[(5 + 3) % len(WORDS)][:2]  # across tokens 3 and 4
+    at = text.index(span)
+    assert stop_point(5, (span,), 100, False) == (4, span, at)
+    assert stop_point(5, (span,), 100, True) == (4, span, at + len(span))
+    assert stop_point(5, (span,), 3, False) is None  # not within the tokens it may generate
+    first = WORDS[(5 + 1) % len(WORDS)].strip()
+    assert stop_point(5, ("never there", first), 100, False)[:2] == (2, first)  # type: ignore[index]
+    assert stop_point(5, ("\x00",), 10_000, False) is None

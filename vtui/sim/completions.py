@@ -1,7 +1,8 @@
 """The generating routes of the sim's server: /v1/completions and /v1/chat/completions (SSE streaming
 with usage, or one JSON body) and /v1/responses (text in, one message out, over a chat completion). A
 request becomes one engine request per prompt and sample; the engine's steps are the tokens, words of
-`WORDS` chosen from a per-choice seed. Request checks and body shapes are vLLM 0.32's (vtui.sim.openai)."""
+`WORDS` chosen from a per-choice seed; a stop string ends a choice where vLLM's detokenizer would
+(`stop_point`). Request checks and body shapes are vLLM 0.32's (vtui.sim.openai)."""
 
 from __future__ import annotations
 
@@ -72,12 +73,43 @@ class Completions:
         obj = "chat.completion.chunk" if chat else "text_completion"
         top = f'"id":"{rid}","object":"{obj}","created":{created},"model":{json.dumps(name)}'
         stream, k = params.stream, params.logprobs
+        seeds = [(hash(prompt.key) + j * 7919) & 0xFFFF for prompt in params.prompts for j in range(n)]
+        # the simulated model's end of sequence: at a length chosen by the seed (never with ignore_eos)
+        eos = [1 << 30 if params.ignore_eos else 8 + (seed * 2654435761) % 600 for seed in seeds]
+        plan = [
+            (seed, min(end, params.max_tokens[i // n]))
+            for i, (seed, end) in enumerate(zip(seeds, eos, strict=True))
+        ]
         last_extra = (
             "" if params.include_usage else f',"system_fingerprint":"{fingerprint(self.cfg.version)}"'
         )
 
+        stops = (
+            [stop_point(seed, params.stop, limit, params.include_stop) for seed, limit in plan]
+            if params.stop
+            else []
+        )
+        hold = max(map(len, params.stop)) - 1 if params.stop and not params.include_stop else 0
+        sent = [0] * count  # characters of each choice's text streamed so far (a stop string holds some back)
+
+        def visible(index: int, reason: str | None) -> str:
+            """What of the choice's text may be sent: all but the last `hold` characters while it runs (they
+            could start a stop string), the text up to its stop string once it ended (vLLM's detokenizer)."""
+            text = "".join(texts[index])
+            end = stops[index]
+            if reason is not None and end is not None and len(texts[index]) == end[0]:
+                return text[: end[2]]
+            return text if reason is not None or not hold else text[: max(0, len(text) - hold)]
+
+        def stop_reason(index: int, reason: str | None) -> str | None:
+            end = stops[index] if stops else None
+            return end[1] if reason == "stop" and end is not None and len(texts[index]) == end[0] else None
+
         def chunk(index: int, seed: int, i: int, token: str | None, reason: str | None) -> str:
             text = "" if token is None else _WORDS_JSON[(seed + i) % len(WORDS)]
+            if stops:
+                shown = visible(index, reason)
+                text, sent[index] = json.dumps(shown[sent[index] :])[1:-1], max(sent[index], len(shown))
             lp = "null"
             if k is not None and token is not None:
                 lp = json.dumps(
@@ -86,12 +118,13 @@ class Completions:
                     else completion_logprobs(seed, i, [token], k, sum(map(len, texts[index][:-1])))
                 )
             fin = "null" if reason is None else f'"{reason}"'
-            tail = ',"stop_reason":null' if reason else ""
+            why = json.dumps(stop_reason(index, reason)) if stops else "null"
+            tail = f',"stop_reason":{why}' if reason else ""
             if chat:
                 choice = f'"delta":{{"content":"{text}"}},"logprobs":{lp},"finish_reason":{fin}{tail},"token_ids":null'
             else:
                 choice = (
-                    f'"text":"{text}","logprobs":{lp},"finish_reason":{fin},"stop_reason":null,'
+                    f'"text":"{text}","logprobs":{lp},"finish_reason":{fin},"stop_reason":{why},'
                     '"prompt_token_ids":null,"token_ids":null'
                 )
             extra = last_extra if reason else ""
@@ -119,12 +152,12 @@ class Completions:
             return on_output
 
         requests: list[Request] = []
-        seeds: list[int] = []
         for p, prompt in enumerate(params.prompts):
             for j in range(n):
-                seed = (hash(prompt.key) + j * 7919) & 0xFFFF
-                stop_at = 1 << 30 if params.ignore_eos else 8 + (seed * 2654435761) % 600
-                seeds.append(seed)
+                seed = seeds[len(requests)]
+                stop_at = eos[len(requests)]
+                if stops and stops[len(requests)] is not None:
+                    stop_at = min(stop_at, stops[len(requests)][0])  # type: ignore[index]
                 requests.append(
                     Request(
                         f"{rid}-{p}-{j}" if count > 1 else rid,
@@ -173,8 +206,21 @@ class Completions:
             except ConnectionError:
                 pass
             return None
+        ends = [stop_reason(i, reasons[i]) if stops else None for i in range(count)]
+        texts_out = [visible(i, reasons[i] or "length") if stops else "".join(texts[i]) for i in range(count)]
         answer = self.answer(
-            chat, rid, created, name, params, texts, reasons, seeds, prompt_tokens, completion_tokens
+            chat,
+            rid,
+            created,
+            name,
+            params,
+            texts,
+            reasons,
+            seeds,
+            prompt_tokens,
+            completion_tokens,
+            texts_out,
+            ends,
         )
         return 200, json.dumps(answer).encode()
 
@@ -190,22 +236,25 @@ class Completions:
         seeds: list[int],
         prompt_tokens: int,
         completion_tokens: int,
+        shown: list[str],
+        ends: list[str | None],
     ) -> dict:
-        """The one JSON body of a request that did not stream."""
+        """The one JSON body of a request that did not stream. `shown`: each choice's text (up to its stop
+        string); `ends`: the stop string that ended it, if one did."""
         k = params.logprobs
         choices = []
         for index, tokens in enumerate(texts):
             reason = reasons[index] or "length"
             if chat:
                 lp = chat_logprobs(seeds[index], 0, tokens, k) if k is not None else None
-                choices.append(chat_choice(index, "".join(tokens), lp, reason))
+                choices.append(chat_choice(index, shown[index], lp, reason, ends[index]))
                 continue
             prompt = params.prompts[index // params.n]
             echoed = self.cfg.counter.pieces(prompt.text) if params.echo else []
             lp = None
             if k is not None:
                 lp = completion_logprobs(seeds[index], 0, echoed + tokens, k, 0, prompt=len(echoed))
-            choice = completion_choice(index, "".join(echoed + tokens), lp, reason)
+            choice = completion_choice(index, "".join(echoed) + shown[index], lp, reason, ends[index])
             if lp is not None and echoed:  # vLLM sends the prompt's logprobs too, keyed by token id
                 choice["prompt_logprobs"] = [None] + [
                     {str(sum(piece.encode()) % 32000): {"logprob": v, "rank": 1, "decoded_token": piece}}
@@ -243,6 +292,24 @@ class Completions:
         if status != 200:
             return reply
         return 200, json.dumps(_response(payload, json.loads(done))).encode()
+
+
+def stop_point(seed: int, stops: tuple[str, ...], limit: int, include: bool) -> tuple[int, str, int] | None:
+    """Where the words of the choice `seed` first hold one of `stops` within `limit` tokens, looked for
+    as vLLM's detokenizer does after each token (in the characters it added, and a stop string's length
+    before them; the first of `stops` found wins): (tokens generated by then, the stop string, the length
+    of the text the answer keeps: up to the stop string, or through it with `include`). None: never. The
+    words repeat every len(WORDS) tokens, so looking further than that and one stop string on is vain."""
+    longest = max(map(len, stops))
+    text = ""
+    for i in range(min(limit, len(WORDS) + longest + 1)):
+        before = len(text)
+        text += WORDS[(seed + i) % len(WORDS)]
+        for stop in stops:
+            at = text.find(stop, max(0, before + 1 - len(stop)))
+            if at >= 0:
+                return i + 1, stop, at + len(stop) if include else at
+    return None
 
 
 def _response(payload: dict, done: dict) -> dict:

@@ -88,6 +88,8 @@ class Params:
     stream: bool = False
     include_usage: bool = False
     ignore_eos: bool = False
+    stop: tuple[str, ...] = ()  # stop strings: the text ends before the first one generated
+    include_stop: bool = False  # include_stop_str_in_output: the text ends after it instead
     extra: dict = field(default_factory=dict)
 
 
@@ -220,6 +222,9 @@ def parse(payload: dict, chat: bool, limit: int, counter: Counter = ESTIMATE) ->
         return param_error(f"top_p must be in (0, 1], got {float(top_p)}.", "top_p", float(top_p))
     if n is not None and n < 1:
         return error_body(f"n must be at least 1, got {n}.")
+    stop = _stop_field(payload.get("stop"))
+    if isinstance(stop, bytes):
+        return stop
     logprobs: int | None = None
     if chat:
         top, err = _int_field(payload, "top_logprobs")
@@ -278,7 +283,67 @@ def parse(payload: dict, chat: bool, limit: int, counter: Counter = ESTIMATE) ->
         stream=bool(payload.get("stream")),
         include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
         ignore_eos=bool(payload.get("ignore_eos")),
+        stop=stop,
+        include_stop=bool(payload.get("include_stop_str_in_output")),
     )
+
+
+def _shown(value: object) -> str:
+    """A value as pydantic's errors show it in vLLM's 400: containers by their size."""
+    if isinstance(value, list | dict):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return str(value)
+
+
+def _stop_field(value: object) -> tuple[str, ...] | bytes:
+    """`stop`: a string or a list of strings (pydantic's 400 otherwise), none of them empty."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        stops: tuple[str, ...] = (value,)
+    elif isinstance(value, list):
+        wrong = [(i, v) for i, v in enumerate(value) if not isinstance(v, str)]
+        if wrong:
+            return validation_error(
+                [
+                    {
+                        "type": "string_type",
+                        "loc": "body.stop",
+                        "msg": "Input should be a valid string",
+                        "input": _shown(value),
+                    }
+                ]
+                + [
+                    {
+                        "type": "string_type",
+                        "loc": f"body.stop.{i}",
+                        "msg": "Input should be a valid string",
+                        "input": _shown(v),
+                    }
+                    for i, v in wrong
+                ]
+            )
+        stops = tuple(value)
+    else:
+        return validation_error(
+            [
+                {
+                    "type": "string_type",
+                    "loc": "body.stop",
+                    "msg": "Input should be a valid string",
+                    "input": _shown(value),
+                },
+                {
+                    "type": "list_type",
+                    "loc": "body.stop",
+                    "msg": "Input should be a valid list",
+                    "input": _shown(value),
+                },
+            ]
+        )
+    if any(not stop for stop in stops):
+        return error_body("stop cannot contain an empty string.")
+    return stops
 
 
 def logprob(seed: int, i: int, rank: int = 0) -> float:
@@ -345,13 +410,15 @@ def usage(prompt_tokens: int, completion_tokens: int, details: bool = True) -> d
     return out
 
 
-def completion_choice(index: int, text: str, logprobs: dict | None, reason: str) -> dict:
+def completion_choice(
+    index: int, text: str, logprobs: dict | None, reason: str, stop_reason: str | None = None
+) -> dict:
     return {
         "index": index,
         "text": text,
         "logprobs": logprobs,
         "finish_reason": reason,
-        "stop_reason": None,
+        "stop_reason": stop_reason,
         "token_ids": None,
         "prompt_logprobs": None,
         "prompt_token_ids": None,
@@ -359,7 +426,9 @@ def completion_choice(index: int, text: str, logprobs: dict | None, reason: str)
     }
 
 
-def chat_choice(index: int, text: str, logprobs: dict | None, reason: str) -> dict:
+def chat_choice(
+    index: int, text: str, logprobs: dict | None, reason: str, stop_reason: str | None = None
+) -> dict:
     message = {
         "role": "assistant",
         "content": text,
@@ -374,7 +443,7 @@ def chat_choice(index: int, text: str, logprobs: dict | None, reason: str) -> di
         "message": message,
         "logprobs": logprobs,
         "finish_reason": reason,
-        "stop_reason": None,
+        "stop_reason": stop_reason,
         "token_ids": None,
         "routed_experts": None,
     }
