@@ -78,6 +78,16 @@ def test_counts_with_the_models_tokenizer(tmp_path: Path) -> None:
     assert counter.chat([{"role": "user", "content": "hello"}]) == 6
 
 
+def test_a_saved_truncation_or_padding_is_ignored(tmp_path: Path) -> None:
+    lib = pytest.importorskip("tokenizers")
+    path = _tokenizer_json(tmp_path)
+    tok = lib.Tokenizer.from_file(str(path))
+    tok.enable_truncation(max_length=2)
+    tok.enable_padding(length=8)
+    tok.save(str(path))
+    assert tokens.load(str(tmp_path)).encode("hello world hello") == [1, 2, 1]  # vLLM counts it all
+
+
 def test_usage_checks_use_the_counter(tmp_path: Path) -> None:
     _tokenizer_json(tmp_path)
     counter = tokens.load(str(tmp_path))

@@ -116,6 +116,10 @@ class TokenizerCounter:
     def __init__(self, path: Path, tok: Any) -> None:
         self.source = str(path)
         self._tok = tok  # a tokenizers.Tokenizer
+        # a tokenizer.json may carry the truncation or padding its last user set (a saved one can say
+        # "max_length": 50); vLLM counts the whole prompt
+        self._tok.no_truncation()
+        self._tok.no_padding()
         self._chatml = self._tok.token_to_id("<|im_start|>") is not None
 
     def encode(self, text: str, special: bool = True) -> list[int]:
