@@ -84,7 +84,7 @@ def test_validation_errors_are_fastapis():
 
 
 def test_max_tokens_is_capped_to_the_context_not_refused():
-    long = "word" * 1800  # 1800 tokens at the sim's four characters a token
+    long = "words" * 1800  # 1800 tokens at the sim's estimate of five ASCII letters a token
     got = parse({"prompt": long, "max_tokens": 2000}, False, LIMIT)
     assert isinstance(got, Params) and got.max_tokens == [LIMIT - 1800]
     chat = parse({"messages": [{"role": "user", "content": long}], "max_tokens": 2000}, True, LIMIT)
@@ -101,7 +101,7 @@ def test_max_tokens_is_capped_to_the_context_not_refused():
 def test_prompt_lists():
     got = parse({"prompt": ["a b", "c d e f g"], "n": 2}, False, LIMIT)
     assert isinstance(got, Params)
-    assert [p.length for p in got.prompts] == [1, 3] and got.n == 2 and got.max_tokens == [16, 16]
+    assert [p.length for p in got.prompts] == [1, 2] and got.n == 2 and got.max_tokens == [16, 16]
     tokens = parse({"prompt": [[1, 2, 3], [4]]}, False, LIMIT)
     assert isinstance(tokens, Params) and [p.length for p in tokens.prompts] == [3, 1]
     assert isinstance(parse({"prompt": ["a", ""]}, False, LIMIT), bytes)
@@ -121,7 +121,7 @@ def _post(sim, path: str, body: dict) -> tuple[int, dict | str]:
 def test_live_answers(start_sim):
     sim = start_sim("Qwen/Qwen3-8B", "--max-model-len", "2048", "--served-model-name", "tiny", "other-name")
     status, out = _post(
-        sim, "/v1/completions", {"prompt": "x" * 4 * 1800, "max_tokens": 2000, "ignore_eos": True}
+        sim, "/v1/completions", {"prompt": "x" * 5 * 1800, "max_tokens": 2000, "ignore_eos": True}
     )
     assert status == 200 and out["usage"]["completion_tokens"] == 248  # capped, not refused
     assert out["choices"][0]["finish_reason"] == "length"
@@ -138,7 +138,7 @@ def test_live_answers(start_sim):
 
     status, out = _post(sim, "/v1/completions", {"prompt": ["a b", "c d e f g"], "max_tokens": 2, "n": 2})
     assert status == 200 and [c["index"] for c in out["choices"]] == [0, 1, 2, 3]
-    assert out["usage"]["prompt_tokens"] == 1 + 3 and out["usage"]["completion_tokens"] == 8
+    assert out["usage"]["prompt_tokens"] == 1 + 2 and out["usage"]["completion_tokens"] == 8
     assert set(out) >= {"system_fingerprint", "service_tier", "kv_transfer_params"}
 
     status, out = _post(
@@ -147,12 +147,12 @@ def test_live_answers(start_sim):
     choice = out["choices"][0]
     lp = choice["logprobs"]
     assert status == 200 and choice["text"].startswith("abcdefgh")
-    assert lp["tokens"][:2] == ["abcd", "efgh"] and lp["token_logprobs"][0] is None
-    assert lp["text_offset"] == [0, 4, 8, 8 + len(lp["tokens"][2])] and len(lp["top_logprobs"][3]) == 2
+    assert lp["tokens"][:2] == ["abcde", "fgh"] and lp["token_logprobs"][0] is None
+    assert lp["text_offset"] == [0, 5, 8, 8 + len(lp["tokens"][2])] and len(lp["top_logprobs"][3]) == 2
     assert "".join(lp["tokens"]) == choice["text"]
     prompt_lp = choice["prompt_logprobs"]
     assert prompt_lp[0] is None and [next(iter(d.values()))["decoded_token"] for d in prompt_lp[1:]] == [
-        "efgh"
+        "fgh"
     ]
 
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -3,16 +3,22 @@
 With the optional `tokenizers` package (the `tokens` extra) and a local `tokenizer.json` -- in the model
 folder given as the model (or `--tokenizer`), or in the Hugging Face cache's snapshot of that model id --
 the sim counts with the model's own tokenizer (`TokenizerCounter`). It never downloads. Otherwise it
-estimates (`EstimateCounter`): one token per `CHARS_PER_TOKEN` characters.
+estimates (`EstimateCounter`): CHARS_PER_TOKEN (5) characters a token for ASCII letters, digits and
+whitespace, OTHER_CHARS_PER_TOKEN (1.25) for any other character: punctuation and symbols, which the
+tokenizers mostly keep one a token, and CJK and other scripts.
 
-Calibration of the estimate (benchmarks/bench_sim_tokens.py, figures in benchmarks/README.md): the only
-tokenizer present on the build machine is the tiny test model's (a byte-level BPE of 1,300 tokens trained
-on a few paragraphs), which takes 1.5-1.8 characters a token on English prose and code, and so says
-nothing about a real vocabulary of 32k-200k tokens. The estimate keeps 4 characters a token, the usual
-figure for those on English text; the benchmark prints its error against every tokenizer it finds
-locally. Against the tiny one (2026-12-04): 1.74 characters a token on prose, 1.45 on Python; the
-estimate's mean error per paragraph 55.6 % and 62.1 % (a token a word, what the sim once did: 69.6 % and
-82.3 %). That is why the sim uses a real tokenizer when it can.
+Calibration of the estimate (benchmarks/bench_sim_tokens.py; the tokenizers' sources and every figure in
+benchmarks/README.md), 2026-12-04: five real vocabularies -- Qwen2's (Qwen2.5's and Qwen3's too; 151,643
+tokens), Llama 3's (128,000), Mistral v0.3's (32,768), Llama 2's as Phi-3 uses it (32,000) and GPT-2's
+(50,257, a baseline) -- on benchmarks/token_samples/ (61 short texts: English prose, code, chat with JSON,
+Chinese). Their characters a token: prose 4.35-4.78, code 2.76-3.56, chat with JSON 2.43-2.94, Chinese
+0.74 (Llama 2) to 1.58 (Qwen2), so no one rate fits: the former 4 characters a token, any character,
+erred by 21 %, 22 %, 32 % and 71 % per text on those (the mean over the four served vocabularies, not
+GPT-2). Weighing two kinds of characters instead, the rates with the least mean error over the four, every
+kind of text weighing alike (`--fit`, a grid of 3-7 by 1-2), are 5 and 1.25: 8.0 % on prose, 13.2 % on
+code, 15.1 % on chat with JSON, 26.2 % on Chinese (7.9 % against Llama 3, 28.5 % Qwen2, 25.6 % Mistral,
+42.9 % Llama 2: one rate cannot fit vocabularies that far apart there). Against the tiny test model's
+1,300-token BPE it errs 49-73 %: a toy vocabulary; that is why the sim uses a real tokenizer when it can.
 
 Completion tokens are the engine's generation steps, one word of `WORDS` each; the text is not tokenized
 again (with the tiny model's tokenizer, 3 of the 24 words take more than one token).
@@ -25,12 +31,14 @@ and 3 for the generation prompt to the messages' contents.
 from __future__ import annotations
 
 import os
+import string
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 # The sim's generated tokens: one word each (each one token in the tiny test model's tokenizer but
-# " we", " request" and " serve"; see benchmarks/bench_sim_tokens.py)
+# " we", " request" and " serve", and in Qwen2's, Llama 3's, Mistral's and GPT-2's but " vLLM"; see
+# benchmarks/bench_sim_tokens.py)
 WORDS = [
     " the",
     " model",
@@ -57,7 +65,10 @@ WORDS = [
     " it",
     " for",
 ]
-CHARS_PER_TOKEN = 4
+CHARS_PER_TOKEN = 5.0  # the estimate's rate for ASCII letters and digits, and whitespace
+OTHER_CHARS_PER_TOKEN = 1.25  # for any other character: punctuation, symbols, CJK, other scripts
+_UNIT = 1000  # the estimate weighs characters in thousandths of a token
+_WORD_CHARS = frozenset(string.ascii_letters + string.digits)
 PER_MESSAGE = 4  # role markers around each message, when the chat template cannot be rendered
 GENERATION_PROMPT = 3
 
@@ -86,16 +97,37 @@ def _contents(messages: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 class EstimateCounter:
-    """One token per CHARS_PER_TOKEN characters (at least one); ids made up from the characters."""
+    """Characters weighed: 1/CHARS_PER_TOKEN of a token for an ASCII letter or digit or a whitespace,
+    1/OTHER_CHARS_PER_TOKEN for any other character. A token ends at each character that brings the
+    running weight to a whole number of tokens or past it; the characters after the last such make one
+    more (and an empty text one). Ids made up from the characters."""
 
     kind = "estimate"
 
-    def __init__(self) -> None:
-        self.source = f"{CHARS_PER_TOKEN} characters a token"
+    def __init__(
+        self, chars_per_token: float = CHARS_PER_TOKEN, other_chars_per_token: float = OTHER_CHARS_PER_TOKEN
+    ) -> None:
+        if min(chars_per_token, other_chars_per_token) < 1:
+            raise ValueError("the estimate's rates are at least 1 character a token")
+        self._word = round(_UNIT / chars_per_token)
+        self._other = round(_UNIT / other_chars_per_token)
+        self.source = (
+            f"an estimate: {chars_per_token:g} characters a token for ASCII letters, digits and whitespace,"
+            f" {other_chars_per_token:g} for any other character"
+        )
 
     def pieces(self, text: str) -> list[str]:
-        step = CHARS_PER_TOKEN
-        return [text[i : i + step] for i in range(0, len(text), step)] or [""]
+        out: list[str] = []
+        start = weight = 0
+        end = _UNIT  # the running weight at which the current token ends
+        for i, char in enumerate(text):
+            weight += self._word if char in _WORD_CHARS or char.isspace() else self._other
+            if weight >= end:  # a character weighs at most a token: it ends one at most
+                out.append(text[start : i + 1])
+                start, end = i + 1, end + _UNIT
+        if start < len(text) or not out:
+            out.append(text[start:])
+        return out
 
     def encode(self, text: str, special: bool = True) -> list[int]:
         return [sum(piece.encode()) % 32000 for piece in self.pieces(text)]
@@ -116,6 +148,10 @@ class TokenizerCounter:
     def __init__(self, path: Path, tok: Any) -> None:
         self.source = str(path)
         self._tok = tok  # a tokenizers.Tokenizer
+        # a tokenizer.json may carry the truncation or padding its last user set (a saved one can say
+        # "max_length": 50); vLLM counts the whole prompt
+        self._tok.no_truncation()
+        self._tok.no_padding()
         self._chatml = self._tok.token_to_id("<|im_start|>") is not None
 
     def encode(self, text: str, special: bool = True) -> list[int]:
