@@ -326,6 +326,27 @@ def test_drain_rides_out_slow_answers_and_keeps_the_count(monkeypatch):
     assert (result.at_start, result.left) == (5, 5)
 
 
+def test_a_drain_never_answered_says_so_and_the_stop_says_what_is_unknown(monkeypatch):
+    """Every look timed out (an API server starved of CPU): the count is unknown, not "none", and the
+    stop's text says any requests in flight were cut."""
+    from vtui.supervisor import drain as drain_mod
+    from vtui.supervisor.launcher import StopReport
+
+    monkeypatch.setattr(drain_mod, "LOOK_TIMEOUT", 0.2)
+    monkeypatch.setattr(drain_mod, "FIRST_LOOK_S", 0.5)
+    server = _InFlightServer([4], slow=frozenset(range(1, 100)))
+    try:
+        result = drain_mod.drain(server.url, 0.1, load_endpoint=False)
+    finally:
+        server.close()
+    assert (result.at_start, result.left, result.unanswered) == (None, None, True)
+    text = StopReport(True, (), (), None, None, result.waited_s, unanswered=True).cut_text()
+    assert (
+        text is not None and "did not say how many requests were in flight" in text and "any were cut" in text
+    )
+    assert StopReport(True, (), (), 0, 0, 2.0).cut_text() is None  # it said: none in flight
+
+
 def test_drain_of_a_silent_instance_does_not_wait():
     from vtui.supervisor.drain import drain
 

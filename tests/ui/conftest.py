@@ -8,7 +8,6 @@ import re
 from dataclasses import replace
 
 import pytest
-from pytest_textual_snapshot import node_to_report_path
 
 from vtui.core.model import InstanceSpec, Layout, SessionSpec
 from vtui.telemetry.gpu import GpuInfo, GpuProcess, GpuSample
@@ -180,6 +179,9 @@ def snap_compare(snap_compare, request):
     def compare(app, *args, **kwargs):
         ok = snap_compare(app, *args, **kwargs)
         if not ok:
+            # imported here: the floors run has no pytest-textual-snapshot (it deselects snapshot tests)
+            from pytest_textual_snapshot import node_to_report_path
+
             data = pickle.loads(node_to_report_path(request.node).read_bytes())
             expected, actual = _svg_parts(data[1]), _svg_parts(data[2])
             lines = list(difflib.unified_diff(expected, actual, "expected", "actual", n=1, lineterm=""))

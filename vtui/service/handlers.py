@@ -38,6 +38,8 @@ from vtui.supervisor.logfile import read_older, read_tail
 from vtui.supervisor.replicas import members
 from vtui.supervisor.supervision import SleepRefused, kill_marked
 
+SLOW_S = 1.0  # a GET that takes longer is logged too
+
 
 class Routes:
     """The handlers of the socket API's routes, on the service that holds them (`ServiceContext`)."""
@@ -53,12 +55,14 @@ class Routes:
         """One request: its answer's status and JSON object. Input that does not fit is a 4xx naming what
         is wrong (`schema`); a request of another API version (`api`, from its header; None: a client
         that names none, curl) is a 400 unless it only looks or hands the session over; anything else
-        raised is a bug of ours: a 500 whose id is logged with the traceback. Each POST (what acts) is
-        logged with its status and how long it took: the session log says what was asked and when."""
+        raised is a bug of ours: a 500 whose id is logged with the traceback. Each POST (what acts), and
+        any request that took over a second, is logged with its status and how long it took: the session
+        log says what was asked and when."""
         began = time.monotonic()
         status, answer = await self._answer(method, target, body, api)
-        if method == "POST":
-            log(f"POST {target[:200]}: {status} after {time.monotonic() - began:.1f} s")
+        took = time.monotonic() - began
+        if method == "POST" or took > SLOW_S:
+            log(f"{method} {target[:200]}: {status} after {took:.1f} s")
         return status, answer
 
     async def _answer(

@@ -41,6 +41,7 @@ class DrainResult:
     at_start: int | None  # requests in flight when the drain began (None: the instance did not say)
     left: int | None  # still in flight when it ended: cut by the stop (None: unknown)
     waited_s: float
+    unanswered: bool = False  # every look timed out: the instance was too busy to say (not "none")
 
 
 class _Slow(Exception):
@@ -101,6 +102,7 @@ def drain(
         router.stop_routing(key)
     start = clock()
     first: int | None = None
+    unanswered = False
     while True:  # a busy engine starves its API server: a slow answer is not "nothing in flight"
         try:
             first = _look(base_url, load_endpoint=load_endpoint, timeout=LOOK_TIMEOUT)
@@ -108,6 +110,7 @@ def drain(
         except _Slow:  # the count is worth a few seconds past a short budget: without it the stop
             # could not say what it cut
             if clock() - start >= max(budget, FIRST_LOOK_S) or not still_running():
+                unanswered = still_running()
                 break
     count = first
     while count and clock() - start < budget and still_running():
@@ -119,4 +122,4 @@ def drain(
         if look is None:
             break  # it stopped answering: nothing more to wait for
         count = look
-    return DrainResult(at_start=first, left=count, waited_s=round(clock() - start, 3))
+    return DrainResult(at_start=first, left=count, waited_s=round(clock() - start, 3), unanswered=unanswered)

@@ -55,9 +55,16 @@ class StopReport:
     in_flight: int | None = None  # requests being served when the stop began (None: not asked/no answer)
     cut: int | None = None  # of those (and any that came after), still in flight at SIGTERM: cut short
     drained_s: float = 0.0  # seconds spent waiting for in-flight requests before the SIGTERM
+    unanswered: bool = False  # asked how many were in flight, it never answered in time (too busy)
 
     def cut_text(self) -> str | None:
-        """'N request(s) cut' for the stop event, or None when none was cut (or it is unknown)."""
+        """'N request(s) cut' for the stop event; what is unknown when the instance was too busy to say;
+        None when none was cut."""
+        if self.unanswered and self.cut is None:
+            return (
+                f"did not say how many requests were in flight (no answer to /metrics or /load within "
+                f"{self.drained_s:g}s): any were cut"
+            )
         if not self.cut:
             return None
         return f"{self.cut} request(s) still in flight after {self.drained_s:g}s were cut"
@@ -367,7 +374,13 @@ class OsLauncher:
         report = self._terminate(handle, grace)
         if drained is None:
             return report
-        return replace(report, in_flight=drained.at_start, cut=drained.left, drained_s=drained.waited_s)
+        return replace(
+            report,
+            in_flight=drained.at_start,
+            cut=drained.left,
+            drained_s=drained.waited_s,
+            unanswered=drained.unanswered,
+        )
 
     def _terminate(self, handle: ProcessHandle, grace: float) -> StopReport:
         procs = self.tree(handle)  # collected BEFORE killing: children lose their parent link after
