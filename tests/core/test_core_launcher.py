@@ -354,6 +354,10 @@ def test_drain_of_a_silent_instance_does_not_wait():
 
     result = drain(f"http://127.0.0.1:{free_port()}", 30.0, load_endpoint=False)
     assert result.at_start is None and result.left is None and result.waited_s < 3
+    # refused while its process runs: it could not say (the stop says so); a process gone: nothing to say
+    assert result.unanswered
+    gone = drain(f"http://127.0.0.1:{free_port()}", 30.0, load_endpoint=False, still_running=lambda: False)
+    assert not gone.unanswered and gone.at_start is None
 
 
 def test_stop_drains_a_live_instance_first_and_counts_the_cut(tmp_path, session_name):

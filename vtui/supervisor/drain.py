@@ -48,11 +48,15 @@ class _Slow(Exception):
     """The instance took longer than a look's timeout to answer (busy, not gone)."""
 
 
+class _NoAnswer(Exception):
+    """The connection was refused or dropped: gone, unless its process still runs."""
+
+
 def in_flight(base_url: str, *, load_endpoint: bool, timeout: float = 1.0) -> int | None:
     """Requests the instance is serving now, or None when it does not answer."""
     try:
         return _look(base_url, load_endpoint=load_endpoint, timeout=timeout)
-    except _Slow:
+    except (_Slow, _NoAnswer):
         return None
 
 
@@ -70,6 +74,8 @@ def _look(base_url: str, *, load_endpoint: bool, timeout: float) -> int | None:
         return _metrics_in_flight(response.text)
     except httpx.TimeoutException as exc:
         raise _Slow from exc
+    except httpx.TransportError as exc:  # refused or reset: gone, or too busy to accept (drain decides)
+        raise _NoAnswer from exc
     except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -112,6 +118,9 @@ def drain(
             if clock() - start >= max(budget, FIRST_LOOK_S) or not still_running():
                 unanswered = still_running()
                 break
+        except _NoAnswer:  # its process runs but did not take the connection: it cannot say
+            unanswered = still_running()
+            break
     count = first
     while count and clock() - start < budget and still_running():
         sleep(min(POLL, max(0.0, budget - (clock() - start))))
@@ -119,6 +128,8 @@ def drain(
             look = _look(base_url, load_endpoint=load_endpoint, timeout=LOOK_TIMEOUT)
         except _Slow:
             continue  # no answer in time: keep the last count, the drain goes on
+        except _NoAnswer:
+            break  # it stopped answering: nothing more to wait for
         if look is None:
             break  # it stopped answering: nothing more to wait for
         count = look

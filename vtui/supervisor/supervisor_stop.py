@@ -94,6 +94,13 @@ class Stops:
         self._tails.drain(name)
         if report.cut_text():
             self._notice(name, "warning", f"{name}: {report.cut_text()}")
+        elif report.in_flight is not None:  # what the drain saw: the session log keeps it
+            self._notice(
+                name,
+                "info",
+                f"{name}: {report.in_flight} request(s) in flight when the stop began, none left after "
+                f"{report.drained_s:g}s",
+            )
         if not report.graceful:
             self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
         if report.leftovers:
