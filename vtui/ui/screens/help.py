@@ -14,6 +14,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 from vtui.ui.keymap import HELP_BINDINGS, REGISTRY, keys_file
+from vtui.ui.widgets.scrollbars import whole_cell_scrollbars
 
 Row = tuple[str, str, str, bool]  # (keys, description, id, enabled)
 
@@ -85,6 +86,11 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog", id="help"):
             yield Static(help_text(self.rows, self.others))
+
+    def on_mount(self) -> None:
+        # whole cells, as the log and detail screens' bars: a thumb drawn in eighths of a cell moved by a
+        # fraction of a row with the moment the layout settled (CI drew it once without its top eighth)
+        whole_cell_scrollbars(self.query_one("#help", VerticalScroll))
 
     def action_close(self) -> None:
         self.dismiss(None)
