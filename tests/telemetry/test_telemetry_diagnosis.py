@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from vtui.telemetry.diagnosis import KvShortWatch, diagnose, diagnose_runtime
+from vtui.telemetry.diagnosis import diagnose
 from vtui.telemetry.gpu import GpuProcess, GpuSample
+from vtui.telemetry.kvshort import KvShortWatch, diagnose_runtime
 from vtui.telemetry.metrics import MetricsSample
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -57,7 +57,7 @@ def test_diagnose_reads_the_extended_kv_cache_as_a_fact() -> None:
     """vllm/v1/worker/extensible_kv_cache.py `extend_kv_cache` (0.34.0) logs the size the cache was
     committed to after warmup: `diagnose` shows it, and takes it as proof of the extensible KV cache."""
     from vtui.commands.diagnose import render
-    from vtui.telemetry.diagnosis import run_memory_rule
+    from vtui.telemetry.kvshort import run_memory_rule
 
     facts = parse_startup([VERSION_034, EXTENDED])
     assert facts.extended_kv_gib == 53.71 and facts.to_json()["extended_kv_gib"] == 53.71
@@ -86,7 +86,7 @@ def test_kv_short_advice_does_not_offer_raising_an_already_full_utilization() ->
 
 def test_the_runtime_fix_follows_the_rule() -> None:
     from vtui.core.vllm_memory import memory_rule
-    from vtui.telemetry.diagnosis import _kv_short_fix
+    from vtui.telemetry.kvshort import _kv_short_fix
 
     flags: dict[str, object] = {"max-num-seqs": 256, "kv-cache-dtype": "auto"}
     assert _kv_short_fix(None, flags) == {"gpu-memory-utilization": 0.92}  # no rule: 0.9 assumed

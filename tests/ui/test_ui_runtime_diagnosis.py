@@ -1,11 +1,11 @@
-"""The runtime "KV cache short" diagnosis (telemetry.diagnosis.KvShortWatch) on the dashboard card and
+"""The runtime "KV cache short" diagnosis (telemetry.kvshort.KvShortWatch) on the dashboard card and
 the detail screen, from metrics samples as the scraper delivers them, and its one-key fix: through the
 supervisor's queue as a "fix" that goes back to the old flags when the new ones do not start."""
 
 from __future__ import annotations
 
 from vtui.core.state import State
-from vtui.telemetry.diagnosis import KV_SHORT_ENTER_S, KV_SHORT_LEAVE_S
+from vtui.telemetry.kvshort import KV_SHORT_ENTER_S, KV_SHORT_LEAVE_S
 from vtui.testing.fake_supervisor import FakeSupervisor
 from vtui.ui.messages import MetricsArrived
 from vtui.ui.screens.dashboard import DashboardScreen

@@ -21,7 +21,8 @@ from vtui.telemetry.metrics import HistoryBackfill, HistoryPoint, MetricsSample
 
 if TYPE_CHECKING:  # the readers are imported on first use (not before the first frame)
     from vtui.planner import ModelConfig
-    from vtui.telemetry.diagnosis import KvShortWatch, Problem
+    from vtui.telemetry.kvshort import KvShortWatch
+    from vtui.telemetry.problems import Problem
     from vtui.telemetry.startup_log import StartupFacts
 
 HISTORY_SAMPLES = 600  # 10 minutes at 1 Hz
@@ -291,7 +292,7 @@ class Store:
     def _watch_kv(
         view: InstanceView, point: HistoryPoint | MetricsSample, rate: float | None = None
     ) -> list[Problem]:
-        from vtui.telemetry.diagnosis import KvShortWatch, run_memory_rule
+        from vtui.telemetry.kvshort import KvShortWatch, run_memory_rule
 
         if view.kv_watch is None:
             view.kv_watch = KvShortWatch()
