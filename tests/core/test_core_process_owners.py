@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from vtui.supervisor.owners import ProcessOwners
 
@@ -43,6 +45,12 @@ def test_a_real_child_in_its_own_session_is_named_by_its_session_and_marker() ->
         [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True, env=env
     )
     try:
+        # until the child has exec'ed: before that its /proc environ is the parent's, without the marker
+        # (the floors run once read it that early)
+        deadline = time.monotonic() + 10
+        while b"time.sleep" not in Path(f"/proc/{child.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "the child never exec'ed"
+            time.sleep(0.01)
         mine = ProcessOwners(lambda: {child.pid: "embed"}, session="here")
         assert mine([child.pid]) == {child.pid: "embed"}
         theirs = ProcessOwners(lambda: {}, session="here")
