@@ -218,7 +218,9 @@ def test_a_command_line_caught_inside_execve_is_waited_for():
 class _InFlightServer:
     """/metrics (and /load) answering a request count that a test lowers over time."""
 
-    def __init__(self, counts: list[int], engines: int = 1, slow: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self, counts: list[int], engines: int = 1, slow: frozenset[int] = frozenset(), trickle: float = 0.0
+    ) -> None:
         import http.server
         import threading
         import time
@@ -242,12 +244,17 @@ class _InFlightServer:
                     ]
                     lines += [f'vllm:num_requests_waiting{{engine="{e}"}} 0.0' for e in range(engines)]
                     body = "\n".join(lines) + "\n"
+                if trickle:  # a starved API server: the payload a line at a time, each in time
+                    body = "# HELP padding\n" * 6 + body
                 data = body.encode()
                 try:
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    self.wfile.write(data)
+                    for line in data.splitlines(keepends=True) if trickle else [data]:
+                        self.wfile.write(line)
+                        self.wfile.flush()
+                        time.sleep(trickle)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # a look that timed out hung up first (the slow-answer tests)
 
@@ -345,6 +352,22 @@ def test_a_drain_never_answered_says_so_and_the_stop_says_what_is_unknown(monkey
         text is not None and "did not say how many requests were in flight" in text and "any were cut" in text
     )
     assert StopReport(True, (), (), 0, 0, 2.0).cut_text() is None  # it said: none in flight
+
+
+def test_a_look_that_trickles_in_is_cut_at_its_timeout(monkeypatch):
+    """A look's timeout bounds its whole answer, not each read: a payload sent a line at a time, each line
+    in time, must not hold the drain past its budget (a `--grace 2` stop once waited 22.6 s so)."""
+    from vtui.supervisor import drain as drain_mod
+
+    monkeypatch.setattr(drain_mod, "LOOK_TIMEOUT", 0.5)
+    monkeypatch.setattr(drain_mod, "FIRST_LOOK_S", 1.0)
+    server = _InFlightServer([2], trickle=0.3)  # 8 lines, 0.3 s apart: 2.4 s in all
+    try:
+        result = drain_mod.drain(server.url, 0.1, load_endpoint=False)
+    finally:
+        server.close()
+    assert result.unanswered and result.at_start is None, result
+    assert result.waited_s < 2.0, result
 
 
 def test_drain_of_a_silent_instance_does_not_wait():

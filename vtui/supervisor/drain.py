@@ -61,17 +61,24 @@ def in_flight(base_url: str, *, load_endpoint: bool, timeout: float = 1.0) -> in
 
 
 def _look(base_url: str, *, load_endpoint: bool, timeout: float) -> int | None:
-    """in_flight, but a timed-out answer raises _Slow (worth asking again) instead of None (gone)."""
+    """in_flight, but a timed-out answer raises _Slow (worth asking again) instead of None (gone).
+    `timeout` bounds the whole answer: httpx's timeouts bound each read, and an API server starved of CPU
+    sent a /metrics payload slowly enough to hold one look for 20 s (a `--grace 2` stop waited 22.6 s)."""
+    deadline = time.monotonic() + timeout
     try:
+        path = "/load" if load_endpoint else "/metrics"
+        with httpx.stream("GET", f"{base_url}{path}", timeout=timeout, trust_env=False) as response:
+            if response.status_code != 200:
+                return None
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                if time.monotonic() > deadline:
+                    raise _Slow
+                body += chunk
+        text = body.decode("utf-8", errors="replace")
         if load_endpoint:
-            response = httpx.get(f"{base_url}/load", timeout=timeout, trust_env=False)
-            if response.status_code == 200:
-                return int(json.loads(response.text)["server_load"])
-            return None
-        response = httpx.get(f"{base_url}/metrics", timeout=timeout, trust_env=False)
-        if response.status_code != 200:
-            return None
-        return _metrics_in_flight(response.text)
+            return int(json.loads(text)["server_load"])
+        return _metrics_in_flight(text)
     except httpx.TimeoutException as exc:
         raise _Slow from exc
     except httpx.TransportError as exc:  # refused or reset: gone, or too busy to accept (drain decides)
