@@ -5,6 +5,12 @@
 # nothing is left on the GPUs. Everything it makes goes to $OUT: gpu-figures.json, the screenshots
 # (screenshot-gpu-table.svg/.txt: the dashboard's GPU panel through the session supervisor;
 # screenshot-gpu.svg/.txt: the dashboard split by instance).
+# The device machine has torch, pynvml, httpx, h11, psutil and pytest but nothing can be installed there
+# from an index: make the wheels here first (.whl is in .gitignore; carry it to the device), e.g.
+#   pip download -d .whl --only-binary=:all: --no-deps --python-version 3.12 \
+#     --platform manylinux2014_x86_64 textual==8.2.8 rich==15.0.0 textual-plotext==1.0.1 plotext==5.3.2 \
+#     tomli-w tomlkit orjson pytest-asyncio platformdirs markdown-it-py mdit-py-plugins mdurl \
+#     linkify-it-py uc-micro-py
 #   VTUI_GPU_BUDGET_S  seconds the tests may take in all (default 360; then they are interrupted)
 #   VTUI_GPU_DRY=1     rehearse on a machine without a GPU (tests/gpu/conftest.py: the simulated registry)
 set -u
