@@ -41,9 +41,28 @@ async def test_fixed_concurrency_counts_and_tokens(fake_server):
     # The server's view of the same step: 4 in flight with 2 slots → 2 waiting, KV 4/8.
     assert step.server.running_peak == 2 and step.server.waiting_peak == 2
     assert step.server.kv_usage_peak == 0.5 and step.server.requests == 12
+    assert 0 < step.server.load_scrapes < step.server.scrapes  # the baseline and final ones apart
     assert step.server.ttft.mean is not None
     assert progress[0].phase == "step-start" and progress[-1].phase == "done"
     assert any(p.phase == "step-done" and p.step is step for p in progress)
+
+
+async def test_peaks_are_unknown_when_no_scrape_answered_during_the_load(fake_server):
+    # The step ends long before the first in-load scrape (interval 30 s): only the idle baseline and the
+    # final scrape answered. Their 0s are not the step's peaks; the counters' deltas still are.
+    server = await fake_server(slots=2, token_delay=0.001)
+    result = await run_bench(
+        BenchConfig(server.base_url, concurrency=4, num_requests=8, output_len=4, scrape_interval_s=30.0)
+    )
+    (step,) = result.steps
+    assert step.completed == 8
+    assert step.server.scrapes >= 4 and step.server.load_scrapes == 0
+    assert (step.server.kv_usage_peak, step.server.waiting_peak, step.server.running_peak) == (
+        None,
+        None,
+        None,
+    )
+    assert step.server.requests == 8  # the TTFT histogram's delta: baseline to final scrape
 
 
 async def test_ramp_stops_when_errors_break_the_limit(fake_server):
@@ -116,7 +135,7 @@ async def test_rate_mode_is_seeded_poisson(fake_server):
 
 
 async def test_results_files_complete(fake_server, tmp_path):
-    server = await fake_server()
+    server = await fake_server(token_delay=0.02)  # each step outlasts a scrape interval: peaks seen
     result = await run_bench(
         BenchConfig(
             server.base_url, mode="ramp", concurrency=2, num_requests=4, output_len=3, scrape_interval_s=0.02

@@ -45,6 +45,7 @@ CSV_COLUMNS = (
     "server_ttft_p50",
     "server_ttft_p95",
     "server_requests",
+    "server_load_scrapes",
     "breaks",
 )
 
@@ -79,6 +80,7 @@ def step_row(step: StepResult) -> dict[str, object]:
             "server_ttft_p50": s.ttft.p50,
             "server_ttft_p95": s.ttft.p95,
             "server_requests": s.requests,
+            "server_load_scrapes": s.load_scrapes,
         }
     )
     return row

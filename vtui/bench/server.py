@@ -43,7 +43,10 @@ def _max(a: float | None, b: float | None) -> float | None:
 
 class ServerWatch:
     """Scrapes `{base_url}/metrics` every `interval` seconds between `start()` and `stop()`; one scrape at
-    a time (the next is armed only when the previous finished)."""
+    a time (the next is armed only when the previous finished). The peaks (KV usage, waiting, running)
+    are reported only when a scrape answered while the load ran: the baseline and final scrapes see an
+    idle server, and a peak of 0 from them alone would say the cache stayed empty when nobody looked
+    (a starved API server, or a step shorter than the interval)."""
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, interval: float = 0.5) -> None:
         self._client = client
@@ -55,6 +58,7 @@ class ServerWatch:
         self._first_sample: MetricsSample | None = None
         self._last_sample: MetricsSample | None = None
         self._scrapes = 0
+        self._load_scrapes = 0  # scrapes answered between start() and stop(): while the load ran
         self._kv: float | None = None
         self._waiting: float | None = None
         self._running: float | None = None
@@ -62,13 +66,14 @@ class ServerWatch:
         self._last_start: float | None = None
         self._balancer = False
 
-    async def _scrape(self) -> None:
+    async def _scrape(self) -> bool:
+        """One scrape; True when it answered."""
         try:
             response = await self._client.get(self._url, timeout=5.0)
         except httpx.HTTPError:
-            return
+            return False
         if response.status_code != 200:
-            return
+            return False
         snap = parse_metrics(response.text)
         self._note_start(start_time(response.text))
         sample = MetricsWindow().update(snap, time.monotonic())
@@ -79,6 +84,7 @@ class ServerWatch:
         self._kv = _max(self._kv, sample.kv_usage)
         self._waiting = _max(self._waiting, sample.waiting)
         self._running = _max(self._running, sample.running)
+        return True
 
     def _note_start(self, start: float | None) -> None:
         """A start time seen before coming back after another one: scrapes reach several processes."""
@@ -93,7 +99,8 @@ class ServerWatch:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
-            await self._scrape()
+            if await self._scrape():
+                self._load_scrapes += 1
 
     async def start(self) -> None:
         """Take the baseline scrape (and two more at once: a load balancer's round robin shows up as a
@@ -115,7 +122,10 @@ class ServerWatch:
         first, last = self._first_sample, self._last_sample
         if self._first is None or self._last is None or first is None or last is None:
             return ServerStep(
-                scrapes=self._scrapes, start_times=tuple(self._starts), behind_balancer=self._balancer
+                scrapes=self._scrapes,
+                load_scrapes=self._load_scrapes,
+                start_times=tuple(self._starts),
+                behind_balancer=self._balancer,
             )
         preempt = None
         if first.preemptions_total is not None and last.preemptions_total is not None:
@@ -133,11 +143,13 @@ class ServerWatch:
                 ttft = Dist(
                     mean=mean, p50=delta.quantile(0.5), p95=delta.quantile(0.95), p99=delta.quantile(0.99)
                 )
+        seen = self._load_scrapes > 0  # else the peaks are the idle server's, not the step's
         return ServerStep(
             scrapes=self._scrapes,
-            kv_usage_peak=self._kv,
-            waiting_peak=self._waiting,
-            running_peak=self._running,
+            load_scrapes=self._load_scrapes,
+            kv_usage_peak=self._kv if seen else None,
+            waiting_peak=self._waiting if seen else None,
+            running_peak=self._running if seen else None,
             preemptions=preempt,
             requests=requests,
             ttft=ttft,

@@ -102,6 +102,7 @@ class ServerStep:
     """What the server's /metrics said during one step (None when not scraped or not reported)."""
 
     scrapes: int = 0
+    load_scrapes: int = 0  # of them, those answered while the load ran; 0: the peaks below are None
     kv_usage_peak: float | None = None  # 0..1
     waiting_peak: float | None = None
     running_peak: float | None = None
