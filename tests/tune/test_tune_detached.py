@@ -104,3 +104,14 @@ def test_restore_puts_back_what_a_killed_supervisor_left(tmp_path: Path) -> None
     assert result.returncode == 0, result.stdout + result.stderr
     assert instance_row(layout)["flags"] == original
     assert progress.read(Path(info["progress"]))["state"] == "aborted"
+
+
+def test_save_with_detach_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """--save is done by the client that sees the tune end: with --detach nobody would, and the flags
+    would silently go unsaved. Refused at once, nothing started, the way to save said."""
+    layout = write_layout(tmp_path, [("a", {"max-num-seqs": 2})])
+    before = layout.read_text()
+    result = vtui("tune", str(layout), "a", "--detach", "--save", *QUICK)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--attach --save" in result.stderr and result.stdout == ""
+    assert layout.read_text() == before

@@ -108,6 +108,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vtui.commands._runs import CommandError, ServiceError, ServiceUnavailable, print_json
 
+    if args.save and args.detach:  # the save is the following client's: nobody would see the end
+        print(
+            "vtui tune: --save writes the best flags when the tune ends, and --detach does not wait for "
+            "that: run without --detach, or `vtui tune … --attach --save` later (it saves a tune that "
+            "has already ended too)",
+            file=sys.stderr,
+        )
+        return 2
     if args.attach or args.cancel:
         return control(args)
     try:
@@ -223,7 +231,8 @@ def follow(
                 continue
             print(
                 f"\nthe tune of {name} runs on in the session supervisor: `vtui tune {' '.join(args.words)} "
-                "--attach` follows it again, `--cancel` stops it",
+                "--attach` follows it again, `--cancel` stops it"
+                + ("; nothing is saved until `--attach --save` sees it end" if args.save else ""),
                 file=sys.stderr,
             )
             return 130
