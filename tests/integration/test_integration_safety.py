@@ -217,6 +217,7 @@ def test_down_waits_for_open_streams_to_finish(tmp_path: Path, session: str) -> 
     assert down.returncode == 0, down.stdout + down.stderr
     assert [(s.finish, s.done) for s in streams] == [("length", True)] * 2, down.stdout
     assert "cut" not in down.stdout
+    assert "one: 2 request(s) in flight when the stop began, all ended within" in down.stdout, down.stdout
     assert took < 25, f"the drain waited past the streams' end: {took:.1f}s"
 
 
@@ -244,6 +245,7 @@ def test_sim_load_is_not_counted_as_requests_in_flight(tmp_path: Path, session: 
     started = time.monotonic()
     down = vtui("down", str(path), "--grace", "20")
     assert down.returncode == 0 and "cut" not in down.stdout
+    assert "busy: no request in flight when the stop began" in down.stdout, down.stdout
     assert time.monotonic() - started < 15
 
 

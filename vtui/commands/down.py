@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             }
         )
     else:
-        for text in notices:  # requests cut by the stop, trees that needed SIGKILL
+        for text in notices:  # the requests in flight: ended or cut; trees that needed SIGKILL
             print(text)
         for name in stopped:
             print(f"{name}: stopped")

@@ -216,10 +216,11 @@ class Routes:
         attached = [n for n in asked if isinstance(instances.get(n), Attached)]  # watched, never stopped
         wanted = [n for n in asked if n not in attached]
         self.service.bring_up_attached(attached, up=False)  # left running; no longer keeps the supervisor up
-        notices: list[str] = []  # what the stop had to say (requests cut, SIGKILL needed), for the answer
+        notices: list[str] = []  # what the stop had to say (the drain's count, requests cut, SIGKILL
+        # needed), for the answer
 
         def collect(event: Event) -> None:
-            if isinstance(event, Notice) and event.level != "info" and event.instance in wanted:
+            if isinstance(event, Notice) and event.instance in wanted:
                 notices.append(event.text)
 
         unsubscribe = self.supervisor.subscribe(collect)

@@ -94,13 +94,15 @@ class Stops:
         self._tails.drain(name)
         if report.cut_text():
             self._notice(name, "warning", f"{name}: {report.cut_text()}")
-        elif report.in_flight is not None:  # what the drain saw: the session log keeps it
+        elif report.in_flight:  # what the drain saw: the session log keeps it
             self._notice(
                 name,
                 "info",
-                f"{name}: {report.in_flight} request(s) in flight when the stop began, none left after "
+                f"{name}: {report.in_flight} request(s) in flight when the stop began, all ended within "
                 f"{report.drained_s:g}s",
             )
+        elif report.in_flight == 0:
+            self._notice(name, "info", f"{name}: no request in flight when the stop began")
         if not report.graceful:
             self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
         if report.leftovers:
