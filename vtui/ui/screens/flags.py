@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping
 
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input, Static
 
 from vtui.core.advice import flag_advice
 from vtui.core.flagspec import (
@@ -98,22 +98,20 @@ _BUDGET_FLAGS = (
 )
 
 
-class FlagRow(Horizontal):
-    def __init__(self, name: str, value: object) -> None:
-        super().__init__(classes="flag-row")
-        self.flag = name
-        self.initial = "" if value is None else fmt.flag_value(value)
+def flag_box(name: str, value: object) -> OrderedInput:
+    """A flag's value box (`name`: the flag; the rows' names are one Static beside the boxes)."""
+    default = BUILTIN_FLAGS.get(name)
+    return OrderedInput(
+        "" if value is None else fmt.flag_value(value),
+        placeholder=f"default: {fmt.flag_value(default.default) if default else '--'}",
+        classes="flag-value",
+        name=name,
+        id=f"flag-{name}",
+    )
 
-    def compose(self) -> ComposeResult:
-        yield Label(f"--{self.flag}", classes="flag-name")
-        default = BUILTIN_FLAGS.get(self.flag)
-        yield OrderedInput(
-            self.initial,
-            placeholder=f"default: {fmt.flag_value(default.default) if default else '--'}",
-            classes="flag-value",
-            name=self.flag,
-            id=f"flag-{self.flag}",
-        )
+
+def names_text(names: Iterable[str]) -> str:
+    return "\n".join(f"--{name}" for name in names)
 
 
 class FlagEditorScreen(StoreScreen):
@@ -157,8 +155,15 @@ class FlagEditorScreen(StoreScreen):
         names = list(SEED_FLAGS) + [n for n in self.spec.flags if n not in SEED_FLAGS]
         names += [n for n in values if n not in names]
         with VerticalScroll(id="flag-list"):
-            for name in names:
-                yield FlagRow(name, values.get(name))
+            # The rows: one Static of all the names beside one column of value boxes, each a line high.
+            # A row each (a Horizontal, its Label, its Input) drew the same screen with nearly three times
+            # the widgets, each styled twice, laid out and drawn before the first frame (~25-30 ms of the
+            # editor's ~105 ms from key to frame, benchmarks/bench_screen_open.py).
+            with Horizontal(id="flag-rows"):
+                yield Static(names_text(names), id="flag-names", markup=False)
+                with Vertical(id="flag-values"):
+                    for name in names:
+                        yield flag_box(name, values.get(name))
             with Horizontal(id="flag-add"):
                 yield OrderedInput(
                     placeholder="add another flag (name, tab completes)",
@@ -375,9 +380,11 @@ class FlagEditorScreen(StoreScreen):
             return
         existing = self.query(f"#flag-{name}")
         if not existing:
-            row = FlagRow(name, None)
-            await self.query_one("#flag-list").mount(row, before=self.query_one("#flag-add"))
-            row.query_one(Input).focus()
+            box = flag_box(name, None)
+            shown = [b.name or "" for b in self.query(".flag-value").results(Input)]
+            self.query_one("#flag-names", Static).update(names_text([*shown, name]))
+            await self.query_one("#flag-values").mount(box)
+            box.focus()
         else:
             existing.first().focus()
         event.input.value = ""
