@@ -360,6 +360,21 @@ def test_a_drain_never_answered_says_so_and_the_stop_says_what_is_unknown(monkey
     assert StopReport(True, (), (), 0, 0, 2.0).cut_text() is None  # it said: none in flight
 
 
+def test_the_stops_words_say_what_was_counted():
+    """vLLM's /metrics counts what its engine runs or queues; a request its API server still holds is
+    not in it (on a starved CPU a stop that said "none in flight" cut five): a zero from it says so."""
+    from vtui.supervisor.launcher import StopReport
+
+    engine = StopReport(True, (), (), 0, 0, 0.2, engine_count=True)
+    assert engine.drain_text() == "no request running or waiting in vLLM's engine when the stop began"
+    assert StopReport(True, (), (), 0, 0, 0.2).drain_text() == "no request in flight when the stop began"
+    ended = StopReport(True, (), (), 3, 0, 1.5, engine_count=True)
+    assert ended.drain_text() == "3 request(s) in flight when the stop began, all ended within 1.5s"
+    cut = StopReport(True, (), (), 3, 2, 2.0)
+    assert cut.drain_text() is None and cut.cut_text() == "2 request(s) still in flight after 2s were cut"
+    assert StopReport(True, (), ()).drain_text() is None  # not asked
+
+
 def test_a_look_that_trickles_in_is_cut_at_its_timeout(monkeypatch):
     """A look's timeout bounds its whole answer, not each read: a payload sent a line at a time, each line
     in time, must not hold the drain past its budget (a `--grace 2` stop once waited 22.6 s so)."""

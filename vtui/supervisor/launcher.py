@@ -56,6 +56,19 @@ class StopReport:
     cut: int | None = None  # of those (and any that came after), still in flight at SIGTERM: cut short
     drained_s: float = 0.0  # seconds spent waiting for in-flight requests before the SIGTERM
     unanswered: bool = False  # asked how many were in flight, it never answered in time (too busy)
+    # counted from vLLM's /metrics (running + waiting in its engine), not /load: a request the API server
+    # holds before its engine has it (under a starved CPU, for seconds) is not in that count
+    engine_count: bool = False
+
+    def drain_text(self) -> str | None:
+        """What the drain saw, when nothing was cut: None when it did not ask."""
+        if self.cut_text() is not None or self.in_flight is None:
+            return None
+        if self.in_flight:
+            return f"{self.in_flight} request(s) in flight when the stop began, all ended within {self.drained_s:g}s"
+        if self.engine_count:
+            return "no request running or waiting in vLLM's engine when the stop began"
+        return "no request in flight when the stop began"
 
     def cut_text(self) -> str | None:
         """'N request(s) cut' for the stop event; what is unknown when the instance was too busy to say;
@@ -380,6 +393,7 @@ class OsLauncher:
             cut=drained.left,
             drained_s=drained.waited_s,
             unanswered=drained.unanswered,
+            engine_count=not handle.load_endpoint,
         )
 
     def _terminate(self, handle: ProcessHandle, grace: float) -> StopReport:

@@ -94,15 +94,8 @@ class Stops:
         self._tails.drain(name)
         if report.cut_text():
             self._notice(name, "warning", f"{name}: {report.cut_text()}")
-        elif report.in_flight:  # what the drain saw: the session log keeps it
-            self._notice(
-                name,
-                "info",
-                f"{name}: {report.in_flight} request(s) in flight when the stop began, all ended within "
-                f"{report.drained_s:g}s",
-            )
-        elif report.in_flight == 0:
-            self._notice(name, "info", f"{name}: no request in flight when the stop began")
+        elif report.drain_text():  # what the drain saw: the session log keeps it
+            self._notice(name, "info", f"{name}: {report.drain_text()}")
         if not report.graceful:
             self._notice(name, "warning", f"{name} did not stop on SIGTERM: killed {list(report.killed)}")
         if report.leftovers:
