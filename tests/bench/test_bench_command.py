@@ -96,6 +96,8 @@ def test_bench_unknown_name_is_one_clear_line(tmp_path, capsys):
     layout.write_text('[session]\nname = "t"\n\n[[instance]]\nname = "a"\nmodel = "m"\nport = 9\n')
     assert main(["bench", "nope", "--layout", str(layout)]) == 2
     assert "no instance 'nope'" in capsys.readouterr().err
+    assert main(["bench", str(layout), "a", "b"]) == 2  # one instance at a time
+    assert "expected [LAYOUT] NAME or a URL" in capsys.readouterr().err
 
 
 LAYOUT = """
@@ -116,9 +118,8 @@ max-num-seqs = 64
 def _argv(layout, tmp_path, *more):
     return [
         "bench",
+        str(layout),  # `[LAYOUT] NAME` as every command takes it (`--layout` too: the tests above)
         "a",
-        "--layout",
-        str(layout),
         "-c",
         "2",
         "-n",

@@ -47,9 +47,12 @@ async def test_fixed_concurrency_counts_and_tokens(fake_server):
     assert any(p.phase == "step-done" and p.step is step for p in progress)
 
 
-async def test_peaks_are_unknown_when_no_scrape_answered_during_the_load(fake_server):
-    # The step ends long before the first in-load scrape (interval 30 s): only the idle baseline and the
-    # final scrape answered. Their 0s are not the step's peaks; the counters' deltas still are.
+async def test_peaks_are_unknown_when_no_scrape_answered_during_the_load(fake_server, monkeypatch):
+    # The step ends long before the first in-load scrape (30 s): only the idle baseline and the final
+    # scrape answered. Their 0s are not the step's peaks; the counters' deltas still are.
+    from vtui.bench import server as server_mod
+
+    monkeypatch.setattr(server_mod, "FIRST_LOAD_SCRAPE_S", 30.0)
     server = await fake_server(slots=2, token_delay=0.001)
     result = await run_bench(
         BenchConfig(server.base_url, concurrency=4, num_requests=8, output_len=4, scrape_interval_s=30.0)
@@ -135,7 +138,7 @@ async def test_rate_mode_is_seeded_poisson(fake_server):
 
 
 async def test_results_files_complete(fake_server, tmp_path):
-    server = await fake_server(token_delay=0.02)  # each step outlasts a scrape interval: peaks seen
+    server = await fake_server(token_delay=0.02)  # each step outlasts the first in-load scrape: peaks seen
     result = await run_bench(
         BenchConfig(
             server.base_url, mode="ramp", concurrency=2, num_requests=4, output_len=3, scrape_interval_s=0.02

@@ -97,17 +97,14 @@ class Stream(threading.Thread):
         self.finish: str | None = None
         self.error: str | None = None
         self.status: int | None = None
+        self.sent = 0  # plain requests sent (the one in flight included)
 
     def run(self) -> None:
         body = {"model": self.model, "prompt": "Once", "max_tokens": self.max_tokens, "ignore_eos": True}
         try:
-            while not self.stream:
-                response = httpx.post(self.url + "/v1/completions", json=body, timeout=120, trust_env=False)
-                self.status = response.status_code
-                with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-                    self.finish = response.json()["choices"][0].get("finish_reason")
-                if self.until is None or self.until.is_set() or response.status_code != 200:
-                    return
+            if not self.stream:
+                self._plain(body)
+                return
             with httpx.stream(
                 "POST",
                 self.url + "/v1/completions",
@@ -131,6 +128,20 @@ class Stream(threading.Thread):
             self.error = repr(exc)
         finally:
             self.started.set()
+
+    def _plain(self, body: dict[str, Any]) -> None:
+        """Plain completions, one after another until `until` is set, on one client (a new one per request
+        loads its TLS context: CPU that a starved test once paid for with loopers whose first request went
+        out only after the stop)."""
+        with httpx.Client(timeout=120, trust_env=False) as client:
+            while True:
+                self.sent += 1
+                response = client.post(self.url + "/v1/completions", json=body)
+                self.status = response.status_code
+                with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+                    self.finish = response.json()["choices"][0].get("finish_reason")
+                if self.until is None or self.until.is_set() or response.status_code != 200:
+                    return
 
 
 class Harness:
@@ -601,6 +612,20 @@ def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: 
     ]
     for stream in streams[8:]:
         stream.start()
+    # the engine has them before the stop is asked for: vLLM's /metrics (what the drain reads) counts what
+    # its engine runs or queues, not what its API server still holds (a stop once counted none and cut
+    # five whose loopers, starved of CPU, had sent them just before it)
+    from vtui.supervisor.drain import in_flight
+
+    url = f"http://127.0.0.1:{world['ports']['cpu-a']}"
+    wait_until(
+        lambda: (
+            all(s.sent for s in streams[8:]) and (in_flight(url, load_endpoint=False, timeout=5) or 0) >= 16
+        ),
+        90,
+        "16 requests in vLLM's engine",
+        interval=0.5,
+    )
     started = time.monotonic()
     result = vtui("down", str(world["layout"]), "--grace", "2", timeout=180)
     took = time.monotonic() - started

@@ -19,6 +19,7 @@ TTFT = HISTOGRAM_ROLES["ttft"][0]  # vllm:time_to_first_token_seconds
 # prometheus_client's process collector (every vLLM API server on Linux, and the sim): when a URL's
 # scrapes answer with different start times that come back, a load balancer spreads them over replicas
 START_TIME = "process_start_time_seconds"
+FIRST_LOAD_SCRAPE_S = 0.1  # the first scrape during the load, after the load began
 
 
 def start_time(text: str) -> float | None:
@@ -97,10 +98,12 @@ class ServerWatch:
         self._last_start = start
 
     async def _loop(self) -> None:
+        pause = min(self._interval, FIRST_LOAD_SCRAPE_S)  # a step shorter than the interval is seen too
         while True:
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(pause)
             if await self._scrape():
                 self._load_scrapes += 1
+            pause = self._interval
 
     async def start(self) -> None:
         """Take the baseline scrape (and two more at once: a load balancer's round robin shows up as a

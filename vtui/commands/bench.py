@@ -1,4 +1,4 @@
-"""`vtui bench NAME|URL`: load-test an instance (by name, through the last layout) or any OpenAI-compatible
+"""`vtui bench [LAYOUT] NAME|URL`: load-test an instance (by name, through the layout or the last one) or any OpenAI-compatible
 URL; print each step beside what the server said; write JSON/CSV; save or compare a baseline."""
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ HELP = "load-test an instance or URL (fixed concurrency, ramp, request rate); sa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", help="instance name (from the layout) or base URL (http://host:port)")
-    parser.add_argument("--layout", default=None, help="layout file for NAME (default: the last session's)")
+    parser.add_argument(
+        "words",
+        nargs="+",
+        metavar="[LAYOUT] NAME|URL",
+        help="layout file (default: the last session's), then an instance name; or a base URL (http://host:port)",
+    )
+    parser.add_argument("--layout", default=None, help="layout file for NAME (as the first word does)")
     parser.add_argument("--mode", choices=("concurrency", "ramp", "rate"), default="concurrency")
     parser.add_argument(
         "-c",
@@ -147,6 +152,19 @@ class Target:
     api_key: str | None = None
 
 
+def layout_and_target(words: list[str], layout: str | None) -> tuple[str | None, str]:
+    """`[LAYOUT] NAME|URL`, as every command takes its layout, or `--layout LAYOUT NAME` (not both)."""
+    if len(words) == 1:
+        return layout, words[0]
+    if len(words) == 2 and layout is None:
+        return words[0], words[1]
+    raise ValueError(
+        f"expected [LAYOUT] NAME or a URL, got {' '.join(words)}"
+        + (" and --layout" if layout is not None else "")
+        + " (one instance at a time)"
+    )
+
+
 def resolve_target(target: str, layout_arg: str | None = None) -> Target:
     """A URL as is; a name through the layout (`--layout`, else the last session's)."""
     if target.startswith(("http://", "https://")):
@@ -251,7 +269,8 @@ def run(args: argparse.Namespace) -> int:
     from vtui.core.paths import runs_dir
 
     try:
-        target = resolve_target(args.target, args.layout)
+        layout_arg, target_word = layout_and_target(args.words, args.layout)
+        target = resolve_target(target_word, layout_arg)
         config = BenchConfig(
             base_url=target.base_url,
             model=args.model,
