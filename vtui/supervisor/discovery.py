@@ -113,7 +113,10 @@ def vllm_families(url: str, timeout: float = 2.0) -> int:
     import httpx
 
     try:
-        response = httpx.get(f"{url}/metrics", timeout=timeout, trust_env=False)
+        # plain http (`_url`): no CA bundle to load (19 ms of CPU per client that may verify)
+        response = httpx.get(
+            f"{url}/metrics", timeout=timeout, trust_env=False, verify=url.startswith("https://")
+        )
     except (httpx.HTTPError, OSError):
         return 0
     if response.status_code != 200:
