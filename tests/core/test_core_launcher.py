@@ -373,6 +373,12 @@ def test_the_stops_words_say_what_was_counted():
     cut = StopReport(True, (), (), 3, 2, 2.0)
     assert cut.drain_text() is None and cut.cut_text() == "2 request(s) still in flight after 2s were cut"
     assert StopReport(True, (), ()).drain_text() is None  # not asked
+    # a drain past its grace says why: the count came slowly
+    slow = StopReport(True, (), (), 5, 5, 7.7, slowest_look_s=6.1)
+    assert (
+        slow.cut_text()
+        == "5 request(s) still in flight after 7.7s were cut (one look at the count took 6.1s)"
+    )
 
 
 def test_a_look_that_trickles_in_is_cut_at_its_timeout(monkeypatch):
@@ -406,6 +412,7 @@ def test_a_look_slow_in_every_phase_still_ends_by_the_drains_window(monkeypatch)
         server.close()
     assert result.unanswered and result.at_start is None, result
     assert result.waited_s < 1.45, result
+    assert 0.4 <= result.slowest_look_s < 1.0, result  # each look given up at its own timeout
 
 
 def test_drain_of_a_silent_instance_does_not_wait():

@@ -44,6 +44,7 @@ class DrainResult:
     left: int | None  # still in flight when it ended: cut by the stop (None: unknown)
     waited_s: float
     unanswered: bool = False  # every look timed out: the instance was too busy to say (not "none")
+    slowest_look_s: float = 0.0  # the longest look, wall clock, from asking to giving up or an answer
 
 
 class _Slow(Exception):
@@ -150,11 +151,21 @@ def drain(
     def timeout(until: float) -> float:  # a look ends by the window's end (give or take MIN_LOOK)
         return min(LOOK_TIMEOUT, max(MIN_LOOK, until - (clock() - start)))
 
+    slowest = 0.0
+
+    def look(until: float) -> int | None:
+        nonlocal slowest
+        began = clock()
+        try:
+            return _look(base_url, load_endpoint=load_endpoint, timeout=timeout(until))
+        finally:
+            slowest = max(slowest, clock() - began)
+
     first: int | None = None
     unanswered = False
     while True:  # a busy engine starves its API server: a slow answer is not "nothing in flight"
         try:
-            first = _look(base_url, load_endpoint=load_endpoint, timeout=timeout(window))
+            first = look(window)
             break
         except _Slow:
             if clock() - start >= window or not still_running():
@@ -167,12 +178,18 @@ def drain(
     while count and clock() - start < budget and still_running():
         sleep(min(POLL, max(0.0, budget - (clock() - start))))
         try:
-            look = _look(base_url, load_endpoint=load_endpoint, timeout=timeout(budget))
+            seen = look(budget)
         except _Slow:
             continue  # no answer in time: keep the last count, the drain goes on
         except _NoAnswer:
             break  # it stopped answering: nothing more to wait for
-        if look is None:
+        if seen is None:
             break  # it stopped answering: nothing more to wait for
-        count = look
-    return DrainResult(at_start=first, left=count, waited_s=round(clock() - start, 3), unanswered=unanswered)
+        count = seen
+    return DrainResult(
+        at_start=first,
+        left=count,
+        waited_s=round(clock() - start, 3),
+        unanswered=unanswered,
+        slowest_look_s=round(slowest, 3),
+    )

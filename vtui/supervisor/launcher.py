@@ -47,6 +47,9 @@ SPAWN_TIMEOUT = 10.0
 TITLED_START_WINDOW = 1800.0
 
 
+SLOW_LOOK_S = 1.0  # a drain's look this long is named in the stop's words
+
+
 @dataclass(frozen=True)
 class StopReport:
     graceful: bool  # every process left after SIGTERM within the grace period
@@ -59,13 +62,17 @@ class StopReport:
     # counted from vLLM's /metrics (running + waiting in its engine), not /load: a request the API server
     # holds before its engine has it (under a starved CPU, for seconds) is not in that count
     engine_count: bool = False
+    slowest_look_s: float = 0.0  # the drain's longest look at the count (a slow one explains a long drain)
 
     def drain_text(self) -> str | None:
         """What the drain saw, when nothing was cut: None when it did not ask."""
         if self.cut_text() is not None or self.in_flight is None:
             return None
         if self.in_flight:
-            return f"{self.in_flight} request(s) in flight when the stop began, all ended within {self.drained_s:g}s"
+            return (
+                f"{self.in_flight} request(s) in flight when the stop began, all ended within "
+                f"{self.drained_s:g}s{self._slow_note()}"
+            )
         if self.engine_count:
             return "no request running or waiting in vLLM's engine when the stop began"
         return "no request in flight when the stop began"
@@ -80,7 +87,13 @@ class StopReport:
             )
         if not self.cut:
             return None
-        return f"{self.cut} request(s) still in flight after {self.drained_s:g}s were cut"
+        return f"{self.cut} request(s) still in flight after {self.drained_s:g}s were cut{self._slow_note()}"
+
+    def _slow_note(self) -> str:
+        """Why a drain outlasted its grace: the instance (or this machine) was slow to give the count."""
+        if self.slowest_look_s < SLOW_LOOK_S:
+            return ""
+        return f" (one look at the count took {self.slowest_look_s:g}s)"
 
 
 @runtime_checkable
@@ -394,6 +407,7 @@ class OsLauncher:
             drained_s=drained.waited_s,
             unanswered=drained.unanswered,
             engine_count=not handle.load_endpoint,
+            slowest_look_s=drained.slowest_look_s,
         )
 
     def _terminate(self, handle: ProcessHandle, grace: float) -> StopReport:
