@@ -54,6 +54,25 @@ async def test_dashboard_shows_instances_metrics_and_dashes(fake, app_factory, h
         assert "GPU0" in text and "qwen      76.0 GiB" in text
 
 
+async def test_an_invalid_flag_stays_marked_when_the_focus_moves_on(fake, app_factory):
+    """The box of an invalid value keeps its red tint after tab: Textual's own validation (none here)
+    cleared the mark on blur while the error line still listed the flag."""
+    app = app_factory(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("f")
+        await settle(pilot)
+        box = app.screen.query_one("#flag-max-num-seqs")
+        box.focus()
+        box.value = "many"
+        await settle(pilot)
+        assert box.has_class("-invalid")
+        await pilot.press("tab")
+        await settle(pilot)
+        assert app.focused is not box and box.has_class("-invalid")
+        assert "expected an integer" in screen_text(app)
+
+
 async def test_edit_flag_then_restart_shows_new_value(fake, app_factory):
     app = app_factory(fake)
     async with app.run_test(size=(100, 30)) as pilot:

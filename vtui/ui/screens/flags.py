@@ -107,6 +107,9 @@ def flag_box(name: str, value: object) -> OrderedInput:
         classes="flag-value",
         name=name,
         id=f"flag-{name}",
+        # the editor's check sets `-invalid` (`FlagEditorScreen._check`); Textual's own validation, with
+        # no validators, would clear it on blur while the error line still names the flag
+        validate_on=(),
     )
 
 
