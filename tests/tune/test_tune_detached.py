@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from vtui.layouts import load_layout
 from vtui.tune import progress
 
 from .conftest import QUICK, instance_row, vtui, write_layout
@@ -106,12 +107,17 @@ def test_restore_puts_back_what_a_killed_supervisor_left(tmp_path: Path) -> None
     assert progress.read(Path(info["progress"]))["state"] == "aborted"
 
 
-def test_save_with_detach_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    """--save is done by the client that sees the tune end: with --detach nobody would, and the flags
-    would silently go unsaved. Refused at once, nothing started, the way to save said."""
-    layout = write_layout(tmp_path, [("a", {"max-num-seqs": 2})])
-    before = layout.read_text()
-    result = vtui("tune", str(layout), "a", "--detach", "--save", *QUICK)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "--attach --save" in result.stderr and result.stdout == ""
-    assert layout.read_text() == before
+def test_a_detached_tune_with_save_writes_the_best_into_the_layout(tmp_path: Path) -> None:
+    """--save is the supervisor's: a --detach'ed tune that applies its best writes it into the layout
+    file when it ends, with no client following (comments kept), and says where in its result."""
+    layout, info, original = start(tmp_path, "--max-trials", "4", "--save")
+    doc = wait_for(info, lambda d: d["state"] != "running")
+    assert doc["state"] == "done", doc
+    result = doc["result"]
+    assert result["applied"], result  # the quick space's best beats max-num-seqs 2 (the test above)
+    assert result["saved_to"] == str(layout) and result["save_problems"] == []
+    text = layout.read_text()
+    assert "# kept by a save" in text
+    saved = load_layout(layout).instance("a").flags
+    assert {k: saved.get(k) for k in result["final_flags"]} == result["final_flags"]
+    assert result["final_flags"] != original  # the tuned flags, not the starting ones

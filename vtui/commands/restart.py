@@ -12,7 +12,6 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -306,31 +305,17 @@ def _check_save(layout_path, name, session, set_flags, unset) -> int:
 
 
 def save_flags(path: Path | None, name: str, flags: Mapping[str, object]) -> tuple[int, Path | None]:
-    """Write `name`'s flags into the layout file as it is now, not the copy read before the restart:
-    edits made to the file while the instance started are kept, not undone. Secrets stay the file's.
-    (exit code, the file written or None)."""
-    from vtui.layouts import LayoutError, load_layout, save_layout
+    """Write `name`'s flags into the layout file as it is now (`telemetry.flagsave`, the one save of an
+    instance's flags): (exit code, the file written or None), each reason printed."""
+    from vtui.telemetry.flagsave import save_instance_flags
 
-    try:
-        current = load_layout(path, flags=_file_flags(path)) if path is not None else None
-        if current is None or name not in current.names():
-            print(
-                f"vtui restart: {name} runs, but {path} has no instance {name} any more: not saved",
-                file=sys.stderr,
-            )
-            return 1, None
-        own = current.instance(name)
-        kept: dict[str, Any] = {k: v for k, v in own.flags.items() if k in SECRET_FLAGS}
-        plain: dict[str, Any] = {k: v for k, v in flags.items() if k not in SECRET_FLAGS}
-        changed = current.replace_instance(replace(own, flags={**plain, **kept}))
-        ok, table = _save_flags(changed, path)
-        if not ok:
-            return 1, None
-        saved = save_layout(changed, flags=table)
-    except (OSError, LayoutError) as exc:
-        print(f"vtui restart: {name} runs, but {path} was not saved: {exc}", file=sys.stderr)
+    if path is None:
+        print(f"vtui restart: {name} runs, but its session has no layout file: not saved", file=sys.stderr)
         return 1, None
-    return 0, saved
+    outcome = save_instance_flags(path, name, flags)
+    for problem in outcome.problems:
+        print(f"vtui restart: {problem}", file=sys.stderr)
+    return (0 if outcome.saved is not None else 1), outcome.saved
 
 
 def _file_flags(path: str | Path | None) -> FlagTable | None:

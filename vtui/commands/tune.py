@@ -4,8 +4,9 @@ through the instance's operation queue, a warm-up and 2-3 bench runs (the noise 
 the session supervisor (`vtui.tune.job`): this command plans it, starts it (`POST /tune`) and follows
 it on the feed; Ctrl-C only stops following (`--attach` follows again, `--cancel` stops it and puts
 the original flags back; `--cancel-on-interrupt` makes Ctrl-C cancel). At the end the best flags run
-if they beat the baseline beyond noise (`--save`: written into the layout, comments kept), else the
-original flags stay; a report (JSON + table) goes to the state dir."""
+if they beat the baseline beyond noise (`--save`: the supervisor writes them into the layout, comments
+kept, whether or not a command still follows), else the original flags stay; a report (JSON + table)
+goes to the state dir."""
 
 from __future__ import annotations
 
@@ -108,14 +109,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vtui.commands._runs import CommandError, ServiceError, ServiceUnavailable, print_json
 
-    if args.save and args.detach:  # the save is the following client's: nobody would see the end
-        print(
-            "vtui tune: --save writes the best flags when the tune ends, and --detach does not wait for "
-            "that: run without --detach, or `vtui tune … --attach --save` later (it saves a tune that "
-            "has already ended too)",
-            file=sys.stderr,
-        )
-        return 2
     if args.attach or args.cancel:
         return control(args)
     try:
@@ -232,7 +225,7 @@ def follow(
             print(
                 f"\nthe tune of {name} runs on in the session supervisor: `vtui tune {' '.join(args.words)} "
                 "--attach` follows it again, `--cancel` stops it"
-                + ("; nothing is saved until `--attach --save` sees it end" if args.save else ""),
+                + ("; it saves the best flags into the layout if it applies them" if args.save else ""),
                 file=sys.stderr,
             )
             return 130
@@ -264,7 +257,15 @@ def ended(doc: dict[str, Any], name: str, args: argparse.Namespace, layout: str 
         print_json(result) if args.json else print(doc.get("table") or render_table(result))
         if result.get("report"):
             print(f"report: {result['report']} (+ .txt)", file=sys.stderr)
-        if args.save and result.get("applied"):
+        if "saved_to" in result:  # started with --save: the supervisor saved when it applied the best
+            for problem in result.get("save_problems") or []:
+                print(f"vtui tune: {problem}", file=sys.stderr)
+            if result["saved_to"]:
+                print(f"{name}: flags saved to {result['saved_to']}", file=sys.stderr)
+            elif not result.get("applied"):
+                print(f"{name}: nothing saved (the best was not applied)", file=sys.stderr)
+            return 1 if result.get("save_problems") else 0
+        if args.save and result.get("applied"):  # `--attach --save` of a tune started without it
             from pathlib import Path
 
             from vtui.commands.restart import save_flags
@@ -318,5 +319,6 @@ def plan_of(setup: TuneSetup, args: argparse.Namespace) -> dict[str, Any]:
             "calibration": setup.calibration,
         },
         layout=setup.layout_path,
+        save=bool(args.save),
         resume={k: v for k, v in setup.resume.items() if k != "plan"} if setup.resume else None,
     )

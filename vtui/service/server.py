@@ -119,7 +119,9 @@ class SessionService:
             on_event=self.hub.on_event,
             on_serving=self._exporting,
         )
-        self.tunes = Tunes(sup, self.session, self.feed, self.spawn, lambda: self.flag_table, log)
+        self.tunes = Tunes(
+            sup, self.session, self.feed, self.spawn, lambda: self.flag_table, log, lambda: self.layout_path
+        )
         self.routes = Routes(self)
         self.server = SocketServer(
             self.socket_file, self.routes.handle, self.status, self.feed, on_feed=self._feed_came

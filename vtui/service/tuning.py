@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from vtui.core.flagspec import FlagTable
@@ -25,6 +26,7 @@ from vtui.supervisor.attached import Attached
 from vtui.supervisor.handle import ProcessHandle
 from vtui.supervisor.logfile import read_tail
 from vtui.supervisor.supervisor import Supervisor
+from vtui.telemetry.flagsave import FlagSave, save_instance_flags
 
 if TYPE_CHECKING:
     from vtui.tune.job import TuneJob
@@ -128,6 +130,7 @@ class Tunes:
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
         flags: Callable[[], FlagTable | None],
         log: Callable[[str], None],
+        layout_path: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.supervisor = supervisor
         self.session = session
@@ -135,6 +138,7 @@ class Tunes:
         self.feed = feed
         self._spawn = spawn
         self._flags = flags  # the layout's flag table now (a new layout replaces it)
+        self._layout_path = layout_path  # the file `--save` writes (a new layout may move it)
         self.jobs: dict[str, TuneJob] = {}  # instance -> its last tune job
         self._tasks: dict[str, asyncio.Task[Any]] = {}
 
@@ -181,11 +185,24 @@ class Tunes:
             publish=lambda doc: self._publish(loop, name, doc),
             engine=inst.spec.engine,
             model=inst.spec.model,
+            save_flags=lambda flags: self._save(name, flags),
         )
         self.jobs[name] = job
         self._tasks[name] = self._spawn(self._run(name, job))
         self._log(f"tune of {name} started")
         return {"ok": True, "tune": job.snapshot}
+
+    def _save(self, name: str, flags: Mapping[str, object]) -> FlagSave:
+        """A tune's `--save`, from its thread: the applied flags into the session's layout file."""
+        path = self._layout_path()
+        if path is None:
+            return FlagSave(None, (f"session {self.session} has no layout file: not saved",))
+        outcome = save_instance_flags(Path(path), name, flags)
+        self._log(
+            f"tune of {name}: "
+            + (f"flags saved to {outcome.saved}" if outcome.saved else "; ".join(outcome.problems))
+        )
+        return outcome
 
     async def _run(self, name: str, job: Any) -> None:
         try:

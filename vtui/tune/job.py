@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from vtui.bench import BenchConfig
+from vtui.telemetry.flagsave import FlagSave
 from vtui.tune import progress
 from vtui.tune.report import render_table, summary, write_report
 from vtui.tune.runner import (
@@ -95,8 +96,10 @@ def plan_json(
     layout: str | None,
     resume: Mapping[str, Any] | None = None,
     min_runs: int | None = None,
+    save: bool = False,
 ) -> dict[str, Any]:
-    """The plan a client sends with `POST /tune`: JSON only."""
+    """The plan a client sends with `POST /tune`: JSON only. `save`: when the best is applied, the
+    supervisor writes it into its layout file (`--save`: it need not wait for a client following)."""
     return {
         "original": dict(original),
         "start": start.flags,
@@ -121,6 +124,7 @@ def plan_json(
         "resolved": dict(resolved),
         "layout": layout,
         "resume": dict(resume) if resume else None,
+        "save": save,
     }
 
 
@@ -142,8 +146,11 @@ class TuneJob:
         sleep: Callable[[float], None] = time.sleep,
         engine: str | None = None,
         model: str | None = None,
+        save_flags: Callable[[Mapping[str, object]], FlagSave] | None = None,
     ) -> None:
+        """`save_flags`: writes applied flags into the layout (`telemetry.flagsave`), when the plan asks."""
         self.ops = ops
+        self.save_flags = save_flags if plan.get("save") else None
         self.plan = dict(plan)
         self.session, self.name = session, instance
         self.publish = publish
@@ -329,6 +336,10 @@ class TuneJob:
             "restored": restored,
             "final_flags": final_flags,
         }
+        if self.save_flags is not None:  # before "done" is published: a following client reads it there
+            outcome = self.save_flags(final_flags) if result.apply else None
+            report["saved_to"] = str(outcome.saved) if outcome and outcome.saved else None
+            report["save_problems"] = list(outcome.problems) if outcome else []
         try:
             write_report(
                 report,
