@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vtui.telemetry import flagschema
+from vtui.telemetry import vllmprobe
 
 
 def test_a_scripts_version_is_asked_once_until_the_script_changes(
@@ -24,14 +24,14 @@ def test_a_scripts_version_is_asked_once_until_the_script_changes(
         asked.append(list(python))
         return "0.34.0"
 
-    monkeypatch.setattr(flagschema, "vllm_version_of", version_of)
+    monkeypatch.setattr(vllmprobe, "vllm_version_of", version_of)
     python = [str(script.parent / "python")]
-    assert flagschema._script_version([str(script), "serve"], python) == "0.34.0"
-    assert flagschema._script_version([str(script), "serve"], python) == "0.34.0"
+    assert vllmprobe.script_version([str(script), "serve"], python) == "0.34.0"
+    assert vllmprobe.script_version([str(script), "serve"], python) == "0.34.0"
     assert len(asked) == 1
     stat = script.stat()
     os.utime(script, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # pip wrote it again
-    assert flagschema._script_version([str(script), "serve"], python) == "0.34.0"
+    assert vllmprobe.script_version([str(script), "serve"], python) == "0.34.0"
     assert len(asked) == 2
-    assert flagschema._script_version(["python", "-m", "vllm"], ["python"]) == "0.34.0"
+    assert vllmprobe.script_version(["python", "-m", "vllm"], ["python"]) == "0.34.0"
     assert len(asked) == 3  # an interpreter command is asked each time
