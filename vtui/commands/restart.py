@@ -309,9 +309,6 @@ def save_flags(path: Path | None, name: str, flags: Mapping[str, object]) -> tup
     instance's flags): (exit code, the file written or None), each reason printed."""
     from vtui.telemetry.flagsave import save_instance_flags
 
-    if path is None:
-        print(f"vtui restart: {name} runs, but its session has no layout file: not saved", file=sys.stderr)
-        return 1, None
     outcome = save_instance_flags(path, name, flags)
     for problem in outcome.problems:
         print(f"vtui restart: {problem}", file=sys.stderr)

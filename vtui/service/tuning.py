@@ -195,9 +195,7 @@ class Tunes:
     def _save(self, name: str, flags: Mapping[str, object]) -> FlagSave:
         """A tune's `--save`, from its thread: the applied flags into the session's layout file."""
         path = self._layout_path()
-        if path is None:
-            return FlagSave(None, (f"session {self.session} has no layout file: not saved",))
-        outcome = save_instance_flags(Path(path), name, flags)
+        outcome = save_instance_flags(Path(path) if path else None, name, flags)
         self._log(
             f"tune of {name}: "
             + (f"flags saved to {outcome.saved}" if outcome.saved else "; ".join(outcome.problems))

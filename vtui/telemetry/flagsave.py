@@ -24,11 +24,14 @@ class FlagSave:
     problems: tuple[str, ...] = ()
 
 
-def save_instance_flags(path: Path, name: str, flags: Mapping[str, object]) -> FlagSave:
-    """Write `name`'s `flags` into the layout file at `path` (see the module docstring)."""
+def save_instance_flags(path: Path | None, name: str, flags: Mapping[str, object]) -> FlagSave:
+    """Write `name`'s `flags` into the layout file at `path` (see the module docstring); None: the
+    session has no layout file (a layout given only in memory)."""
     from vtui.layouts import LayoutError, load_layout, save_layout
     from vtui.telemetry.flagschema import layout_flags, save_check
 
+    if path is None:
+        return FlagSave(None, (f"{name}'s session has no layout file: not saved",))
     try:
         current = load_layout(path, flags=layout_flags(path))
         if name not in current.names():
